@@ -1,0 +1,2 @@
+//! Placeholder; the tree benches land with the tree.
+fn main() {}

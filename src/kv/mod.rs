@@ -1,0 +1,1 @@
+//! KV storage: the memory the slots index (host and CUDA backends).

@@ -1,0 +1,17 @@
+//! radixkv: a lock-free concurrent radix index for LLM KV-cache prefix reuse.
+#![deny(unsafe_op_in_unsafe_fn, missing_docs)]
+
+pub(crate) mod sync;
+
+pub mod cache;
+pub mod error;
+pub mod ffi;
+pub mod kv;
+pub mod pool;
+pub mod sched;
+pub mod trace;
+pub mod tree;
+
+pub use cache::{Cache, CacheOptions, CacheStats};
+pub use error::{Error, Result};
+pub use tree::{EvictionPolicy, LockGuard, PrefixLock, RadixTree, TreeConfig, TreeStats};

@@ -1,0 +1,1 @@
+//! Scheduling policies: ordering a waiting queue by the tree.
