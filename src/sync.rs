@@ -6,45 +6,70 @@
 //! `src/loom/`). Code outside this module never names `std::sync::atomic` directly.
 
 #[cfg(not(loom))]
+#[allow(unused_imports)]
 pub(crate) use std::sync::{
     Mutex, MutexGuard,
     atomic::{AtomicBool, AtomicPtr, AtomicU8, AtomicU64, AtomicUsize, Ordering, fence},
 };
 
+// Gives up the rest of the time slice (under loom: lets the model schedule another thread,
+// which every spin-wait must do).
+#[cfg(not(loom))]
+pub(crate) use std::thread::yield_now;
+
 #[cfg(loom)]
+pub(crate) use loom::thread::yield_now;
+
+#[cfg(loom)]
+#[allow(unused_imports)]
 pub(crate) use loom::sync::{
     Mutex, MutexGuard,
     atomic::{AtomicBool, AtomicPtr, AtomicU8, AtomicU64, AtomicUsize, Ordering, fence},
 };
 
-/// Epoch-based reclamation (crossbeam-epoch), with one collector per tree.
+/// Epoch-based reclamation (crossbeam-epoch).
 pub(crate) mod epoch {
-    pub(crate) use crossbeam_epoch::{Atomic, Collector, Guard, Owned, Shared};
+    pub(crate) use crossbeam_epoch::{Atomic, Guard, Owned, Shared};
 
-    /// Pins the current thread in `collector`'s epoch.
+    /// Where a tree's guards come from.
     ///
-    /// Outside loom every tree uses crossbeam's process-wide default collector (its
-    /// thread-local handle makes pinning a few instructions); `_collector` is unused.
-    #[cfg(not(loom))]
-    #[inline]
-    pub(crate) fn pin(_collector: &Collector) -> Guard {
-        crossbeam_epoch::pin()
+    /// Outside loom every tree uses crossbeam's process-wide default collector, whose
+    /// thread-local handle makes pinning a few instructions. Under loom there is no default
+    /// collector: each tree owns one, so nothing leaks from one model execution to the next.
+    pub(crate) struct Domain {
+        #[cfg(loom)]
+        collector: crossbeam_epoch::Collector,
     }
 
-    /// Pins the current thread in `collector`'s epoch.
-    ///
-    /// Under loom there is no default collector: each model builds its own tree, and each
-    /// tree its own collector, so registrations never leak from one execution to the next.
-    #[cfg(loom)]
-    #[inline]
-    pub(crate) fn pin(collector: &Collector) -> Guard {
-        collector.register().pin()
-    }
+    impl Domain {
+        /// A domain for one tree.
+        pub(crate) fn new() -> Domain {
+            Domain {
+                #[cfg(loom)]
+                collector: crossbeam_epoch::Collector::new(),
+            }
+        }
 
-    /// A new collector for one tree (used only under loom; see [`pin`]).
-    pub(crate) fn new_collector() -> Collector {
-        Collector::new()
+        /// Pins the current thread.
+        #[inline]
+        pub(crate) fn pin(&self) -> Guard {
+            #[cfg(not(loom))]
+            {
+                crossbeam_epoch::pin()
+            }
+            #[cfg(loom)]
+            {
+                self.collector.register().pin()
+            }
+        }
     }
+}
+
+/// A process-wide unique id (for telling one tree's locks from another's). Not part of any
+/// concurrent protocol, so it uses `std` directly even under loom.
+pub(crate) fn next_id() -> u64 {
+    static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
+    NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
 }
 
 /// Locks a mutex, ignoring poisoning: every critical section in this crate leaves its data

@@ -1,0 +1,249 @@
+//! A tree node (one edge) and its immutable child table.
+
+use crate::sync::epoch::{Atomic, Guard};
+use crate::sync::{AtomicPtr, AtomicU8, AtomicU64, Mutex, Ordering};
+
+/// The node's state word.
+///
+/// Bit layout: `[63] DEAD | [62] REPLACED | [61..32] zero | [31..0] pin count`.
+pub(crate) type StateWord = u64;
+/// Low 32 bits: how many locks pin this node.
+pub(crate) const PIN_MASK: StateWord = 0xFFFF_FFFF;
+/// Superseded by a split: the node's content lives on in `forward` (U) and U's child L.
+/// Its pin count is frozen from the moment this bit is set.
+pub(crate) const REPLACED: StateWord = 1 << 62;
+/// Being (or been) evicted: never pinned again, never reachable again once its parent's
+/// table is swapped.
+pub(crate) const DEAD: StateWord = 1 << 63;
+
+const _: () = assert!(std::mem::size_of::<StateWord>() == 8);
+const _: () = assert!(PIN_MASK & (REPLACED | DEAD) == 0);
+
+/// Flags of a node in the eviction index; read and written only under the index's lock.
+pub(crate) const QUEUED: u8 = 1;
+/// The node was unlinked (evicted or replaced) while QUEUED: whoever pops its entry
+/// retires it (a node is never freed while the index can still name it).
+pub(crate) const RETIRE_PENDING: u8 = 2;
+
+/// One edge of the radix tree: a run of tokens with their slots.
+///
+/// The tokens and slots never change after the node is built (a split builds new nodes);
+/// the child table is replaced whole, under `lock`, and published with one atomic store.
+pub(crate) struct Node {
+    /// `len` tokens, then their `len` slots.
+    data: Box<[u32]>,
+    /// Immutable child table; null means no children.
+    pub(crate) children: Atomic<ChildTable>,
+    /// The parent (writers only; readers never follow it). Updated under the old parent's
+    /// lock when the parent is split.
+    pub(crate) parent: AtomicPtr<Node>,
+    /// After a split: the upper node U that replaced this one (U's only child at the time
+    /// was L, holding the rest). Stored before `REPLACED` is set.
+    pub(crate) forward: AtomicPtr<Node>,
+    /// See [`StateWord`].
+    pub(crate) state: AtomicU64,
+    /// Last access tick (LRU) or creation tick (FIFO).
+    pub(crate) stamp: AtomicU64,
+    /// Writer lock: held to change `children`, to split this node, or to evict it.
+    pub(crate) lock: Mutex<()>,
+    /// [`QUEUED`] | [`RETIRE_PENDING`], under the eviction index's lock.
+    pub(crate) evq: AtomicU8,
+}
+
+impl Node {
+    /// A node for `tokens` with `slots` (same length), pinned `pins` times.
+    pub(crate) fn new(tokens: &[u32], slots: &[u32], pins: u64, stamp: u64) -> Node {
+        debug_assert_eq!(tokens.len(), slots.len());
+        let mut data = Vec::with_capacity(tokens.len() * 2);
+        data.extend_from_slice(tokens);
+        data.extend_from_slice(slots);
+        Node {
+            data: data.into_boxed_slice(),
+            children: Atomic::null(),
+            parent: AtomicPtr::new(std::ptr::null_mut()),
+            forward: AtomicPtr::new(std::ptr::null_mut()),
+            state: AtomicU64::new(pins),
+            stamp: AtomicU64::new(stamp),
+            lock: Mutex::new(()),
+            evq: AtomicU8::new(0),
+        }
+    }
+
+    /// Edge length in tokens.
+    #[inline]
+    pub(crate) fn len(&self) -> usize {
+        self.data.len() / 2
+    }
+
+    /// The edge's tokens.
+    #[inline]
+    pub(crate) fn key(&self) -> &[u32] {
+        &self.data[..self.len()]
+    }
+
+    /// The edge's slots.
+    #[inline]
+    pub(crate) fn slots(&self) -> &[u32] {
+        &self.data[self.len()..]
+    }
+
+    /// Heap bytes owned by this node (not counting its child table).
+    pub(crate) fn heap_bytes(&self) -> usize {
+        std::mem::size_of::<Node>() + self.data.len() * 4
+    }
+
+    /// The child table, or `None` for a node without children.
+    #[inline]
+    pub(crate) fn table<'g>(&self, guard: &'g Guard) -> Option<&'g ChildTable> {
+        let t = self.children.load(Ordering::SeqCst, guard);
+        // SAFETY: tables are only freed through the epoch after being unlinked (swapped
+        // out), and `guard` pins the epoch, so a table loaded under it stays valid for 'g.
+        unsafe { t.as_ref() }
+    }
+
+    /// True if the node has no children right now.
+    #[inline]
+    pub(crate) fn is_leaf(&self, guard: &Guard) -> bool {
+        self.table(guard).is_none_or(|t| t.is_empty())
+    }
+
+    /// The child whose first page is `page`, if any.
+    #[inline]
+    pub(crate) fn child<'g>(&self, page: &[u32], guard: &'g Guard) -> Option<&'g Node> {
+        self.table(guard)?.find(page, guard)
+    }
+}
+
+/// Turns a node pointer read from the tree into a reference bounded by the guard.
+///
+/// # Safety
+/// `p` must be null or point to a node that was reachable from the tree (or from a table,
+/// `forward` pointer or eviction entry) at some moment after `guard` was pinned, or be a
+/// root (roots live as long as the tree). Nodes are only freed through the epoch after
+/// they are unlinked (see the module docs of `tree`), so such a node outlives the guard.
+#[inline]
+pub(crate) unsafe fn node_ref<'g>(p: *mut Node, _guard: &'g Guard) -> Option<&'g Node> {
+    // SAFETY: the caller guarantees `p` is null or valid for the guard's lifetime.
+    unsafe { p.cast_const().as_ref() }
+}
+
+/// An immutable, sorted table of a node's children keyed by their first page.
+///
+/// Entries are sorted by first token; with page size > 1 several children may share a
+/// first token and differ later in the page, so lookups compare the whole page.
+pub(crate) struct ChildTable {
+    firsts: Box<[u32]>,
+    nodes: Box<[*mut Node]>,
+}
+
+// SAFETY: a ChildTable is immutable once built; the raw pointers it holds are to nodes,
+// which are Send + Sync (all their mutable state is atomic or behind a Mutex).
+unsafe impl Send for ChildTable {}
+// SAFETY: as above; shared access only reads the immutable arrays.
+unsafe impl Sync for ChildTable {}
+
+impl ChildTable {
+    /// A table with one child.
+    pub(crate) fn single(first: u32, node: *mut Node) -> ChildTable {
+        ChildTable {
+            firsts: vec![first].into_boxed_slice(),
+            nodes: vec![node].into_boxed_slice(),
+        }
+    }
+
+    /// Number of children.
+    #[inline]
+    pub(crate) fn len(&self) -> usize {
+        self.nodes.len()
+    }
+
+    /// True when empty (never published: an empty table is stored as null).
+    #[inline]
+    pub(crate) fn is_empty(&self) -> bool {
+        self.nodes.is_empty()
+    }
+
+    /// The child pointers.
+    pub(crate) fn nodes(&self) -> &[*mut Node] {
+        &self.nodes
+    }
+
+    /// Index of the child whose first page equals `page`.
+    #[inline]
+    fn position(&self, page: &[u32], guard: &Guard) -> Option<usize> {
+        let first = page[0];
+        let mut i = self.firsts.partition_point(|&f| f < first);
+        while i < self.firsts.len() && self.firsts[i] == first {
+            if page.len() == 1 {
+                return Some(i);
+            }
+            // SAFETY: the table was loaded under `guard` and every node it names was
+            // reachable through it then, so the node is valid for the guard (node_ref).
+            let n = unsafe { node_ref(self.nodes[i], guard) }.expect("tables hold no null");
+            if n.key().get(..page.len()) == Some(page) {
+                return Some(i);
+            }
+            i += 1;
+        }
+        None
+    }
+
+    /// The child whose first page equals `page`.
+    #[inline]
+    pub(crate) fn find<'g>(&self, page: &[u32], guard: &'g Guard) -> Option<&'g Node> {
+        let i = self.position(page, guard)?;
+        // SAFETY: as in `position`.
+        unsafe { node_ref(self.nodes[i], guard) }
+    }
+
+    /// A copy with `node` added (its first page must not be present).
+    pub(crate) fn with_added(&self, first: u32, node: *mut Node) -> ChildTable {
+        let i = self.firsts.partition_point(|&f| f <= first);
+        let mut firsts = Vec::with_capacity(self.len() + 1);
+        firsts.extend_from_slice(&self.firsts[..i]);
+        firsts.push(first);
+        firsts.extend_from_slice(&self.firsts[i..]);
+        let mut nodes = Vec::with_capacity(self.len() + 1);
+        nodes.extend_from_slice(&self.nodes[..i]);
+        nodes.push(node);
+        nodes.extend_from_slice(&self.nodes[i..]);
+        ChildTable {
+            firsts: firsts.into_boxed_slice(),
+            nodes: nodes.into_boxed_slice(),
+        }
+    }
+
+    /// A copy with `old` replaced by `new` (same first page).
+    pub(crate) fn with_replaced(&self, old: *mut Node, new: *mut Node) -> ChildTable {
+        let nodes: Box<[*mut Node]> = self
+            .nodes
+            .iter()
+            .map(|&n| if n == old { new } else { n })
+            .collect();
+        ChildTable {
+            firsts: self.firsts.clone(),
+            nodes,
+        }
+    }
+
+    /// A copy without `old`, or `None` if that leaves it empty.
+    pub(crate) fn without(&self, old: *mut Node) -> Option<ChildTable> {
+        let i = self.nodes.iter().position(|&n| n == old)?;
+        if self.len() == 1 {
+            return None;
+        }
+        let mut firsts = self.firsts.to_vec();
+        let mut nodes = self.nodes.to_vec();
+        firsts.remove(i);
+        nodes.remove(i);
+        Some(ChildTable {
+            firsts: firsts.into_boxed_slice(),
+            nodes: nodes.into_boxed_slice(),
+        })
+    }
+
+    /// Heap bytes of this table.
+    pub(crate) fn heap_bytes(&self) -> usize {
+        std::mem::size_of::<ChildTable>() + self.len() * 12
+    }
+}

@@ -1,0 +1,321 @@
+//! Unit tests: SGLang's `RadixCache` scenarios, and the first-version matching bug.
+
+use super::*;
+
+fn tree(p: usize) -> RadixTree {
+    RadixTree::new(TreeConfig {
+        page_size: p,
+        policy: EvictionPolicy::Lru,
+    })
+    .unwrap()
+}
+
+fn m(t: &RadixTree, ns: u64, tokens: &[u32]) -> Vec<u32> {
+    let mut out = Vec::new();
+    let n = t.match_prefix(ns, tokens, &mut out);
+    assert_eq!(n, out.len());
+    out
+}
+
+fn drain(t: &RadixTree) -> Vec<u32> {
+    let mut freed = Vec::new();
+    t.evict(usize::MAX, &mut |s| freed.extend_from_slice(s));
+    freed.sort();
+    freed
+}
+
+#[test]
+fn insert_then_reinsert_then_match() {
+    let t = tree(1);
+    assert_eq!(t.insert(0, &[1, 2, 3], &[10, 20, 30]).unwrap(), 0);
+    assert_eq!(t.insert(0, &[1, 2, 3], &[11, 21, 31]).unwrap(), 3);
+    assert_eq!(m(&t, 0, &[1, 2]), vec![10, 20]);
+    assert_eq!(m(&t, 0, &[1, 2, 3, 4]), vec![10, 20, 30]);
+    assert_eq!(m(&t, 0, &[2]), Vec::<u32>::new());
+    assert_eq!(t.stats().cached_tokens, 3);
+    t.check_invariants().unwrap();
+}
+
+#[test]
+fn namespaces_are_isolated() {
+    let t = tree(1);
+    for ns in 0..3u64 {
+        let base = 100 * (ns as u32 + 1);
+        assert_eq!(
+            t.insert(ns, &[1, 2, 3], &[base, base + 1, base + 2])
+                .unwrap(),
+            0
+        );
+    }
+    for ns in 0..3u64 {
+        let base = 100 * (ns as u32 + 1);
+        assert_eq!(m(&t, ns, &[1, 2, 3]), vec![base, base + 1, base + 2]);
+    }
+    assert_eq!(m(&t, 99, &[1, 2, 3]), Vec::<u32>::new());
+    assert_eq!(t.stats().cached_tokens, 9);
+    t.check_invariants().unwrap();
+}
+
+#[test]
+fn lock_moves_tokens_between_evictable_and_protected() {
+    let t = tree(1);
+    t.insert(0, &[1, 2, 3], &[10, 20, 30]).unwrap();
+    let s = t.stats();
+    assert_eq!((s.evictable_tokens, s.protected_tokens), (3, 0));
+    let mut out = Vec::new();
+    let g = t.match_and_lock(0, &[1, 2, 3], &mut out);
+    assert_eq!(out, vec![10, 20, 30]);
+    assert_eq!(g.len(), 3);
+    let s = t.stats();
+    assert_eq!((s.evictable_tokens, s.protected_tokens), (0, 3));
+    // Pinned: nothing can be evicted.
+    assert_eq!(t.evict(10, &mut |_| panic!("evicted a pinned token")), 0);
+    t.check_invariants().unwrap();
+    drop(g);
+    let s = t.stats();
+    assert_eq!((s.evictable_tokens, s.protected_tokens), (3, 0));
+    t.check_invariants().unwrap();
+}
+
+#[test]
+fn evict_frees_at_least_what_was_asked_lru_first() {
+    let t = tree(1);
+    t.insert(0, &[1, 2, 3], &[10, 20, 30]).unwrap();
+    t.insert(0, &[5, 6], &[50, 60]).unwrap();
+    t.insert(0, &[7, 8, 9, 10], &[70, 80, 90, 100]).unwrap();
+    // Touch [1,2,3] and [7..] so [5,6] is the least recently used.
+    m(&t, 0, &[1, 2, 3]);
+    m(&t, 0, &[7, 8, 9, 10]);
+    let mut freed = Vec::new();
+    let n = t.evict(1, &mut |s| freed.extend_from_slice(s));
+    assert!(n >= 1);
+    assert_eq!(freed, vec![50, 60]);
+    assert_eq!(n, 2);
+    assert_eq!(t.stats().cached_tokens, 7);
+    assert_eq!(t.stats().evicted_tokens, 2);
+    t.check_invariants().unwrap();
+    assert_eq!(drain(&t), vec![10, 20, 30, 70, 80, 90, 100]);
+    assert_eq!(t.stats().cached_tokens, 0);
+    assert_eq!(t.stats().nodes, 0);
+    t.check_invariants().unwrap();
+}
+
+#[test]
+fn parent_becomes_a_leaf_after_its_last_child_goes() {
+    let t = tree(1);
+    t.insert(0, &[1, 2, 3, 4], &[1, 2, 3, 4]).unwrap();
+    t.insert(0, &[1, 2, 5, 6], &[1, 2, 5, 6]).unwrap(); // splits: [1,2] -> {[3,4],[5,6]}
+    assert_eq!(t.stats().nodes, 3);
+    let mut freed = Vec::new();
+    t.evict(5, &mut |s| freed.extend_from_slice(s));
+    freed.sort();
+    assert_eq!(freed, vec![1, 2, 3, 4, 5, 6]);
+    t.check_invariants().unwrap();
+}
+
+#[test]
+fn page_sizes_give_page_multiple_matches() {
+    for p in [1usize, 2, 4] {
+        let t = tree(p);
+        let toks: Vec<u32> = (1..=10).collect();
+        let slots: Vec<u32> = (101..=110).collect();
+        let e = t.insert(0, &toks, &slots).unwrap();
+        assert_eq!(e, 0);
+        let cached = 10 / p * p;
+        assert_eq!(t.stats().cached_tokens as usize, cached);
+        // A query of 7 tokens matches floor(7/p)*p.
+        let got = m(&t, 0, &toks[..7]);
+        assert_eq!(got.len(), 7 / p * p);
+        assert_eq!(got, slots[..7 / p * p].to_vec());
+        // A query diverging at token 6 (index 5) matches floor(5/p)*p.
+        let mut q = toks.clone();
+        q[5] = 999;
+        let got = m(&t, 0, &q);
+        assert_eq!(got.len(), 5 / p * p, "page size {p}");
+        t.check_invariants().unwrap();
+    }
+}
+
+#[test]
+fn page_keyed_children_differ_after_the_first_token() {
+    let t = tree(2);
+    t.insert(0, &[1, 2, 3, 4], &[10, 20, 30, 40]).unwrap();
+    t.insert(0, &[1, 5, 6, 7], &[11, 51, 61, 71]).unwrap();
+    assert_eq!(m(&t, 0, &[1, 2, 3, 4]), vec![10, 20, 30, 40]);
+    assert_eq!(m(&t, 0, &[1, 5, 6, 7]), vec![11, 51, 61, 71]);
+    assert_eq!(m(&t, 0, &[1, 9]), Vec::<u32>::new());
+    assert_eq!(t.stats().nodes, 2);
+    t.check_invariants().unwrap();
+}
+
+#[test]
+fn split_keeps_all_values() {
+    let t = tree(1);
+    let a: Vec<u32> = (1..=8).collect();
+    let av: Vec<u32> = a.iter().map(|x| x * 10).collect();
+    t.insert(0, &a, &av).unwrap();
+    assert_eq!(t.insert(0, &[1, 2, 9, 10], &[0, 0, 90, 100]).unwrap(), 2);
+    assert_eq!(m(&t, 0, &a), av);
+    assert_eq!(m(&t, 0, &[1, 2, 9, 10]), vec![10, 20, 90, 100]);
+    assert_eq!(m(&t, 0, &[1, 2]), vec![10, 20]);
+    assert_eq!(t.stats().nodes, 3);
+    t.check_invariants().unwrap();
+}
+
+/// The first version's bug (fixed 8 days after release): a match that forks inside an
+/// edge went on matching below it. As tokens: "Hello_L.A.!" cached, then "Hello_world".
+#[test]
+fn match_that_forks_inside_an_edge_stops_there() {
+    let t = tree(1);
+    let la: Vec<u32> = "Hello_L.A.!".bytes().map(u32::from).collect();
+    let world: Vec<u32> = "Hello_world".bytes().map(u32::from).collect();
+    let la_slots: Vec<u32> = (0..la.len() as u32).collect();
+    t.insert(0, &la, &la_slots).unwrap();
+    // "Hello_" matches, then 'w' vs 'L' forks inside the edge.
+    assert_eq!(m(&t, 0, &world), la_slots[..6].to_vec());
+    let mut out = Vec::new();
+    let g = t.match_and_lock(0, &world, &mut out);
+    assert_eq!(out, la_slots[..6].to_vec());
+    assert_eq!(g.len(), 6);
+    drop(g);
+    let world_slots: Vec<u32> = (100..100 + world.len() as u32).collect();
+    assert_eq!(t.insert(0, &world, &world_slots).unwrap(), 6);
+    // Each branch keeps its own slots after the fork.
+    let mut want = la_slots[..6].to_vec();
+    want.extend_from_slice(&world_slots[6..]);
+    assert_eq!(m(&t, 0, &world), want);
+    assert_eq!(m(&t, 0, &la), la_slots);
+    // A query that shares "Hello_" and then a token found deeper in another branch must
+    // not pick up that branch's slots.
+    let tricky: Vec<u32> = "Hello_orld".bytes().map(u32::from).collect();
+    assert_eq!(m(&t, 0, &tricky), la_slots[..6].to_vec());
+    t.check_invariants().unwrap();
+}
+
+#[test]
+fn match_and_lock_splits_and_pins_only_the_matched_part() {
+    let t = tree(1);
+    t.insert(0, &[1, 2, 3, 4, 5, 6], &[1, 2, 3, 4, 5, 6])
+        .unwrap();
+    let mut out = Vec::new();
+    let g = t.match_and_lock(0, &[1, 2, 3, 9], &mut out);
+    assert_eq!(out, vec![1, 2, 3]);
+    let s = t.stats();
+    assert_eq!((s.protected_tokens, s.evictable_tokens, s.nodes), (3, 3, 2));
+    let mut freed = Vec::new();
+    assert_eq!(t.evict(100, &mut |s| freed.extend_from_slice(s)), 3);
+    assert_eq!(freed, vec![4, 5, 6]);
+    t.check_invariants().unwrap();
+    drop(g);
+    assert_eq!(drain(&t), vec![1, 2, 3]);
+    t.check_invariants().unwrap();
+}
+
+#[test]
+fn pins_survive_a_split_of_the_pinned_edge() {
+    let t = tree(1);
+    t.insert(0, &[1, 2, 3, 4], &[1, 2, 3, 4]).unwrap();
+    let mut out = Vec::new();
+    let whole = t.match_and_lock(0, &[1, 2, 3, 4], &mut out).into_raw();
+    // Split the pinned edge by locking a shorter prefix.
+    let half = t.match_and_lock(0, &[1, 2], &mut out);
+    assert_eq!(t.stats().nodes, 2);
+    assert_eq!(t.stats().protected_tokens, 4);
+    t.check_invariants().unwrap();
+    t.release(whole).unwrap();
+    let s = t.stats();
+    assert_eq!((s.protected_tokens, s.evictable_tokens), (2, 2));
+    t.check_invariants().unwrap();
+    drop(half);
+    assert_eq!(t.stats().protected_tokens, 0);
+    t.check_invariants().unwrap();
+}
+
+#[test]
+fn insert_and_lock_pins_atomically() {
+    let t = tree(2);
+    let (e, g) = t
+        .insert_and_lock(0, &[1, 2, 3, 4, 5], &[1, 2, 3, 4, 5])
+        .unwrap();
+    assert_eq!(e, 0);
+    assert_eq!(g.len(), 4);
+    assert_eq!(t.stats().protected_tokens, 4);
+    assert_eq!(t.evict(100, &mut |_| panic!("pinned")), 0);
+    // Re-inserting a prefix that ends inside the edge splits it and pins only that.
+    let (e2, g2) = t.insert_and_lock(0, &[1, 2], &[7, 7]).unwrap();
+    assert_eq!((e2, g2.len()), (2, 2));
+    drop(g);
+    let s = t.stats();
+    assert_eq!((s.protected_tokens, s.evictable_tokens), (2, 2));
+    t.check_invariants().unwrap();
+    drop(g2);
+    assert_eq!(drain(&t), vec![1, 2, 3, 4]);
+}
+
+#[test]
+fn empty_and_bad_inputs() {
+    assert!(
+        RadixTree::new(TreeConfig {
+            page_size: 0,
+            policy: EvictionPolicy::Lru
+        })
+        .is_err()
+    );
+    let t = tree(4);
+    assert!(matches!(
+        t.insert(0, &[1, 2], &[1]),
+        Err(Error::InvalidArgument(_))
+    ));
+    assert_eq!(t.stats().cached_tokens, 0);
+    assert_eq!(t.insert(0, &[1, 2, 3], &[1, 2, 3]).unwrap(), 0); // shorter than a page
+    assert_eq!(t.stats().cached_tokens, 0);
+    assert_eq!(m(&t, 0, &[]), Vec::<u32>::new());
+    let mut out = Vec::new();
+    let g = t.match_and_lock(0, &[], &mut out);
+    assert!(g.is_empty());
+    drop(g);
+    let other = tree(4);
+    let mut out = Vec::new();
+    let l = other.match_and_lock(0, &[1], &mut out).into_raw();
+    assert_eq!(t.release(l), Err(Error::InvalidLock));
+    t.check_invariants().unwrap();
+}
+
+#[test]
+fn reset_drops_unpinned_only() {
+    let t = tree(1);
+    t.insert(0, &[1, 2, 3], &[1, 2, 3]).unwrap();
+    t.insert(1, &[4, 5], &[4, 5]).unwrap();
+    let mut out = Vec::new();
+    let g = t.match_and_lock(1, &[4, 5], &mut out);
+    let mut freed = Vec::new();
+    t.reset(&mut |s| freed.extend_from_slice(s));
+    assert_eq!(freed, vec![1, 2, 3]);
+    assert_eq!(t.stats().cached_tokens, 2);
+    drop(g);
+    t.check_invariants().unwrap();
+}
+
+#[test]
+fn fifo_ignores_accesses() {
+    let t = RadixTree::new(TreeConfig {
+        page_size: 1,
+        policy: EvictionPolicy::Fifo,
+    })
+    .unwrap();
+    t.insert(0, &[1], &[1]).unwrap();
+    t.insert(0, &[2], &[2]).unwrap();
+    m(&t, 0, &[1]);
+    let mut freed = Vec::new();
+    t.evict(1, &mut |s| freed.extend_from_slice(s));
+    assert_eq!(freed, vec![1]);
+}
+
+#[test]
+fn lock_guard_is_send() {
+    fn assert_send<T: Send>() {}
+    fn assert_sync<T: Send + Sync>() {}
+    assert_send::<LockGuard<'static>>();
+    assert_send::<PrefixLock>();
+    assert_sync::<RadixTree>();
+}

@@ -1,0 +1,65 @@
+//! The tree alone reproduces the exact hit count of the Mooncake synthetic trace
+//! (`CLI.md`): match, then insert, per request, in file order, unlimited capacity.
+
+use radixkv::{EvictionPolicy, RadixTree, TreeConfig};
+
+fn load_trace() -> Option<Vec<Vec<u32>>> {
+    let path = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../shared/traces/mooncake_synthetic_trace.jsonl"
+    );
+    let text = std::fs::read_to_string(path).ok()?;
+    let mut out = Vec::new();
+    for line in text.lines().filter(|l| !l.trim().is_empty()) {
+        let v: serde_json::Value = serde_json::from_str(line).unwrap();
+        let n = v["input_length"].as_u64().unwrap() as usize;
+        let mut toks = Vec::with_capacity(n);
+        for h in v["hash_ids"].as_array().unwrap() {
+            let h = h.as_u64().unwrap() as u32;
+            toks.extend((0..512).map(|i| h * 512 + i));
+        }
+        toks.truncate(n);
+        out.push(toks);
+    }
+    Some(out)
+}
+
+fn replay(reqs: &[Vec<u32>], page: usize, lock: bool) -> (u64, u64) {
+    let t = RadixTree::new(TreeConfig {
+        page_size: page,
+        policy: EvictionPolicy::Lru,
+    })
+    .unwrap();
+    let (mut hit, mut total) = (0u64, 0u64);
+    let mut out = Vec::new();
+    let mut next_slot = 0u32;
+    for r in reqs {
+        total += r.len() as u64;
+        let slots: Vec<u32> = (next_slot..next_slot + r.len() as u32).collect();
+        next_slot += r.len() as u32;
+        if lock {
+            let g = t.match_and_lock(0, r, &mut out);
+            hit += out.len() as u64;
+            let (_, g2) = t.insert_and_lock(0, r, &slots).unwrap();
+            drop(g);
+            drop(g2);
+        } else {
+            hit += t.match_prefix(0, r, &mut out) as u64;
+            t.insert(0, r, &slots).unwrap();
+        }
+    }
+    let census = t.check_invariants().unwrap();
+    assert_eq!(census.pinned_tokens, 0);
+    (hit, total)
+}
+
+#[test]
+fn mooncake_trace_hits_exactly() {
+    let Some(reqs) = load_trace() else {
+        panic!("shared/traces/mooncake_synthetic_trace.jsonl is missing");
+    };
+    assert_eq!(reqs.len(), 3993);
+    assert_eq!(replay(&reqs, 1, false), (39_852_661, 61_194_628));
+    assert_eq!(replay(&reqs, 1, true), (39_852_661, 61_194_628));
+    assert_eq!(replay(&reqs, 16, false).0, 39_850_976);
+}
