@@ -1,0 +1,321 @@
+// radixkv C++17 bindings: header-only, over the C ABI of include/radixkv.h.
+//
+//   rkv::Cache cache(rkv::Options{/*page_size=*/1, rkv::Policy::lru, /*pool_slots=*/4096});
+//   rkv::Lock lock = cache.match_lock(ns, tokens);         // pins lock.slots()
+//   std::vector<uint32_t> fresh = cache.alloc(tokens.size() - lock.length());
+//   ...
+//   cache.insert(ns, tokens, slots);                        // or insert_lock
+//   lock.release();                                         // or let it go out of scope
+//
+// Ownership: rkv::Cache owns an rkv_cache (freed by its destructor) and rkv::Lock owns one
+// rkv_lock (released by its destructor); both are move-only. A Lock must not outlive the
+// Cache it came from. Errors are thrown as rkv::Error, which carries the rkv_status.
+//
+// Thread-safety: every const member function of rkv::Cache may run from many threads at
+// once (they map to the C functions that take `const rkv_cache *`); constructing,
+// assigning and destroying a Cache must not race with other calls on it. A Lock is a plain
+// object: one thread at a time uses it, but it may be moved to and released from any
+// thread.
+//
+// SPDX-License-Identifier: Apache-2.0
+#ifndef RADIXKV_HPP
+#define RADIXKV_HPP
+
+#include <cstddef>
+#include <cstdint>
+#include <exception>
+#include <stdexcept>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "radixkv.h"
+
+namespace rkv {
+
+/// A failed call: what() names the function and the status; status() is the rkv_status.
+class Error : public std::runtime_error {
+ public:
+  Error(rkv_status status, const char *function)
+      : std::runtime_error(std::string(function) + ": " + rkv_status_str(status)),
+        status_(status) {}
+  /// The C status code of the failure.
+  rkv_status status() const noexcept { return status_; }
+
+ private:
+  rkv_status status_;
+};
+
+namespace detail {
+inline void check(rkv_status status, const char *function) {
+  if (status != RKV_OK) throw Error(status, function);
+}
+}  // namespace detail
+
+/// The crate version ("0.1.0").
+inline std::string version() { return rkv_version(); }
+/// The C ABI version (1).
+inline std::uint32_t abi_version() noexcept { return rkv_abi_version(); }
+
+/// Eviction order.
+enum class Policy : std::uint32_t { lru = RKV_EVICT_LRU, fifo = RKV_EVICT_FIFO };
+
+/// Options of a new cache (see rkv_options).
+struct Options {
+  std::uint32_t page_size = 1;
+  Policy policy = Policy::lru;
+  std::uint64_t pool_slots = 0;  ///< 0: caller-managed slots; N: built-in pool of N slots.
+};
+
+/// Counts and counters (rkv_stats).
+using Stats = rkv_stats;
+
+/// A read-only view of tokens or slots: from a pointer and length or a std::vector.
+struct Span {
+  const std::uint32_t *data = nullptr;
+  std::size_t size = 0;
+  Span() noexcept = default;
+  Span(const std::uint32_t *d, std::size_t n) noexcept : data(d), size(n) {}
+  Span(const std::vector<std::uint32_t> &v) noexcept : data(v.data()), size(v.size()) {}  // NOLINT
+};
+
+class Cache;
+
+/// A pin on a matched (or inserted) prefix, released by the destructor or by release().
+/// Move-only; must not outlive its Cache. An empty Lock (default-constructed, moved-from,
+/// released or detached) holds nothing.
+class Lock {
+ public:
+  Lock() noexcept = default;
+  Lock(const Lock &) = delete;
+  Lock &operator=(const Lock &) = delete;
+  Lock(Lock &&o) noexcept
+      : cache_(std::exchange(o.cache_, nullptr)),
+        handle_(std::exchange(o.handle_, 0)),
+        length_(std::exchange(o.length_, 0)),
+        slots_(std::move(o.slots_)) {}
+  Lock &operator=(Lock &&o) noexcept {
+    if (this != &o) {
+      drop();
+      cache_ = std::exchange(o.cache_, nullptr);
+      handle_ = std::exchange(o.handle_, 0);
+      length_ = std::exchange(o.length_, 0);
+      slots_ = std::move(o.slots_);
+    }
+    return *this;
+  }
+  /// Releases the pin (errors are ignored: a destructor cannot throw).
+  ~Lock() { drop(); }
+
+  /// Whether this Lock holds a pin.
+  explicit operator bool() const noexcept { return cache_ != nullptr; }
+  /// The raw handle (0 when empty).
+  rkv_lock handle() const noexcept { return handle_; }
+  /// Tokens pinned.
+  std::size_t length() const noexcept { return length_; }
+  /// The slots of the matched prefix (match_lock only; empty for insert_lock).
+  const std::vector<std::uint32_t> &slots() const noexcept { return slots_; }
+
+  /// Releases the pin now. Throws rkv::Error(RKV_INVALID_LOCK) on an empty Lock (for
+  /// instance a second release) or a handle the cache refuses.
+  void release() {
+    if (cache_ == nullptr) throw Error(RKV_INVALID_LOCK, "rkv_release");
+    const rkv_cache *c = std::exchange(cache_, nullptr);
+    rkv_lock h = std::exchange(handle_, 0);
+    length_ = 0;
+    slots_.clear();
+    detail::check(rkv_release(c, h), "rkv_release");
+  }
+
+  /// Gives up ownership without releasing: the caller must rkv_release the returned
+  /// handle itself. The Lock becomes empty.
+  rkv_lock detach() noexcept {
+    cache_ = nullptr;
+    length_ = 0;
+    slots_.clear();
+    return std::exchange(handle_, 0);
+  }
+
+ private:
+  friend class Cache;
+  Lock(const rkv_cache *c, rkv_lock h, std::size_t len, std::vector<std::uint32_t> slots) noexcept
+      : cache_(c), handle_(h), length_(len), slots_(std::move(slots)) {}
+  void drop() noexcept {
+    if (cache_ != nullptr) {
+      (void)rkv_release(cache_, handle_);
+      cache_ = nullptr;
+      handle_ = 0;
+    }
+  }
+
+  const rkv_cache *cache_ = nullptr;
+  rkv_lock handle_ = 0;
+  std::size_t length_ = 0;
+  std::vector<std::uint32_t> slots_;
+};
+
+/// Result of insert_lock.
+struct InsertLock {
+  std::size_t existing;  ///< Leading tokens that were cached already (slots not adopted).
+  Lock lock;             ///< Pins the inserted prefix.
+};
+
+/// Owns an rkv_cache. Move-only; its const members are safe from many threads at once.
+class Cache {
+ public:
+  explicit Cache(const Options &o = Options{}) {
+    rkv_options opts = rkv_options_default();
+    opts.page_size = o.page_size;
+    opts.eviction_policy = static_cast<std::uint32_t>(o.policy);
+    opts.pool_slots = o.pool_slots;
+    detail::check(rkv_cache_new(&opts, &cache_), "rkv_cache_new");
+  }
+  Cache(const Cache &) = delete;
+  Cache &operator=(const Cache &) = delete;
+  Cache(Cache &&o) noexcept : cache_(std::exchange(o.cache_, nullptr)) {}
+  Cache &operator=(Cache &&o) noexcept {
+    if (this != &o) {
+      rkv_cache_free(cache_);
+      cache_ = std::exchange(o.cache_, nullptr);
+    }
+    return *this;
+  }
+  /// Frees the cache; it releases the locks still outstanding, so every Lock of this cache
+  /// must be gone (destroyed, released or detached) before.
+  ~Cache() { rkv_cache_free(cache_); }
+
+  /// The C handle (for calling the C API directly); still owned by this object.
+  const rkv_cache *get() const noexcept { return cache_; }
+
+  /// Slots of the longest cached prefix of `tokens` in namespace `ns` (pins nothing).
+  std::vector<std::uint32_t> match(std::uint64_t ns, Span tokens) const {
+    std::vector<std::uint32_t> out(tokens.size);
+    std::size_t len = 0;
+    detail::check(rkv_match(cache_, ns, tokens.data, tokens.size, out.data(), out.size(), &len),
+                  "rkv_match");
+    out.resize(len);
+    return out;
+  }
+  /// Length of the longest cached prefix only.
+  std::size_t match_len(std::uint64_t ns, Span tokens) const {
+    std::size_t len = 0;
+    detail::check(rkv_match(cache_, ns, tokens.data, tokens.size, nullptr, 0, &len), "rkv_match");
+    return len;
+  }
+
+  /// Match and pin atomically; the Lock carries the matched slots.
+  Lock match_lock(std::uint64_t ns, Span tokens) const {
+    std::vector<std::uint32_t> out(tokens.size);
+    std::size_t len = 0;
+    rkv_lock h = 0;
+    detail::check(
+        rkv_match_lock(cache_, ns, tokens.data, tokens.size, out.data(), out.size(), &len, &h),
+        "rkv_match_lock");
+    out.resize(len);
+    return Lock(cache_, h, len, std::move(out));
+  }
+
+  /// Insert; returns how many leading tokens were cached already. `slots` must have one
+  /// slot per token (else rkv::Error(RKV_INVALID_ARGUMENT)).
+  std::size_t insert(std::uint64_t ns, Span tokens, Span slots) const {
+    same_size(tokens, slots, "rkv_insert");
+    std::size_t existing = 0;
+    detail::check(rkv_insert(cache_, ns, tokens.data, slots.data, tokens.size, &existing),
+                  "rkv_insert");
+    return existing;
+  }
+
+  /// Insert and pin atomically.
+  InsertLock insert_lock(std::uint64_t ns, Span tokens, Span slots) const {
+    same_size(tokens, slots, "rkv_insert_lock");
+    std::size_t existing = 0;
+    rkv_lock h = 0;
+    detail::check(
+        rkv_insert_lock(cache_, ns, tokens.data, slots.data, tokens.size, &existing, &h),
+        "rkv_insert_lock");
+    std::size_t len = 0;
+    if (rkv_lock_len(cache_, h, &len) != RKV_OK) len = 0;
+    return InsertLock{existing, Lock(cache_, h, len, {})};
+  }
+
+  /// Evict at least `n` tokens in pool mode (the slots go back to the pool); returns the
+  /// count freed.
+  std::size_t evict(std::size_t n) const {
+    std::size_t evicted = 0;
+    detail::check(rkv_evict(cache_, n, nullptr, nullptr, &evicted), "rkv_evict");
+    return evicted;
+  }
+
+  /// Evict at least `n` tokens; `on_free(const uint32_t *slots, size_t n)` is called with
+  /// every freed slot exactly once (in caller-managed mode the slots are then the
+  /// caller's; in pool mode they are back in the pool already). An exception thrown by
+  /// `on_free` stops later calls of it (the eviction itself completes) and is rethrown.
+  template <class F>
+  std::size_t evict(std::size_t n, F &&on_free) const {
+    struct Ctx {
+      F *f;
+      std::exception_ptr error;
+    } ctx{&on_free, nullptr};
+    rkv_free_fn tramp = [](void *p, const std::uint32_t *slots, std::size_t k) {
+      Ctx *c = static_cast<Ctx *>(p);
+      if (c->error) return;
+      try {
+        (*c->f)(slots, k);
+      } catch (...) {
+        c->error = std::current_exception();
+      }
+    };
+    std::size_t evicted = 0;
+    rkv_status st = rkv_evict(cache_, n, tramp, &ctx, &evicted);
+    if (ctx.error) std::rethrow_exception(ctx.error);
+    detail::check(st, "rkv_evict");
+    return evicted;
+  }
+
+  /// Evict at least `n` tokens and return the freed slots.
+  std::vector<std::uint32_t> evict_slots(std::size_t n) const {
+    std::vector<std::uint32_t> freed;
+    evict(n, [&freed](const std::uint32_t *s, std::size_t k) { freed.insert(freed.end(), s, s + k); });
+    return freed;
+  }
+
+  /// Pool mode: `n` slots, all or nothing (evicts when short).
+  std::vector<std::uint32_t> alloc(std::size_t n) const {
+    std::vector<std::uint32_t> out(n);
+    detail::check(rkv_alloc(cache_, n, out.data()), "rkv_alloc");
+    return out;
+  }
+
+  /// Pool mode: return allocated, never adopted slots.
+  void free(Span slots) const { detail::check(rkv_free(cache_, slots.data, slots.size), "rkv_free"); }
+
+  /// Tokens pinned by a raw handle.
+  std::size_t lock_len(rkv_lock h) const {
+    std::size_t len = 0;
+    detail::check(rkv_lock_len(cache_, h, &len), "rkv_lock_len");
+    return len;
+  }
+
+  /// Release a raw handle (see Lock::detach).
+  void release(rkv_lock h) const { detail::check(rkv_release(cache_, h), "rkv_release"); }
+
+  Stats stats() const {
+    Stats s{};
+    detail::check(rkv_cache_stats(cache_, &s), "rkv_cache_stats");
+    return s;
+  }
+
+  /// Drop every unpinned page.
+  void reset() const { detail::check(rkv_cache_reset(cache_), "rkv_cache_reset"); }
+
+ private:
+  static void same_size(Span a, Span b, const char *function) {
+    if (a.size != b.size) throw Error(RKV_INVALID_ARGUMENT, function);
+  }
+
+  rkv_cache *cache_ = nullptr;
+};
+
+}  // namespace rkv
+
+#endif  // RADIXKV_HPP

@@ -1,0 +1,556 @@
+"""The Python face of the C ABI: Cache, Lock, Stats and the error classes."""
+
+from __future__ import annotations
+
+import ctypes
+import enum
+import sys
+import threading
+from array import array
+from ctypes import byref, c_size_t, c_uint32, c_void_p
+from dataclasses import asdict, dataclass
+from typing import Any, Dict, List, Optional, Tuple, Union
+
+from . import _native
+from ._native import lib
+
+SIZE_MAX = ctypes.c_size_t(-1).value
+U64_MAX = (1 << 64) - 1
+#: Integer namespaces are ``0 <= ns < 2**63``; ``str`` and ``bytes`` namespaces are interned
+#: to ids from ``2**63`` up, so they never collide with an integer namespace.
+INTERNED_BASE = 1 << 63
+
+Namespace = Union[int, str, bytes, None]
+U32Array = Any  # list / tuple / array('I') / numpy uint32 array / any buffer or iterable
+
+
+class Status(enum.IntEnum):
+    """``rkv_status``."""
+
+    OK = 0
+    NULL_ARGUMENT = 1
+    INVALID_ARGUMENT = 2
+    INVALID_LOCK = 3
+    BUFFER_TOO_SMALL = 4
+    OUT_OF_SLOTS = 5
+    NO_POOL = 6
+    DOUBLE_FREE = 7
+    DEVICE_ERROR = 8
+    INTERNAL_ERROR = 9
+
+
+class RadixKvError(Exception):
+    """A failed radixkv call; ``status`` is the :class:`Status` (``None`` for errors that
+    come from the Python layer itself)."""
+
+    status: Optional[Status] = None
+
+    def __init__(self, message: str, status: Optional[int] = None):
+        super().__init__(message)
+        if status is not None:
+            self.status = Status(status)
+
+
+class NullArgumentError(RadixKvError, ValueError):
+    status = Status.NULL_ARGUMENT
+
+
+class InvalidArgumentError(RadixKvError, ValueError):
+    status = Status.INVALID_ARGUMENT
+
+
+class InvalidLockError(RadixKvError):
+    status = Status.INVALID_LOCK
+
+
+class BufferTooSmallError(RadixKvError):
+    status = Status.BUFFER_TOO_SMALL
+
+
+class OutOfSlotsError(RadixKvError):
+    status = Status.OUT_OF_SLOTS
+
+
+class NoPoolError(RadixKvError):
+    status = Status.NO_POOL
+
+
+class DoubleFreeError(RadixKvError):
+    status = Status.DOUBLE_FREE
+
+
+class DeviceError(RadixKvError):
+    status = Status.DEVICE_ERROR
+
+
+class InternalError(RadixKvError):
+    status = Status.INTERNAL_ERROR
+
+
+class CacheClosedError(RadixKvError):
+    """The cache was closed."""
+
+
+_ERRORS = {
+    cls.status: cls
+    for cls in (
+        NullArgumentError,
+        InvalidArgumentError,
+        InvalidLockError,
+        BufferTooSmallError,
+        OutOfSlotsError,
+        NoPoolError,
+        DoubleFreeError,
+        DeviceError,
+        InternalError,
+    )
+}
+
+
+def _check(status: int, function: str) -> None:
+    if status != 0:
+        text = lib.rkv_status_str(status).decode()
+        cls = _ERRORS.get(status, RadixKvError)
+        raise cls(f"{function}: {text}", status)
+
+
+# ---- arrays ---------------------------------------------------------------------------
+
+_U32_FORMATS = {"I", "@I", "=I"}
+if sys.byteorder == "little":
+    _U32_FORMATS.add("<I")
+else:
+    _U32_FORMATS.add(">I")
+if ctypes.sizeof(ctypes.c_ulong) == 4:
+    _U32_FORMATS |= {"L", "@L", "=L"}
+
+
+class _In:
+    """A read-only uint32 input for one call: ``ptr`` (an address or None) and ``n``.
+    Holds what keeps the memory alive (and, for borrowed buffers, export-locked so that
+    it cannot be resized) until it is dropped."""
+
+    __slots__ = ("ptr", "n", "_keep")
+
+    def __init__(self, ptr: Optional[int], n: int, keep: Any):
+        self.ptr, self.n, self._keep = ptr, n, keep
+
+
+def as_u32(obj: U32Array, what: str = "array") -> _In:
+    """``obj`` as a uint32 array for the C side, without a copy when ``obj`` is a
+    C-contiguous, writable buffer of native uint32 (``array('I')``, a NumPy ``uint32``
+    array, ...); other inputs (lists, tuples, other dtypes, read-only buffers) are copied
+    once, with range checks."""
+    if isinstance(obj, (str, bytes, bytearray)):
+        raise TypeError(f"{what}: expected a sequence of uint32, got {type(obj).__name__}")
+    try:
+        mv = memoryview(obj)
+    except TypeError:
+        mv = None
+    if mv is not None:
+        if mv.ndim == 1 and mv.itemsize == 4 and mv.format in _U32_FORMATS and mv.c_contiguous:
+            n = mv.shape[0]
+            if n == 0:
+                return _In(None, 0, None)
+            if mv.readonly:
+                buf = (c_uint32 * n).from_buffer_copy(mv)
+            else:
+                buf = (c_uint32 * n).from_buffer(mv)  # borrowed: no copy
+            return _In(ctypes.addressof(buf), n, buf)
+        mv.release()
+        if hasattr(obj, "tolist"):
+            obj = obj.tolist()
+    elif hasattr(obj, "tolist") and not isinstance(obj, (list, tuple)):  # e.g. torch tensors
+        obj = obj.tolist()
+    try:
+        a = array("I", obj)
+    except OverflowError as e:
+        raise ValueError(f"{what}: every value must be in [0, 2**32)") from e
+    n = len(a)
+    if n == 0:
+        return _In(None, 0, None)
+    return _In(a.buffer_info()[0], n, a)
+
+
+def _out(n: int) -> array:
+    return array("I", bytes(4 * n)) if n else array("I")
+
+
+def _size(n: int, what: str) -> int:
+    n = int(n)
+    if n < 0:
+        raise ValueError(f"{what} must be >= 0")
+    return min(n, SIZE_MAX)
+
+
+# ---- stats ----------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Stats:
+    """A snapshot of ``rkv_stats``."""
+
+    cached_tokens: int
+    evictable_tokens: int
+    protected_tokens: int
+    nodes: int
+    pool_slots: int
+    free_slots: int
+    match_calls: int
+    match_query_tokens: int
+    match_hit_tokens: int
+    inserted_tokens: int
+    evicted_tokens: int
+
+    def as_dict(self) -> Dict[str, int]:
+        return asdict(self)
+
+
+# ---- locks ----------------------------------------------------------------------------
+
+
+class Lock:
+    """A pin on a matched or inserted prefix (``rkv_lock``). Release it with
+    :meth:`release`, or use it as a context manager; a lock that is garbage-collected
+    unreleased is released then. ``slots`` are the matched slots (``array('I')``; empty for
+    :meth:`Cache.insert_lock`), ``length`` the tokens pinned."""
+
+    __slots__ = ("_cache", "handle", "length", "slots", "_released")
+
+    def __init__(self, cache: "Cache", handle: int, length: int, slots: array):
+        self._cache = cache
+        self.handle = handle
+        self.length = length
+        self.slots = slots
+        self._released = False
+
+    @property
+    def released(self) -> bool:
+        return self._released
+
+    def release(self) -> None:
+        """Unpins. Raises :class:`InvalidLockError` if this lock was released already
+        (closing the cache releases its locks: releasing one afterwards is a no-op)."""
+        cache = self._cache
+        if self._released:
+            # Ask the library anyway: a released handle is refused there, by contract.
+            if cache._ptr is not None:
+                with cache._call() as c:
+                    _check(lib.rkv_release(c, self.handle), "rkv_release")
+            raise InvalidLockError("rkv_release: lock already released", Status.INVALID_LOCK)
+        self._released = True
+        if cache._ptr is None:
+            return  # closing the cache released it
+        with cache._call() as c:
+            _check(lib.rkv_release(c, self.handle), "rkv_release")
+
+    def __enter__(self) -> "Lock":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        if not self._released:
+            self.release()
+
+    def __del__(self) -> None:
+        try:
+            if not self._released and self._cache._ptr is not None:
+                self.release()
+        except Exception:
+            pass
+
+    def __len__(self) -> int:
+        return self.length
+
+    def __repr__(self) -> str:
+        state = "released" if self._released else "held"
+        return f"<radixkv.Lock {self.handle:#x} length={self.length} {state}>"
+
+
+# ---- the cache ------------------------------------------------------------------------
+
+
+class _Call:
+    """Keeps the cache open while a C call runs (``close`` waits for running calls)."""
+
+    __slots__ = ("cache",)
+
+    def __init__(self, cache: "Cache"):
+        self.cache = cache
+
+    def __enter__(self) -> int:
+        cache = self.cache
+        with cache._cond:
+            if cache._ptr is None:
+                raise CacheClosedError("the cache is closed")
+            cache._inflight += 1
+            return cache._ptr
+
+    def __exit__(self, *exc: Any) -> None:
+        cache = self.cache
+        with cache._cond:
+            cache._inflight -= 1
+            if cache._inflight == 0:
+                cache._cond.notify_all()
+
+
+_POLICIES = {"lru": 0, "fifo": 1}
+
+
+class Cache:
+    """A radix prefix cache (``rkv_cache``). Every method may be called from many threads
+    at once; the GIL is released inside the library.
+
+    ``page_size``: tokens per page (>= 1). ``pool_slots``: 0 for caller-managed slots, or
+    the size of a built-in slot pool (then :meth:`alloc` and :meth:`free` work, and
+    :meth:`insert` frees what it does not adopt). ``policy``: ``"lru"`` or ``"fifo"``.
+
+    Token and slot arrays may be lists, tuples, ``array('I')``, NumPy ``uint32`` arrays
+    (borrowed without a copy), or any iterable of ints. Namespaces may be ``int``
+    (``0 <= ns < 2**63``), ``str`` or ``bytes``: strings and bytes are interned per cache to
+    distinct ids (never hashed), so isolation between namespaces is exact; ``None`` is 0.
+    """
+
+    def __init__(self, page_size: int = 1, pool_slots: int = 0, policy: str = "lru"):
+        self._ptr: Optional[int] = None
+        self._cond = threading.Condition(threading.Lock())
+        self._inflight = 0
+        self._names: Dict[Tuple[type, Any], int] = {}
+        try:
+            pol = _POLICIES[policy.lower()]
+        except (KeyError, AttributeError):
+            raise InvalidArgumentError(
+                f"policy must be one of {sorted(_POLICIES)}, got {policy!r}", Status.INVALID_ARGUMENT
+            ) from None
+        if not (0 <= int(page_size) < 1 << 32) or not (0 <= int(pool_slots) <= U64_MAX):
+            raise InvalidArgumentError("page_size or pool_slots out of range", Status.INVALID_ARGUMENT)
+        opts = lib.rkv_options_default()
+        opts.page_size = int(page_size)
+        opts.eviction_policy = pol
+        opts.pool_slots = int(pool_slots)
+        out = c_void_p()
+        _check(lib.rkv_cache_new(byref(opts), byref(out)), "rkv_cache_new")
+        self._ptr = out.value
+        self.page_size = int(page_size)
+        self.pool_slots = int(pool_slots)
+        self.policy = policy.lower()
+
+    # -- lifetime --
+
+    def _call(self) -> _Call:
+        return _Call(self)
+
+    def close(self) -> None:
+        """Frees the cache (waiting for calls running in other threads); its outstanding
+        locks are released. Further calls raise :class:`CacheClosedError`. Idempotent."""
+        with self._cond:
+            if self._ptr is None:
+                return
+            while self._inflight:
+                self._cond.wait()
+            ptr, self._ptr = self._ptr, None
+        lib.rkv_cache_free(ptr)
+
+    @property
+    def closed(self) -> bool:
+        return self._ptr is None
+
+    def __enter__(self) -> "Cache":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    def __del__(self) -> None:
+        try:
+            self.close()
+        except Exception:
+            pass
+
+    # -- namespaces --
+
+    def namespace_id(self, ns: Namespace) -> int:
+        """The ``u64`` namespace id of ``ns`` in this cache."""
+        if ns is None:
+            return 0
+        if isinstance(ns, bool):
+            raise TypeError("namespace must be int, str or bytes, not bool")
+        if isinstance(ns, int):
+            if not 0 <= ns < INTERNED_BASE:
+                raise ValueError("an int namespace must be in [0, 2**63)")
+            return ns
+        if isinstance(ns, (str, bytes)):
+            key = (type(ns), ns)
+            got = self._names.get(key)
+            if got is not None:
+                return got
+            with self._cond:
+                return self._names.setdefault(key, INTERNED_BASE + len(self._names))
+        raise TypeError(f"namespace must be int, str or bytes, not {type(ns).__name__}")
+
+    # -- matching --
+
+    def match(self, tokens: U32Array, ns: Namespace = 0) -> array:
+        """Slots of the longest cached prefix of ``tokens`` (an ``array('I')``; its length
+        is the match length). Pins nothing: admit requests with :meth:`match_lock`."""
+        nsid = self.namespace_id(ns)
+        t = as_u32(tokens, "tokens")
+        out = _out(t.n)
+        n = c_size_t()
+        with self._call() as c:
+            _check(lib.rkv_match(c, nsid, t.ptr, t.n, _addr(out), t.n, byref(n)), "rkv_match")
+        del out[n.value :]
+        return out
+
+    def match_len(self, tokens: U32Array, ns: Namespace = 0) -> int:
+        """Length of the longest cached prefix of ``tokens``."""
+        nsid = self.namespace_id(ns)
+        t = as_u32(tokens, "tokens")
+        n = c_size_t()
+        with self._call() as c:
+            _check(lib.rkv_match(c, nsid, t.ptr, t.n, None, 0, byref(n)), "rkv_match")
+        return n.value
+
+    def match_lock(self, tokens: U32Array, ns: Namespace = 0) -> Lock:
+        """Match and pin atomically; the :class:`Lock` has ``slots`` and ``length``."""
+        nsid = self.namespace_id(ns)
+        t = as_u32(tokens, "tokens")
+        out = _out(t.n)
+        n = c_size_t()
+        h = _native.rkv_lock()
+        with self._call() as c:
+            _check(
+                lib.rkv_match_lock(c, nsid, t.ptr, t.n, _addr(out), t.n, byref(n), byref(h)),
+                "rkv_match_lock",
+            )
+        del out[n.value :]
+        return Lock(self, h.value, n.value, out)
+
+    # -- inserting --
+
+    def _pair(self, tokens: U32Array, slots: U32Array) -> Tuple[_In, _In]:
+        t = as_u32(tokens, "tokens")
+        s = as_u32(slots, "slots")
+        if t.n != s.n:
+            raise InvalidArgumentError(
+                f"tokens and slots differ in length ({t.n} != {s.n})", Status.INVALID_ARGUMENT
+            )
+        return t, s
+
+    def insert(self, tokens: U32Array, slots: U32Array, ns: Namespace = 0) -> int:
+        """Caches ``tokens`` with ``slots`` (one per token; the length is cut down to whole
+        pages). Returns how many leading tokens were cached already (their slots were not
+        adopted; in pool mode the cache frees those itself)."""
+        nsid = self.namespace_id(ns)
+        t, s = self._pair(tokens, slots)
+        e = c_size_t()
+        with self._call() as c:
+            _check(lib.rkv_insert(c, nsid, t.ptr, s.ptr, t.n, byref(e)), "rkv_insert")
+        return e.value
+
+    def insert_lock(self, tokens: U32Array, slots: U32Array, ns: Namespace = 0) -> Tuple[int, Lock]:
+        """:meth:`insert` and pin the inserted prefix atomically: ``(existing, lock)``."""
+        nsid = self.namespace_id(ns)
+        t, s = self._pair(tokens, slots)
+        e = c_size_t()
+        h = _native.rkv_lock()
+        n = c_size_t()
+        with self._call() as c:
+            _check(lib.rkv_insert_lock(c, nsid, t.ptr, s.ptr, t.n, byref(e), byref(h)), "rkv_insert_lock")
+            _check(lib.rkv_lock_len(c, h.value, byref(n)), "rkv_lock_len")
+        return e.value, Lock(self, h.value, n.value, array("I"))
+
+    # -- eviction and the pool --
+
+    def evict(self, n_tokens: int) -> List[int]:
+        """Evicts at least ``n_tokens`` tokens (fewer only if nothing more is evictable)
+        and returns the freed slots. In pool mode they are back in the pool already;
+        otherwise they are the caller's again."""
+        n = _size(n_tokens, "n_tokens")
+        freed: List[int] = []
+
+        def on_free(_ctx: Any, slots: Any, k: int) -> None:
+            freed.extend(slots[:k])
+
+        cb = _native.FREE_FN(on_free)
+        evicted = c_size_t()
+        with self._call() as c:
+            _check(lib.rkv_evict(c, n, cb, None, byref(evicted)), "rkv_evict")
+        return freed
+
+    def alloc(self, n: int) -> array:
+        """Pool mode: ``n`` slots (``array('I')``), all or nothing, evicting when short."""
+        n = _size(n, "n")
+        if n > self.pool_slots:
+            # Cannot succeed; do not allocate a huge output buffer to find out.
+            with self._call() as c:
+                _check(lib.rkv_alloc(c, 0, None), "rkv_alloc")  # NO_POOL without a pool
+            raise OutOfSlotsError(
+                f"rkv_alloc: {n} slots requested, the pool has {self.pool_slots}", Status.OUT_OF_SLOTS
+            )
+        out = _out(n)
+        with self._call() as c:
+            _check(lib.rkv_alloc(c, n, _addr(out)), "rkv_alloc")
+        return out
+
+    def free(self, slots: U32Array) -> None:
+        """Pool mode: returns allocated, never adopted slots to the pool (refused whole,
+        with :class:`DoubleFreeError`, if one is free already or held by the tree)."""
+        s = as_u32(slots, "slots")
+        with self._call() as c:
+            _check(lib.rkv_free(c, s.ptr, s.n), "rkv_free")
+
+    # -- the rest --
+
+    def stats(self) -> Stats:
+        st = _native.rkv_stats()
+        with self._call() as c:
+            _check(lib.rkv_cache_stats(c, byref(st)), "rkv_cache_stats")
+        return Stats(**{f: getattr(st, f) for f in _native.STATS_FIELDS})
+
+    def reset(self) -> None:
+        """Drops every unpinned page (locks stay valid)."""
+        with self._call() as c:
+            _check(lib.rkv_cache_reset(c), "rkv_cache_reset")
+
+    def __repr__(self) -> str:
+        state = "closed" if self._ptr is None else "open"
+        return (
+            f"<radixkv.Cache page_size={self.page_size} pool_slots={self.pool_slots} "
+            f"policy={self.policy!r} {state}>"
+        )
+
+
+def _addr(a: array) -> Optional[int]:
+    return a.buffer_info()[0] if len(a) else None
+
+
+def version() -> str:
+    """The library's version."""
+    return lib.rkv_version().decode()
+
+
+def library_path() -> str:
+    """The path of the loaded shared library."""
+    return str(_native.lib_path)
+
+
+__all__ = [
+    "Cache",
+    "Lock",
+    "Stats",
+    "Status",
+    "RadixKvError",
+    "NullArgumentError",
+    "InvalidArgumentError",
+    "InvalidLockError",
+    "BufferTooSmallError",
+    "OutOfSlotsError",
+    "NoPoolError",
+    "DoubleFreeError",
+    "DeviceError",
+    "InternalError",
+    "CacheClosedError",
+    "as_u32",
+    "version",
+    "library_path",
+]

@@ -1,0 +1,161 @@
+"""Loading libradixkv and declaring the C ABI (include/radixkv.h) for ctypes.
+
+The library is looked up, in order:
+
+1. the environment variable ``RADIXKV_LIB`` (a file, or a directory holding it);
+2. next to this package (``pip install bindings/python`` copies it there when it was
+   built before the install);
+3. ``target/release/`` of the source checkout this package lives in
+   (``bindings/python/radixkv/../../../target/release``).
+
+Calls go through :class:`ctypes.CDLL`, which releases the GIL for the duration of each
+foreign call, so Python threads using one cache run in parallel inside the library.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import sys
+from ctypes import (
+    CFUNCTYPE,
+    POINTER,
+    Structure,
+    c_char_p,
+    c_int,
+    c_size_t,
+    c_uint32,
+    c_uint64,
+    c_void_p,
+)
+from pathlib import Path
+
+ABI_VERSION = 1
+
+if sys.platform == "darwin":
+    LIB_NAME = "libradixkv.dylib"
+elif sys.platform == "win32":
+    LIB_NAME = "radixkv.dll"
+else:
+    LIB_NAME = "libradixkv.so"
+
+
+class rkv_options(Structure):
+    _fields_ = [
+        ("page_size", c_uint32),
+        ("eviction_policy", c_uint32),
+        ("pool_slots", c_uint64),
+    ]
+
+
+STATS_FIELDS = (
+    "cached_tokens",
+    "evictable_tokens",
+    "protected_tokens",
+    "nodes",
+    "pool_slots",
+    "free_slots",
+    "match_calls",
+    "match_query_tokens",
+    "match_hit_tokens",
+    "inserted_tokens",
+    "evicted_tokens",
+)
+
+
+class rkv_stats(Structure):
+    _fields_ = [(name, c_uint64) for name in STATS_FIELDS]
+
+
+FREE_FN = CFUNCTYPE(None, c_void_p, POINTER(c_uint32), c_size_t)
+
+rkv_lock = c_uint64
+_status = c_int  # rkv_status: a C enum, int-sized
+
+
+def candidates() -> list[Path]:
+    """Where the library is looked for, in order."""
+    env = os.environ.get("RADIXKV_LIB")
+    if env:
+        p = Path(env)
+        return [p / LIB_NAME if p.is_dir() else p]
+    here = Path(__file__).resolve().parent
+    return [here / LIB_NAME, here.parents[2] / "target" / "release" / LIB_NAME]
+
+
+def _declare(lib: ctypes.CDLL) -> None:
+    sigs = {
+        "rkv_version": (c_char_p, []),
+        "rkv_abi_version": (c_uint32, []),
+        "rkv_status_str": (c_char_p, [c_int]),
+        "rkv_options_default": (rkv_options, []),
+        "rkv_cache_new": (_status, [POINTER(rkv_options), POINTER(c_void_p)]),
+        "rkv_cache_free": (None, [c_void_p]),
+        "rkv_match": (
+            _status,
+            [c_void_p, c_uint64, c_void_p, c_size_t, c_void_p, c_size_t, POINTER(c_size_t)],
+        ),
+        "rkv_match_lock": (
+            _status,
+            [
+                c_void_p,
+                c_uint64,
+                c_void_p,
+                c_size_t,
+                c_void_p,
+                c_size_t,
+                POINTER(c_size_t),
+                POINTER(rkv_lock),
+            ],
+        ),
+        "rkv_insert": (
+            _status,
+            [c_void_p, c_uint64, c_void_p, c_void_p, c_size_t, POINTER(c_size_t)],
+        ),
+        "rkv_insert_lock": (
+            _status,
+            [
+                c_void_p,
+                c_uint64,
+                c_void_p,
+                c_void_p,
+                c_size_t,
+                POINTER(c_size_t),
+                POINTER(rkv_lock),
+            ],
+        ),
+        "rkv_lock_len": (_status, [c_void_p, rkv_lock, POINTER(c_size_t)]),
+        "rkv_release": (_status, [c_void_p, rkv_lock]),
+        "rkv_evict": (_status, [c_void_p, c_size_t, FREE_FN, c_void_p, POINTER(c_size_t)]),
+        "rkv_alloc": (_status, [c_void_p, c_size_t, c_void_p]),
+        "rkv_free": (_status, [c_void_p, c_void_p, c_size_t]),
+        "rkv_cache_stats": (_status, [c_void_p, POINTER(rkv_stats)]),
+        "rkv_cache_reset": (_status, [c_void_p]),
+    }
+    for name, (restype, argtypes) in sigs.items():
+        fn = getattr(lib, name)
+        fn.restype = restype
+        fn.argtypes = argtypes
+
+
+def load() -> tuple[ctypes.CDLL, Path]:
+    """Loads the library and checks its ABI version."""
+    tried = []
+    for path in candidates():
+        tried.append(str(path))
+        if not path.is_file():
+            continue
+        lib = ctypes.CDLL(str(path))
+        _declare(lib)
+        abi = lib.rkv_abi_version()
+        if abi != ABI_VERSION:
+            raise ImportError(f"{path} has C ABI version {abi}; this package needs {ABI_VERSION}")
+        return lib, path
+    raise ImportError(
+        "radixkv: cannot find the radixkv shared library; tried "
+        + ", ".join(tried)
+        + ". Build it with `cargo build --release` or set RADIXKV_LIB to its path."
+    )
+
+
+lib, lib_path = load()

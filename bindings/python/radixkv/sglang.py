@@ -1,0 +1,178 @@
+"""An adapter with the method names of SGLang's ``RadixCache``
+(``python/sglang/srt/mem_cache/radix_cache.py``), so an SGLang-style scheduler can swap
+radixkv in:
+
+    cache = RadixCache(page_size=1, pool_slots=0, free_slots=allocator.free)
+    res = cache.match_prefix(RadixKey(token_ids, extra_key))   # or a plain list of ids
+    req.prefix_indices, req.last_node = res.device_indices, res.last_device_node
+    cache.inc_lock_ref(req.last_node)                          # pin while the request runs
+    ...
+    cache.insert(RadixKey(token_ids, extra_key), kv_indices)
+    cache.dec_lock_ref(req.last_node)
+    cache.evict(num_tokens)                                    # frees through free_slots
+
+Differences from SGLang's class, all of them deliberate:
+
+- ``match_prefix`` pins nothing; a node remembers the matched tokens and slots, and
+  ``inc_lock_ref`` pins them with ``match_lock``. If the prefix changed in between (another
+  thread evicted it: impossible in SGLang's single-threaded scheduler), ``inc_lock_ref``
+  raises :class:`StaleNodeError` instead of pinning slots that are no longer the node's.
+- ``device_indices`` are an ``array('I')`` (``to_indices`` converts them, e.g.
+  ``lambda a: torch.frombuffer(a, dtype=torch.int32).long()``).
+- ``extra_key`` (SGLang's LoRA id / cache salt) maps to an exact radixkv namespace.
+- ``inc_lock_ref`` / ``dec_lock_ref`` return the change of ``evictable_size()`` measured
+  around the call, as SGLang's do; under concurrent use by several threads the figure
+  includes their changes too.
+"""
+
+from __future__ import annotations
+
+from array import array
+from typing import Any, Callable, List, NamedTuple, Optional, Sequence
+
+from ._cache import Cache, InvalidLockError, Lock, RadixKvError, Status
+
+
+class StaleNodeError(RadixKvError):
+    """``inc_lock_ref`` found the node's prefix evicted or changed since ``match_prefix``."""
+
+
+class TreeNode:
+    """What ``match_prefix`` returns as ``last_device_node``: the matched prefix (tokens,
+    namespace, slots) and the locks ``inc_lock_ref`` took on it."""
+
+    __slots__ = ("tokens", "ns", "value", "_locks", "__weakref__")
+
+    def __init__(self, tokens: array, ns: Any, value: array):
+        self.tokens = tokens
+        self.ns = ns
+        self.value = value  # the slots, as SGLang's TreeNode.value
+        self._locks: List[Lock] = []
+
+    @property
+    def lock_ref(self) -> int:
+        return len(self._locks)
+
+    def __len__(self) -> int:
+        return len(self.value)
+
+    def __repr__(self) -> str:
+        return f"<radixkv.sglang.TreeNode len={len(self.value)} lock_ref={self.lock_ref}>"
+
+
+class MatchResult(NamedTuple):
+    """As SGLang's ``MatchResult``; unpacks as ``(device_indices, last_device_node, ...)``."""
+
+    device_indices: Any
+    last_device_node: TreeNode
+    last_host_node: TreeNode
+    host_hit_length: int = 0
+
+
+def _key(key: Any, extra_key: Any = None) -> tuple:
+    """(tokens, namespace) of a ``RadixKey``-like object or a plain sequence of ids."""
+    if hasattr(key, "token_ids"):
+        return key.token_ids, getattr(key, "extra_key", extra_key)
+    return key, extra_key
+
+
+class RadixCache:
+    """SGLang's ``RadixCache`` interface over a :class:`radixkv.Cache`.
+
+    ``pool_slots=0`` (SGLang's setting: the scheduler owns a ``token_to_kv_pool_allocator``):
+    ``evict`` hands the freed slots to ``free_slots(list_of_slots)``. With ``pool_slots=N``
+    the cache owns the slots (use ``cache.alloc`` / ``cache.free``).
+    """
+
+    def __init__(
+        self,
+        page_size: int = 1,
+        pool_slots: int = 0,
+        policy: str = "lru",
+        free_slots: Optional[Callable[[List[int]], Any]] = None,
+        to_indices: Optional[Callable[[array], Any]] = None,
+        disable: bool = False,
+    ):
+        self.cache = Cache(page_size=page_size, pool_slots=pool_slots, policy=policy)
+        self.page_size = page_size
+        self.disable = disable
+        self._free_slots = free_slots
+        self._to_indices = to_indices or (lambda a: a)
+        self.root_node = TreeNode(array("I"), None, array("I"))
+
+    # -- SGLang's methods --
+
+    def reset(self) -> None:
+        """Drops every unpinned page (pinned ones stay, with their locks)."""
+        self.cache.reset()
+
+    def match_prefix(self, key: Any, **kwargs: Any) -> MatchResult:
+        """The longest cached prefix of ``key``: ``MatchResult(device_indices,
+        last_device_node, last_host_node)``; the node is what ``inc_lock_ref`` takes."""
+        tokens, ns = _key(key, kwargs.get("extra_key"))
+        if self.disable:
+            slots = array("I")
+            node = self.root_node
+        else:
+            slots = self.cache.match(tokens, ns)
+            node = self.root_node if not slots else TreeNode(array("I", tokens[: len(slots)]), ns, slots)
+        return MatchResult(self._to_indices(slots), node, node)
+
+    def insert(self, key: Any, value: Optional[Sequence[int]] = None, **kwargs: Any) -> int:
+        """Caches ``key`` with ``value`` (its KV indices; SGLang's default, the token ids
+        themselves, when None). Returns the length of the prefix that was cached already."""
+        tokens, ns = _key(key, kwargs.get("extra_key"))
+        if self.disable:
+            return 0
+        if value is None:
+            value = tokens
+        return self.cache.insert(tokens, value, ns)
+
+    def evict(self, num_tokens: int) -> int:
+        """Evicts at least ``num_tokens`` tokens; the freed slots go to ``free_slots`` (or
+        back to the pool). Returns the number of tokens evicted."""
+        if self.disable:
+            return 0
+        freed = self.cache.evict(num_tokens)
+        if freed and self._free_slots is not None and self.cache.pool_slots == 0:
+            self._free_slots(freed)
+        return len(freed)
+
+    def inc_lock_ref(self, node: TreeNode) -> int:
+        """Pins ``node``'s prefix; returns the change of ``evictable_size()`` (<= 0)."""
+        if self.disable or node is self.root_node or len(node.value) == 0:
+            return 0
+        before = self.evictable_size()
+        lock = self.cache.match_lock(node.tokens, node.ns)
+        if lock.slots != node.value:
+            lock.release()
+            raise StaleNodeError(
+                f"the node's prefix ({len(node.value)} tokens) was evicted or changed since "
+                f"match_prefix (now {lock.length} tokens match)"
+            )
+        node._locks.append(lock)
+        return self.evictable_size() - before
+
+    def dec_lock_ref(self, node: TreeNode, *args: Any, **kwargs: Any) -> int:
+        """Unpins what one ``inc_lock_ref(node)`` pinned; returns the change of
+        ``evictable_size()`` (>= 0)."""
+        if self.disable or node is self.root_node or len(node.value) == 0:
+            return 0
+        if not node._locks:
+            raise InvalidLockError("dec_lock_ref: the node is not locked", Status.INVALID_LOCK)
+        before = self.evictable_size()
+        node._locks.pop().release()
+        return self.evictable_size() - before
+
+    def evictable_size(self) -> int:
+        return self.cache.stats().evictable_tokens
+
+    def protected_size(self) -> int:
+        return self.cache.stats().protected_tokens
+
+    def total_size(self) -> int:
+        return self.cache.stats().cached_tokens
+
+    def pretty_print(self) -> None:
+        s = self.cache.stats()
+        print(f"#tokens: {s.cached_tokens}, #nodes: {s.nodes}, protected: {s.protected_tokens}")

@@ -1,0 +1,285 @@
+"""The Cache API over the C ABI: matching, locks, inserting, eviction, the pool, stats,
+namespaces, array inputs, errors."""
+
+from array import array
+
+import pytest
+
+import radixkv
+from radixkv import Cache, Status
+from radixkv._cache import INTERNED_BASE, as_u32
+
+try:
+    import numpy as np
+except ImportError:  # numpy is optional
+    np = None
+
+needs_numpy = pytest.mark.skipif(np is None, reason="numpy not installed")
+
+
+def test_version_and_library():
+    assert radixkv.version() == "0.1.0"
+    assert radixkv.library_path().endswith((".so", ".dylib", ".dll"))
+
+
+def test_status_codes_match_the_c_abi():
+    assert [s.value for s in Status] == list(range(10))
+    assert radixkv.InvalidLockError.status == Status.INVALID_LOCK
+    assert radixkv.DoubleFreeError.status == Status.DOUBLE_FREE
+    for cls in (radixkv.NullArgumentError, radixkv.OutOfSlotsError, radixkv.NoPoolError):
+        assert issubclass(cls, radixkv.RadixKvError)
+
+
+def test_bad_options():
+    with pytest.raises(radixkv.InvalidArgumentError) as e:
+        Cache(page_size=0)
+    assert e.value.status == Status.INVALID_ARGUMENT
+    with pytest.raises(radixkv.InvalidArgumentError):
+        Cache(page_size=16, pool_slots=100)  # not whole pages
+    with pytest.raises(radixkv.InvalidArgumentError):
+        Cache(policy="mru")
+    Cache(policy="FIFO").close()
+
+
+def test_match_insert_roundtrip_page1():
+    with Cache() as c:
+        assert list(c.match([1, 2, 3])) == []
+        assert c.insert([1, 2, 3, 4], [10, 11, 12, 13]) == 0
+        assert list(c.match([1, 2, 3, 4, 5])) == [10, 11, 12, 13]
+        assert c.match_len([1, 2, 7]) == 2
+        assert c.insert([1, 2, 9], [20, 21, 22]) == 2
+        assert list(c.match([1, 2, 9])) == [10, 11, 22]
+        assert list(c.match([])) == []
+        assert c.insert([], []) == 0
+        s = c.stats()
+        assert s.cached_tokens == 5 and s.evictable_tokens == 5 and s.protected_tokens == 0
+        assert s.inserted_tokens == 5 and s.pool_slots == 0 and s.free_slots == 0
+        assert s.as_dict()["cached_tokens"] == 5
+
+
+def test_pages_of_16():
+    with Cache(page_size=16) as c:
+        toks = list(range(100, 140))
+        slots = list(range(1000, 1040))
+        assert c.insert(toks, slots) == 0
+        assert c.stats().cached_tokens == 32  # the unaligned tail is not cached
+        assert list(c.match(toks)) == slots[:32]
+        assert list(c.match(toks[:31])) == slots[:16]
+        assert c.match_len(toks[:15]) == 0
+        freed = c.evict(1)
+        assert len(freed) >= 16 and len(freed) % 16 == 0
+        rest = c.evict(10**9)
+        assert sorted(freed + rest) == slots[:32]  # each slot exactly once
+
+
+def test_locks():
+    with Cache() as c:
+        c.insert([1, 2, 3, 4], [10, 11, 12, 13])
+        lock = c.match_lock([1, 2, 3, 4, 5])
+        assert lock.length == 4 and len(lock) == 4 and list(lock.slots) == [10, 11, 12, 13]
+        assert c.stats().protected_tokens == 4
+        assert c.evict(100) == []  # everything is pinned
+        lock.release()
+        assert lock.released
+        with pytest.raises(radixkv.InvalidLockError) as e:
+            lock.release()  # double release
+        assert e.value.status == Status.INVALID_LOCK
+        assert c.stats().protected_tokens == 0
+
+        with c.match_lock([1, 2]) as l2:
+            assert l2.length == 2 and c.stats().protected_tokens == 2
+        assert l2.released and c.stats().protected_tokens == 0
+
+        with c.match_lock([42]) as empty:  # a lock on an empty match is still a lock
+            assert empty.length == 0 and list(empty.slots) == [] and empty.handle != 0
+
+        existing, l3 = c.insert_lock([1, 2, 3, 4, 5], [0, 0, 0, 0, 14])
+        assert existing == 4 and l3.length == 5
+        assert c.stats().protected_tokens == 5
+        with l3:
+            pass
+        assert c.stats().protected_tokens == 0
+
+
+def test_closing_releases_locks_and_refuses_calls():
+    c = Cache()
+    c.insert([1, 2], [5, 6])
+    lock = c.match_lock([1, 2])
+    c.close()
+    c.close()  # idempotent
+    assert c.closed
+    with pytest.raises(radixkv.CacheClosedError):
+        c.match([1])
+    lock.release()  # freeing the cache released it: a no-op
+    with pytest.raises(radixkv.InvalidLockError):
+        lock.release()
+
+
+def test_reset_keeps_pinned():
+    with Cache() as c:
+        c.insert([1, 2, 3], [1, 2, 3])
+        c.insert([7, 8], [7, 8])
+        with c.match_lock([1, 2, 3]):
+            c.reset()
+            assert c.stats().cached_tokens == 3
+        c.reset()
+        assert c.stats().cached_tokens == 0
+
+
+def test_caller_managed_evict_returns_each_slot_once():
+    with Cache() as c:
+        c.insert([1, 2, 3, 4], [10, 11, 12, 13])
+        c.insert([1, 2, 5, 6], [10, 11, 15, 16])
+        c.insert([9], [19], ns=3)
+        got = []
+        while True:
+            freed = c.evict(1)
+            if not freed:
+                break
+            got += freed
+        assert sorted(got) == [10, 11, 12, 13, 15, 16, 19]
+        assert c.stats().cached_tokens == 0
+        with pytest.raises(radixkv.NoPoolError):
+            c.alloc(1)
+        with pytest.raises(radixkv.NoPoolError):
+            c.free([1])
+
+
+def test_pool():
+    with Cache(pool_slots=64) as c:
+        a = c.alloc(10)
+        assert isinstance(a, array) and len(set(a)) == 10 and all(0 <= x < 64 for x in a)
+        assert c.stats().free_slots == 54
+        c.free(a[5:])
+        with pytest.raises(radixkv.DoubleFreeError) as e:
+            c.free(a[5:6])
+        assert e.value.status == Status.DOUBLE_FREE
+        with pytest.raises(radixkv.InvalidArgumentError):
+            c.free([1000])  # outside the pool
+        with pytest.raises(radixkv.OutOfSlotsError):
+            c.alloc(60)  # 59 free, nothing evictable
+        with pytest.raises(radixkv.OutOfSlotsError):
+            c.alloc(10**6)
+        assert c.stats().free_slots == 59
+        assert c.insert([1, 2, 3, 4, 5], a[:5]) == 0
+        with pytest.raises(radixkv.DoubleFreeError):
+            c.free(a[:1])  # the tree holds it
+        # A duplicate insert with fresh slots adopts nothing; the cache frees them.
+        b = c.alloc(5)
+        assert c.insert([1, 2, 3, 4, 5], b) == 5
+        s = c.stats()
+        assert s.free_slots + s.cached_tokens == 64
+        # alloc evicts when short.
+        everything = c.alloc(64)
+        assert sorted(everything) == list(range(64))
+        assert c.stats().cached_tokens == 0
+        c.free(everything)
+        freed = c.evict(10)
+        assert freed == []
+        assert c.stats().free_slots == 64
+
+
+@pytest.mark.parametrize("page", [1, 16])
+def test_pool_request_flow(page):
+    with Cache(page_size=page, pool_slots=256) as c:
+        toks = list(range(48))
+        with c.match_lock(toks) as hit:
+            assert hit.length == 0
+            slots = c.alloc(48)
+            assert c.insert(toks, slots) == 0
+        with c.match_lock(toks + [99] * page) as hit:
+            assert hit.length == 48 and list(hit.slots) == list(slots)
+            more = c.alloc(page)
+            assert c.insert(toks + [99] * page, list(hit.slots) + list(more)) == 48
+        s = c.stats()
+        assert s.cached_tokens == 48 + page and s.free_slots == 256 - 48 - page
+
+
+def test_namespaces_are_exact():
+    with Cache() as c:
+        c.insert([1, 2], [10, 11], ns=0)
+        c.insert([1, 2], [20, 21], ns="tenant-a")
+        c.insert([1, 2], [30, 31], ns=b"tenant-a")
+        c.insert([1, 2], [40, 41], ns=5)
+        assert list(c.match([1, 2])) == [10, 11]
+        assert list(c.match([1, 2], ns=None)) == [10, 11]
+        assert list(c.match([1, 2], ns="tenant-a")) == [20, 21]
+        assert list(c.match([1, 2], ns=b"tenant-a")) == [30, 31]
+        assert list(c.match([1, 2], ns=5)) == [40, 41]
+        assert list(c.match([1, 2], ns="tenant-b")) == []
+        assert c.namespace_id("tenant-a") == INTERNED_BASE
+        assert c.namespace_id(b"tenant-a") == INTERNED_BASE + 1
+        assert c.namespace_id("tenant-a") == INTERNED_BASE  # stable
+        for bad in (-1, 1 << 63, 1 << 64):
+            with pytest.raises(ValueError):
+                c.match([1], ns=bad)
+        for bad in (True, 1.5, [1]):
+            with pytest.raises(TypeError):
+                c.match([1], ns=bad)
+
+
+def test_array_inputs():
+    with Cache() as c:
+        c.insert(array("I", [1, 2, 3]), (7, 8, 9))
+        assert list(c.match(range(1, 4))) == [7, 8, 9]
+        assert list(c.match(iter([1, 2]))) == [7, 8]
+        with pytest.raises(ValueError):
+            c.match([-1])
+        with pytest.raises(ValueError):
+            c.match([1 << 32])
+        with pytest.raises(TypeError):
+            c.match(b"\x01\x00\x00\x00")
+        with pytest.raises(TypeError):
+            c.match([1.5])
+        with pytest.raises(radixkv.InvalidArgumentError):
+            c.insert([1, 2], [1])
+
+
+def test_array_is_borrowed_without_copy():
+    a = array("I", [5, 6, 7])
+    got = as_u32(a)
+    assert got.n == 3 and got.ptr == a.buffer_info()[0]
+    # While borrowed, the array cannot be resized under the call.
+    with pytest.raises(BufferError):
+        a.append(8)
+    del got
+    a.append(8)
+
+
+@needs_numpy
+def test_numpy_inputs():
+    arr = np.arange(10, 20, dtype=np.uint32)
+    got = as_u32(arr)
+    assert got.ptr == arr.ctypes.data and got.n == 10  # borrowed, no copy
+    del got
+    with Cache() as c:
+        assert c.insert(arr, arr + 100) == 0
+        assert list(c.match(arr)) == list(range(110, 120))
+        assert list(c.match(arr.astype(np.int64))) == list(range(110, 120))  # converted
+        assert list(c.match(arr[::2])) == [110]  # non-contiguous: copied
+        ro = arr.copy()
+        ro.setflags(write=False)
+        assert c.match_len(ro) == 10  # read-only: copied
+        assert c.match_len(arr.astype(">u4")) == 10  # other byte order: converted
+        with pytest.raises(ValueError):
+            c.match(np.array([-1, 2], dtype=np.int64))
+        with pytest.raises(TypeError):
+            c.match(np.array([1.5]))
+        assert np.frombuffer(c.match(arr), dtype=np.uint32).tolist() == list(range(110, 120))
+        assert c.match_len(np.zeros(0, dtype=np.uint32)) == 0
+
+
+def test_loading_honours_radixkv_lib(tmp_path):
+    import os
+    import subprocess
+    import sys
+
+    code = "import radixkv; print(radixkv.library_path())"
+    env = dict(os.environ, RADIXKV_LIB=str(tmp_path / "nope.so"))
+    r = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
+    assert r.returncode != 0 and "RADIXKV_LIB" in r.stderr
+    libdir = os.path.dirname(radixkv.library_path())
+    env = dict(os.environ, RADIXKV_LIB=libdir)  # a directory works too
+    r = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.strip() == radixkv.library_path()

@@ -1,0 +1,301 @@
+//! Lock handles of the C ABI: a per-cache, sharded slab of values (the cache's
+//! [`PrefixLock`](crate::tree::PrefixLock)s) addressed by `u64` handles.
+//!
+//! A handle packs, from the high bits down:
+//!
+//! | bits  | field      | meaning                                                     |
+//! |-------|------------|-------------------------------------------------------------|
+//! | 20    | tag        | per-cache tag, never 0 (so no handle is 0)                  |
+//! | 5     | shard      | which of the 32 shards holds the entry                      |
+//! | 19    | index      | entry in that shard                                         |
+//! | 20    | generation | bumped each time the entry is vacated                       |
+//!
+//! A handle is honoured only when its tag is this cache's, its index names an occupied entry
+//! of its shard, and the entry's generation equals the handle's. So an unknown, released or
+//! foreign handle is refused (never undefined behavior), with two documented limits:
+//!
+//! - tags come from a process-wide counter modulo `2^20 - 1`; two live caches share a tag
+//!   only if more than a million caches were created in between;
+//! - a vacated entry is reused only after [`QUARANTINE`] other entries of its shard were
+//!   vacated after it, so a generation comes back (a stale handle aliasing a new lock) only
+//!   after `2^20 * 1024` (about 10^9) releases in that shard.
+//!
+//! Each thread inserts into its own shard (assigned round-robin on first use), so threads
+//! taking locks at once mostly take different mutexes; a release goes to the shard named by
+//! the handle. Capacity: `2^19` live locks per shard, spilling into the other shards, so
+//! 16.7 million live locks per cache.
+
+use std::cell::Cell;
+use std::collections::VecDeque;
+// The FFI layer is outside the loom models (`crate::sync`): these two process-wide counters
+// need `const` constructors, which loom's atomics do not have.
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+
+use crossbeam_utils::CachePadded;
+
+use crate::sync::{Mutex, lock};
+
+const TAG_BITS: u32 = 20;
+const SHARD_BITS: u32 = 5;
+const INDEX_BITS: u32 = 19;
+const GEN_BITS: u32 = 20;
+const _: () = assert!(TAG_BITS + SHARD_BITS + INDEX_BITS + GEN_BITS == 64);
+
+const GEN_SHIFT: u32 = 0;
+const INDEX_SHIFT: u32 = GEN_SHIFT + GEN_BITS;
+const SHARD_SHIFT: u32 = INDEX_SHIFT + INDEX_BITS;
+const TAG_SHIFT: u32 = SHARD_SHIFT + SHARD_BITS;
+
+const GEN_MASK: u64 = (1 << GEN_BITS) - 1;
+const INDEX_MASK: u64 = (1 << INDEX_BITS) - 1;
+const SHARD_MASK: u64 = (1 << SHARD_BITS) - 1;
+const TAG_MASK: u64 = (1 << TAG_BITS) - 1;
+
+/// Shards per cache.
+pub(crate) const SHARDS: usize = 1 << SHARD_BITS;
+/// Live entries one shard can hold.
+const MAX_PER_SHARD: usize = 1 << INDEX_BITS;
+/// Vacated entries a shard keeps aside before reusing the oldest of them.
+pub(crate) const QUARANTINE: usize = 1024;
+
+/// Source of per-cache tags.
+static NEXT_TAG: AtomicU64 = AtomicU64::new(0);
+/// Source of per-thread shard hints.
+static NEXT_SHARD: AtomicUsize = AtomicUsize::new(0);
+
+thread_local! {
+    /// This thread's home shard; `usize::MAX` until first used.
+    static HOME_SHARD: Cell<usize> = const { Cell::new(usize::MAX) };
+}
+
+/// The shard this thread inserts into first.
+fn home_shard() -> usize {
+    HOME_SHARD.with(|c| {
+        let s = c.get();
+        if s != usize::MAX {
+            return s;
+        }
+        let s = NEXT_SHARD.fetch_add(1, Ordering::Relaxed) % SHARDS;
+        c.set(s);
+        s
+    })
+}
+
+struct Entry<T> {
+    generation: u64,
+    lock: Option<T>,
+}
+
+struct Shard<T> {
+    entries: Vec<Entry<T>>,
+    /// Vacated entries, oldest first.
+    vacant: VecDeque<u32>,
+}
+
+impl<T> Default for Shard<T> {
+    fn default() -> Self {
+        Shard { entries: Vec::new(), vacant: VecDeque::new() }
+    }
+}
+
+impl<T> Shard<T> {
+    /// An index to fill, or `None` when the shard is full.
+    fn take_vacant(&mut self) -> Option<usize> {
+        if self.vacant.len() > QUARANTINE || self.entries.len() >= MAX_PER_SHARD {
+            if let Some(i) = self.vacant.pop_front() {
+                return Some(i as usize);
+            }
+        }
+        if self.entries.len() < MAX_PER_SHARD {
+            self.entries.push(Entry { generation: 0, lock: None });
+            return Some(self.entries.len() - 1);
+        }
+        None
+    }
+}
+
+/// The handles of one cache. Every method takes `&self` and is safe to call from many
+/// threads at once.
+pub(crate) struct LockTable<T> {
+    tag: u64,
+    shards: Box<[CachePadded<Mutex<Shard<T>>>]>,
+}
+
+impl<T> LockTable<T> {
+    /// An empty table with a fresh tag.
+    pub(crate) fn new() -> Self {
+        let tag = NEXT_TAG.fetch_add(1, Ordering::Relaxed) % TAG_MASK + 1;
+        let shards = (0..SHARDS).map(|_| CachePadded::new(Mutex::new(Shard::default()))).collect();
+        LockTable { tag, shards }
+    }
+
+    fn decode(&self, handle: u64) -> Option<(usize, usize, u64)> {
+        if (handle >> TAG_SHIFT) & TAG_MASK != self.tag {
+            return None;
+        }
+        let shard = ((handle >> SHARD_SHIFT) & SHARD_MASK) as usize;
+        let index = ((handle >> INDEX_SHIFT) & INDEX_MASK) as usize;
+        Some((shard, index, handle & GEN_MASK))
+    }
+
+    /// Stores `lock` and returns its handle (never 0); gives the lock back when every
+    /// shard is full.
+    pub(crate) fn insert(&self, lock_: T) -> Result<u64, T> {
+        let home = home_shard();
+        for k in 0..SHARDS {
+            let s = (home + k) % SHARDS;
+            let mut shard = lock(&self.shards[s]);
+            if let Some(i) = shard.take_vacant() {
+                let e = &mut shard.entries[i];
+                e.lock = Some(lock_);
+                return Ok((self.tag << TAG_SHIFT)
+                    | ((s as u64) << SHARD_SHIFT)
+                    | ((i as u64) << INDEX_SHIFT)
+                    | (e.generation << GEN_SHIFT));
+            }
+        }
+        Err(lock_)
+    }
+
+    /// Removes and returns the lock of `handle`; `None` for an unknown, released or
+    /// foreign handle. Of two threads removing one handle at once, exactly one gets it.
+    pub(crate) fn remove(&self, handle: u64) -> Option<T> {
+        let (s, i, generation) = self.decode(handle)?;
+        let mut shard = lock(&self.shards[s]);
+        let e = shard.entries.get_mut(i)?;
+        if e.generation != generation {
+            return None;
+        }
+        let l = e.lock.take()?;
+        e.generation = (generation + 1) & GEN_MASK;
+        shard.vacant.push_back(i as u32);
+        Some(l)
+    }
+
+    /// Runs `f` on the lock of `handle`; `None` for an unknown, released or foreign handle.
+    pub(crate) fn with<R>(&self, handle: u64, f: impl FnOnce(&T) -> R) -> Option<R> {
+        let (s, i, generation) = self.decode(handle)?;
+        let shard = lock(&self.shards[s]);
+        let e = shard.entries.get(i)?;
+        if e.generation != generation {
+            return None;
+        }
+        e.lock.as_ref().map(f)
+    }
+
+    /// Takes every live lock out of the table.
+    pub(crate) fn drain(&mut self) -> Vec<T> {
+        let mut out = Vec::new();
+        for shard in self.shards.iter() {
+            let mut shard = lock(shard);
+            let shard = &mut *shard;
+            for (i, e) in shard.entries.iter_mut().enumerate() {
+                if let Some(l) = e.lock.take() {
+                    e.generation = (e.generation + 1) & GEN_MASK;
+                    shard.vacant.push_back(i as u32);
+                    out.push(l);
+                }
+            }
+        }
+        out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Stands for a lock pinning `n` tokens.
+    fn fake(n: u32) -> Vec<u32> {
+        (0..n).collect()
+    }
+
+    #[test]
+    fn handles_are_nonzero_unique_and_single_use() {
+        let t = LockTable::<Vec<u32>>::new();
+        let a = t.insert(fake(1)).unwrap();
+        let b = t.insert(fake(2)).unwrap();
+        assert_ne!(a, 0);
+        assert_ne!(a, b);
+        assert_eq!(t.with(a, |l| l.len()), Some(1));
+        assert_eq!(t.with(b, |l| l.len()), Some(2));
+        assert_eq!(t.remove(a).map(|l| l.len()), Some(1));
+        assert!(t.remove(a).is_none(), "double release");
+        assert!(t.with(a, |l| l.len()).is_none());
+        assert!(t.remove(0).is_none());
+        assert!(t.remove(u64::MAX).is_none());
+        assert_eq!(t.remove(b).map(|l| l.len()), Some(2));
+    }
+
+    #[test]
+    fn foreign_handles_are_refused() {
+        let t1 = LockTable::<Vec<u32>>::new();
+        let t2 = LockTable::<Vec<u32>>::new();
+        let h = t1.insert(fake(3)).unwrap();
+        // Same shard, index and generation, other tag.
+        let forged = (h & !(TAG_MASK << TAG_SHIFT)) | (t2.tag << TAG_SHIFT);
+        let h2 = t2.insert(fake(4)).unwrap();
+        assert!(t2.remove(h).is_none());
+        assert!(t1.remove(h2).is_none());
+        assert_eq!(t2.remove(forged).map(|l| l.len()), if forged == h2 { Some(4) } else { None });
+        assert!(t1.remove(h).is_some());
+    }
+
+    #[test]
+    fn stale_handles_stay_stale_across_reuse() {
+        let t = LockTable::<Vec<u32>>::new();
+        let first = t.insert(fake(1)).unwrap();
+        assert!(t.remove(first).is_some());
+        // Cycle more than the quarantine through one thread's shard: the first entry gets
+        // reused, with a new generation.
+        let mut seen_reuse = false;
+        for _ in 0..(QUARANTINE * 3) {
+            let h = t.insert(fake(1)).unwrap();
+            assert_ne!(h, first);
+            if (h >> INDEX_SHIFT) == (first >> INDEX_SHIFT) {
+                seen_reuse = true;
+            }
+            assert!(t.remove(first).is_none());
+            assert!(t.remove(h).is_some());
+        }
+        assert!(seen_reuse, "the vacated entry is reused after the quarantine");
+        assert!(t.with(first, |_| ()).is_none());
+    }
+
+    #[test]
+    fn drain_takes_every_live_lock() {
+        let mut t = LockTable::<Vec<u32>>::new();
+        let hs: Vec<u64> = (0..10).map(|i| t.insert(fake(i)).unwrap()).collect();
+        assert!(t.remove(hs[3]).is_some());
+        let drained = t.drain();
+        assert_eq!(drained.len(), 9);
+        for h in hs {
+            assert!(t.remove(h).is_none());
+        }
+    }
+
+    #[test]
+    fn many_threads_share_one_table() {
+        let t = LockTable::<Vec<u32>>::new();
+        std::thread::scope(|s| {
+            for _ in 0..8 {
+                s.spawn(|| {
+                    let mut mine = Vec::new();
+                    for i in 0..2000u32 {
+                        mine.push(t.insert(fake(i % 5)).unwrap());
+                        if i % 3 == 0 {
+                            let h = mine.swap_remove(0);
+                            assert!(t.remove(h).is_some());
+                            assert!(t.remove(h).is_none());
+                        }
+                    }
+                    for h in mine {
+                        assert!(t.remove(h).is_some());
+                    }
+                });
+            }
+        });
+        let mut t = t;
+        assert!(t.drain().is_empty());
+    }
+}

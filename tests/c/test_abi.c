@@ -1,0 +1,701 @@
+/*
+ * The C ABI contract (C_ABI.md) exercised from C: every status code that the API can
+ * produce, NULLs, zero lengths, buffer too small, double release, double free, foreign
+ * locks, page sizes 1 and 16, pool mode and caller-managed mode, and the free callback
+ * getting every freed slot exactly once. Prints "N passed, M failed"; exits non-zero on
+ * any failure.
+ *
+ * RKV_DEVICE_ERROR and RKV_INTERNAL_ERROR cannot be produced on purpose through this API:
+ * no function of ABI version 1 touches KV storage, and RKV_INTERNAL_ERROR needs a bug (a
+ * panic caught at the boundary; the Rust unit tests of src/ffi check that boundary).
+ */
+#define _POSIX_C_SOURCE 200809L
+#include "radixkv.h"
+
+#include <pthread.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static int passed, failed;
+
+#define CHECK(cond)                                                                      \
+  do {                                                                                   \
+    if (cond) {                                                                          \
+      passed++;                                                                          \
+    } else {                                                                             \
+      failed++;                                                                          \
+      fprintf(stderr, "%s:%d: CHECK failed: %s\n", __FILE__, __LINE__, #cond);           \
+    }                                                                                    \
+  } while (0)
+
+#define CHECK_ST(call, want)                                                             \
+  do {                                                                                   \
+    rkv_status st_ = (call);                                                             \
+    if (st_ == (want)) {                                                                 \
+      passed++;                                                                          \
+    } else {                                                                             \
+      failed++;                                                                          \
+      fprintf(stderr, "%s:%d: %s\n  returned %d (%s), want %s\n", __FILE__, __LINE__,    \
+              #call, (int)st_, rkv_status_str(st_), #want);                              \
+    }                                                                                    \
+  } while (0)
+
+/* Which status codes the run produced (index = code). */
+static int produced[16];
+static rkv_status note(rkv_status s) {
+  if ((int)s >= 0 && (int)s < 16) produced[(int)s] = 1;
+  return s;
+}
+#define ST(call, want) CHECK_ST(note(call), want)
+
+#define SENTINEL_LEN ((size_t)0xA5A5A5A5u)
+#define SENTINEL_LOCK ((rkv_lock)0xDEADBEEFu)
+#define SENTINEL_SLOT 0xFFFFFFFEu
+
+static rkv_cache *make(uint32_t page, uint64_t pool) {
+  rkv_options o = rkv_options_default();
+  rkv_cache *c = NULL;
+  o.page_size = page;
+  o.pool_slots = pool;
+  ST(rkv_cache_new(&o, &c), RKV_OK);
+  CHECK(c != NULL);
+  return c;
+}
+
+static rkv_stats stats(const rkv_cache *c) {
+  rkv_stats s;
+  memset(&s, 0, sizeof s);
+  ST(rkv_cache_stats(c, &s), RKV_OK);
+  return s;
+}
+
+static void check_quiescent_sums(const rkv_cache *c) {
+  rkv_stats s = stats(c);
+  CHECK(s.cached_tokens == s.evictable_tokens + s.protected_tokens);
+}
+
+/* ---- the free callback: counts each slot it is given ------------------------------ */
+
+#define MAX_SLOT 4096
+typedef struct {
+  unsigned seen[MAX_SLOT];
+  size_t calls, total, out_of_range;
+} collector;
+
+static void collect(void *ctx, const uint32_t *slots, size_t n) {
+  collector *k = (collector *)ctx;
+  size_t i;
+  k->calls++;
+  for (i = 0; i < n; i++) {
+    k->total++;
+    if (slots[i] < MAX_SLOT) k->seen[slots[i]]++;
+    else k->out_of_range++;
+  }
+}
+
+static collector *new_collector(void) {
+  collector *k = (collector *)calloc(1, sizeof *k);
+  if (!k) abort();
+  return k;
+}
+
+/* No slot was reported twice, and none outside [0, MAX_SLOT). */
+static int each_at_most_once(const collector *k) {
+  size_t i;
+  if (k->out_of_range) return 0;
+  for (i = 0; i < MAX_SLOT; i++)
+    if (k->seen[i] > 1) return 0;
+  return 1;
+}
+
+/* ---- version, status strings, options ------------------------------------------- */
+
+static void test_version_and_strings(void) {
+  const char *v = rkv_version();
+  int i, j;
+  CHECK(v != NULL && strlen(v) > 0 && strchr(v, '.') != NULL);
+  CHECK(rkv_abi_version() == 1);
+  CHECK(RKV_ABI_VERSION == 1);
+  for (i = 0; i <= 9; i++) {
+    const char *s = rkv_status_str((rkv_status)i);
+    CHECK(s != NULL && strncmp(s, "RKV_", 4) == 0);
+    for (j = 0; j < i; j++) CHECK(strcmp(s, rkv_status_str((rkv_status)j)) != 0);
+  }
+  CHECK(strncmp(rkv_status_str(RKV_OK), "RKV_OK", 6) == 0);
+  CHECK(strncmp(rkv_status_str(RKV_DOUBLE_FREE), "RKV_DOUBLE_FREE", 15) == 0);
+  CHECK(strcmp(rkv_status_str((rkv_status)42), "unknown status") == 0);
+  CHECK(strcmp(rkv_status_str((rkv_status)-1), "unknown status") == 0);
+  CHECK(RKV_OK == 0 && RKV_NULL_ARGUMENT == 1 && RKV_INVALID_ARGUMENT == 2 &&
+        RKV_INVALID_LOCK == 3 && RKV_BUFFER_TOO_SMALL == 4 && RKV_OUT_OF_SLOTS == 5 &&
+        RKV_NO_POOL == 6 && RKV_DOUBLE_FREE == 7 && RKV_DEVICE_ERROR == 8 &&
+        RKV_INTERNAL_ERROR == 9);
+  CHECK(RKV_EVICT_LRU == 0 && RKV_EVICT_FIFO == 1);
+  CHECK(sizeof(rkv_lock) == 8);
+}
+
+static void test_lifecycle(void) {
+  rkv_options o = rkv_options_default();
+  rkv_cache *c = (rkv_cache *)(uintptr_t)0x1234;
+  CHECK(o.page_size == 1 && o.eviction_policy == RKV_EVICT_LRU && o.pool_slots == 0);
+
+  ST(rkv_cache_new(NULL, &c), RKV_NULL_ARGUMENT);
+  ST(rkv_cache_new(&o, NULL), RKV_NULL_ARGUMENT);
+  o.page_size = 0;
+  ST(rkv_cache_new(&o, &c), RKV_INVALID_ARGUMENT);
+  o = rkv_options_default();
+  o.eviction_policy = 7;
+  ST(rkv_cache_new(&o, &c), RKV_INVALID_ARGUMENT);
+  o = rkv_options_default();
+  o.pool_slots = ((uint64_t)1 << 32) + 1;
+  ST(rkv_cache_new(&o, &c), RKV_INVALID_ARGUMENT);
+  o = rkv_options_default();
+  o.page_size = 16;
+  o.pool_slots = 100; /* not a multiple of the page size */
+  ST(rkv_cache_new(&o, &c), RKV_INVALID_ARGUMENT);
+  CHECK(c == (rkv_cache *)(uintptr_t)0x1234); /* untouched on errors */
+
+  o = rkv_options_default();
+  o.eviction_policy = RKV_EVICT_FIFO;
+  ST(rkv_cache_new(&o, &c), RKV_OK);
+  CHECK(c != NULL && c != (rkv_cache *)(uintptr_t)0x1234);
+  rkv_cache_free(c);
+  rkv_cache_free(NULL); /* no-op */
+
+  /* Every function refuses a NULL cache. */
+  {
+    size_t n = SENTINEL_LEN;
+    rkv_lock l = SENTINEL_LOCK;
+    rkv_stats s;
+    uint32_t out[4];
+    ST(rkv_match(NULL, 0, NULL, 0, NULL, 0, &n), RKV_NULL_ARGUMENT);
+    ST(rkv_match_lock(NULL, 0, NULL, 0, NULL, 0, &n, &l), RKV_NULL_ARGUMENT);
+    ST(rkv_insert(NULL, 0, NULL, NULL, 0, &n), RKV_NULL_ARGUMENT);
+    ST(rkv_insert_lock(NULL, 0, NULL, NULL, 0, &n, &l), RKV_NULL_ARGUMENT);
+    ST(rkv_lock_len(NULL, 1, &n), RKV_NULL_ARGUMENT);
+    ST(rkv_release(NULL, 1), RKV_NULL_ARGUMENT);
+    ST(rkv_evict(NULL, 1, collect, NULL, &n), RKV_NULL_ARGUMENT);
+    ST(rkv_alloc(NULL, 1, out), RKV_NULL_ARGUMENT);
+    ST(rkv_free(NULL, out, 0), RKV_NULL_ARGUMENT);
+    ST(rkv_cache_stats(NULL, &s), RKV_NULL_ARGUMENT);
+    ST(rkv_cache_reset(NULL), RKV_NULL_ARGUMENT);
+    CHECK(n == SENTINEL_LEN && l == SENTINEL_LOCK);
+  }
+}
+
+/* ---- caller-managed mode, page size 1 ------------------------------------------ */
+
+static void test_caller_managed_p1(void) {
+  rkv_cache *c = make(1, 0);
+  rkv_cache *other = make(1, 0);
+  const uint32_t toks[] = {1, 2, 3, 4, 5};
+  const uint32_t slots[] = {100, 101, 102, 103};
+  uint32_t out[8];
+  size_t n, existing, evicted;
+  rkv_lock lk, lk2;
+  collector *k;
+  rkv_stats s;
+  int i;
+
+  /* Empty cache; NULL with zero length everywhere it is allowed. */
+  n = SENTINEL_LEN;
+  ST(rkv_match(c, 0, toks, 5, out, 8, &n), RKV_OK);
+  CHECK(n == 0);
+  n = SENTINEL_LEN;
+  ST(rkv_match(c, 0, NULL, 0, NULL, 0, &n), RKV_OK);
+  CHECK(n == 0);
+  existing = SENTINEL_LEN;
+  ST(rkv_insert(c, 0, NULL, NULL, 0, &existing), RKV_OK);
+  CHECK(existing == 0);
+
+  /* Insert and match. */
+  ST(rkv_insert(c, 0, toks, slots, 4, &existing), RKV_OK);
+  CHECK(existing == 0);
+  for (i = 0; i < 8; i++) out[i] = SENTINEL_SLOT;
+  ST(rkv_match(c, 0, toks, 5, out, 8, &n), RKV_OK);
+  CHECK(n == 4);
+  CHECK(out[0] == 100 && out[1] == 101 && out[2] == 102 && out[3] == 103);
+  CHECK(out[4] == SENTINEL_SLOT);
+  ST(rkv_match(c, 0, toks, 2, out, 8, &n), RKV_OK);
+  CHECK(n == 2);
+
+  /* Length only: out_cap 0, out_slots NULL. */
+  n = SENTINEL_LEN;
+  ST(rkv_match(c, 0, toks, 5, NULL, 0, &n), RKV_OK);
+  CHECK(n == 4);
+
+  /* Buffer too small: *out_len is the required length, the buffer untouched. */
+  for (i = 0; i < 8; i++) out[i] = SENTINEL_SLOT;
+  n = SENTINEL_LEN;
+  ST(rkv_match(c, 0, toks, 5, out, 2, &n), RKV_BUFFER_TOO_SMALL);
+  CHECK(n == 4);
+  CHECK(out[0] == SENTINEL_SLOT && out[1] == SENTINEL_SLOT);
+
+  /* NULLs where required; outputs untouched. */
+  n = SENTINEL_LEN;
+  ST(rkv_match(c, 0, NULL, 5, out, 8, &n), RKV_NULL_ARGUMENT);
+  ST(rkv_match(c, 0, toks, 5, NULL, 8, &n), RKV_NULL_ARGUMENT);
+  CHECK(n == SENTINEL_LEN);
+  ST(rkv_match(c, 0, toks, 5, out, 8, NULL), RKV_NULL_ARGUMENT);
+  existing = SENTINEL_LEN;
+  ST(rkv_insert(c, 0, NULL, slots, 4, &existing), RKV_NULL_ARGUMENT);
+  ST(rkv_insert(c, 0, toks, NULL, 4, &existing), RKV_NULL_ARGUMENT);
+  ST(rkv_insert(c, 0, toks, slots, 4, NULL), RKV_NULL_ARGUMENT);
+  CHECK(existing == SENTINEL_LEN);
+
+  /* A misaligned pointer is refused, not dereferenced. */
+  {
+    uint32_t buf[4] = {1, 2, 3, 4};
+    const uint32_t *odd = (const uint32_t *)(const void *)((const char *)buf + 1);
+    ST(rkv_match(c, 0, odd, 2, out, 8, &n), RKV_INVALID_ARGUMENT);
+  }
+
+  /* Namespaces never match each other. */
+  ST(rkv_match(c, 7, toks, 5, out, 8, &n), RKV_OK);
+  CHECK(n == 0);
+
+  /* Insert over an existing prefix: the cached slots win. */
+  {
+    const uint32_t t2[] = {1, 2, 9};
+    const uint32_t s2[] = {200, 201, 202};
+    ST(rkv_insert(c, 0, t2, s2, 3, &existing), RKV_OK);
+    CHECK(existing == 2);
+    ST(rkv_match(c, 0, t2, 3, out, 8, &n), RKV_OK);
+    CHECK(n == 3 && out[0] == 100 && out[1] == 101 && out[2] == 202);
+  }
+  s = stats(c);
+  CHECK(s.cached_tokens == 5 && s.evictable_tokens == 5 && s.protected_tokens == 0);
+  CHECK(s.inserted_tokens == 5 && s.pool_slots == 0 && s.free_slots == 0);
+  CHECK(s.match_calls >= 5 && s.match_hit_tokens >= 4);
+
+  /* match_lock: a lock pins; lock_len; release once; double release. */
+  lk = SENTINEL_LOCK;
+  ST(rkv_match_lock(c, 0, toks, 5, out, 8, &n, &lk), RKV_OK);
+  CHECK(n == 4 && lk != 0 && lk != SENTINEL_LOCK && out[3] == 103);
+  n = SENTINEL_LEN;
+  ST(rkv_lock_len(c, lk, &n), RKV_OK);
+  CHECK(n == 4);
+  ST(rkv_lock_len(c, lk, NULL), RKV_NULL_ARGUMENT);
+  s = stats(c);
+  CHECK(s.protected_tokens == 4 && s.evictable_tokens == 1);
+
+  /* A pinned prefix survives eviction of everything. */
+  k = new_collector();
+  ST(rkv_evict(c, SIZE_MAX, collect, k, &evicted), RKV_OK);
+  CHECK(evicted == 1 && k->total == 1 && k->seen[202] == 1);
+  ST(rkv_match(c, 0, toks, 5, out, 8, &n), RKV_OK);
+  CHECK(n == 4 && out[0] == 100 && out[3] == 103);
+  free(k);
+
+  /* Foreign lock: another cache refuses it, this one still takes it. */
+  ST(rkv_release(other, lk), RKV_INVALID_LOCK);
+  ST(rkv_lock_len(other, lk, &n), RKV_INVALID_LOCK);
+  ST(rkv_release(c, lk), RKV_OK);
+  ST(rkv_release(c, lk), RKV_INVALID_LOCK); /* double release */
+  ST(rkv_lock_len(c, lk, &n), RKV_INVALID_LOCK);
+  ST(rkv_release(c, 0), RKV_INVALID_LOCK);
+  ST(rkv_release(c, 0x123456789abcdefull), RKV_INVALID_LOCK);
+  ST(rkv_release(c, UINT64_MAX), RKV_INVALID_LOCK);
+  s = stats(c);
+  CHECK(s.protected_tokens == 0 && s.evictable_tokens == 4);
+
+  /* match_lock with a too small buffer pins nothing and yields no lock. */
+  lk = SENTINEL_LOCK;
+  n = SENTINEL_LEN;
+  ST(rkv_match_lock(c, 0, toks, 5, out, 3, &n, &lk), RKV_BUFFER_TOO_SMALL);
+  CHECK(n == 4 && lk == SENTINEL_LOCK);
+  ST(rkv_match_lock(c, 0, toks, 5, NULL, 0, &n, &lk), RKV_BUFFER_TOO_SMALL);
+  CHECK(n == 4 && lk == SENTINEL_LOCK);
+  CHECK(stats(c).protected_tokens == 0);
+  ST(rkv_match_lock(c, 0, toks, 5, out, 8, &n, NULL), RKV_NULL_ARGUMENT);
+  ST(rkv_match_lock(c, 0, toks, 5, out, 8, NULL, &lk), RKV_NULL_ARGUMENT);
+  ST(rkv_match_lock(c, 0, NULL, 5, out, 8, &n, &lk), RKV_NULL_ARGUMENT);
+  ST(rkv_match_lock(c, 0, toks, 5, NULL, 8, &n, &lk), RKV_NULL_ARGUMENT);
+  CHECK(lk == SENTINEL_LOCK && stats(c).protected_tokens == 0);
+
+  /* A lock on an empty match is still a lock (NULL buffer allowed with cap 0). */
+  ST(rkv_match_lock(c, 3, toks, 5, NULL, 0, &n, &lk), RKV_OK);
+  CHECK(n == 0 && lk != 0 && lk != SENTINEL_LOCK);
+  ST(rkv_lock_len(c, lk, &n), RKV_OK);
+  CHECK(n == 0);
+  ST(rkv_match_lock(c, 0, toks, 5, out, 5, &n, &lk2), RKV_OK);
+  CHECK(n == 4 && lk2 != lk);
+  ST(rkv_release(c, lk), RKV_OK);
+  ST(rkv_release(c, lk), RKV_INVALID_LOCK);
+
+  /* Reset keeps what is pinned (and the lock valid), drops the rest. */
+  {
+    const uint32_t t3[] = {50, 51, 52};
+    const uint32_t s3[] = {300, 301, 302};
+    ST(rkv_insert(c, 0, t3, s3, 3, &existing), RKV_OK);
+    CHECK(existing == 0);
+  }
+  ST(rkv_cache_reset(c), RKV_OK);
+  s = stats(c);
+  CHECK(s.cached_tokens == 4 && s.protected_tokens == 4);
+  ST(rkv_release(c, lk2), RKV_OK);
+  ST(rkv_cache_reset(c), RKV_OK);
+  s = stats(c);
+  CHECK(s.cached_tokens == 0 && s.nodes == 0);
+
+  /* No pool: the pool calls say so; evict needs a callback. */
+  ST(rkv_alloc(c, 4, out), RKV_NO_POOL);
+  ST(rkv_alloc(c, 0, NULL), RKV_NO_POOL);
+  ST(rkv_free(c, slots, 2), RKV_NO_POOL);
+  ST(rkv_evict(c, 1, NULL, NULL, &evicted), RKV_NULL_ARGUMENT);
+  ST(rkv_evict(c, 1, collect, NULL, NULL), RKV_NULL_ARGUMENT);
+  ST(rkv_cache_stats(c, NULL), RKV_NULL_ARGUMENT);
+
+  /* insert_lock. */
+  lk = SENTINEL_LOCK;
+  ST(rkv_insert_lock(c, 0, toks, slots, 4, &existing, &lk), RKV_OK);
+  CHECK(existing == 0 && lk != 0 && lk != SENTINEL_LOCK);
+  ST(rkv_lock_len(c, lk, &n), RKV_OK);
+  CHECK(n == 4);
+  CHECK(stats(c).protected_tokens == 4);
+  ST(rkv_insert_lock(c, 0, toks, slots, 4, &existing, NULL), RKV_NULL_ARGUMENT);
+  ST(rkv_insert_lock(c, 0, toks, slots, 4, NULL, &lk2), RKV_NULL_ARGUMENT);
+  ST(rkv_insert_lock(c, 0, NULL, NULL, 0, &existing, &lk2), RKV_OK);
+  CHECK(existing == 0);
+  ST(rkv_release(c, lk2), RKV_OK);
+  ST(rkv_release(c, lk), RKV_OK);
+  check_quiescent_sums(c);
+
+  /* Evict everything: the callback gets each slot once. */
+  k = new_collector();
+  ST(rkv_evict(c, SIZE_MAX, collect, k, &evicted), RKV_OK);
+  CHECK(evicted == 4 && k->total == 4 && each_at_most_once(k));
+  CHECK(k->seen[100] == 1 && k->seen[101] == 1 && k->seen[102] == 1 && k->seen[103] == 1);
+  CHECK(stats(c).cached_tokens == 0 && stats(c).evicted_tokens >= 5);
+  /* Nothing left: evicting more is fine and frees nothing. */
+  k->total = 0;
+  ST(rkv_evict(c, 10, collect, k, &evicted), RKV_OK);
+  CHECK(evicted == 0 && k->total == 0);
+  free(k);
+
+  /* Freeing a cache with a lock outstanding releases it (valgrind checks the rest). */
+  ST(rkv_insert_lock(c, 0, toks, slots, 4, &existing, &lk), RKV_OK);
+  rkv_cache_free(c);
+  rkv_cache_free(other);
+}
+
+/* ---- caller-managed mode, page size 16 ------------------------------------------ */
+
+static void test_caller_managed_p16(void) {
+  rkv_cache *c = make(16, 0);
+  uint32_t toks[64], slots[64], out[64];
+  size_t n, existing, evicted;
+  collector *k;
+  rkv_stats s;
+  int i;
+  for (i = 0; i < 64; i++) {
+    toks[i] = (uint32_t)(1000 + i);
+    slots[i] = (uint32_t)(2000 + i);
+  }
+  /* 40 tokens: only the 32 of two whole pages are cached. */
+  ST(rkv_insert(c, 0, toks, slots, 40, &existing), RKV_OK);
+  CHECK(existing == 0);
+  s = stats(c);
+  CHECK(s.cached_tokens == 32 && s.inserted_tokens == 32);
+  ST(rkv_match(c, 0, toks, 64, out, 64, &n), RKV_OK);
+  CHECK(n == 32 && out[0] == 2000 && out[31] == 2031);
+  ST(rkv_match(c, 0, toks, 31, out, 64, &n), RKV_OK);
+  CHECK(n == 16 && out[15] == 2015);
+  ST(rkv_match(c, 0, toks, 15, out, 64, &n), RKV_OK);
+  CHECK(n == 0);
+  ST(rkv_match(c, 0, toks, 64, out, 16, &n), RKV_BUFFER_TOO_SMALL);
+  CHECK(n == 32);
+  /* A second sequence forking inside the second page: a different page. */
+  {
+    uint32_t t2[48], s2[48];
+    memcpy(t2, toks, sizeof t2);
+    for (i = 0; i < 48; i++) s2[i] = (uint32_t)(3000 + i);
+    t2[20] = 7; /* differs inside page 1 */
+    ST(rkv_insert(c, 0, t2, s2, 48, &existing), RKV_OK);
+    CHECK(existing == 16);
+    ST(rkv_match(c, 0, t2, 48, out, 64, &n), RKV_OK);
+    CHECK(n == 48 && out[0] == 2000 && out[15] == 2015 && out[16] == 3016 &&
+          out[47] == 3047);
+  }
+  /* Same tokens in another namespace. */
+  ST(rkv_insert(c, 9, toks, slots, 16, &existing), RKV_OK);
+  CHECK(existing == 0);
+  s = stats(c);
+  CHECK(s.cached_tokens == 32 + 32 + 16);
+  check_quiescent_sums(c);
+
+  /* Evict a little: whole pages, each slot once. */
+  k = new_collector();
+  ST(rkv_evict(c, 1, collect, k, &evicted), RKV_OK);
+  CHECK(evicted >= 16 && evicted % 16 == 0 && k->total == evicted && each_at_most_once(k));
+  ST(rkv_evict(c, SIZE_MAX, collect, k, &evicted), RKV_OK);
+  CHECK(k->total == 80 && each_at_most_once(k));
+  for (i = 0; i < 32; i++) CHECK(k->seen[2000 + i] == 1);
+  for (i = 16; i < 48; i++) CHECK(k->seen[3000 + i] == 1);
+  CHECK(stats(c).cached_tokens == 0);
+  free(k);
+  rkv_cache_free(c);
+}
+
+/* ---- pool mode ------------------------------------------------------------------ */
+
+static void test_pool_p1(void) {
+  enum { N = 64 };
+  rkv_cache *c = make(1, N);
+  uint32_t a[N + 1], b[8], out[N];
+  uint32_t toks[N];
+  size_t n, existing, evicted;
+  rkv_lock lk;
+  collector *k;
+  rkv_stats s;
+  int i, j;
+  for (i = 0; i < N; i++) toks[i] = (uint32_t)(500 + i);
+
+  s = stats(c);
+  CHECK(s.pool_slots == N && s.free_slots == N && s.cached_tokens == 0);
+
+  /* alloc: distinct slots in range; all or nothing. */
+  ST(rkv_alloc(c, 10, a), RKV_OK);
+  for (i = 0; i < 10; i++) {
+    CHECK(a[i] < N);
+    for (j = 0; j < i; j++) CHECK(a[i] != a[j]);
+  }
+  CHECK(stats(c).free_slots == N - 10);
+  ST(rkv_alloc(c, 0, NULL), RKV_OK);
+  ST(rkv_alloc(c, 5, NULL), RKV_NULL_ARGUMENT);
+  for (i = 0; i < N + 1; i++) out[i % N] = SENTINEL_SLOT;
+  ST(rkv_alloc(c, N - 9, out), RKV_OUT_OF_SLOTS); /* only N - 10 free, nothing evictable */
+  CHECK(out[0] == SENTINEL_SLOT && stats(c).free_slots == N - 10);
+  ST(rkv_alloc(c, SIZE_MAX, out), RKV_OUT_OF_SLOTS);
+
+  /* free: back to the pool; twice is a double free; outside the pool is invalid. */
+  ST(rkv_free(c, a + 5, 5), RKV_OK);
+  CHECK(stats(c).free_slots == N - 5);
+  ST(rkv_free(c, a + 5, 1), RKV_DOUBLE_FREE);
+  {
+    uint32_t mixed[2];
+    mixed[0] = a[0]; /* allocated: fine alone */
+    mixed[1] = a[6]; /* already free */
+    ST(rkv_free(c, mixed, 2), RKV_DOUBLE_FREE);
+    CHECK(stats(c).free_slots == N - 5); /* refused whole */
+    mixed[1] = a[0];
+    ST(rkv_free(c, mixed, 2), RKV_DOUBLE_FREE); /* the same slot twice in one call */
+    CHECK(stats(c).free_slots == N - 5);
+  }
+  b[0] = 1000;
+  ST(rkv_free(c, b, 1), RKV_INVALID_ARGUMENT);
+  ST(rkv_free(c, NULL, 0), RKV_OK);
+  ST(rkv_free(c, NULL, 1), RKV_NULL_ARGUMENT);
+  CHECK(stats(c).free_slots == N - 5);
+
+  /* insert adopts a[0..5]: the tree now holds them. */
+  ST(rkv_insert(c, 0, toks, a, 5, &existing), RKV_OK);
+  CHECK(existing == 0);
+  s = stats(c);
+  CHECK(s.cached_tokens == 5 && s.free_slots == N - 5); /* free + cached + held(0) == N */
+  ST(rkv_free(c, a, 1), RKV_DOUBLE_FREE); /* held by the tree */
+
+  /* insert refuses slots outside the pool, free slots, and cached slots at another place. */
+  b[0] = 1000;
+  ST(rkv_insert(c, 1, toks, b, 1, &existing), RKV_INVALID_ARGUMENT);
+  b[0] = a[6]; /* free */
+  ST(rkv_insert(c, 1, toks, b, 1, &existing), RKV_INVALID_ARGUMENT);
+  b[0] = a[3]; /* cached at position 3 of ns 0 */
+  ST(rkv_insert(c, 1, toks, b, 1, &existing), RKV_INVALID_ARGUMENT);
+  CHECK(stats(c).cached_tokens == 5 && stats(c).free_slots == N - 5);
+
+  /* A request: match_lock, alloc the rest, insert; the non-adopted slots are freed by it. */
+  ST(rkv_match_lock(c, 0, toks, 8, out, N, &n, &lk), RKV_OK);
+  CHECK(n == 5);
+  ST(rkv_alloc(c, 3, out + 5), RKV_OK);
+  ST(rkv_insert(c, 0, toks, out, 8, &existing), RKV_OK);
+  CHECK(existing == 5);
+  ST(rkv_release(c, lk), RKV_OK);
+  s = stats(c);
+  CHECK(s.cached_tokens == 8 && s.free_slots == N - 8);
+  /* A duplicate insert with fresh slots: nothing adopted, the call frees them. */
+  ST(rkv_alloc(c, 8, b), RKV_OK);
+  CHECK(stats(c).free_slots == N - 16);
+  ST(rkv_insert(c, 0, toks, b, 8, &existing), RKV_OK);
+  CHECK(existing == 8);
+  s = stats(c);
+  CHECK(s.cached_tokens == 8 && s.free_slots == N - 8);
+
+  /* insert_lock with fresh slots in another namespace. */
+  ST(rkv_alloc(c, 4, b), RKV_OK);
+  ST(rkv_insert_lock(c, 2, toks, b, 4, &existing, &lk), RKV_OK);
+  CHECK(existing == 0);
+  s = stats(c);
+  CHECK(s.cached_tokens == 12 && s.protected_tokens == 4 && s.free_slots == N - 12);
+
+  /* alloc evicts when short (never the pinned ones) ... */
+  ST(rkv_alloc(c, N - 4, out), RKV_OK);
+  s = stats(c);
+  CHECK(s.free_slots == 0 && s.cached_tokens == 4 && s.protected_tokens == 4);
+  /* ... and is out of slots when only pinned pages are left. */
+  ST(rkv_alloc(c, 1, b + 4), RKV_OUT_OF_SLOTS);
+  ST(rkv_free(c, out, N - 4), RKV_OK);
+  ST(rkv_release(c, lk), RKV_OK);
+  s = stats(c);
+  CHECK(s.free_slots == N - 4 && s.cached_tokens == 4);
+
+  /* evict in pool mode: NULL callback allowed; with one, each slot once. */
+  ST(rkv_alloc(c, 6, a), RKV_OK);
+  ST(rkv_insert(c, 3, toks, a, 6, &existing), RKV_OK);
+  ST(rkv_evict(c, 1, NULL, NULL, &evicted), RKV_OK);
+  CHECK(evicted >= 1);
+  s = stats(c);
+  CHECK(s.free_slots + s.cached_tokens == N);
+  k = new_collector();
+  ST(rkv_evict(c, SIZE_MAX, collect, k, &evicted), RKV_OK);
+  CHECK(k->total == evicted && each_at_most_once(k));
+  s = stats(c);
+  CHECK(s.cached_tokens == 0 && s.free_slots == N);
+  free(k);
+
+  /* reset returns every unpinned slot to the pool. */
+  ST(rkv_alloc(c, 6, a), RKV_OK);
+  ST(rkv_insert(c, 0, toks, a, 6, &existing), RKV_OK);
+  ST(rkv_cache_reset(c), RKV_OK);
+  s = stats(c);
+  CHECK(s.cached_tokens == 0 && s.free_slots == N);
+
+  /* Freeing the cache with allocated slots and a lock outstanding leaks nothing. */
+  ST(rkv_alloc(c, 3, a), RKV_OK);
+  ST(rkv_insert_lock(c, 0, toks, a, 3, &existing, &lk), RKV_OK);
+  ST(rkv_alloc(c, 3, a), RKV_OK);
+  rkv_cache_free(c);
+}
+
+static void test_pool_p16(void) {
+  enum { P = 16, N = 128 };
+  rkv_cache *c = make(P, N);
+  uint32_t a[N], toks[N], out[N];
+  size_t n, existing, evicted;
+  rkv_stats s;
+  collector *k;
+  int i;
+  for (i = 0; i < N; i++) toks[i] = (uint32_t)(7 * i + 1);
+
+  /* Slots come in whole pages. */
+  ST(rkv_alloc(c, 32, a), RKV_OK);
+  for (i = 0; i < 32; i += P) {
+    int j;
+    CHECK(a[i] % P == 0);
+    for (j = 1; j < P; j++) CHECK(a[i + j] == a[i] + (uint32_t)j);
+  }
+  ST(rkv_alloc(c, 10, out), RKV_INVALID_ARGUMENT); /* not whole pages */
+  CHECK(stats(c).free_slots == N - 32);
+
+  /* Insert 32 tokens; match the 24-token query down to one page. */
+  ST(rkv_insert(c, 0, toks, a, 32, &existing), RKV_OK);
+  CHECK(existing == 0);
+  ST(rkv_match(c, 0, toks, 24, out, N, &n), RKV_OK);
+  CHECK(n == 16 && out[0] == a[0] && out[15] == a[15]);
+  s = stats(c);
+  CHECK(s.cached_tokens == 32 && s.free_slots == N - 32);
+
+  /* Fill the pool: alloc evicts whole pages. */
+  ST(rkv_alloc(c, N, out), RKV_OK);
+  s = stats(c);
+  CHECK(s.free_slots == 0 && s.cached_tokens == 0);
+  ST(rkv_alloc(c, P, a), RKV_OUT_OF_SLOTS);
+  ST(rkv_free(c, out, N), RKV_OK);
+  ST(rkv_free(c, out, P), RKV_DOUBLE_FREE);
+  CHECK(stats(c).free_slots == N);
+
+  ST(rkv_alloc(c, 48, a), RKV_OK);
+  ST(rkv_insert(c, 1, toks, a, 48, &existing), RKV_OK);
+  k = new_collector();
+  ST(rkv_evict(c, 1, collect, k, &evicted), RKV_OK);
+  CHECK(evicted >= P && evicted % P == 0 && k->total == evicted && each_at_most_once(k));
+  ST(rkv_evict(c, SIZE_MAX, collect, k, &evicted), RKV_OK);
+  CHECK(k->total == 48 && each_at_most_once(k));
+  for (i = 0; i < 48; i++) CHECK(a[i] < MAX_SLOT && k->seen[a[i]] == 1);
+  CHECK(stats(c).free_slots == N);
+  free(k);
+  rkv_cache_free(c);
+}
+
+/* ---- threads -------------------------------------------------------------------- */
+
+typedef struct {
+  rkv_cache *cache;
+  int id;
+  int errors;
+} worker_arg;
+
+static void *worker(void *p) {
+  worker_arg *w = (worker_arg *)p;
+  uint32_t toks[32], slots[32];
+  int round;
+  for (round = 0; round < 300; round++) {
+    size_t n, existing, len, i;
+    rkv_lock lk;
+    size_t want = 4 + (size_t)((round * 7 + w->id) % 28);
+    for (i = 0; i < want; i++) toks[i] = (uint32_t)((i < 3) ? i : (round % 5) * 100 + i);
+    if (rkv_match_lock(w->cache, (uint64_t)(round % 3), toks, want, slots, 32, &n, &lk) !=
+        RKV_OK) {
+      w->errors++;
+      continue;
+    }
+    if (rkv_alloc(w->cache, want - n, slots + n) == RKV_OK) {
+      if (rkv_insert(w->cache, (uint64_t)(round % 3), toks, slots, want, &existing) != RKV_OK)
+        w->errors++;
+    }
+    if (rkv_lock_len(w->cache, lk, &len) != RKV_OK || len != n) w->errors++;
+    if (rkv_release(w->cache, lk) != RKV_OK) w->errors++;
+    if (rkv_release(w->cache, lk) != RKV_INVALID_LOCK) w->errors++;
+    if (round % 50 == 0 && rkv_evict(w->cache, 16, NULL, NULL, &n) != RKV_OK) w->errors++;
+  }
+  return NULL;
+}
+
+static void test_threads(void) {
+  enum { T = 4, N = 512 };
+  rkv_cache *c = make(1, N);
+  pthread_t th[T];
+  worker_arg args[T];
+  rkv_stats s;
+  int i;
+  for (i = 0; i < T; i++) {
+    args[i].cache = c;
+    args[i].id = i;
+    args[i].errors = 0;
+    CHECK(pthread_create(&th[i], NULL, worker, &args[i]) == 0);
+  }
+  for (i = 0; i < T; i++) {
+    CHECK(pthread_join(th[i], NULL) == 0);
+    CHECK(args[i].errors == 0);
+  }
+  s = stats(c);
+  CHECK(s.protected_tokens == 0);
+  CHECK(s.cached_tokens == s.evictable_tokens);
+  CHECK(s.free_slots + s.cached_tokens == N); /* every slot accounted for */
+  rkv_cache_free(c);
+}
+
+int main(void) {
+  int i;
+  test_version_and_strings();
+  test_lifecycle();
+  test_caller_managed_p1();
+  test_caller_managed_p16();
+  test_pool_p1();
+  test_pool_p16();
+  test_threads();
+
+  for (i = 0; i <= 9; i++) {
+    if (!produced[i] && i != RKV_DEVICE_ERROR && i != RKV_INTERNAL_ERROR) {
+      failed++;
+      fprintf(stderr, "status %d (%s) was never produced\n", i, rkv_status_str((rkv_status)i));
+    }
+  }
+  printf("status codes produced: ");
+  for (i = 0; i <= 9; i++)
+    if (produced[i]) printf("%d ", i);
+  printf("(8 RKV_DEVICE_ERROR and 9 RKV_INTERNAL_ERROR are unreachable through ABI v1)\n");
+  printf("%d passed, %d failed\n", passed, failed);
+  return failed ? 1 : 0;
+}

@@ -1,0 +1,78 @@
+#!/usr/bin/env bash
+# Builds the C++ wrapper test (two translation units including bindings/cpp/radixkv.hpp)
+# with g++ -std=c++17 -Wall -Wextra -Werror against the static library, runs it (8 threads
+# hammering one pooled cache), runs a shorter round under valgrind, and checks that
+# bindings/cpp/radixkv.pc.in works with pkg-config against the shared library.
+#
+#   cargo build [--release]
+#   tests/cpp/run.sh [PROFILE_DIR]       # default: target/debug (relative to the repo root)
+#
+# Environment: CXX (default g++), RKV_CPP_ITERS (iterations per thread, default 2000),
+# RADIXKV_NO_VALGRIND=1 to skip valgrind. Prints "N passed, M failed" (steps) last.
+set -u
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
+PROFILE_DIR="${1:-target/debug}"
+case "$PROFILE_DIR" in /*) ;; *) PROFILE_DIR="$ROOT/$PROFILE_DIR" ;; esac
+CXX="${CXX:-g++}"
+OUT="$PROFILE_DIR/cpp-tests"
+mkdir -p "$OUT"
+
+pass=0
+fail=0
+step() {
+  local name="$1"; shift
+  echo "== $name"
+  if "$@"; then pass=$((pass + 1)); echo "   ok: $name"; else fail=$((fail + 1)); echo "   FAILED: $name"; fi
+}
+
+for lib in libradixkv.a libradixkv.so; do
+  if [ ! -f "$PROFILE_DIR/$lib" ]; then
+    echo "missing $PROFILE_DIR/$lib: run 'cargo build' (or 'cargo build --release') first" >&2
+    echo "0 passed, 1 failed"
+    exit 1
+  fi
+done
+
+CXXFLAGS=(-std=c++17 -Wall -Wextra -Werror -pedantic -g -O1 -pthread
+          -I "$ROOT/include" -I "$ROOT/bindings/cpp")
+build() {
+  "$CXX" "${CXXFLAGS[@]}" "$ROOT/tests/cpp/test_main.cpp" "$ROOT/tests/cpp/test_api.cpp" \
+    "$PROFILE_DIR/libradixkv.a" -lpthread -ldl -lm -o "$OUT/test_cpp"
+}
+step "build (2 TUs, -Wall -Wextra -Werror)" build
+step "run (8 threads)" "$OUT/test_cpp"
+
+if [ "${RADIXKV_NO_VALGRIND:-0}" = 1 ]; then
+  echo "== valgrind skipped (RADIXKV_NO_VALGRIND=1)"
+elif ! command -v valgrind >/dev/null; then
+  echo "valgrind not found (install it, or set RADIXKV_NO_VALGRIND=1 to skip)" >&2
+  fail=$((fail + 1))
+else
+  step "valgrind (8 threads, 150 iterations each)" env RKV_CPP_ITERS=150 \
+    valgrind --leak-check=full --show-leak-kinds=definite,indirect \
+    --errors-for-leak-kinds=definite,indirect --error-exitcode=1 --quiet "$OUT/test_cpp"
+fi
+
+pc_check() {
+  local stage="$OUT/stage"
+  rm -rf "$stage" && mkdir -p "$stage/lib/pkgconfig" "$stage/include" || return 1
+  cp "$PROFILE_DIR/libradixkv.so" "$PROFILE_DIR/libradixkv.a" "$stage/lib/" &&
+    cp "$ROOT/include/radixkv.h" "$ROOT/bindings/cpp/radixkv.hpp" "$stage/include/" || return 1
+  sed -e "s|@PREFIX@|$stage|" -e "s|@VERSION@|0.1.0|" "$ROOT/bindings/cpp/radixkv.pc.in" \
+    > "$stage/lib/pkgconfig/radixkv.pc" || return 1
+  printf '%s\n' '#include "radixkv.hpp"' \
+    'int main() { rkv::Cache c; return c.match(0, {}).empty() && rkv::abi_version() == 1 ? 0 : 1; }' \
+    > "$OUT/pc_app.cpp"
+  # shellcheck disable=SC2046
+  "$CXX" -std=c++17 -Wall -Wextra -Werror "$OUT/pc_app.cpp" -o "$OUT/pc_app" \
+    $(PKG_CONFIG_PATH="$stage/lib/pkgconfig" pkg-config --cflags --libs radixkv) \
+    -Wl,-rpath,"$stage/lib" && "$OUT/pc_app"
+}
+if command -v pkg-config >/dev/null; then
+  step "pkg-config (radixkv.pc.in)" pc_check
+else
+  echo "== pkg-config not found: radixkv.pc.in check skipped"
+fi
+
+echo "$pass passed, $fail failed"
+[ "$fail" -eq 0 ]

@@ -1,0 +1,101 @@
+// Single-threaded checks of the C++ wrapper; a second translation unit including
+// radixkv.hpp, linked into the same binary as test_main.cpp.
+#include <algorithm>
+#include <set>
+#include <vector>
+
+#include "check.hpp"
+#include "radixkv.hpp"
+
+namespace {
+
+void caller_managed() {
+  rkv::Cache c;  // page 1, LRU, no pool
+  std::vector<std::uint32_t> toks{1, 2, 3, 4}, slots{10, 11, 12, 13};
+  CHECK(c.match(0, toks).empty());
+  CHECK(c.insert(0, toks, slots) == 0);
+  CHECK(c.match(0, toks) == slots);
+  CHECK(c.match_len(0, std::vector<std::uint32_t>{1, 2, 9}) == 2);
+  CHECK(c.match(1, toks).empty());  // another namespace
+  CHECK_THROWS(c.insert(0, toks, std::vector<std::uint32_t>{1}), RKV_INVALID_ARGUMENT);
+  CHECK_THROWS(c.alloc(1), RKV_NO_POOL);
+  CHECK_THROWS(c.evict(1), RKV_NULL_ARGUMENT);  // no pool: a callback is required
+
+  {
+    rkv::Lock l = c.match_lock(0, toks);
+    CHECK(l && l.length() == 4 && l.slots() == slots && l.handle() != 0);
+    CHECK(c.stats().protected_tokens == 4);
+    CHECK(c.evict_slots(100).empty());  // all pinned
+    rkv::Lock moved = std::move(l);
+    CHECK(!l && moved && moved.length() == 4);  // NOLINT(bugprone-use-after-move)
+    CHECK(c.stats().protected_tokens == 4);
+    moved.release();
+    CHECK(!moved);
+    CHECK_THROWS(moved.release(), RKV_INVALID_LOCK);  // double release
+    CHECK(c.stats().protected_tokens == 0);
+  }
+  {
+    rkv::Lock l = c.match_lock(0, toks);
+    rkv_lock raw = l.detach();
+    CHECK(!l && c.lock_len(raw) == 4);
+    c.release(raw);
+    CHECK_THROWS(c.release(raw), RKV_INVALID_LOCK);
+    CHECK_THROWS(c.lock_len(raw), RKV_INVALID_LOCK);
+  }
+  {
+    rkv::Lock l = c.match_lock(0, toks);  // released by the destructor
+    CHECK(c.stats().protected_tokens == 4);
+  }
+  CHECK(c.stats().protected_tokens == 0);
+  {
+    auto r = c.insert_lock(0, std::vector<std::uint32_t>{1, 2, 3, 4, 5},
+                           std::vector<std::uint32_t>{0, 0, 0, 0, 14});
+    CHECK(r.existing == 4 && r.lock.length() == 5);
+    CHECK(c.stats().protected_tokens == 5);
+  }
+  // An exception from the callback comes out after the eviction completes.
+  bool threw = false;
+  try {
+    c.evict(1, [](const std::uint32_t *, std::size_t) { throw std::runtime_error("boom"); });
+  } catch (const std::runtime_error &e) {
+    threw = std::string(e.what()) == "boom";
+  }
+  CHECK(threw);
+  std::vector<std::uint32_t> freed = c.evict_slots(SIZE_MAX);
+  CHECK(c.stats().cached_tokens == 0);
+  CHECK(freed.size() < 5);  // the throwing call freed at least 1
+  rkv::Cache moved = std::move(c);
+  CHECK_THROWS(c.stats(), RKV_NULL_ARGUMENT);  // NOLINT(bugprone-use-after-move)
+  CHECK(moved.stats().cached_tokens == 0);
+}
+
+void pooled_pages() {
+  rkv::Cache c(rkv::Options{16, rkv::Policy::fifo, 256});
+  CHECK(c.stats().pool_slots == 256 && c.stats().free_slots == 256);
+  std::vector<std::uint32_t> toks(40);
+  for (std::size_t i = 0; i < toks.size(); ++i) toks[i] = static_cast<std::uint32_t>(i * 3 + 1);
+  std::vector<std::uint32_t> s = c.alloc(32);
+  CHECK(s.size() == 32 && s[0] % 16 == 0 && s[16] % 16 == 0);
+  CHECK_THROWS(c.alloc(5), RKV_INVALID_ARGUMENT);  // not whole pages
+  CHECK(c.insert(0, std::vector<std::uint32_t>(toks.begin(), toks.begin() + 32), s) == 0);
+  CHECK(c.match(0, toks) == s);
+  CHECK_THROWS(c.free(s), RKV_DOUBLE_FREE);  // held by the tree
+  CHECK_THROWS(c.alloc(272), RKV_OUT_OF_SLOTS);
+  std::vector<std::uint32_t> all = c.alloc(256);  // evicts the cached 32
+  CHECK(all.size() == 256 && c.stats().cached_tokens == 0 && c.stats().free_slots == 0);
+  std::set<std::uint32_t> distinct(all.begin(), all.end());
+  CHECK(distinct.size() == 256 && *distinct.rbegin() == 255);
+  c.free(all);
+  CHECK_THROWS(c.free(all), RKV_DOUBLE_FREE);
+  CHECK(c.stats().free_slots == 256);
+  CHECK_THROWS(rkv::Cache(rkv::Options{0, rkv::Policy::lru, 0}), RKV_INVALID_ARGUMENT);
+  CHECK_THROWS(rkv::Cache(rkv::Options{16, rkv::Policy::lru, 100}), RKV_INVALID_ARGUMENT);
+}
+
+}  // namespace
+
+void api_tests() {
+  CHECK(rkv::abi_version() == 1 && !rkv::version().empty());
+  caller_managed();
+  pooled_pages();
+}

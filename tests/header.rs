@@ -1,0 +1,78 @@
+//! The checked-in C header `include/radixkv.h` must equal a fresh cbindgen generation from
+//! `src/ffi/` with `cbindgen.toml`. Regenerate it with:
+//!
+//! ```sh
+//! RADIXKV_BLESS=1 cargo test --test header
+//! ```
+
+use std::path::Path;
+
+#[test]
+fn header_is_up_to_date() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let config =
+        cbindgen::Config::from_file(root.join("cbindgen.toml")).expect("read cbindgen.toml");
+    // Parse only the FFI module (and its submodules): the header is the C ABI, nothing else,
+    // and this needs no `cargo metadata`.
+    let bindings = cbindgen::Builder::new()
+        .with_config(config)
+        .with_src(root.join("src/ffi/mod.rs"))
+        .generate()
+        .expect("cbindgen failed to generate the header");
+    let mut fresh = Vec::new();
+    bindings.write(&mut fresh);
+    let fresh = String::from_utf8(fresh).expect("header is UTF-8");
+
+    let path = root.join("include/radixkv.h");
+    if std::env::var_os("RADIXKV_BLESS").is_some_and(|v| v == "1") {
+        std::fs::write(&path, &fresh).expect("write include/radixkv.h");
+        eprintln!("wrote {}", path.display());
+        return;
+    }
+    let checked_in = std::fs::read_to_string(&path).unwrap_or_default();
+    if checked_in != fresh {
+        let diff = first_difference(&checked_in, &fresh);
+        panic!(
+            "include/radixkv.h is out of date with src/ffi/ ({diff}).\n\
+             Regenerate it with:  RADIXKV_BLESS=1 cargo test --test header\n\
+             then review `git diff include/radixkv.h` and commit it."
+        );
+    }
+
+    // The names engines are written against (C_ABI.md) come out exactly.
+    for name in [
+        "typedef struct rkv_cache rkv_cache;",
+        "typedef uint64_t rkv_lock;",
+        "typedef enum rkv_status {",
+        "} rkv_status;",
+        "RKV_OK = 0,",
+        "RKV_INTERNAL_ERROR = 9,",
+        "typedef enum rkv_eviction_policy {",
+        "RKV_EVICT_LRU = 0,",
+        "typedef struct rkv_options {",
+        "typedef struct rkv_stats {",
+        "typedef void (*rkv_free_fn)(void *ctx, const uint32_t *slots, size_t n_slots);",
+        "const char *rkv_status_str(rkv_status status);",
+    ] {
+        assert!(fresh.contains(name), "the header lacks `{name}`");
+    }
+}
+
+/// "line N: checked-in `...` vs generated `...`" for the first line that differs.
+fn first_difference(old: &str, new: &str) -> String {
+    let (mut o, mut n) = (old.lines(), new.lines());
+    for line in 1.. {
+        match (o.next(), n.next()) {
+            (None, None) => return "they differ only in line endings".into(),
+            (a, b) if a == b => continue,
+            (a, b) => {
+                return format!(
+                    "first difference at line {line}: checked-in {:?} vs generated {:?}",
+                    a.unwrap_or("<end of file>"),
+                    b.unwrap_or("<end of file>")
+                );
+            }
+        }
+    }
+    unreachable!()
+}
