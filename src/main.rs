@@ -1,5 +1,7 @@
-//! The `radixkv` command line (see `CLI.md`).
+//! The `radixkv` command line (see `CLI.md`): `radixkv replay` and `radixkv sweep`.
+
+mod cli;
+
 fn main() {
-    eprintln!("radixkv: the CLI is not built yet");
-    std::process::exit(2);
+    std::process::exit(cli::main());
 }

@@ -1,0 +1,379 @@
+//! The replay engine: requests through one cache, the way a serving engine would run them.
+//!
+//! Per request: `match_and_lock` the prompt (its length is the hit), take slots for the
+//! uncached page-aligned rest (pool mode: evict the shortfall, then `alloc`; unlimited
+//! capacity: fresh slot numbers from a counter), `insert`, release the lock. With
+//! `with_output`, the prompt is inserted with `insert_and_lock` instead, and the prompt plus
+//! `output_length` fresh token ids (unique across the run) is inserted after it.
+//!
+//! N worker threads share the cache and pull from one [`WindowQueue`].
+
+use super::report::{Latencies, Report, peak_rss_bytes};
+use indicatif::{ProgressBar, ProgressStyle};
+use radixkv::sched::{PrefixOracle, Schedule, Scheduler, WindowQueue};
+use radixkv::trace::Trace;
+use radixkv::{Cache, CacheOptions, Error, EvictionPolicy};
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+/// How to replay.
+#[derive(Debug, Clone)]
+pub struct Config {
+    /// KV capacity in tokens (`None`: unlimited, no pool).
+    pub capacity: Option<u64>,
+    /// Page size.
+    pub page_size: usize,
+    /// Eviction policy.
+    pub policy: EvictionPolicy,
+    /// Worker threads.
+    pub threads: usize,
+    /// Window ordering.
+    pub schedule: Schedule,
+    /// Window size.
+    pub window: usize,
+    /// In-batch sharing threshold (cache-aware schedules; 0: off).
+    pub defer_threshold: usize,
+    /// Seed of the `random` schedule.
+    pub seed: u64,
+    /// Also cache generated tokens.
+    pub with_output: bool,
+    /// Show a progress bar.
+    pub progress: bool,
+}
+
+/// How often an allocation that finds every slot pinned by other threads is retried.
+const ALLOC_RETRIES: u32 = 2_000;
+
+/// Counters of one worker thread.
+#[derive(Default)]
+struct Counts {
+    requests: u64,
+    input_tokens: u64,
+    hit_tokens: u64,
+    skipped_requests: u64,
+    skipped_tokens: u64,
+    skipped_outputs: u64,
+    out_of_slots: u64,
+    output_tokens: u64,
+    lat: Latencies,
+}
+
+impl Counts {
+    fn merge(&mut self, o: Counts) {
+        self.requests += o.requests;
+        self.input_tokens += o.input_tokens;
+        self.hit_tokens += o.hit_tokens;
+        self.skipped_requests += o.skipped_requests;
+        self.skipped_tokens += o.skipped_tokens;
+        self.skipped_outputs += o.skipped_outputs;
+        self.out_of_slots += o.out_of_slots;
+        self.output_tokens += o.output_tokens;
+        self.lat.merge(o.lat);
+    }
+}
+
+/// What the workers share.
+struct Shared<'a> {
+    cache: &'a Cache,
+    cfg: &'a Config,
+    /// Pool size (0: unlimited).
+    pool: usize,
+    /// Next fresh slot (unlimited capacity).
+    next_slot: AtomicU64,
+    /// Fresh output token ids are taken downwards from here (exclusive).
+    next_out_token: AtomicU64,
+    /// ... and never at or below this.
+    out_token_floor: u64,
+}
+
+fn cache_err(what: &str, e: Error) -> String {
+    format!("cache {what} failed: {e}")
+}
+
+impl Shared<'_> {
+    /// Appends `n` slots to `slots`. `Ok(false)`: the pool stayed short (every slot pinned).
+    fn take_slots(&self, n: usize, slots: &mut Vec<u32>, c: &mut Counts) -> Result<bool, String> {
+        if n == 0 {
+            return Ok(true);
+        }
+        if self.pool == 0 {
+            let start = self.next_slot.fetch_add(n as u64, Ordering::Relaxed);
+            if start + n as u64 > u32::MAX as u64 + 1 {
+                return Err("more than 2^32 slots handed out: slot ids exhausted".into());
+            }
+            slots.extend(start as u32..=(start + n as u64 - 1) as u32);
+            return Ok(true);
+        }
+        let mut attempt = 0;
+        loop {
+            let free = self.cache.stats().free_slots as usize;
+            if free < n {
+                let t = Instant::now();
+                self.cache.evict(n - free, None).map_err(|e| cache_err("evict", e))?;
+                c.lat.evict.push(t.elapsed());
+            }
+            match self.cache.alloc(n, slots) {
+                Ok(()) => return Ok(true),
+                Err(Error::OutOfSlots { .. }) if attempt < ALLOC_RETRIES => {
+                    // Other threads pin what is left; wait for them to release.
+                    attempt += 1;
+                    if attempt < 16 {
+                        std::thread::yield_now();
+                    } else {
+                        std::thread::sleep(Duration::from_micros(50));
+                    }
+                }
+                Err(Error::OutOfSlots { .. }) => return Ok(false),
+                Err(e) => return Err(cache_err("alloc", e)),
+            }
+        }
+    }
+
+    /// `n >= 1` token ids never used before in this run.
+    fn fresh_tokens(&self, n: usize) -> Result<std::ops::RangeInclusive<u32>, String> {
+        let floor = self.out_token_floor;
+        let prev = self
+            .next_out_token
+            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |cur| cur.checked_sub(n as u64).filter(|&lo| lo >= floor))
+            .map_err(|_| "out of fresh token ids for generated outputs (every u32 id above the trace's is used)".to_string())?;
+        let lo = prev - n as u64;
+        Ok(lo as u32..=(prev - 1) as u32)
+    }
+
+    fn run_request(
+        &self,
+        ns: u64,
+        tokens: &[u32],
+        output_length: usize,
+        slots: &mut Vec<u32>,
+        c: &mut Counts,
+    ) -> Result<(), String> {
+        let page = self.cfg.page_size;
+        let len = tokens.len();
+        let n = len / page * page;
+        c.requests += 1;
+        c.input_tokens += len as u64;
+        if self.pool > 0 && n > self.pool {
+            c.skipped_requests += 1;
+            c.skipped_tokens += len as u64;
+            return Ok(());
+        }
+        let t = Instant::now();
+        let guard = self.cache.match_and_lock(ns, tokens, slots);
+        c.lat.matching.push(t.elapsed());
+        let m = guard.len();
+        if slots.len() != m || m > n || m % page != 0 {
+            return Err(format!(
+                "cache match_and_lock returned {} slots for a {m}-token lock (aligned query {n})",
+                slots.len()
+            ));
+        }
+        c.hit_tokens += m as u64;
+        if !self.take_slots(n - m, slots, c)? {
+            c.out_of_slots += 1;
+            return Ok(());
+        }
+        let with_output = self.cfg.with_output && output_length > 0;
+        let mut input_lock = None;
+        if n > m {
+            let t = Instant::now();
+            if with_output {
+                let (_, l) = self
+                    .cache
+                    .insert_and_lock(ns, &tokens[..n], slots)
+                    .map_err(|e| cache_err("insert_and_lock", e))?;
+                input_lock = Some(l);
+            } else {
+                self.cache.insert(ns, &tokens[..n], slots).map_err(|e| cache_err("insert", e))?;
+            }
+            c.lat.insert.push(t.elapsed());
+        }
+        if with_output {
+            self.run_output(ns, tokens, n, output_length, slots, c)?;
+        }
+        drop(input_lock);
+        drop(guard);
+        Ok(())
+    }
+
+    /// Caches prompt + generated tokens; the prompt's `n` aligned tokens are pinned.
+    fn run_output(
+        &self,
+        ns: u64,
+        tokens: &[u32],
+        n: usize,
+        out_len: usize,
+        slots: &mut Vec<u32>,
+        c: &mut Counts,
+    ) -> Result<(), String> {
+        let page = self.cfg.page_size;
+        let nf = (tokens.len() + out_len) / page * page;
+        if nf <= n {
+            return Ok(());
+        }
+        if self.pool > 0 && nf > self.pool {
+            c.skipped_outputs += 1;
+            return Ok(());
+        }
+        let mut full = Vec::with_capacity(tokens.len() + out_len);
+        full.extend_from_slice(tokens);
+        full.extend(self.fresh_tokens(out_len)?);
+        let got = self.cache.match_prefix(ns, &tokens[..n], slots);
+        if got != n {
+            return Err(format!(
+                "cache lost a pinned prefix: {got} of {n} pinned tokens still match"
+            ));
+        }
+        if !self.take_slots(nf - n, slots, c)? {
+            c.out_of_slots += 1;
+            return Ok(());
+        }
+        let t = Instant::now();
+        self.cache.insert(ns, &full[..nf], slots).map_err(|e| cache_err("insert", e))?;
+        c.lat.insert.push(t.elapsed());
+        c.output_tokens += out_len as u64;
+        Ok(())
+    }
+}
+
+/// Replays `trace` under `cfg`.
+pub fn replay(trace: &Trace, cfg: &Config) -> Result<Report, String> {
+    let page = cfg.page_size;
+    let pool = match cfg.capacity {
+        None => 0,
+        Some(c) => {
+            let p = (c / page as u64) * page as u64;
+            if p == 0 {
+                return Err(format!("capacity {c} is smaller than one page ({page} tokens)"));
+            }
+            usize::try_from(p).map_err(|_| format!("capacity {c} too large for this machine"))?
+        }
+    };
+    let cache = Cache::new(CacheOptions { page_size: page, policy: cfg.policy, pool_slots: pool })
+        .map_err(|e| format!("cannot create the cache: {e}"))?;
+    let shared = Shared {
+        cache: &cache,
+        cfg,
+        pool,
+        next_slot: AtomicU64::new(0),
+        next_out_token: AtomicU64::new(u32::MAX as u64 + 1),
+        out_token_floor: trace.max_token().map_or(0, |t| t as u64 + 1),
+    };
+    let scheduler = Scheduler::new(cfg.schedule, cfg.defer_threshold, cfg.seed);
+    let queue = Mutex::new(WindowQueue::new(trace.iter(), scheduler, cfg.window));
+    let bar = if cfg.progress {
+        let b = ProgressBar::new(trace.len() as u64);
+        if let Ok(style) = ProgressStyle::with_template(
+            "{elapsed_precise} [{bar:40}] {pos}/{len} requests ({per_sec}, eta {eta})",
+        ) {
+            b.set_style(style.progress_chars("=> "));
+        }
+        b
+    } else {
+        ProgressBar::hidden()
+    };
+    let abort = AtomicBool::new(false);
+    let first_error: Mutex<Option<String>> = Mutex::new(None);
+    let threads = cfg.threads.max(1);
+
+    let start = Instant::now();
+    let results: Vec<Counts> = std::thread::scope(|s| {
+        let handles: Vec<_> = (0..threads)
+            .map(|_| {
+                s.spawn(|| {
+                    let mut c = Counts::default();
+                    let mut slots = Vec::new();
+                    while !abort.load(Ordering::Relaxed) {
+                        let next = queue
+                            .lock()
+                            .unwrap_or_else(|e| e.into_inner())
+                            .next(&cache as &dyn PrefixOracle);
+                        let Some(d) = next else { break };
+                        let r = &d.request;
+                        if let Err(e) = shared.run_request(
+                            r.namespace,
+                            &r.tokens,
+                            r.output_length,
+                            &mut slots,
+                            &mut c,
+                        ) {
+                            abort.store(true, Ordering::Relaxed);
+                            first_error.lock().unwrap_or_else(|e| e.into_inner()).get_or_insert(e);
+                            break;
+                        }
+                        bar.inc(1);
+                    }
+                    c
+                })
+            })
+            .collect();
+        handles.into_iter().map(|h| h.join().unwrap_or_default()).collect()
+    });
+    let wall = start.elapsed();
+    bar.finish_and_clear();
+    if let Some(e) = first_error.into_inner().unwrap_or_else(|e| e.into_inner()) {
+        return Err(e);
+    }
+    let mut total = Counts::default();
+    for c in results {
+        total.merge(c);
+    }
+    if total.requests != trace.len() as u64 {
+        return Err(format!(
+            "a worker thread died: {} of {} requests replayed",
+            total.requests,
+            trace.len()
+        ));
+    }
+    let (rounds, deferred) = {
+        let q = queue.lock().unwrap_or_else(|e| e.into_inner());
+        (q.rounds(), q.deferrals())
+    };
+    let st = cache.stats();
+    let wall_s = wall.as_secs_f64().max(1e-9);
+    Ok(Report {
+        trace: trace.name().to_string(),
+        requests: total.requests,
+        input_tokens: total.input_tokens,
+        hit_tokens: total.hit_tokens,
+        hit_ratio: if total.input_tokens == 0 {
+            0.0
+        } else {
+            total.hit_tokens as f64 / total.input_tokens as f64
+        },
+        evicted_tokens: st.tree.evicted_tokens,
+        cached_tokens: st.tree.cached_tokens,
+        inserted_tokens: st.tree.inserted_tokens,
+        nodes: st.tree.nodes,
+        output_tokens: total.output_tokens,
+        skipped_requests: total.skipped_requests,
+        skipped_tokens: total.skipped_tokens,
+        skipped_outputs: total.skipped_outputs,
+        out_of_slots: total.out_of_slots,
+        deferred,
+        rounds,
+        wall_s,
+        requests_per_s: total.requests as f64 / wall_s,
+        tokens_per_s: total.input_tokens as f64 / wall_s,
+        match_p50_us: total.lat.matching.percentile_us(50.0),
+        match_p99_us: total.lat.matching.percentile_us(99.0),
+        insert_p50_us: total.lat.insert.percentile_us(50.0),
+        insert_p99_us: total.lat.insert.percentile_us(99.0),
+        evict_p50_us: total.lat.evict.percentile_us(50.0),
+        evict_p99_us: total.lat.evict.percentile_us(99.0),
+        evictions: total.lat.evict.len() as u64,
+        peak_rss_bytes: peak_rss_bytes(),
+        threads: threads as u64,
+        page_size: page as u64,
+        capacity: if pool == 0 { None } else { Some(pool as u64) },
+        policy: match cfg.policy {
+            EvictionPolicy::Lru => "lru",
+            EvictionPolicy::Fifo => "fifo",
+        }
+        .to_string(),
+        schedule: cfg.schedule.name().to_string(),
+        window: cfg.window as u64,
+        with_output: cfg.with_output,
+    })
+}

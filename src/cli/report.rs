@@ -1,0 +1,297 @@
+//! What a replay measured, and how it is shown.
+
+use serde::Serialize;
+use std::fmt::Write as _;
+use std::time::Duration;
+
+/// Latency samples of one operation, in nanoseconds.
+#[derive(Default, Debug, Clone)]
+pub struct Samples(Vec<u64>);
+
+impl Samples {
+    /// Records one sample.
+    pub fn push(&mut self, d: Duration) {
+        self.0.push(d.as_nanos().min(u64::MAX as u128) as u64);
+    }
+    /// Number of samples.
+    pub fn len(&self) -> usize {
+        self.0.len()
+    }
+    /// Nearest-rank percentile `p` (0..=100) in microseconds; 0 without samples.
+    pub fn percentile_us(&mut self, p: f64) -> f64 {
+        if self.0.is_empty() {
+            return 0.0;
+        }
+        self.0.sort_unstable();
+        let rank = ((p / 100.0) * self.0.len() as f64).ceil() as usize;
+        self.0[rank.clamp(1, self.0.len()) - 1] as f64 / 1000.0
+    }
+}
+
+/// Per-operation latencies of one thread (merged at the end).
+#[derive(Default, Debug, Clone)]
+pub struct Latencies {
+    /// `match_and_lock`.
+    pub matching: Samples,
+    /// `insert` / `insert_and_lock`.
+    pub insert: Samples,
+    /// Evictions before an allocation.
+    pub evict: Samples,
+}
+
+impl Latencies {
+    /// Appends another thread's samples.
+    pub fn merge(&mut self, o: Latencies) {
+        self.matching.0.extend(o.matching.0);
+        self.insert.0.extend(o.insert.0);
+        self.evict.0.extend(o.evict.0);
+    }
+}
+
+/// Peak resident set size of this process (`VmHWM`), 0 where unknown.
+pub fn peak_rss_bytes() -> u64 {
+    let Ok(s) = std::fs::read_to_string("/proc/self/status") else { return 0 };
+    s.lines()
+        .find_map(|l| l.strip_prefix("VmHWM:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
+        .map_or(0, |kb| kb * 1024)
+}
+
+/// The result of one replay (the `--json` object).
+#[derive(Debug, Clone, Serialize)]
+pub struct Report {
+    /// Trace name.
+    pub trace: String,
+    /// Requests replayed (skipped ones included).
+    pub requests: u64,
+    /// Their input tokens.
+    pub input_tokens: u64,
+    /// Input tokens found cached by `match_and_lock`.
+    pub hit_tokens: u64,
+    /// `hit_tokens / input_tokens`.
+    pub hit_ratio: f64,
+    /// Tokens evicted.
+    pub evicted_tokens: u64,
+    /// Tokens cached at the end.
+    pub cached_tokens: u64,
+    /// Tokens newly cached by inserts.
+    pub inserted_tokens: u64,
+    /// Tree nodes at the end.
+    pub nodes: u64,
+    /// Generated tokens cached (`--with-output`).
+    pub output_tokens: u64,
+    /// Requests longer than the capacity (counted as misses).
+    pub skipped_requests: u64,
+    /// Their tokens.
+    pub skipped_tokens: u64,
+    /// Outputs not cached because prompt + output exceeds the capacity.
+    pub skipped_outputs: u64,
+    /// Requests given up on because every slot stayed pinned by other threads.
+    pub out_of_slots: u64,
+    /// Deferrals by in-batch prefix sharing.
+    pub deferred: u64,
+    /// Scheduling rounds.
+    pub rounds: u64,
+    /// Replay time (loading excluded).
+    pub wall_s: f64,
+    /// Requests per second.
+    pub requests_per_s: f64,
+    /// Input tokens per second.
+    pub tokens_per_s: f64,
+    /// `match_and_lock` median, µs.
+    pub match_p50_us: f64,
+    /// `match_and_lock` 99th percentile, µs.
+    pub match_p99_us: f64,
+    /// `insert` median, µs.
+    pub insert_p50_us: f64,
+    /// `insert` 99th percentile, µs.
+    pub insert_p99_us: f64,
+    /// Eviction median, µs (0 without evictions).
+    pub evict_p50_us: f64,
+    /// Eviction 99th percentile, µs (0 without evictions).
+    pub evict_p99_us: f64,
+    /// Eviction calls.
+    pub evictions: u64,
+    /// Peak RSS of the process (VmHWM).
+    pub peak_rss_bytes: u64,
+    /// Worker threads.
+    pub threads: u64,
+    /// Page size.
+    pub page_size: u64,
+    /// Capacity in tokens (pool slots), `null` for unlimited.
+    pub capacity: Option<u64>,
+    /// Eviction policy.
+    pub policy: String,
+    /// Schedule.
+    pub schedule: String,
+    /// Window size.
+    pub window: u64,
+    /// Whether outputs were cached.
+    pub with_output: bool,
+}
+
+/// `1234567` as `1,234,567`.
+pub fn thousands(n: u64) -> String {
+    let s = n.to_string();
+    let mut out = String::with_capacity(s.len() + s.len() / 3);
+    for (i, ch) in s.chars().enumerate() {
+        if i > 0 && (s.len() - i) % 3 == 0 {
+            out.push(',');
+        }
+        out.push(ch);
+    }
+    out
+}
+
+/// A token count in short form: `2.5M`, `120k`, `512`.
+pub fn short(n: f64) -> String {
+    let (v, unit) = if n >= 1e9 {
+        (n / 1e9, "G")
+    } else if n >= 1e6 {
+        (n / 1e6, "M")
+    } else if n >= 1e3 {
+        (n / 1e3, "k")
+    } else {
+        (n, "")
+    };
+    let s = if v >= 100.0 || v.fract() == 0.0 { format!("{v:.0}") } else { format!("{v:.3}") };
+    let s =
+        if s.contains('.') { s.trim_end_matches('0').trim_end_matches('.').to_string() } else { s };
+    format!("{s}{unit}")
+}
+
+/// A capacity for people: `unlimited` or `2,000,000 tokens`.
+pub fn capacity_label(c: Option<u64>) -> String {
+    c.map_or("unlimited".to_string(), |c| format!("{} tokens", thousands(c)))
+}
+
+impl Report {
+    /// The short human-readable report.
+    pub fn human(&self) -> String {
+        let mut s = String::new();
+        let _ = writeln!(
+            s,
+            "radixkv replay: {} ({} requests, {} input tokens)",
+            self.trace,
+            thousands(self.requests),
+            thousands(self.input_tokens)
+        );
+        let _ = writeln!(
+            s,
+            "  cache     capacity {}, page size {}, {} eviction; {} thread{}, schedule {} (window {}){}",
+            capacity_label(self.capacity),
+            self.page_size,
+            self.policy,
+            self.threads,
+            if self.threads == 1 { "" } else { "s" },
+            self.schedule,
+            self.window,
+            if self.with_output { ", outputs cached" } else { "" }
+        );
+        let _ = writeln!(
+            s,
+            "  hits      {} of {} tokens = {:.6} ({:.2}%)",
+            thousands(self.hit_tokens),
+            thousands(self.input_tokens),
+            self.hit_ratio,
+            100.0 * self.hit_ratio
+        );
+        let _ = writeln!(
+            s,
+            "  cache     {} tokens cached in {} nodes at the end, {} inserted, {} evicted ({} evictions)",
+            thousands(self.cached_tokens),
+            thousands(self.nodes),
+            thousands(self.inserted_tokens),
+            thousands(self.evicted_tokens),
+            thousands(self.evictions)
+        );
+        if self.with_output {
+            let _ = writeln!(
+                s,
+                "  outputs   {} generated tokens cached",
+                thousands(self.output_tokens)
+            );
+        }
+        if self.skipped_requests + self.skipped_outputs + self.out_of_slots > 0 {
+            let _ = writeln!(
+                s,
+                "  skipped   {} requests longer than the capacity ({} tokens, counted as misses), {} outputs, {} out of slots",
+                thousands(self.skipped_requests),
+                thousands(self.skipped_tokens),
+                thousands(self.skipped_outputs),
+                thousands(self.out_of_slots)
+            );
+        }
+        if self.deferred > 0 {
+            let _ = writeln!(
+                s,
+                "  schedule  {} deferrals (in-batch prefix sharing) over {} rounds",
+                thousands(self.deferred),
+                thousands(self.rounds)
+            );
+        }
+        let _ = writeln!(
+            s,
+            "  speed     {:.3} s: {:.0} requests/s, {} tokens/s",
+            self.wall_s,
+            self.requests_per_s,
+            short(self.tokens_per_s)
+        );
+        let evict = if self.evictions == 0 {
+            "no evictions".to_string()
+        } else {
+            format!("evict p50 {:.1} µs p99 {:.1} µs", self.evict_p50_us, self.evict_p99_us)
+        };
+        let _ = writeln!(
+            s,
+            "  latency   match p50 {:.1} µs p99 {:.1} µs; insert p50 {:.1} µs p99 {:.1} µs; {evict}",
+            self.match_p50_us, self.match_p99_us, self.insert_p50_us, self.insert_p99_us
+        );
+        let _ = writeln!(
+            s,
+            "  memory    peak RSS {:.1} MiB",
+            self.peak_rss_bytes as f64 / (1024.0 * 1024.0)
+        );
+        s
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn percentiles_nearest_rank() {
+        let mut s = Samples::default();
+        assert_eq!(s.percentile_us(99.0), 0.0);
+        for i in 1..=100u64 {
+            s.push(Duration::from_nanos(i * 1000));
+        }
+        assert_eq!(s.percentile_us(50.0), 50.0);
+        assert_eq!(s.percentile_us(99.0), 99.0);
+        assert_eq!(s.percentile_us(100.0), 100.0);
+        assert_eq!(s.percentile_us(0.0), 1.0);
+        assert_eq!(s.len(), 100);
+    }
+
+    #[test]
+    fn number_formats() {
+        assert_eq!(thousands(0), "0");
+        assert_eq!(thousands(999), "999");
+        assert_eq!(thousands(1000), "1,000");
+        assert_eq!(thousands(61194628), "61,194,628");
+        assert_eq!(short(2_000_000.0), "2M");
+        assert_eq!(short(1_500.0), "1.5k");
+        assert_eq!(short(61_194_628.0), "61.195M");
+        assert_eq!(short(512.0), "512");
+        assert_eq!(capacity_label(None), "unlimited");
+        assert_eq!(capacity_label(Some(2_000_000)), "2,000,000 tokens");
+    }
+
+    #[test]
+    fn rss_is_read() {
+        if std::path::Path::new("/proc/self/status").exists() {
+            assert!(peak_rss_bytes() > 0);
+        }
+    }
+}

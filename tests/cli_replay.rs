@@ -1,0 +1,498 @@
+//! `radixkv replay` end to end: exact hit counts, formats, bad input, threads, JSON.
+
+#[path = "cli_common.rs"]
+mod cli_common;
+
+use cli_common::*;
+use radixkv::trace::synthetic::{SyntheticConfig, generate};
+
+/// The key exactness test of CLI.md (runs in release: `cargo test --release`).
+#[test]
+#[cfg_attr(debug_assertions, ignore = "61M tokens: run with --release")]
+fn mooncake_trace_exact_hit_count() {
+    let v = run_json(&[
+        "replay",
+        "--trace",
+        MOONCAKE,
+        "--capacity",
+        "inf",
+        "--page-size",
+        "1",
+        "--threads",
+        "1",
+        "--schedule",
+        "fcfs",
+        "--json",
+    ]);
+    assert_eq!(u(&v, "requests"), 3_993);
+    assert_eq!(u(&v, "input_tokens"), 61_194_628);
+    assert_eq!(u(&v, "hit_tokens"), 39_852_661);
+    assert_eq!(format!("{:.6}", v["hit_ratio"].as_f64().unwrap()), "0.651244");
+    assert_eq!(u(&v, "evicted_tokens"), 0);
+    // Page size 1, unlimited: the cache ends up holding every distinct token prefix.
+    assert_eq!(u(&v, "cached_tokens"), 61_194_628 - 39_852_661);
+    assert_eq!(u(&v, "skipped_requests"), 0);
+}
+
+/// Hits an unlimited cache of page size `page` must find on a Mooncake trace, whatever the
+/// order: every aligned token prefix is missed exactly once, so hits = aligned input tokens
+/// minus the distinct aligned prefixes, counted here over the trace's block structure.
+fn mooncake_expected_hits(path: &str, block: usize, page: usize) -> (u64, u64) {
+    let text = std::fs::read_to_string(path).expect("trace readable");
+    let mut coverage: std::collections::HashMap<Vec<u64>, usize> = std::collections::HashMap::new();
+    let mut aligned_total = 0u64;
+    for line in text.lines().filter(|l| !l.trim().is_empty()) {
+        let v: serde_json::Value = serde_json::from_str(line).unwrap();
+        let n = v["input_length"].as_u64().unwrap() as usize / page * page;
+        let ids: Vec<u64> =
+            v["hash_ids"].as_array().unwrap().iter().map(|h| h.as_u64().unwrap()).collect();
+        aligned_total += n as u64;
+        for k in 0..n.div_ceil(block) {
+            let c = coverage.entry(ids[..=k].to_vec()).or_insert(0);
+            *c = (*c).max(block.min(n - k * block));
+        }
+    }
+    let distinct: u64 = coverage.values().map(|&c| c as u64).sum();
+    (aligned_total - distinct, distinct)
+}
+
+/// Page size 16 with a pool large enough never to evict: the order-independent count.
+#[test]
+#[cfg_attr(debug_assertions, ignore = "61M tokens: run with --release")]
+fn mooncake_trace_pages_in_pool_mode() {
+    let (hits, distinct) = mooncake_expected_hits(MOONCAKE, 512, 1);
+    assert_eq!((hits, distinct), (39_852_661, 21_341_967));
+    let (hits, distinct) = mooncake_expected_hits(MOONCAKE, 512, 16);
+    let v = run_json(&[
+        "replay",
+        "--trace",
+        MOONCAKE,
+        "--page-size",
+        "16",
+        "--capacity",
+        "22e6",
+        "--json",
+    ]);
+    assert_eq!(u(&v, "capacity"), 22_000_000);
+    assert_eq!(u(&v, "hit_tokens"), hits);
+    assert_eq!(u(&v, "cached_tokens"), distinct);
+    assert_eq!(u(&v, "evicted_tokens"), 0);
+    // Half the distinct tokens: eviction, fewer hits, never more than the pool.
+    let v = run_json(&[
+        "replay",
+        "--trace",
+        MOONCAKE,
+        "--page-size",
+        "16",
+        "--capacity",
+        "1e7",
+        "--json",
+    ]);
+    assert!(u(&v, "evicted_tokens") > 0);
+    assert!(u(&v, "hit_tokens") < hits);
+    assert!(u(&v, "cached_tokens") <= 10_000_000);
+    assert_eq!(u(&v, "requests"), 3_993);
+}
+
+/// Two threads on the Mooncake trace: the same distinct tokens cached, at most the hits of
+/// one thread (a racing request can only miss what it would have hit).
+#[test]
+#[cfg_attr(debug_assertions, ignore = "61M tokens: run with --release")]
+fn mooncake_trace_two_threads() {
+    let v = run_json(&["replay", "--trace", MOONCAKE, "--threads", "2", "--json"]);
+    assert_eq!(u(&v, "input_tokens"), 61_194_628);
+    assert_eq!(u(&v, "cached_tokens"), 61_194_628 - 39_852_661);
+    let hits = u(&v, "hit_tokens");
+    assert!(hits <= 39_852_661, "{hits}");
+    assert!(hits as f64 >= 0.95 * 39_852_661.0, "{hits}");
+    assert_eq!(u(&v, "threads"), 2);
+}
+
+#[test]
+fn tokens_format_exact() {
+    let a: Vec<u32> = (1..=10).collect();
+    let b: Vec<u32> = (1..=15).collect();
+    let text = [
+        tokens_line(0, &a, 0),
+        String::new(),
+        tokens_line(0, &b, 0),
+        tokens_line(2, &a, 0),
+        tokens_line(0, &a, 3),
+    ]
+    .join("\n");
+    let f = temp_file("tokens.jsonl", &text);
+    let fs = f.to_str().unwrap();
+    for format in ["auto", "tokens"] {
+        let v = run_json(&["replay", "--trace", fs, "--format", format, "--json"]);
+        assert_eq!(u(&v, "requests"), 4);
+        assert_eq!(u(&v, "input_tokens"), 45);
+        // b hits a's 10; namespace 2 shares nothing; the last a hits all 10.
+        assert_eq!(u(&v, "hit_tokens"), 20);
+        assert_eq!(u(&v, "cached_tokens"), 25);
+    }
+    // Page sizes: only whole pages are cached and matched.
+    let v = run_json(&["replay", "--trace", fs, "--page-size", "4", "--json"]);
+    assert_eq!(
+        (u(&v, "hit_tokens"), u(&v, "cached_tokens"), u(&v, "page_size")),
+        (8 + 8, 12 + 8, 4)
+    );
+    let v = run_json(&["replay", "--trace", fs, "--page-size", "3", "--json"]);
+    assert_eq!((u(&v, "hit_tokens"), u(&v, "cached_tokens")), (9 + 9, 15 + 9));
+    let v = run_json(&["replay", "--trace", fs, "--page-size", "16", "--json"]);
+    assert_eq!((u(&v, "hit_tokens"), u(&v, "cached_tokens")), (0, 0));
+    // The same with a pool large enough never to evict.
+    let v = run_json(&["replay", "--trace", fs, "--page-size", "4", "--capacity", "64", "--json"]);
+    assert_eq!((u(&v, "hit_tokens"), u(&v, "cached_tokens"), u(&v, "capacity")), (16, 20, 64));
+    let _ = std::fs::remove_file(&f);
+}
+
+#[test]
+fn mooncake_format_exact() {
+    // Block size 4: r0 = 0..8; r1 = 0..10 (blocks 0, 1, 2 cut to 10); r2 = 0..4 then 12, 13.
+    let text = r#"{"timestamp": 0, "input_length": 8, "output_length": 1, "hash_ids": [0, 1]}
+{"timestamp": 5, "input_length": 10, "output_length": 1, "hash_ids": [0, 1, 2]}
+{"timestamp": 9, "input_length": 6, "output_length": 1, "hash_ids": [0, 3]}
+"#;
+    let f = temp_file("mooncake.jsonl", text);
+    let fs = f.to_str().unwrap();
+    for format in ["auto", "mooncake"] {
+        let v =
+            run_json(&["replay", "--trace", fs, "--format", format, "--block-size", "4", "--json"]);
+        assert_eq!((u(&v, "requests"), u(&v, "input_tokens"), u(&v, "hit_tokens")), (3, 24, 12));
+        assert_eq!(u(&v, "cached_tokens"), 12);
+    }
+    let v = run_json(&["replay", "--trace", fs, "--json"]);
+    // Block 0 is 0..512 now: every request starts with 0..k, so r1 hits 8, r2 hits 6.
+    assert_eq!(u(&v, "hit_tokens"), 14);
+    // Forcing the tokens format on Mooncake lines is a clean error.
+    let err = run_fail(&["replay", "--trace", fs, "--format", "tokens"]);
+    assert!(err.contains(&format!("{fs}:1: missing 'tokens'")), "{err}");
+    let _ = std::fs::remove_file(&f);
+}
+
+#[test]
+fn mixed_formats_auto_detected() {
+    let text = format!(
+        "{}\n{}\n",
+        tokens_line(0, &[0, 1, 2, 3, 4], 0),
+        r#"{"input_length": 6, "hash_ids": [0, 1]}"#
+    );
+    let f = temp_file("mixed.jsonl", &text);
+    let v = run_json(&["replay", "--trace", f.to_str().unwrap(), "--block-size", "4", "--json"]);
+    // Second request: 0, 1, 2, 3, 4, 5: hits the first 5.
+    assert_eq!((u(&v, "input_tokens"), u(&v, "hit_tokens")), (11, 5));
+    let _ = std::fs::remove_file(&f);
+}
+
+#[test]
+fn bad_inputs_are_clean_errors() {
+    let missing = temp_path("missing.jsonl");
+    let ms = missing.to_str().unwrap();
+    let err = run_fail(&["replay", "--trace", ms]);
+    assert!(err.contains(ms) && err.contains("cannot read"), "{err}");
+
+    let cases: [(&str, &str, &str); 6] = [
+        ("malformed.jsonl", "{\"tokens\": [1, 2]}\n{\"tokens\": [1, 2\n", ":2: malformed JSON"),
+        (
+            "bigtoken.jsonl",
+            "\n\n{\"tokens\": [1, 4294967296]}\n",
+            ":3: token id 4294967296 at position 1 out of range",
+        ),
+        ("negtoken.jsonl", "{\"tokens\": [-3]}\n", ":1: malformed JSON"),
+        (
+            "short.jsonl",
+            "{\"input_length\": 1025, \"hash_ids\": [1, 2]}\n",
+            ":1: input_length 1025 larger than its hash_ids cover",
+        ),
+        (
+            "huge.jsonl",
+            "{\"input_length\": 99999999999, \"hash_ids\": [1]}\n",
+            ":1: input_length 99999999999 out of range",
+        ),
+        (
+            "overflow.jsonl",
+            "{\"input_length\": 10, \"hash_ids\": [9000000]}\n",
+            ":1: hash id 9000000 (block 0) gives token id",
+        ),
+    ];
+    for (name, text, want) in cases {
+        let f = temp_file(name, text);
+        let fs = f.to_str().unwrap();
+        let err = run_fail(&["replay", "--trace", fs]);
+        assert!(err.contains(&format!("{fs}{want}")), "{name}: {err}");
+        // The sweep reads traces the same way.
+        let err =
+            run_fail(&["sweep", "--trace", fs, "--out-dir", temp_path("never").to_str().unwrap()]);
+        assert!(err.contains(&format!("{fs}{want}")), "{name}: {err}");
+        let _ = std::fs::remove_file(&f);
+    }
+    // A block size that does not fit makes the token ids overflow, named with the line.
+    let f = temp_file("bs.jsonl", "{\"input_length\": 3, \"hash_ids\": [5]}\n");
+    let err = run_fail(&["replay", "--trace", f.to_str().unwrap(), "--block-size", "1000000000"]);
+    assert!(err.contains(":1: hash id 5 (block 0) gives token id"), "{err}");
+    let _ = std::fs::remove_file(&f);
+}
+
+#[test]
+fn bad_options_are_usage_errors() {
+    for args in [
+        &["replay", "--capacity", "lots"][..],
+        &["replay", "--capacity", "0"],
+        &["replay", "--threads", "0"],
+        &["replay", "--page-size", "0"],
+        &["replay", "--schedule", "sjf"],
+        &["replay", "--format", "csv"],
+        &["replay", "--block-size", "0"],
+    ] {
+        let out = run(args);
+        assert_eq!(out.status.code(), Some(2), "{args:?}");
+        assert!(!String::from_utf8_lossy(&out.stderr).contains("panicked"));
+    }
+    // A capacity smaller than one page is a clean error too.
+    let err = run_fail(&["replay", "--capacity", "8", "--page-size", "16"]);
+    assert!(err.contains("smaller than one page"), "{err}");
+}
+
+#[test]
+fn requests_larger_than_capacity_are_skipped() {
+    let long: Vec<u32> = (100..130).collect();
+    let short: Vec<u32> = (1..=6).collect();
+    let text = [
+        tokens_line(0, &short, 0),
+        tokens_line(0, &long, 0),
+        tokens_line(0, &short, 0),
+        tokens_line(0, &long, 0),
+    ]
+    .join("\n");
+    let f = temp_file("capacity.jsonl", &text);
+    let fs = f.to_str().unwrap();
+    let v = run_json(&["replay", "--trace", fs, "--capacity", "16", "--json"]);
+    assert_eq!(u(&v, "requests"), 4);
+    assert_eq!(u(&v, "input_tokens"), 72);
+    assert_eq!(u(&v, "skipped_requests"), 2);
+    assert_eq!(u(&v, "skipped_tokens"), 60);
+    assert_eq!(u(&v, "hit_tokens"), 6);
+    assert_eq!(u(&v, "capacity"), 16);
+    // Page size 8: capacity 16 holds 2 pages; a 30-token request needs 3 (aligned 24): skipped.
+    let v = run_json(&["replay", "--trace", fs, "--capacity", "20", "--page-size", "8", "--json"]);
+    assert_eq!((u(&v, "skipped_requests"), u(&v, "capacity"), u(&v, "hit_tokens")), (2, 16, 0));
+    // Threads do not change that.
+    let v = run_json(&["replay", "--trace", fs, "--capacity", "16", "--threads", "3", "--json"]);
+    assert_eq!(u(&v, "skipped_requests"), 2);
+    // The human report says so.
+    let out = run(&["replay", "--trace", fs, "--capacity", "16"]);
+    assert!(out.status.success());
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        text.contains("skipped") && text.contains("2 requests longer than the capacity"),
+        "{text}"
+    );
+    let _ = std::fs::remove_file(&f);
+}
+
+fn small_workload_file() -> std::path::PathBuf {
+    let t = generate(&SyntheticConfig {
+        seed: 77,
+        conversations: 40,
+        fewshot_requests: 60,
+        agent_contexts: 6,
+    });
+    let text: Vec<String> =
+        t.iter().map(|r| tokens_line(r.namespace, &r.tokens, r.output_length)).collect();
+    temp_file("synthetic.jsonl", &text.join("\n"))
+}
+
+#[test]
+fn threads_give_the_same_cache_and_nearly_the_same_hits() {
+    let f = small_workload_file();
+    let fs = f.to_str().unwrap();
+    let one = run_json(&["replay", "--trace", fs, "--json"]);
+    assert!(u(&one, "hit_tokens") > 0);
+    // Unlimited, page 1: what is cached at the end is every distinct prefix, however run.
+    assert_eq!(u(&one, "cached_tokens"), u(&one, "input_tokens") - u(&one, "hit_tokens"));
+    for threads in ["2", "4"] {
+        let v = run_json(&["replay", "--trace", fs, "--threads", threads, "--json"]);
+        assert_eq!(u(&v, "requests"), u(&one, "requests"));
+        assert_eq!(u(&v, "input_tokens"), u(&one, "input_tokens"));
+        assert_eq!(u(&v, "cached_tokens"), u(&one, "cached_tokens"));
+        // Racing allowance: concurrent requests may both miss a prefix neither had cached;
+        // they can never hit more than one thread does.
+        let (h, h1) = (u(&v, "hit_tokens"), u(&one, "hit_tokens"));
+        assert!(h <= h1 && h as f64 >= 0.9 * h1 as f64, "{threads} threads: {h} vs {h1}");
+    }
+    // With eviction and threads, every request is still accounted for.
+    let cap = (u(&one, "cached_tokens") / 4).to_string();
+    for threads in ["1", "4"] {
+        let v = run_json(&[
+            "replay",
+            "--trace",
+            fs,
+            "--capacity",
+            &cap,
+            "--threads",
+            threads,
+            "--json",
+        ]);
+        assert_eq!(u(&v, "requests"), u(&one, "requests"));
+        assert!(u(&v, "evicted_tokens") > 0);
+        assert!(u(&v, "hit_tokens") < u(&one, "hit_tokens"));
+        assert!(u(&v, "cached_tokens") <= u(&v, "capacity"));
+        assert_eq!(u(&v, "out_of_slots"), 0);
+    }
+    let _ = std::fs::remove_file(&f);
+}
+
+#[test]
+fn every_schedule_and_window_replays_everything() {
+    let f = small_workload_file();
+    let fs = f.to_str().unwrap();
+    let one = run_json(&["replay", "--trace", fs, "--json"]);
+    let cap = (u(&one, "cached_tokens") / 4).to_string();
+    for schedule in ["fcfs", "lpm", "dfs-weight", "random"] {
+        for window in ["1", "32"] {
+            // Unlimited capacity, page 1, one thread: the order does not change the hits.
+            let v = run_json(&[
+                "replay",
+                "--trace",
+                fs,
+                "--schedule",
+                schedule,
+                "--window",
+                window,
+                "--json",
+            ]);
+            assert_eq!(u(&v, "hit_tokens"), u(&one, "hit_tokens"), "{schedule} {window}");
+            assert_eq!(v["schedule"], schedule);
+            let v = run_json(&[
+                "replay",
+                "--trace",
+                fs,
+                "--schedule",
+                schedule,
+                "--window",
+                window,
+                "--capacity",
+                &cap,
+                "--json",
+            ]);
+            assert_eq!(u(&v, "requests"), u(&one, "requests"));
+            assert!(u(&v, "hit_tokens") <= u(&one, "hit_tokens"));
+            if window == "1" || schedule == "fcfs" || schedule == "random" {
+                assert_eq!(u(&v, "deferred"), 0, "{schedule} {window}");
+            }
+        }
+    }
+    // The comparison table has a line per schedule and a column per window.
+    let out = run(&["replay", "--trace", fs, "--compare-schedules", "--windows", "1,8"]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let text = String::from_utf8_lossy(&out.stdout);
+    for s in [
+        "fcfs",
+        "lpm",
+        "dfs-weight",
+        "random",
+        "window 1",
+        "window 8",
+        "unlimited capacity",
+        "auto",
+    ] {
+        assert!(text.contains(s), "{s} missing in:\n{text}");
+    }
+    // Window 1 leaves no choice: every schedule gets the fcfs ratio.
+    let v = run_json(&[
+        "replay",
+        "--trace",
+        fs,
+        "--compare-schedules",
+        "--windows",
+        "1",
+        "--capacity",
+        &cap,
+        "--json",
+    ]);
+    let runs = v["runs"].as_array().unwrap();
+    assert_eq!(runs.len(), 4);
+    assert!(runs.iter().all(|r| r["hit_tokens"] == runs[0]["hit_tokens"]));
+    let _ = std::fs::remove_file(&f);
+}
+
+#[test]
+fn with_output_caches_generated_tokens() {
+    let a: Vec<u32> = (1..=10).collect();
+    let text = [tokens_line(0, &a, 5), tokens_line(0, &a, 5), tokens_line(0, &a, 0)].join("\n");
+    let f = temp_file("output.jsonl", &text);
+    let fs = f.to_str().unwrap();
+    let v = run_json(&["replay", "--trace", fs, "--json"]);
+    assert_eq!((u(&v, "hit_tokens"), u(&v, "cached_tokens"), u(&v, "output_tokens")), (20, 10, 0));
+    // Each output has fresh ids: two 5-token branches after the shared 10.
+    let v = run_json(&["replay", "--trace", fs, "--with-output", "--json"]);
+    assert_eq!((u(&v, "hit_tokens"), u(&v, "cached_tokens"), u(&v, "output_tokens")), (20, 20, 10));
+    assert_eq!(v["with_output"], true);
+    // In pool mode the same, and an output that does not fit is skipped, not a crash.
+    let v = run_json(&["replay", "--trace", fs, "--with-output", "--capacity", "64", "--json"]);
+    assert_eq!((u(&v, "hit_tokens"), u(&v, "cached_tokens")), (20, 20));
+    let v = run_json(&["replay", "--trace", fs, "--with-output", "--capacity", "12", "--json"]);
+    assert_eq!((u(&v, "hit_tokens"), u(&v, "skipped_outputs")), (20, 2));
+    let _ = std::fs::remove_file(&f);
+}
+
+#[test]
+fn json_has_every_documented_field() {
+    let f = small_workload_file();
+    let v = run_json(&["replay", "--trace", f.to_str().unwrap(), "--capacity", "2e4", "--json"]);
+    for key in [
+        "requests",
+        "input_tokens",
+        "hit_tokens",
+        "evicted_tokens",
+        "peak_rss_bytes",
+        "threads",
+        "page_size",
+        "capacity",
+        "skipped_requests",
+        "skipped_tokens",
+        "skipped_outputs",
+        "out_of_slots",
+    ] {
+        u(&v, key);
+    }
+    for key in [
+        "hit_ratio",
+        "wall_s",
+        "requests_per_s",
+        "tokens_per_s",
+        "match_p50_us",
+        "match_p99_us",
+        "insert_p50_us",
+        "insert_p99_us",
+        "evict_p99_us",
+    ] {
+        let x = v[key].as_f64().unwrap_or_else(|| panic!("{key} missing in {v}"));
+        assert!(x.is_finite() && x >= 0.0, "{key} = {x}");
+    }
+    assert_eq!(u(&v, "capacity"), 20_000);
+    assert!(u(&v, "evicted_tokens") > 0 && u(&v, "evictions") > 0);
+    assert!(v["match_p50_us"].as_f64().unwrap() <= v["match_p99_us"].as_f64().unwrap());
+    assert!(u(&v, "peak_rss_bytes") > 0);
+    let r = v["hit_ratio"].as_f64().unwrap();
+    assert!((r - u(&v, "hit_tokens") as f64 / u(&v, "input_tokens") as f64).abs() < 1e-12);
+    // Unlimited capacity is null.
+    let v = run_json(&["replay", "--trace", f.to_str().unwrap(), "--json"]);
+    assert!(v["capacity"].is_null());
+    let _ = std::fs::remove_file(&f);
+}
+
+#[test]
+fn builtin_workload_by_default() {
+    let out = run(&["replay"]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("radixkv replay: builtin"), "{text}");
+    assert!(text.contains("hits") && text.contains("latency"), "{text}");
+    let v = run_json(&["replay", "--json"]);
+    let t = radixkv::trace::synthetic::builtin();
+    assert_eq!(u(&v, "requests"), t.len() as u64);
+    assert_eq!(u(&v, "input_tokens"), t.input_tokens());
+    let ratio = v["hit_ratio"].as_f64().unwrap();
+    assert!(ratio > 0.3 && ratio < 1.0, "{ratio}");
+}
