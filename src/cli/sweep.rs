@@ -95,6 +95,8 @@ pub fn plot(
         points.iter().filter_map(|r| r.capacity.map(|c| (c as f64, r.hit_ratio))).collect();
     let (xmin, xmax) = xy.iter().fold((f64::MAX, f64::MIN), |(a, b), &(x, _)| (a.min(x), b.max(x)));
     let (xmin, xmax) = if xy.is_empty() { (1.0, 10.0) } else { (xmin / 1.5, xmax * 1.5) };
+    // What an unlimited cache ends up holding: beyond it, more capacity cannot help.
+    let distinct = unlimited.cached_tokens as f64;
     let root = SVGBackend::new(path, (900, 560)).into_drawing_area();
     root.fill(&WHITE)?;
     let title =
@@ -127,6 +129,20 @@ pub fn plot(
         .draw_series(DashedLineSeries::new(vec![(xmin, u), (xmax, u)], 8, 6, red.stroke_width(2)))?
         .label(format!("unlimited capacity: {u:.4}"))
         .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], red.stroke_width(2)));
+    if distinct > xmin && distinct < xmax {
+        let gray = RGBColor(110, 110, 110);
+        chart
+            .draw_series(DashedLineSeries::new(
+                vec![(distinct, 0.0), (distinct, 1.0)],
+                4,
+                4,
+                gray.stroke_width(1),
+            ))?
+            .label(format!("distinct tokens of the trace: {}", short(distinct)))
+            .legend(move |(x, y)| {
+                PathElement::new(vec![(x, y), (x + 20, y)], gray.stroke_width(1))
+            });
+    }
     chart
         .configure_series_labels()
         .position(SeriesLabelPosition::UpperLeft)
