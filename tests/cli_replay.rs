@@ -6,9 +6,8 @@ mod cli_common;
 use cli_common::*;
 use radixkv::trace::synthetic::{SyntheticConfig, generate};
 
-/// The key exactness test of CLI.md (runs in release: `cargo test --release`).
+/// The key exactness test of CLI.md (about a second even in debug, so never ignored).
 #[test]
-#[cfg_attr(debug_assertions, ignore = "61M tokens: run with --release")]
 fn mooncake_trace_exact_hit_count() {
     let v = run_json(&[
         "replay",
@@ -58,7 +57,6 @@ fn mooncake_expected_hits(path: &str, block: usize, page: usize) -> (u64, u64) {
 
 /// Page size 16 with a pool large enough never to evict: the order-independent count.
 #[test]
-#[cfg_attr(debug_assertions, ignore = "61M tokens: run with --release")]
 fn mooncake_trace_pages_in_pool_mode() {
     let (hits, distinct) = mooncake_expected_hits(MOONCAKE, 512, 1);
     assert_eq!((hits, distinct), (39_852_661, 21_341_967));
@@ -97,7 +95,6 @@ fn mooncake_trace_pages_in_pool_mode() {
 /// Two threads on the Mooncake trace: the same distinct tokens cached, at most the hits of
 /// one thread (a racing request can only miss what it would have hit).
 #[test]
-#[cfg_attr(debug_assertions, ignore = "61M tokens: run with --release")]
 fn mooncake_trace_two_threads() {
     let v = run_json(&["replay", "--trace", MOONCAKE, "--threads", "2", "--json"]);
     assert_eq!(u(&v, "input_tokens"), 61_194_628);
