@@ -34,11 +34,12 @@ impl fmt::Display for Error {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             Error::InvalidArgument(m) => write!(f, "invalid argument: {m}"),
-            Error::InvalidLock => write!(f, "invalid lock: unknown, already released, or another cache's"),
-            Error::OutOfSlots { requested, available } => write!(
-                f,
-                "out of slots: {requested} requested, {available} free or evictable"
-            ),
+            Error::InvalidLock => {
+                write!(f, "invalid lock: unknown, already released, or another cache's")
+            }
+            Error::OutOfSlots { requested, available } => {
+                write!(f, "out of slots: {requested} requested, {available} free or evictable")
+            }
             Error::NoPool => write!(f, "this cache has no slot pool (pool_slots == 0)"),
             Error::DoubleFree { slot } => {
                 write!(f, "slot {slot} is already free or held by the tree")

@@ -12,6 +12,6 @@ pub mod sched;
 pub mod trace;
 pub mod tree;
 
-pub use cache::{Cache, CacheOptions, CacheStats};
+pub use cache::{Cache, CacheOptions, CacheStats, FreeFn, Request};
 pub use error::{Error, Result};
 pub use tree::{EvictionPolicy, LockGuard, PrefixLock, RadixTree, TreeConfig, TreeStats};

@@ -4,10 +4,8 @@
 use radixkv::{EvictionPolicy, RadixTree, TreeConfig};
 
 fn load_trace() -> Option<Vec<Vec<u32>>> {
-    let path = concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/../shared/traces/mooncake_synthetic_trace.jsonl"
-    );
+    let path =
+        concat!(env!("CARGO_MANIFEST_DIR"), "/../shared/traces/mooncake_synthetic_trace.jsonl");
     let text = std::fs::read_to_string(path).ok()?;
     let mut out = Vec::new();
     for line in text.lines().filter(|l| !l.trim().is_empty()) {
@@ -25,11 +23,7 @@ fn load_trace() -> Option<Vec<Vec<u32>>> {
 }
 
 fn replay(reqs: &[Vec<u32>], page: usize, lock: bool) -> (u64, u64) {
-    let t = RadixTree::new(TreeConfig {
-        page_size: page,
-        policy: EvictionPolicy::Lru,
-    })
-    .unwrap();
+    let t = RadixTree::new(TreeConfig { page_size: page, policy: EvictionPolicy::Lru }).unwrap();
     let (mut hit, mut total) = (0u64, 0u64);
     let mut out = Vec::new();
     let mut next_slot = 0u32;

@@ -1,7 +1,30 @@
-//! The cache: the tree plus an optional built-in slot pool (STUB: API only).
+//! The cache: the radix tree plus an optional built-in slot pool, and the engine-facing
+//! request cycle ([`Request`]).
+//!
+//! Without a pool ("caller-managed"), slots are the caller's: the cache only indexes them,
+//! and hands evicted slots back through a callback. With a pool of `N` slots, the cache owns
+//! them: [`Cache::alloc`] hands out free slots (evicting LRU leaves when short), inserts adopt
+//! slots and free the ones they did not adopt, and eviction returns slots to the pool.
+//!
+//! # Consistency
+//!
+//! Every tree operation keeps the promises of [`crate::tree`]. In pool mode each slot has
+//! exactly one owner at any time (free, held by a caller, or cached by the tree): an insert
+//! validates and moves all of its slots in one all-or-nothing pool step taken at the moment
+//! the insertion takes effect (under the parent node's lock), so a refused insert changes
+//! nothing and an accepted one never leaves a slot with two owners. At quiescence
+//! `free + cached + held_by_callers == N`.
 
-use crate::error::{Error, Result};
+mod request;
+
+pub use request::Request;
+
+use crate::error::{Error, Result, invalid};
+use crate::pool::SlotPool;
 use crate::tree::{EvictionPolicy, LockGuard, PrefixLock, RadixTree, TreeConfig, TreeStats};
+
+/// A callback receiving slots the cache lets go of (evicted slots).
+pub type FreeFn<'a> = &'a mut dyn FnMut(&[u32]);
 
 /// Options of a new cache (mirrors `rkv_options`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -10,7 +33,8 @@ pub struct CacheOptions {
     pub page_size: usize,
     /// Eviction order.
     pub policy: EvictionPolicy,
-    /// 0: the caller manages slots; N: a built-in pool of N slots (a multiple of `page_size`).
+    /// 0: the caller manages slots; N: a built-in pool of N slots (a multiple of
+    /// `page_size`).
     pub pool_slots: usize,
 }
 
@@ -31,73 +55,219 @@ pub struct CacheStats {
     pub free_slots: u64,
 }
 
-/// A radix prefix cache, optionally owning its slots.
+/// A radix prefix cache, optionally owning its slots. `Send + Sync`.
 pub struct Cache {
     tree: RadixTree,
+    pool: Option<SlotPool>,
     opts: CacheOptions,
 }
 
+impl std::fmt::Debug for Cache {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Cache").field("opts", &self.opts).field("stats", &self.stats()).finish()
+    }
+}
+
 impl Cache {
-    /// A new cache.
+    /// A new cache. `InvalidArgument` for page size 0 or a pool size that is not a
+    /// multiple of the page size.
     pub fn new(opts: CacheOptions) -> Result<Self> {
         let tree = RadixTree::new(TreeConfig { page_size: opts.page_size, policy: opts.policy })?;
-        Ok(Cache { tree, opts })
+        let pool = match opts.pool_slots {
+            0 => None,
+            n => Some(SlotPool::new(n, opts.page_size)?),
+        };
+        Ok(Cache { tree, pool, opts })
     }
+
     /// The tree.
     pub fn tree(&self) -> &RadixTree {
         &self.tree
     }
+
+    /// The pool, if the cache has one.
+    pub fn pool(&self) -> Option<&SlotPool> {
+        self.pool.as_ref()
+    }
+
     /// Options it was built with.
     pub fn options(&self) -> CacheOptions {
         self.opts
     }
+
     /// Page size.
     pub fn page_size(&self) -> usize {
         self.opts.page_size
     }
+
     /// Whether it owns a pool.
     pub fn has_pool(&self) -> bool {
-        self.opts.pool_slots > 0
+        self.pool.is_some()
     }
-    /// See [`RadixTree::match_prefix`].
+
+    /// Longest cached prefix (an estimate under concurrency); see
+    /// [`RadixTree::match_prefix`].
     pub fn match_prefix(&self, ns: u64, tokens: &[u32], out: &mut Vec<u32>) -> usize {
         self.tree.match_prefix(ns, tokens, out)
     }
-    /// See [`RadixTree::match_and_lock`].
+
+    /// Match and pin atomically; see [`RadixTree::match_and_lock`].
     pub fn match_and_lock(&self, ns: u64, tokens: &[u32], out: &mut Vec<u32>) -> LockGuard<'_> {
         self.tree.match_and_lock(ns, tokens, out)
     }
-    /// Insert; in pool mode frees the slots it did not adopt.
-    pub fn insert(&self, _ns: u64, _tokens: &[u32], _slots: &[u32]) -> Result<usize> {
-        todo!()
+
+    /// Caches `tokens[..n]` (n cut to a page multiple) with `slots` and returns `existing`
+    /// (see [`RadixTree::insert`]).
+    ///
+    /// In pool mode the call itself frees every slot it did not adopt (`slots[..existing]`
+    /// where they differ from the cached slot at that position, and `slots[n..]`), and
+    /// refuses whole, changing nothing, a slot outside the pool, a free slot, a slot listed
+    /// twice, or one the tree caches at another position (`InvalidArgument`).
+    pub fn insert(&self, ns: u64, tokens: &[u32], slots: &[u32]) -> Result<usize> {
+        self.insert_impl(ns, tokens, slots, false, None).map(|(e, _)| e)
     }
-    /// Insert and pin.
-    pub fn insert_and_lock(&self, _ns: u64, _tokens: &[u32], _slots: &[u32]) -> Result<(usize, LockGuard<'_>)> {
-        todo!()
+
+    /// Insert and pin `tokens[..n]` atomically (chunked prefill; a request that keeps
+    /// running). Pool behaviour as in [`Cache::insert`].
+    pub fn insert_and_lock(
+        &self,
+        ns: u64,
+        tokens: &[u32],
+        slots: &[u32],
+    ) -> Result<(usize, LockGuard<'_>)> {
+        let (e, l) = self.insert_impl(ns, tokens, slots, true, None)?;
+        let l = l.expect("a pinning insert returns a lock");
+        Ok((e, self.tree.guard(l)))
     }
-    /// Unpin a detached lock.
+
+    /// [`Cache::insert_and_lock`] returning a detached lock.
+    pub fn insert_and_lock_raw(
+        &self,
+        ns: u64,
+        tokens: &[u32],
+        slots: &[u32],
+    ) -> Result<(usize, PrefixLock)> {
+        let (e, l) = self.insert_impl(ns, tokens, slots, true, None)?;
+        Ok((e, l.expect("a pinning insert returns a lock")))
+    }
+
+    /// The insert behind the public variants; `cached` (if given) receives the cached slots
+    /// of `tokens[..existing]`.
+    pub(crate) fn insert_impl(
+        &self,
+        ns: u64,
+        tokens: &[u32],
+        slots: &[u32],
+        pin: bool,
+        cached: Option<&mut Vec<u32>>,
+    ) -> Result<(usize, Option<PrefixLock>)> {
+        let Some(pool) = &self.pool else {
+            return self.tree.insert_with(ns, tokens, slots, pin, cached, &mut |_, _| Ok(()));
+        };
+        if tokens.len() != slots.len() {
+            return Err(invalid(format!(
+                "{} tokens but {} slots (one slot per token)",
+                tokens.len(),
+                slots.len()
+            )));
+        }
+        let n = tokens.len() / self.opts.page_size * self.opts.page_size;
+        let mut scratch = Vec::new();
+        let cached = cached.unwrap_or(&mut scratch);
+        let mut adopt = Vec::new();
+        let mut release = Vec::new();
+        let mut prepare = |existing: usize, have: &[u32]| -> Result<()> {
+            adopt.clear();
+            release.clear();
+            for (i, &s) in slots[..existing].iter().enumerate() {
+                if s != have[i] {
+                    release.push(s);
+                }
+            }
+            adopt.extend_from_slice(&slots[existing..n]);
+            release.extend_from_slice(&slots[n..]);
+            pool.settle(&adopt, &release)
+        };
+        self.tree.insert_with(ns, tokens, slots, pin, Some(cached), &mut prepare)
+    }
+
+    /// Unpins a detached lock. `InvalidLock` for another cache's lock.
     pub fn release(&self, lock: PrefixLock) -> Result<()> {
         self.tree.release(lock)
     }
-    /// Evict at least `k` tokens. `free` gets every freed slot once; it is required without
-    /// a pool (else `InvalidArgument`); with a pool the slots also go back to the pool.
-    pub fn evict(&self, _k: usize, _free: Option<&mut dyn FnMut(&[u32])>) -> Result<usize> {
-        todo!()
+
+    /// Evicts at least `k` tokens (fewer only if nothing more is evictable); returns the
+    /// tokens freed. `free` gets every freed slot exactly once (it must not call back into
+    /// this cache). Without a pool `free` is required (`InvalidArgument` otherwise); with a
+    /// pool the slots go back to the pool (after `free`, if given, has seen them).
+    pub fn evict(&self, k: usize, free: Option<FreeFn<'_>>) -> Result<usize> {
+        match (&self.pool, free) {
+            (None, None) => Err(invalid("evict without a pool needs a free callback")),
+            (None, Some(f)) => Ok(self.tree.evict(k, f)),
+            (Some(pool), f) => Ok(self.evict_to_pool(pool, k, f)),
+        }
     }
-    /// Allocate `n` slots (pool mode), appended to `out`; all or nothing.
-    pub fn alloc(&self, _n: usize, _out: &mut Vec<u32>) -> Result<()> {
-        Err(Error::NoPool)
+
+    fn evict_to_pool(&self, pool: &SlotPool, k: usize, mut user: Option<FreeFn<'_>>) -> usize {
+        self.tree.evict(k, &mut |slots| {
+            if let Some(f) = user.as_mut() {
+                f(slots);
+            }
+            // Cannot fail: the tree holds only slots the pool marked Cached when adopting.
+            pool.release_cached(slots).expect("evicted slots are cached in the pool");
+        })
     }
-    /// Return allocated, never adopted slots to the pool.
-    pub fn free(&self, _slots: &[u32]) -> Result<()> {
-        Err(Error::NoPool)
+
+    /// Allocates `n` slots from the pool (pool mode), appended to `out`: all or nothing, in
+    /// whole pages. When free slots are short it evicts LRU leaves and retries;
+    /// `OutOfSlots` only when even that cannot find `n` (a request larger than free plus
+    /// evictable slots fails at once, evicting nothing). `n` must be a multiple of the page
+    /// size (`InvalidArgument`). `NoPool` without a pool.
+    pub fn alloc(&self, n: usize, out: &mut Vec<u32>) -> Result<()> {
+        let pool = self.pool.as_ref().ok_or(Error::NoPool)?;
+        loop {
+            if pool.try_alloc(n, out)? {
+                return Ok(());
+            }
+            let short = n.saturating_sub(pool.allocatable()).max(self.opts.page_size);
+            let evictable = self.tree.stats().evictable_tokens as usize;
+            // Hopeless requests fail without emptying the cache first.
+            if short > evictable + pool.available().saturating_sub(pool.allocatable())
+                || self.evict_to_pool(pool, short, None) == 0
+            {
+                // Nothing left to evict; a last try in case a concurrent free landed.
+                if pool.try_alloc(n, out)? {
+                    return Ok(());
+                }
+                return Err(Error::OutOfSlots {
+                    requested: n,
+                    available: pool.available() + self.tree.stats().evictable_tokens as usize,
+                });
+            }
+        }
     }
-    /// Stats.
+
+    /// Returns allocated, never adopted slots to the pool: refused whole, changing nothing,
+    /// with `DoubleFree` for a slot that is free or cached by the tree (or listed twice),
+    /// `InvalidArgument` for one outside the pool. `NoPool` without a pool.
+    pub fn free(&self, slots: &[u32]) -> Result<()> {
+        self.pool.as_ref().ok_or(Error::NoPool)?.free(slots)
+    }
+
+    /// Counts and counters; exact at quiescence.
     pub fn stats(&self) -> CacheStats {
-        todo!()
+        CacheStats {
+            tree: self.tree.stats(),
+            pool_slots: self.pool.as_ref().map_or(0, |p| p.capacity() as u64),
+            free_slots: self.pool.as_ref().map_or(0, |p| p.available() as u64),
+        }
     }
-    /// Drop every unpinned page (`free` as in [`Cache::evict`]).
-    pub fn reset(&self, _free: Option<&mut dyn FnMut(&[u32])>) -> Result<()> {
-        todo!()
+
+    /// Drops every unpinned page; slots as in [`Cache::evict`].
+    pub fn reset(&self, free: Option<FreeFn<'_>>) -> Result<()> {
+        self.evict(usize::MAX, free).map(|_| ())
     }
 }
+
+#[cfg(test)]
+mod tests;

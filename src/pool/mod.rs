@@ -344,6 +344,23 @@ impl SlotPool {
         self.change(slots, CACHED, FREE).map_err(|(slot, why)| self.refusal(slot, why, "cached"))
     }
 
+    /// The pool half of an insert, as one all-or-nothing step: `adopt` go to the tree
+    /// (`Held -> Cached`) and `free` back to the pool (`Held -> Free`).
+    ///
+    /// Refused whole, changing nothing, with `InvalidArgument` if any slot of either list is
+    /// outside the pool, not Held (free, or cached by the tree), or listed twice in either
+    /// or both lists.
+    pub fn settle(&self, adopt: &[u32], free: &[u32]) -> Result<()> {
+        let r = if free.is_empty() {
+            self.change(adopt, HELD, CACHED)
+        } else if adopt.is_empty() {
+            self.change(free, HELD, FREE)
+        } else {
+            self.settle_sorted(adopt, free)
+        };
+        r.map_err(|(slot, why)| self.refusal(slot, why, "held"))
+    }
+
     /// Checks, changing nothing, that every slot is in the pool, Held, and listed once (to
     /// validate an insert before it mutates); `InvalidArgument` naming the first offender.
     ///
@@ -454,12 +471,24 @@ impl SlotPool {
             unlock_all();
             return Ok(());
         }
-        // Page counts, under the locks. A page made whole goes back; the Free slots other
-        // calls had left on it leave `loose`. The slots left on pages not yet whole join
-        // `loose` before the unlock, so before any call that could complete their page.
+        let (whole, left) = self.count_freed_locked(&sorted);
+        unlock_all();
+        self.push_pages(whole.into_iter(), left);
+        Ok(())
+    }
+
+    /// With the pages of `sorted` (ascending, distinct slots just made Free) locked: updates
+    /// the page counts and returns the pages made whole and how many Free slots they had
+    /// before (to leave `loose` once the pages are pushed).
+    ///
+    /// A page made whole goes back; the Free slots other calls had left on it leave
+    /// `loose`. The slots left on pages not yet whole join `loose` before the unlock, so
+    /// before any call that could complete their page.
+    fn count_freed_locked(&self, sorted: &[u32]) -> (Vec<u32>, usize) {
+        let p = self.page_size;
         let mut whole = Vec::new();
         let (mut joined, mut left) = (0, 0);
-        for g in groups() {
+        for g in sorted.chunk_by(|a, b| *a as usize / p == *b as usize / p) {
             let page = g[0] as usize / p;
             if g.len() == p {
                 whole.push(page as u32);
@@ -479,6 +508,43 @@ impl SlotPool {
         if joined > 0 {
             self.loose.fetch_add(joined, Ordering::AcqRel);
         }
+        (whole, left)
+    }
+
+    /// [`SlotPool::settle`] with both lists non-empty: the pages of both, ascending, locked
+    /// together, so the two changes are one all-or-nothing step.
+    fn settle_sorted(
+        &self,
+        adopt: &[u32],
+        free: &[u32],
+    ) -> std::result::Result<(), (u32, Refusal)> {
+        let p = self.page_size;
+        let mut all: Vec<u32> = adopt.iter().chain(free).copied().collect();
+        if let Some(&s) = all.iter().find(|&&s| s as usize >= self.capacity()) {
+            return Err((s, Refusal::OutOfRange));
+        }
+        all.sort_unstable();
+        if let Some(w) = all.windows(2).find(|w| w[0] == w[1]) {
+            return Err((w[0], Refusal::Twice));
+        }
+        let groups = || all.chunk_by(|a, b| *a as usize / p == *b as usize / p);
+        for g in groups() {
+            self.lock_page(g[0] as usize / p);
+        }
+        let unlock_all = || groups().for_each(|g| self.unlock_page(g[0] as usize / p));
+        if let Err(e) = self.check_locked(&all, HELD) {
+            unlock_all();
+            return Err(e);
+        }
+        for &s in adopt {
+            self.states[s as usize].store(CACHED, Ordering::Release);
+        }
+        let mut freed = free.to_vec();
+        freed.sort_unstable();
+        for &s in &freed {
+            self.states[s as usize].store(FREE, Ordering::Release);
+        }
+        let (whole, left) = self.count_freed_locked(&freed);
         unlock_all();
         self.push_pages(whole.into_iter(), left);
         Ok(())

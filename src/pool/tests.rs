@@ -457,3 +457,31 @@ fn pool_is_send_and_sync() {
     fn check<T: Send + Sync>() {}
     check::<SlotPool>();
 }
+
+#[test]
+fn settle_moves_both_lists_or_nothing() {
+    let pool = SlotPool::new(32, 4).unwrap();
+    let mut a = Vec::new();
+    assert!(pool.try_alloc(16, &mut a).unwrap());
+    // A slot in both lists, a free slot, one outside the pool: refused, nothing changed.
+    assert!(matches!(pool.settle(&a[..4], &a[3..5]), Err(Error::InvalidArgument(_))));
+    let free_slot = (0..32u32).find(|s| !a.contains(s)).unwrap();
+    assert!(matches!(pool.settle(&a[..4], &[a[4], free_slot]), Err(Error::InvalidArgument(_))));
+    assert!(matches!(pool.settle(&a[..4], &[a[4], 99]), Err(Error::InvalidArgument(_))));
+    assert!(a.iter().all(|&s| pool.state(s) == Some(SlotState::Held)));
+    assert_eq!(pool.available(), 16);
+    // Adopt one page, free one and a half pages: the whole page returns at once, the
+    // half page waits for its other slots.
+    pool.settle(&a[..4], &a[4..10]).unwrap();
+    assert!(a[..4].iter().all(|&s| pool.state(s) == Some(SlotState::Cached)));
+    assert!(a[4..10].iter().all(|&s| pool.state(s) == Some(SlotState::Free)));
+    assert_eq!(pool.available(), 22);
+    assert_eq!(pool.allocatable(), 20);
+    pool.settle(&[], &a[10..12]).unwrap();
+    assert_eq!(pool.allocatable(), 24);
+    pool.settle(&a[12..16], &[]).unwrap();
+    pool.release_cached(&a[..4]).unwrap();
+    pool.release_cached(&a[12..16]).unwrap();
+    assert_eq!(pool.available(), 32);
+    assert_eq!(pool.allocatable(), 32);
+}

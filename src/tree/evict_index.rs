@@ -19,19 +19,32 @@ use super::node::{DEAD, Node, PIN_MASK, QUEUED, REPLACED, RETIRE_PENDING, node_r
 use crate::sync::epoch::{Guard, Shared};
 use crate::sync::{Mutex, Ordering, lock};
 
-/// `(stamp, node address)`, smallest stamp first.
-type Entry = Reverse<(u64, usize)>;
+/// `(stamp, push sequence, node address)`: smallest stamp first, ties in push order (never
+/// by address, so the order is deterministic, which loom needs).
+type Entry = Reverse<(u64, u64, usize)>;
+
+/// The queue and its push counter.
+#[derive(Default)]
+struct Queue {
+    heap: BinaryHeap<Entry>,
+    seq: u64,
+}
+
+impl Queue {
+    fn push(&mut self, stamp: u64, addr: usize) {
+        self.seq += 1;
+        self.heap.push(Reverse((stamp, self.seq, addr)));
+    }
+}
 
 /// See the module docs.
 pub(crate) struct EvictIndex {
-    heap: Mutex<BinaryHeap<Entry>>,
+    heap: Mutex<Queue>,
 }
 
 impl EvictIndex {
     pub(crate) fn new() -> Self {
-        EvictIndex {
-            heap: Mutex::new(BinaryHeap::new()),
-        }
+        EvictIndex { heap: Mutex::new(Queue::default()) }
     }
 
     /// Queues `node` if it is live and not queued already. The caller decided it is an
@@ -47,7 +60,7 @@ impl EvictIndex {
         }
         node.evq.store(f | QUEUED, Ordering::Relaxed);
         let stamp = node.stamp.load(Ordering::Relaxed);
-        heap.push(Reverse((stamp, node as *const Node as usize)));
+        heap.push(stamp, node as *const Node as usize);
     }
 
     /// Hands `node` (unlinked from the tree, marked DEAD or REPLACED) to the epoch, or
@@ -72,7 +85,7 @@ impl EvictIndex {
     /// With `lru`, an entry older than its node's stamp is re-queued with the newer stamp.
     pub(crate) fn pop<'g>(&self, lru: bool, guard: &'g Guard) -> Option<&'g Node> {
         let mut heap = lock(&self.heap);
-        while let Some(Reverse((stamp, addr))) = heap.pop() {
+        while let Some(Reverse((stamp, _, addr))) = heap.heap.pop() {
             let ptr = addr as *mut Node;
             // SAFETY: a queued node is never freed (see `retire`), and we hold the lock.
             let n = unsafe { node_ref(ptr, guard) }.expect("null in index");
@@ -90,7 +103,7 @@ impl EvictIndex {
             let now = n.stamp.load(Ordering::Relaxed);
             if lru && now > stamp {
                 n.evq.store(QUEUED, Ordering::Relaxed);
-                heap.push(Reverse((now, addr)));
+                heap.push(now, addr);
                 continue;
             }
             return Some(n);
@@ -100,20 +113,20 @@ impl EvictIndex {
 
     /// Entries queued (some may be stale).
     pub(crate) fn len(&self) -> usize {
-        lock(&self.heap).len()
+        lock(&self.heap).heap.len()
     }
 
     /// Heap bytes of the index.
     pub(crate) fn heap_bytes(&self) -> usize {
-        lock(&self.heap).capacity() * std::mem::size_of::<Entry>()
+        lock(&self.heap).heap.capacity() * std::mem::size_of::<Entry>()
     }
 
     /// For the tree's `Drop` (exclusive access): the nodes whose retirement is pending,
     /// which only the index still names.
     pub(crate) fn take_pending(&mut self) -> Vec<*mut Node> {
-        let heap = std::mem::take(&mut *lock(&self.heap));
+        let heap = std::mem::take(&mut lock(&self.heap).heap);
         let mut out = Vec::new();
-        for Reverse((_, addr)) in heap {
+        for Reverse((_, _, addr)) in heap {
             let ptr = addr as *mut Node;
             // SAFETY: exclusive access in Drop; queued nodes are not freed yet.
             let f = unsafe { (*ptr).evq.load(Ordering::Relaxed) };

@@ -92,9 +92,7 @@ impl std::str::FromStr for EvictionPolicy {
         match s.to_ascii_lowercase().as_str() {
             "lru" => Ok(EvictionPolicy::Lru),
             "fifo" => Ok(EvictionPolicy::Fifo),
-            _ => Err(invalid(format!(
-                "unknown eviction policy {s:?} (expected lru or fifo)"
-            ))),
+            _ => Err(invalid(format!("unknown eviction policy {s:?} (expected lru or fifo)"))),
         }
     }
 }
@@ -119,10 +117,7 @@ pub struct TreeConfig {
 
 impl Default for TreeConfig {
     fn default() -> Self {
-        TreeConfig {
-            page_size: 1,
-            policy: EvictionPolicy::Lru,
-        }
+        TreeConfig { page_size: 1, policy: EvictionPolicy::Lru }
     }
 }
 
@@ -208,9 +203,7 @@ impl LockGuard<'_> {
 
 impl fmt::Debug for LockGuard<'_> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("LockGuard")
-            .field("lock", &self.lock)
-            .finish()
+        f.debug_struct("LockGuard").field("lock", &self.lock).finish()
     }
 }
 
@@ -364,10 +357,7 @@ impl RadixTree {
         let i = ids.partition_point(|&x| x < ns);
         ids.insert(i, ns);
         roots.insert(i, root);
-        let new = Owned::new(NsTable {
-            ids: ids.into(),
-            roots: roots.into(),
-        });
+        let new = Owned::new(NsTable { ids: ids.into(), roots: roots.into() });
         self.roots.store(new, Ordering::SeqCst);
         if !old.is_null() {
             // SAFETY: `old` was just swapped out under the roots lock; no new reader can
@@ -417,9 +407,7 @@ impl RadixTree {
         let mut x = self.resolve(n, g);
         let mut off = x.len();
         while off < key.len() {
-            let c = x
-                .child(&key[off..off + p], g)
-                .expect("pinned pages stay cached");
+            let c = x.child(&key[off..off + p], g).expect("pinned pages stay cached");
             x = self.resolve(c, g);
             off += x.len();
         }
@@ -471,10 +459,7 @@ impl RadixTree {
                 return Pin::Replaced;
             }
             assert!(s & PIN_MASK < PIN_MASK, "pin count overflow");
-            match n
-                .state
-                .compare_exchange_weak(s, s + 1, Ordering::SeqCst, Ordering::SeqCst)
-            {
+            match n.state.compare_exchange_weak(s, s + 1, Ordering::SeqCst, Ordering::SeqCst) {
                 Ok(_) => {
                     if s & PIN_MASK == 0 {
                         self.on_pinned(n.len());
@@ -495,14 +480,8 @@ impl RadixTree {
             if s & REPLACED != 0 {
                 return false;
             }
-            assert!(
-                s & PIN_MASK > 0 && s & DEAD == 0,
-                "unpin of a node this lock did not pin"
-            );
-            match n
-                .state
-                .compare_exchange_weak(s, s - 1, Ordering::SeqCst, Ordering::SeqCst)
-            {
+            assert!(s & PIN_MASK > 0 && s & DEAD == 0, "unpin of a node this lock did not pin");
+            match n.state.compare_exchange_weak(s, s - 1, Ordering::SeqCst, Ordering::SeqCst) {
                 Ok(_) => {
                     if s & PIN_MASK == 1 {
                         self.on_unpinned(n.len());
@@ -524,9 +503,7 @@ impl RadixTree {
         let mut cur = root;
         let mut pos = 0;
         while pos < key.len() {
-            let c = cur
-                .child(&key[pos..pos + p], g)
-                .expect("pinned pages stay cached");
+            let c = cur.child(&key[pos..pos + p], g).expect("pinned pages stay cached");
             let mut x = self.resolve(c, g);
             while !self.try_unpin(x, g) {
                 x = self.resolve(x, g);
@@ -561,38 +538,22 @@ impl RadixTree {
             }
             // (1) Build U and L off to the side.
             let stamp = a.stamp.load(Ordering::Relaxed);
-            let u = Box::into_raw(Box::new(Node::new(
-                &a.key()[..k],
-                &a.slots()[..k],
-                0,
-                stamp,
-            )));
-            let l = Box::into_raw(Box::new(Node::new(
-                &a.key()[k..],
-                &a.slots()[k..],
-                0,
-                stamp,
-            )));
+            let u = Box::into_raw(Box::new(Node::new(&a.key()[..k], &a.slots()[..k], 0, stamp)));
+            let l = Box::into_raw(Box::new(Node::new(&a.key()[k..], &a.slots()[k..], 0, stamp)));
             // SAFETY: both were just allocated and are not shared yet.
             let (un, ln) = unsafe { (&*u, &*l) };
             un.parent.store(pp, Ordering::SeqCst);
             ln.parent.store(u, Ordering::SeqCst);
             // A is locked, so its table cannot change: L takes it over as is.
-            ln.children
-                .store(a.children.load(Ordering::SeqCst, g), Ordering::SeqCst);
-            un.children.store(
-                Owned::new(ChildTable::single(ln.key()[0], l)),
-                Ordering::SeqCst,
-            );
+            ln.children.store(a.children.load(Ordering::SeqCst, g), Ordering::SeqCst);
+            un.children.store(Owned::new(ChildTable::single(ln.key()[0], l)), Ordering::SeqCst);
             // (2) Freeze A's pin count into U and L.
             a.forward.store(u, Ordering::SeqCst);
             let mut v = s0;
             loop {
                 un.state.store(v + pin_u as u64, Ordering::SeqCst);
                 ln.state.store(v, Ordering::SeqCst);
-                match a
-                    .state
-                    .compare_exchange(v, v | REPLACED, Ordering::SeqCst, Ordering::SeqCst)
+                match a.state.compare_exchange(v, v | REPLACED, Ordering::SeqCst, Ordering::SeqCst)
                 {
                     Ok(_) => break,
                     Err(x) => {
@@ -696,10 +657,7 @@ impl RadixTree {
     /// boundary. A lock on an empty match is valid too.
     pub fn match_and_lock(&self, ns: u64, tokens: &[u32], out: &mut Vec<u32>) -> LockGuard<'_> {
         let lock = self.match_and_lock_raw(ns, tokens, out);
-        LockGuard {
-            tree: self,
-            lock: Some(lock),
-        }
+        self.guard(lock)
     }
 
     /// [`RadixTree::match_and_lock`] returning a detached [`PrefixLock`].
@@ -712,11 +670,7 @@ impl RadixTree {
             Some(root) => self.pin_descend(root, &tokens[..n], out, &g),
         };
         self.matches.record(tokens.len(), m);
-        PrefixLock {
-            tree_id: self.id,
-            ns,
-            tokens: tokens[..m].into(),
-        }
+        PrefixLock { tree_id: self.id, ns, tokens: tokens[..m].into() }
     }
 
     /// Pins the longest cached prefix of `key`, splitting at its end; returns its length.
@@ -767,7 +721,7 @@ impl RadixTree {
     /// of insertion: the slots `slots[..existing]` are not adopted (the tree keeps its
     /// own), nor are `slots[n..]`; the caller owns every slot not adopted.
     pub fn insert(&self, ns: u64, tokens: &[u32], slots: &[u32]) -> Result<usize> {
-        self.insert_with(ns, tokens, slots, false, None, &mut |_, _| Ok(()))
+        self.insert_with(ns, tokens, slots, false, None, &mut |_, _| Ok(())).map(|(e, _)| e)
     }
 
     /// Insert and pin `tokens[..n]` atomically (chunked prefill, or a request that keeps
@@ -779,13 +733,7 @@ impl RadixTree {
         slots: &[u32],
     ) -> Result<(usize, LockGuard<'_>)> {
         let (e, l) = self.insert_and_lock_raw(ns, tokens, slots)?;
-        Ok((
-            e,
-            LockGuard {
-                tree: self,
-                lock: Some(l),
-            },
-        ))
+        Ok((e, self.guard(l)))
     }
 
     /// [`RadixTree::insert_and_lock`] returning a detached [`PrefixLock`].
@@ -795,23 +743,26 @@ impl RadixTree {
         tokens: &[u32],
         slots: &[u32],
     ) -> Result<(usize, PrefixLock)> {
-        let e = self.insert_with(ns, tokens, slots, true, None, &mut |_, _| Ok(()))?;
-        let n = self.aligned(tokens.len());
-        Ok((
-            e,
-            PrefixLock {
-                tree_id: self.id,
-                ns,
-                tokens: tokens[..n].into(),
-            },
-        ))
+        let (e, l) = self.insert_with(ns, tokens, slots, true, None, &mut |_, _| Ok(()))?;
+        Ok((e, l.expect("a pinning insert returns a lock")))
+    }
+
+    /// Wraps a detached lock of this tree in a guard.
+    pub(crate) fn guard(&self, lock: PrefixLock) -> LockGuard<'_> {
+        LockGuard { tree: self, lock: Some(lock) }
+    }
+
+    /// A lock on `key` of `ns`.
+    fn lock_of(&self, ns: u64, key: &[u32]) -> PrefixLock {
+        PrefixLock { tree_id: self.id, ns, tokens: key.into() }
     }
 
     /// The insert behind every public variant. `prepare(existing, cached)` runs once, at
     /// the moment the outcome is fixed and before anything changes (for a new leaf: under
     /// its parent's lock, so the cached path cannot change); `cached` holds the slots of
     /// `tokens[..existing]` when `collect` is given. If it fails, nothing changes (a pin
-    /// taken on the way is undone) and its error is returned.
+    /// taken on the way is undone) and its error is returned. With `pin`, the second value
+    /// is the lock on `tokens[..n]`.
     pub(crate) fn insert_with(
         &self,
         ns: u64,
@@ -820,7 +771,7 @@ impl RadixTree {
         pin: bool,
         mut collect: Option<&mut Vec<u32>>,
         prepare: &mut dyn FnMut(usize, &[u32]) -> Result<()>,
-    ) -> Result<usize> {
+    ) -> Result<(usize, Option<PrefixLock>)> {
         if tokens.len() != slots.len() {
             return Err(invalid(format!(
                 "{} tokens but {} slots (one slot per token)",
@@ -858,7 +809,7 @@ impl RadixTree {
                 if let Err(e) = prepare(n, cached) {
                     return fail(e, pos);
                 }
-                return Ok(n);
+                return Ok((n, pin.then(|| self.lock_of(ns, key))));
             }
             let page = &key[pos..pos + p];
             if let Some(c) = cur.child(page, &g) {
@@ -901,7 +852,7 @@ impl RadixTree {
                         if let Err(e) = prepare(n, cached) {
                             return fail(e, pos);
                         }
-                        return Ok(n);
+                        return Ok((n, None));
                     }
                     // Diverges inside the edge: split it, then look again.
                     self.split(c, k, false, &g);
@@ -929,16 +880,11 @@ impl RadixTree {
                 return fail(e, pos);
             }
             let len = n - pos;
-            let leaf = Box::into_raw(Box::new(Node::new(
-                &key[pos..],
-                &vals[pos..],
-                pin as u64,
-                now,
-            )));
+            let leaf =
+                Box::into_raw(Box::new(Node::new(&key[pos..], &vals[pos..], pin as u64, now)));
             // SAFETY: just allocated, not shared yet.
             let ln = unsafe { &*leaf };
-            ln.parent
-                .store(cur as *const Node as *mut Node, Ordering::SeqCst);
+            ln.parent.store(cur as *const Node as *mut Node, Ordering::SeqCst);
             if pin {
                 self.protected.fetch_add(len as u64, Ordering::Relaxed);
             } else {
@@ -962,7 +908,7 @@ impl RadixTree {
             if !pin {
                 self.index.push(ln);
             }
-            return Ok(pos);
+            return Ok((pos, pin.then(|| self.lock_of(ns, key))));
         }
     }
 
@@ -1026,10 +972,7 @@ impl RadixTree {
             if !x.is_leaf(g) {
                 return None;
             }
-            if x.state
-                .compare_exchange(0, DEAD, Ordering::SeqCst, Ordering::SeqCst)
-                .is_err()
-            {
+            if x.state.compare_exchange(0, DEAD, Ordering::SeqCst, Ordering::SeqCst).is_err() {
                 return None; // pinned, replaced or dead
             }
             let old = parent.children.load(Ordering::SeqCst, g);
@@ -1038,9 +981,7 @@ impl RadixTree {
             let parent_now_leaf = rest.is_none();
             match rest {
                 Some(t) => parent.children.store(Owned::new(t), Ordering::SeqCst),
-                None => parent
-                    .children
-                    .store(crate::sync::epoch::Shared::null(), Ordering::SeqCst),
+                None => parent.children.store(crate::sync::epoch::Shared::null(), Ordering::SeqCst),
             }
             // SAFETY: swapped out under the parent's lock; readers hold guards.
             unsafe { g.defer_destroy(old) };
@@ -1121,7 +1062,7 @@ impl RadixTree {
                         if c.len() == 0 || c.len() % p != 0 {
                             return Err(format!("edge of length {} with page size {p}", c.len()));
                         }
-                        if c.parent.load(Ordering::SeqCst) != n as *const Node as *mut Node {
+                        if !std::ptr::eq(c.parent.load(Ordering::SeqCst), n) {
                             return Err("wrong parent pointer".into());
                         }
                         let first = &c.key()[..p];
@@ -1168,10 +1109,7 @@ impl RadixTree {
 
 impl fmt::Debug for RadixTree {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("RadixTree")
-            .field("cfg", &self.cfg)
-            .field("stats", &self.stats())
-            .finish()
+        f.debug_struct("RadixTree").field("cfg", &self.cfg).field("stats", &self.stats()).finish()
     }
 }
 

@@ -122,7 +122,7 @@ impl Node {
 /// root (roots live as long as the tree). Nodes are only freed through the epoch after
 /// they are unlinked (see the module docs of `tree`), so such a node outlives the guard.
 #[inline]
-pub(crate) unsafe fn node_ref<'g>(p: *mut Node, _guard: &'g Guard) -> Option<&'g Node> {
+pub(crate) unsafe fn node_ref(p: *mut Node, _guard: &Guard) -> Option<&Node> {
     // SAFETY: the caller guarantees `p` is null or valid for the guard's lifetime.
     unsafe { p.cast_const().as_ref() }
 }
@@ -145,10 +145,7 @@ unsafe impl Sync for ChildTable {}
 impl ChildTable {
     /// A table with one child.
     pub(crate) fn single(first: u32, node: *mut Node) -> ChildTable {
-        ChildTable {
-            firsts: vec![first].into_boxed_slice(),
-            nodes: vec![node].into_boxed_slice(),
-        }
+        ChildTable { firsts: vec![first].into_boxed_slice(), nodes: vec![node].into_boxed_slice() }
     }
 
     /// Number of children.
@@ -207,23 +204,14 @@ impl ChildTable {
         nodes.extend_from_slice(&self.nodes[..i]);
         nodes.push(node);
         nodes.extend_from_slice(&self.nodes[i..]);
-        ChildTable {
-            firsts: firsts.into_boxed_slice(),
-            nodes: nodes.into_boxed_slice(),
-        }
+        ChildTable { firsts: firsts.into_boxed_slice(), nodes: nodes.into_boxed_slice() }
     }
 
     /// A copy with `old` replaced by `new` (same first page).
     pub(crate) fn with_replaced(&self, old: *mut Node, new: *mut Node) -> ChildTable {
-        let nodes: Box<[*mut Node]> = self
-            .nodes
-            .iter()
-            .map(|&n| if n == old { new } else { n })
-            .collect();
-        ChildTable {
-            firsts: self.firsts.clone(),
-            nodes,
-        }
+        let nodes: Box<[*mut Node]> =
+            self.nodes.iter().map(|&n| if n == old { new } else { n }).collect();
+        ChildTable { firsts: self.firsts.clone(), nodes }
     }
 
     /// A copy without `old`, or `None` if that leaves it empty.
@@ -236,10 +224,7 @@ impl ChildTable {
         let mut nodes = self.nodes.to_vec();
         firsts.remove(i);
         nodes.remove(i);
-        Some(ChildTable {
-            firsts: firsts.into_boxed_slice(),
-            nodes: nodes.into_boxed_slice(),
-        })
+        Some(ChildTable { firsts: firsts.into_boxed_slice(), nodes: nodes.into_boxed_slice() })
     }
 
     /// Heap bytes of this table.

@@ -3,11 +3,7 @@
 use super::*;
 
 fn tree(p: usize) -> RadixTree {
-    RadixTree::new(TreeConfig {
-        page_size: p,
-        policy: EvictionPolicy::Lru,
-    })
-    .unwrap()
+    RadixTree::new(TreeConfig { page_size: p, policy: EvictionPolicy::Lru }).unwrap()
 }
 
 fn m(t: &RadixTree, ns: u64, tokens: &[u32]) -> Vec<u32> {
@@ -41,11 +37,7 @@ fn namespaces_are_isolated() {
     let t = tree(1);
     for ns in 0..3u64 {
         let base = 100 * (ns as u32 + 1);
-        assert_eq!(
-            t.insert(ns, &[1, 2, 3], &[base, base + 1, base + 2])
-                .unwrap(),
-            0
-        );
+        assert_eq!(t.insert(ns, &[1, 2, 3], &[base, base + 1, base + 2]).unwrap(), 0);
     }
     for ns in 0..3u64 {
         let base = 100 * (ns as u32 + 1);
@@ -195,8 +187,7 @@ fn match_that_forks_inside_an_edge_stops_there() {
 #[test]
 fn match_and_lock_splits_and_pins_only_the_matched_part() {
     let t = tree(1);
-    t.insert(0, &[1, 2, 3, 4, 5, 6], &[1, 2, 3, 4, 5, 6])
-        .unwrap();
+    t.insert(0, &[1, 2, 3, 4, 5, 6], &[1, 2, 3, 4, 5, 6]).unwrap();
     let mut out = Vec::new();
     let g = t.match_and_lock(0, &[1, 2, 3, 9], &mut out);
     assert_eq!(out, vec![1, 2, 3]);
@@ -234,9 +225,7 @@ fn pins_survive_a_split_of_the_pinned_edge() {
 #[test]
 fn insert_and_lock_pins_atomically() {
     let t = tree(2);
-    let (e, g) = t
-        .insert_and_lock(0, &[1, 2, 3, 4, 5], &[1, 2, 3, 4, 5])
-        .unwrap();
+    let (e, g) = t.insert_and_lock(0, &[1, 2, 3, 4, 5], &[1, 2, 3, 4, 5]).unwrap();
     assert_eq!(e, 0);
     assert_eq!(g.len(), 4);
     assert_eq!(t.stats().protected_tokens, 4);
@@ -254,18 +243,9 @@ fn insert_and_lock_pins_atomically() {
 
 #[test]
 fn empty_and_bad_inputs() {
-    assert!(
-        RadixTree::new(TreeConfig {
-            page_size: 0,
-            policy: EvictionPolicy::Lru
-        })
-        .is_err()
-    );
+    assert!(RadixTree::new(TreeConfig { page_size: 0, policy: EvictionPolicy::Lru }).is_err());
     let t = tree(4);
-    assert!(matches!(
-        t.insert(0, &[1, 2], &[1]),
-        Err(Error::InvalidArgument(_))
-    ));
+    assert!(matches!(t.insert(0, &[1, 2], &[1]), Err(Error::InvalidArgument(_))));
     assert_eq!(t.stats().cached_tokens, 0);
     assert_eq!(t.insert(0, &[1, 2, 3], &[1, 2, 3]).unwrap(), 0); // shorter than a page
     assert_eq!(t.stats().cached_tokens, 0);
@@ -298,11 +278,7 @@ fn reset_drops_unpinned_only() {
 
 #[test]
 fn fifo_ignores_accesses() {
-    let t = RadixTree::new(TreeConfig {
-        page_size: 1,
-        policy: EvictionPolicy::Fifo,
-    })
-    .unwrap();
+    let t = RadixTree::new(TreeConfig { page_size: 1, policy: EvictionPolicy::Fifo }).unwrap();
     t.insert(0, &[1], &[1]).unwrap();
     t.insert(0, &[2], &[2]).unwrap();
     m(&t, 0, &[1]);

@@ -1,0 +1,181 @@
+//! The engine-facing request cycle: what SGLang's scheduler does around its tree, as one
+//! type.
+//!
+//! ```text
+//! admit      match_and_lock the prompt; allocate slots for the uncached rest
+//! extend     append generated (or next-chunk) tokens, allocating slots page by page
+//! checkpoint insert_and_lock what the request has so far and swap the lock, so its prefix
+//!            becomes visible to other requests (chunked prefill, long decodes)
+//! finish     insert prompt + output, free duplicates and spare slots, release the lock
+//! abort      give every held slot back and release the lock, caching nothing new
+//! ```
+//!
+//! Slot ownership: `slots()[..locked_len()]` belong to the tree (cached and pinned by this
+//! request's lock); the rest are held by the request until `finish`/`abort` (dropping an
+//! unfinished request aborts it).
+
+use super::Cache;
+use crate::error::{Error, Result};
+use crate::tree::PrefixLock;
+
+/// One request's trip through a pooled cache (see the module docs). `Send`: a request may
+/// be admitted on one scheduler thread and finished on another.
+#[derive(Debug)]
+pub struct Request<'c> {
+    cache: &'c Cache,
+    ns: u64,
+    tokens: Vec<u32>,
+    /// One slot per token, plus the spare slots of the last, partly used page.
+    slots: Vec<u32>,
+    cached_len: usize,
+    lock: Option<PrefixLock>,
+}
+
+fn round_up(n: usize, p: usize) -> usize {
+    n.div_ceil(p) * p
+}
+
+impl Cache {
+    /// Admits a request: pins the longest cached prefix of `prompt` and allocates slots
+    /// (whole pages, evicting when short) for the rest. On `OutOfSlots` nothing is held.
+    /// `NoPool` without a pool.
+    pub fn admit(&self, ns: u64, prompt: &[u32]) -> Result<Request<'_>> {
+        if !self.has_pool() {
+            return Err(Error::NoPool);
+        }
+        let mut slots = Vec::with_capacity(round_up(prompt.len(), self.page_size()));
+        let lock = self.tree().match_and_lock_raw(ns, prompt, &mut slots);
+        let m = lock.len();
+        let need = round_up(prompt.len() - m, self.page_size());
+        if let Err(e) = self.alloc(need, &mut slots) {
+            // Cannot fail: the lock is this cache's and released once.
+            let _ = self.release(lock);
+            return Err(e);
+        }
+        Ok(Request {
+            cache: self,
+            ns,
+            tokens: prompt.to_vec(),
+            slots,
+            cached_len: m,
+            lock: Some(lock),
+        })
+    }
+}
+
+impl<'c> Request<'c> {
+    /// Namespace.
+    pub fn namespace(&self) -> u64 {
+        self.ns
+    }
+
+    /// Tokens so far (prompt, then whatever `extend` added).
+    pub fn tokens(&self) -> &[u32] {
+        &self.tokens
+    }
+
+    /// Number of tokens so far.
+    pub fn len(&self) -> usize {
+        self.tokens.len()
+    }
+
+    /// True when the request has no tokens.
+    pub fn is_empty(&self) -> bool {
+        self.tokens.is_empty()
+    }
+
+    /// One slot per token: where each token's KV entry lives (or will be written).
+    pub fn slots(&self) -> &[u32] {
+        &self.slots[..self.tokens.len()]
+    }
+
+    /// Tokens found cached at admission (their KV need not be computed).
+    pub fn cached_len(&self) -> usize {
+        self.cached_len
+    }
+
+    /// Tokens currently pinned in the tree for this request.
+    pub fn locked_len(&self) -> usize {
+        self.lock.as_ref().map_or(0, |l| l.len())
+    }
+
+    /// Appends tokens (generated ones, or the next prefill chunk), allocating slots for
+    /// them page by page; may evict. On error nothing changes.
+    pub fn extend(&mut self, tokens: &[u32]) -> Result<()> {
+        let p = self.cache.page_size();
+        let want = round_up(self.tokens.len() + tokens.len(), p);
+        if want > self.slots.len() {
+            let need = want - self.slots.len();
+            self.cache.alloc(need, &mut self.slots)?;
+        }
+        self.tokens.extend_from_slice(tokens);
+        Ok(())
+    }
+
+    /// Makes the request's page-aligned prefix visible to other requests:
+    /// `insert_and_lock` it and swap the lock. Where another request cached the same
+    /// tokens first, the request switches to the cached slots (its own are freed).
+    /// Returns the tokens that were cached already.
+    pub fn checkpoint(&mut self) -> Result<usize> {
+        let p = self.cache.page_size();
+        let n = self.tokens.len() / p * p;
+        let mut cached = Vec::new();
+        let (existing, lock) = self.cache.insert_impl(
+            self.ns,
+            &self.tokens[..n],
+            &self.slots[..n],
+            true,
+            Some(&mut cached),
+        )?;
+        self.slots[..existing].copy_from_slice(&cached[..existing]);
+        let lock = lock.expect("a pinning insert returns a lock");
+        if let Some(old) = self.lock.replace(lock) {
+            // Cannot fail: the lock is this cache's and released once.
+            let _ = self.cache.release(old);
+        }
+        Ok(existing)
+    }
+
+    /// Finishes: caches everything the request computed (its page-aligned tokens), frees
+    /// the slots that duplicate cached ones and the spare slots, and releases the lock.
+    /// Returns the tokens that were cached already.
+    pub fn finish(mut self) -> Result<usize> {
+        let len = self.tokens.len();
+        let res = self.cache.insert(self.ns, &self.tokens, &self.slots[..len]);
+        match res {
+            Ok(existing) => {
+                // The insert adopted or freed slots[..len]; the spare ones are still ours.
+                let spare: Vec<u32> = self.slots.drain(len..).collect();
+                self.slots.clear();
+                self.tokens.clear();
+                let r = self.cache.free(&spare);
+                self.release_lock();
+                r.map(|_| existing)
+            }
+            Err(e) => Err(e), // dropped: aborts
+        }
+    }
+
+    /// Gives back every slot the request holds and releases its lock, caching nothing new.
+    pub fn abort(self) {}
+
+    fn release_lock(&mut self) {
+        if let Some(l) = self.lock.take() {
+            // Cannot fail: the lock is this cache's and released once.
+            let _ = self.cache.release(l);
+        }
+    }
+}
+
+impl Drop for Request<'_> {
+    fn drop(&mut self) {
+        let locked = self.locked_len();
+        if self.slots.len() > locked {
+            // Held slots: everything past what the tree caches for us. Cannot fail: the
+            // request allocated them and nothing else frees them.
+            let _ = self.cache.free(&self.slots[locked..]);
+        }
+        self.slots.clear();
+        self.release_lock();
+    }
+}

@@ -1,0 +1,174 @@
+//! Pool-mode behaviour of the cache: adoption, duplicates, refusals, eviction into the
+//! pool, and the request cycle.
+
+use super::*;
+use crate::pool::SlotState;
+
+fn pooled(n: usize, p: usize) -> Cache {
+    Cache::new(CacheOptions { page_size: p, policy: EvictionPolicy::Lru, pool_slots: n }).unwrap()
+}
+
+fn conserved(c: &Cache, held: usize) {
+    let s = c.stats();
+    c.tree().check_invariants().unwrap();
+    assert_eq!(s.free_slots + s.tree.cached_tokens + held as u64, s.pool_slots, "{s:?}");
+}
+
+#[test]
+fn insert_adopts_and_frees_duplicates_and_tail() {
+    let c = pooled(64, 4);
+    let mut a = Vec::new();
+    c.alloc(8, &mut a).unwrap();
+    assert_eq!(c.insert(0, &[1, 2, 3, 4, 5, 6, 7, 8], &a).unwrap(), 0);
+    conserved(&c, 0);
+    assert!(a.iter().all(|&s| c.pool().unwrap().state(s) == Some(SlotState::Cached)));
+    // A second request computing the same 8 tokens plus 2 more (an unaligned tail).
+    let mut b = Vec::new();
+    c.alloc(12, &mut b).unwrap();
+    assert_eq!(c.insert(0, &[1, 2, 3, 4, 5, 6, 7, 8, 9, 10], &b[..10]).unwrap(), 8);
+    // b[..8] duplicated cached tokens and b[8..10] was the unaligned tail: all freed by
+    // the insert; b[10..12] is still held by us.
+    for &s in &b[..10] {
+        assert_eq!(c.pool().unwrap().state(s), Some(SlotState::Free));
+    }
+    conserved(&c, 2);
+    c.free(&b[10..]).unwrap();
+    conserved(&c, 0);
+}
+
+#[test]
+fn insert_keeps_slots_equal_to_the_cached_ones() {
+    let c = pooled(64, 1);
+    let mut a = Vec::new();
+    c.alloc(3, &mut a).unwrap();
+    c.insert(0, &[1, 2, 3], &a).unwrap();
+    let mut out = Vec::new();
+    let g = c.match_and_lock(0, &[1, 2, 3, 4], &mut out);
+    assert_eq!(out, a);
+    let mut more = Vec::new();
+    c.alloc(1, &mut more).unwrap();
+    out.extend_from_slice(&more);
+    assert_eq!(c.insert(0, &[1, 2, 3, 4], &out).unwrap(), 3);
+    drop(g);
+    conserved(&c, 0);
+    assert_eq!(c.stats().tree.cached_tokens, 4);
+}
+
+#[test]
+fn bad_slots_are_refused_whole() {
+    let c = pooled(16, 1);
+    let mut a = Vec::new();
+    c.alloc(4, &mut a).unwrap();
+    c.insert(0, &[1, 2], &a[..2]).unwrap();
+    let before = c.stats();
+    // Outside the pool.
+    assert!(matches!(c.insert(0, &[5, 6], &[a[2], 999]), Err(Error::InvalidArgument(_))));
+    // A free slot (never allocated).
+    let free_slot = (0..16u32).find(|s| !a.contains(s)).unwrap();
+    assert!(matches!(c.insert(0, &[5, 6], &[a[2], free_slot]), Err(Error::InvalidArgument(_))));
+    // A slot the tree caches at another position.
+    assert!(matches!(c.insert(0, &[5, 6], &[a[2], a[0]]), Err(Error::InvalidArgument(_))));
+    // The same slot twice.
+    assert!(matches!(c.insert(0, &[5, 6], &[a[2], a[2]]), Err(Error::InvalidArgument(_))));
+    // Length mismatch.
+    assert!(matches!(c.insert(0, &[5, 6], &[a[2]]), Err(Error::InvalidArgument(_))));
+    assert_eq!(c.stats(), before);
+    assert_eq!(c.pool().unwrap().state(a[2]), Some(SlotState::Held));
+    assert_eq!(c.pool().unwrap().state(a[3]), Some(SlotState::Held));
+    conserved(&c, 2);
+    // Double free and freeing a cached slot.
+    c.free(&a[2..3]).unwrap();
+    assert_eq!(c.free(&a[2..3]), Err(Error::DoubleFree { slot: a[2] }));
+    assert_eq!(c.free(&a[..1]), Err(Error::DoubleFree { slot: a[0] }));
+    assert!(matches!(c.free(&[1000]), Err(Error::InvalidArgument(_))));
+    conserved(&c, 1);
+}
+
+#[test]
+fn alloc_evicts_when_short_and_reports_out_of_slots() {
+    let c = pooled(8, 2);
+    let mut a = Vec::new();
+    c.alloc(8, &mut a).unwrap();
+    c.insert(0, &[1, 2, 3, 4], &a[..4]).unwrap();
+    c.insert(0, &[5, 6, 7, 8], &a[4..]).unwrap();
+    assert_eq!(c.stats().free_slots, 0);
+    let mut b = Vec::new();
+    c.alloc(4, &mut b).unwrap(); // evicts one leaf
+    assert_eq!(c.stats().tree.cached_tokens, 4);
+    assert!(matches!(c.alloc(3, &mut b), Err(Error::InvalidArgument(_))));
+    assert!(matches!(c.alloc(6, &mut b), Err(Error::OutOfSlots { requested: 6, .. })));
+    assert_eq!(b.len(), 4);
+    conserved(&c, 4);
+    let mut out = Vec::new();
+    let g = c.match_and_lock(0, &[1, 2, 3, 4], &mut out);
+    let g2 = c.match_and_lock(0, &[5, 6, 7, 8], &mut out);
+    assert!(matches!(c.alloc(2, &mut b), Err(Error::OutOfSlots { .. })));
+    drop((g, g2));
+    c.alloc(2, &mut b).unwrap();
+    conserved(&c, 6);
+}
+
+#[test]
+fn caller_managed_mode_needs_a_callback_and_has_no_pool() {
+    let c = Cache::new(CacheOptions::default()).unwrap();
+    assert_eq!(c.alloc(1, &mut Vec::new()), Err(Error::NoPool));
+    assert_eq!(c.free(&[1]), Err(Error::NoPool));
+    assert!(matches!(c.evict(1, None), Err(Error::InvalidArgument(_))));
+    c.insert(0, &[1, 2], &[7, 8]).unwrap();
+    let mut got = Vec::new();
+    assert_eq!(c.evict(1, Some(&mut |s: &[u32]| got.extend_from_slice(s))).unwrap(), 2);
+    assert_eq!(got, vec![7, 8]);
+    assert!(
+        Cache::new(CacheOptions { page_size: 4, pool_slots: 6, ..Default::default() }).is_err()
+    );
+}
+
+#[test]
+fn evict_in_pool_mode_returns_slots_and_calls_back() {
+    let c = pooled(8, 1);
+    let mut a = Vec::new();
+    c.alloc(3, &mut a).unwrap();
+    c.insert(0, &[1, 2, 3], &a).unwrap();
+    let mut seen = Vec::new();
+    c.evict(1, Some(&mut |s: &[u32]| seen.extend_from_slice(s))).unwrap();
+    assert_eq!(seen, a);
+    assert_eq!(c.stats().free_slots, 8);
+    c.alloc(3, &mut a).unwrap();
+    c.insert(1, &[1, 2, 3], &a[3..]).unwrap();
+    c.reset(None).unwrap();
+    assert_eq!(c.stats().free_slots, 8);
+    conserved(&c, 0);
+}
+
+#[test]
+fn request_cycle_admit_extend_checkpoint_finish() {
+    let c = pooled(64, 4);
+    let prompt: Vec<u32> = (1..=10).collect();
+    let mut r = c.admit(0, &prompt).unwrap();
+    assert_eq!(r.cached_len(), 0);
+    assert_eq!(r.slots().len(), 10);
+    conserved(&c, 12); // 3 pages held
+    assert_eq!(r.checkpoint().unwrap(), 0);
+    assert_eq!(r.locked_len(), 8);
+    // Another request sees the checkpointed prefix.
+    let r2 = c.admit(0, &prompt).unwrap();
+    assert_eq!(r2.cached_len(), 8);
+    assert_eq!(r2.slots()[..8], r.slots()[..8]);
+    r.extend(&[11, 12, 13]).unwrap(); // 13 tokens: 4 pages
+    assert_eq!(r.slots().len(), 13);
+    let r_slots = r.slots().to_vec();
+    assert_eq!(r.finish().unwrap(), 8);
+    assert_eq!(c.stats().tree.cached_tokens, 12);
+    // r2 finishes its 10 tokens: 8 cached already, 2 unaligned.
+    assert_eq!(r2.finish().unwrap(), 8);
+    conserved(&c, 0);
+    let mut out = Vec::new();
+    assert_eq!(c.match_prefix(0, &(1..=13).collect::<Vec<_>>(), &mut out), 12);
+    assert_eq!(out, r_slots[..12]);
+    // Aborting gives everything back.
+    let r3 = c.admit(0, &(1..=20).collect::<Vec<_>>()).unwrap();
+    assert_eq!(r3.cached_len(), 12);
+    r3.abort();
+    conserved(&c, 0);
+    assert_eq!(c.stats().tree.protected_tokens, 0);
+}

@@ -1,0 +1,216 @@
+//! Property test: random operation sequences against a simple sequential model (a map from
+//! pages to slots with pin counts), comparing every result and every count.
+
+use std::collections::{HashMap, HashSet};
+
+use proptest::prelude::*;
+use radixkv::{EvictionPolicy, PrefixLock, RadixTree, TreeConfig};
+
+#[derive(Debug, Clone)]
+enum Op {
+    Match(u64, Vec<u32>),
+    MatchLock(u64, Vec<u32>),
+    Insert(u64, Vec<u32>),
+    InsertLock(u64, Vec<u32>),
+    Release(usize),
+    Evict(usize),
+    Reset,
+}
+
+fn tokens() -> impl Strategy<Value = Vec<u32>> {
+    // A tiny alphabet and short keys: lots of shared prefixes, forks and splits.
+    prop::collection::vec(0u32..3, 0..10)
+}
+
+fn op() -> impl Strategy<Value = Op> {
+    let ns = 0u64..2;
+    prop_oneof![
+        3 => (ns.clone(), tokens()).prop_map(|(n, t)| Op::Match(n, t)),
+        2 => (ns.clone(), tokens()).prop_map(|(n, t)| Op::MatchLock(n, t)),
+        4 => (ns.clone(), tokens()).prop_map(|(n, t)| Op::Insert(n, t)),
+        1 => (ns, tokens()).prop_map(|(n, t)| Op::InsertLock(n, t)),
+        2 => (0usize..8).prop_map(Op::Release),
+        2 => (0usize..12).prop_map(Op::Evict),
+        1 => Just(Op::Reset),
+    ]
+}
+
+/// The sequential model: cached pages `(ns, t[..(j+1)*P])` -> (slots of the page, pins).
+struct Model {
+    p: usize,
+    pages: HashMap<(u64, Vec<u32>), (Vec<u32>, u32)>,
+}
+
+impl Model {
+    fn matched(&self, ns: u64, t: &[u32]) -> (usize, Vec<u32>) {
+        let mut slots = Vec::new();
+        let mut m = 0;
+        while m + self.p <= t.len() {
+            match self.pages.get(&(ns, t[..m + self.p].to_vec())) {
+                Some((s, _)) => slots.extend_from_slice(s),
+                None => break,
+            }
+            m += self.p;
+        }
+        (m, slots)
+    }
+
+    fn pin(&mut self, ns: u64, t: &[u32], delta: i32) {
+        let mut m = self.p;
+        while m <= t.len() {
+            let e = self.pages.get_mut(&(ns, t[..m].to_vec())).expect("pinned page cached");
+            e.1 = (e.1 as i32 + delta) as u32;
+            m += self.p;
+        }
+    }
+
+    fn counts(&self) -> (u64, u64) {
+        let cached = (self.pages.len() * self.p) as u64;
+        let pinned = self.pages.values().filter(|(_, pins)| *pins > 0).count() * self.p;
+        (cached, pinned as u64)
+    }
+}
+
+fn run(p: usize, ops: Vec<Op>) -> Result<(), TestCaseError> {
+    let tree = RadixTree::new(TreeConfig { page_size: p, policy: EvictionPolicy::Lru }).unwrap();
+    let mut model = Model { p, pages: HashMap::new() };
+    let mut locks: Vec<(PrefixLock, u64, Vec<u32>)> = Vec::new();
+    let mut next_slot = 0u32;
+    let mut out = Vec::new();
+    for op in ops {
+        match op {
+            Op::Match(ns, t) => {
+                let m = tree.match_prefix(ns, &t, &mut out);
+                let (mm, ms) = model.matched(ns, &t);
+                prop_assert_eq!(m, mm);
+                prop_assert_eq!(&out, &ms);
+            }
+            Op::MatchLock(ns, t) => {
+                let l = tree.match_and_lock_raw(ns, &t, &mut out);
+                let (mm, ms) = model.matched(ns, &t);
+                prop_assert_eq!(l.len(), mm);
+                prop_assert_eq!(&out, &ms);
+                model.pin(ns, &t[..mm], 1);
+                locks.push((l, ns, t[..mm].to_vec()));
+            }
+            Op::Insert(ns, t) => {
+                insert(&tree, &mut model, &mut locks, &mut next_slot, ns, t, false)?
+            }
+            Op::InsertLock(ns, t) => {
+                insert(&tree, &mut model, &mut locks, &mut next_slot, ns, t, true)?
+            }
+            Op::Release(i) => {
+                if !locks.is_empty() {
+                    let (l, ns, t) = locks.swap_remove(i % locks.len());
+                    tree.release(l).unwrap();
+                    model.pin(ns, &t, -1);
+                }
+            }
+            Op::Evict(k) => {
+                let mut freed = Vec::new();
+                let n = tree.evict(k, &mut |s| freed.extend_from_slice(s));
+                prop_assert_eq!(n, freed.len());
+                evict_model(&mut model, k, &freed)?;
+            }
+            Op::Reset => {
+                let mut freed = Vec::new();
+                tree.reset(&mut |s| freed.extend_from_slice(s));
+                evict_model(&mut model, usize::MAX, &freed)?;
+                prop_assert!(model.pages.values().all(|(_, pins)| *pins > 0));
+            }
+        }
+        let (cached, pinned) = model.counts();
+        let st = tree.stats();
+        prop_assert_eq!(st.cached_tokens, cached);
+        prop_assert_eq!(st.protected_tokens, pinned);
+        prop_assert_eq!(st.evictable_tokens, cached - pinned);
+        tree.check_invariants().map_err(TestCaseError::fail)?;
+    }
+    for (l, _, _) in locks {
+        tree.release(l).unwrap();
+    }
+    prop_assert_eq!(tree.stats().protected_tokens, 0);
+    Ok(())
+}
+
+fn insert(
+    tree: &RadixTree,
+    model: &mut Model,
+    locks: &mut Vec<(PrefixLock, u64, Vec<u32>)>,
+    next_slot: &mut u32,
+    ns: u64,
+    t: Vec<u32>,
+    lock: bool,
+) -> Result<(), TestCaseError> {
+    let p = model.p;
+    let slots: Vec<u32> = (*next_slot..*next_slot + t.len() as u32).collect();
+    *next_slot += t.len() as u32;
+    let n = t.len() / p * p;
+    let (want, _) = model.matched(ns, &t[..n]);
+    let e = if lock {
+        let (e, l) = tree.insert_and_lock_raw(ns, &t, &slots).unwrap();
+        prop_assert_eq!(l.len(), n);
+        locks.push((l, ns, t[..n].to_vec()));
+        e
+    } else {
+        tree.insert(ns, &t, &slots).unwrap()
+    };
+    prop_assert_eq!(e, want);
+    let mut m = e;
+    while m < n {
+        model.pages.insert((ns, t[..m + p].to_vec()), (slots[m..m + p].to_vec(), 0));
+        m += p;
+    }
+    if lock {
+        model.pin(ns, &t[..n], 1);
+    }
+    Ok(())
+}
+
+/// Checks a set of evicted slots against the model, then applies it: each slot belonged
+/// to a cached, unpinned page; whole pages went; the model stays prefix-closed; at least
+/// `k` tokens went, or everything evictable.
+fn evict_model(model: &mut Model, k: usize, freed: &[u32]) -> Result<(), TestCaseError> {
+    let evictable_before = model.counts().0 - model.counts().1;
+    let set: HashSet<u32> = freed.iter().copied().collect();
+    prop_assert_eq!(set.len(), freed.len(), "a slot freed twice");
+    let gone: Vec<(u64, Vec<u32>)> = model
+        .pages
+        .iter()
+        .filter(|(_, (s, _))| s.iter().any(|x| set.contains(x)))
+        .map(|(key, _)| key.clone())
+        .collect();
+    for key in &gone {
+        let (s, pins) = &model.pages[key];
+        prop_assert_eq!(*pins, 0, "evicted a pinned page");
+        prop_assert!(s.iter().all(|x| set.contains(x)), "evicted part of a page");
+    }
+    prop_assert_eq!(gone.len() * model.p, freed.len());
+    for key in &gone {
+        model.pages.remove(key);
+    }
+    for (ns, t) in model.pages.keys() {
+        if t.len() > model.p {
+            prop_assert!(
+                model.pages.contains_key(&(*ns, t[..t.len() - model.p].to_vec())),
+                "eviction left a hole (removed a non-leaf)"
+            );
+        }
+    }
+    prop_assert!(freed.len() >= k.min(evictable_before as usize));
+    Ok(())
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 256, ..ProptestConfig::default() })]
+
+    #[test]
+    fn page_1_matches_the_model(ops in prop::collection::vec(op(), 1..60)) {
+        run(1, ops)?;
+    }
+
+    #[test]
+    fn page_2_matches_the_model(ops in prop::collection::vec(op(), 1..60)) {
+        run(2, ops)?;
+    }
+}
