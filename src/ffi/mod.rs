@@ -666,13 +666,18 @@ pub unsafe extern "C" fn rkv_alloc(
     boundary(|| {
         // SAFETY: the caller passes NULL or a live cache that is not being freed.
         let c = unsafe { cache_ref(cache) }?;
-        check_out_array(out_slots, n_slots)?;
+        if n_slots > 0 && out_slots.is_null() {
+            return Err(rkv_status::RKV_NULL_ARGUMENT);
+        }
         if !c.cache.has_pool() {
             return Err(rkv_status::RKV_NO_POOL);
         }
         if n_slots > c.cache.options().pool_slots {
+            // More than the whole pool: short whatever is evicted (and no buffer that
+            // large can exist), so fail before touching anything.
             return Err(rkv_status::RKV_OUT_OF_SLOTS);
         }
+        check_out_array(out_slots, n_slots)?;
         let mut slots = Vec::new();
         c.cache.alloc(n_slots, &mut slots).map_err(st)?;
         if slots.len() != n_slots {
@@ -820,7 +825,7 @@ mod tests {
         let sentinel = std::ptr::dangling_mut::<rkv_cache>();
         let mut out = sentinel;
         let ok = rkv_options_default();
-        // SAFETY (all calls below): the pointers are NULL or point to live locals.
+        // SAFETY: the pointers (in all calls below) are NULL or point to live locals.
         unsafe {
             assert_eq!(rkv_cache_new(std::ptr::null(), &mut out), rkv_status::RKV_NULL_ARGUMENT);
             assert_eq!(rkv_cache_new(&ok, std::ptr::null_mut()), rkv_status::RKV_NULL_ARGUMENT);

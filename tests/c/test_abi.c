@@ -78,7 +78,7 @@ static void check_quiescent_sums(const rkv_cache *c) {
 
 /* ---- the free callback: counts each slot it is given ------------------------------ */
 
-#define MAX_SLOT 4096
+#define MAX_SLOT 8192
 typedef struct {
   unsigned seen[MAX_SLOT];
   size_t calls, total, out_of_range;
@@ -418,7 +418,8 @@ static void test_caller_managed_p16(void) {
     CHECK(n == 48 && out[0] == 2000 && out[15] == 2015 && out[16] == 3016 &&
           out[47] == 3047);
   }
-  /* Same tokens in another namespace. */
+  /* Same tokens in another namespace (other slots: a slot is cached once). */
+  for (i = 0; i < 16; i++) slots[i] = (uint32_t)(4000 + i);
   ST(rkv_insert(c, 9, toks, slots, 16, &existing), RKV_OK);
   CHECK(existing == 0);
   s = stats(c);
@@ -433,6 +434,7 @@ static void test_caller_managed_p16(void) {
   CHECK(k->total == 80 && each_at_most_once(k));
   for (i = 0; i < 32; i++) CHECK(k->seen[2000 + i] == 1);
   for (i = 16; i < 48; i++) CHECK(k->seen[3000 + i] == 1);
+  for (i = 0; i < 16; i++) CHECK(k->seen[4000 + i] == 1);
   CHECK(stats(c).cached_tokens == 0);
   free(k);
   rkv_cache_free(c);
