@@ -17,13 +17,15 @@
 #include <stdint.h>
 
 /**
- * ABI version of this header; `rkv_abi_version()` returns the same number.
+ * ABI version of this header; `rkv_abi_version()` returns the same number of the library
+ * actually loaded (compare the two to detect a mismatched library).
  */
 #define RKV_ABI_VERSION 1
 
 /**
  * Status of a call. `RKV_OK` is 0; every other value is an error after which the call has
  * written no output (except `*out_len` on `RKV_BUFFER_TOO_SMALL`) and changed nothing.
+ * A plain value: nothing to free, valid on any thread.
  */
 typedef enum rkv_status {
   /**
@@ -72,7 +74,8 @@ typedef enum rkv_status {
 } rkv_status;
 
 /**
- * How eviction orders evictable leaves (the `eviction_policy` field of `rkv_options`).
+ * How eviction orders evictable leaves (the `eviction_policy` field of `rkv_options`, a
+ * `uint32_t`: values other than these are `RKV_INVALID_ARGUMENT`). A plain value.
  */
 typedef enum rkv_eviction_policy {
   /**

@@ -25,11 +25,13 @@ use crate::tree::{EvictionPolicy, PrefixLock};
 
 use handles::LockTable;
 
-/// ABI version of this header; `rkv_abi_version()` returns the same number.
+/// ABI version of this header; `rkv_abi_version()` returns the same number of the library
+/// actually loaded (compare the two to detect a mismatched library).
 pub const RKV_ABI_VERSION: u32 = 1;
 
 /// Status of a call. `RKV_OK` is 0; every other value is an error after which the call has
 /// written no output (except `*out_len` on `RKV_BUFFER_TOO_SMALL`) and changed nothing.
+/// A plain value: nothing to free, valid on any thread.
 #[repr(C)]
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum rkv_status {
@@ -58,7 +60,8 @@ pub enum rkv_status {
     RKV_INTERNAL_ERROR = 9,
 }
 
-/// How eviction orders evictable leaves (the `eviction_policy` field of `rkv_options`).
+/// How eviction orders evictable leaves (the `eviction_policy` field of `rkv_options`, a
+/// `uint32_t`: values other than these are `RKV_INVALID_ARGUMENT`). A plain value.
 #[repr(C)]
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum rkv_eviction_policy {

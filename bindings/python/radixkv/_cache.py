@@ -312,7 +312,9 @@ class Cache:
 
     def __init__(self, page_size: int = 1, pool_slots: int = 0, policy: str = "lru"):
         self._ptr: Optional[int] = None
-        self._cond = threading.Condition(threading.Lock())
+        # Re-entrant: a garbage-collected Lock's __del__ may release itself while this
+        # thread holds the condition's lock (a collection can run at any allocation).
+        self._cond = threading.Condition(threading.RLock())
         self._inflight = 0
         self._names: Dict[Tuple[type, Any], int] = {}
         try:

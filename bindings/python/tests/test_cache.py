@@ -93,6 +93,9 @@ def test_locks():
         with c.match_lock([42]) as empty:  # a lock on an empty match is still a lock
             assert empty.length == 0 and list(empty.slots) == [] and empty.handle != 0
 
+        c.match_lock([1, 2, 3])  # dropped at once: garbage collection releases it
+        assert c.stats().protected_tokens == 0
+
         existing, l3 = c.insert_lock([1, 2, 3, 4, 5], [0, 0, 0, 0, 14])
         assert existing == 4 and l3.length == 5
         assert c.stats().protected_tokens == 5
