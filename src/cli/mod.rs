@@ -73,9 +73,9 @@ struct EngineArgs {
     /// Waiting requests ordered together per scheduling round.
     #[arg(long, default_value_t = 64, value_parser = positive)]
     window: usize,
-    /// In-batch prefix sharing (lpm, dfs-weight): defer a request sharing at least this many
-    /// uncached tokens with one admitted earlier in the round; 0 turns it off
-    /// [default: max(32, 2 pages)].
+    /// In-batch prefix sharing (lpm, dfs-weight, with --threads above 1): defer a request
+    /// sharing at least this many uncached tokens with one running alongside it; 0 turns it
+    /// off [default: max(32, 2 pages)].
     #[arg(long, value_name = "TOKENS")]
     defer_threshold: Option<usize>,
     /// Seed of the random schedule.

@@ -260,7 +260,8 @@ pub fn replay(trace: &Trace, cfg: &Config) -> Result<Report, String> {
         next_out_token: AtomicU64::new(u32::MAX as u64 + 1),
         out_token_floor: trace.max_token().map_or(0, |t| t as u64 + 1),
     };
-    let scheduler = Scheduler::new(cfg.schedule, cfg.defer_threshold, cfg.seed);
+    let scheduler = Scheduler::new(cfg.schedule, cfg.defer_threshold, cfg.seed)
+        .with_concurrency(cfg.threads.max(1));
     let queue = Mutex::new(WindowQueue::new(trace.iter(), scheduler, cfg.window));
     let bar = if cfg.progress {
         let b = ProgressBar::new(trace.len() as u64);

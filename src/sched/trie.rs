@@ -125,23 +125,6 @@ impl<'a> WindowTrie<'a> {
         }
     }
 
-    /// Longest common prefix of `tokens` with any request in the trie (same namespace).
-    pub(crate) fn common_prefix(&self, ns: u64, tokens: &[u32]) -> usize {
-        let Some(&(_, mut cur)) = self.roots.iter().find(|(n, _)| *n == ns) else { return 0 };
-        let mut pos = 0;
-        while pos < tokens.len() {
-            let Some((_, c)) = self.child(cur, tokens[pos]) else { break };
-            let edge = self.nodes[c].edge;
-            let l = lcp(edge, &tokens[pos..]);
-            pos += l;
-            if l < edge.len() {
-                break;
-            }
-            cur = c;
-        }
-        pos
-    }
-
     /// Items depth first, heaviest subtree first (SGLang's DFS-weight order): at each node
     /// the children's subtrees in [`Node::key`] order, then the items ending at the node
     /// (by arrival).
@@ -172,20 +155,20 @@ mod tests {
     use super::*;
 
     #[test]
-    fn common_prefix_across_splits() {
+    fn splits_keep_weights() {
         let a = [1, 2, 3, 4];
         let b = [1, 2, 9];
+        let c = [1, 2, 3, 4, 5];
+        let d = [7];
         let mut t = WindowTrie::new();
-        assert_eq!(t.common_prefix(0, &a), 0);
-        t.insert(0, &a, 0, 0, 0);
-        t.insert(0, &b, 1, 1, 0);
-        assert_eq!(t.common_prefix(0, &[1, 2, 3, 4, 5]), 4);
-        assert_eq!(t.common_prefix(0, &[1, 2, 3, 7]), 3);
-        assert_eq!(t.common_prefix(0, &[1, 2, 9, 9]), 3);
-        assert_eq!(t.common_prefix(0, &[1]), 1);
-        assert_eq!(t.common_prefix(0, &[2]), 0);
-        assert_eq!(t.common_prefix(1, &[1, 2]), 0);
-        assert_eq!(t.common_prefix(0, &[]), 0);
+        t.insert(0, &d, 0, 0, 0);
+        t.insert(0, &a, 1, 1, 0);
+        t.insert(0, &b, 2, 2, 0);
+        t.insert(0, &c, 3, 3, 0);
+        t.insert(1, &a, 4, 4, 0);
+        // Namespace 0: [1,2] weighs 3 ([3,4] weighs 2: c's [5] then a; then b); then d.
+        // Namespace 1 (one request) last.
+        assert_eq!(t.dfs_order(), vec![3, 1, 2, 0, 4]);
     }
 
     #[test]
