@@ -57,3 +57,36 @@ fn mooncake_trace_hits_exactly() {
     assert_eq!(replay(&reqs, 1, true), (39_852_661, 61_194_628));
     assert_eq!(replay(&reqs, 16, false).0, 39_850_976);
 }
+
+/// The trace replayed by several threads at once (each takes every k-th request), then
+/// checked: the tree holds exactly the union of all requests, whatever the interleaving.
+#[test]
+fn mooncake_trace_concurrent_replay() {
+    let reqs = load_trace().expect("trace");
+    let single = RadixTree::new(TreeConfig::default()).unwrap();
+    for (i, r) in reqs.iter().enumerate() {
+        single.insert(0, r, &vec![i as u32; r.len()]).unwrap();
+    }
+    let want = single.check_invariants().unwrap().cached_tokens;
+    for threads in [2usize, 4] {
+        for round in 0..3 {
+            let t = RadixTree::new(TreeConfig::default()).unwrap();
+            std::thread::scope(|s| {
+                for k in 0..threads {
+                    let (t, reqs) = (&t, &reqs);
+                    s.spawn(move || {
+                        let mut out = Vec::new();
+                        for (i, r) in
+                            reqs.iter().enumerate().skip((k + round) % threads).step_by(threads)
+                        {
+                            t.match_prefix(0, r, &mut out);
+                            t.insert(0, r, &vec![i as u32; r.len()]).unwrap();
+                        }
+                    });
+                }
+            });
+            let c = t.check_invariants().unwrap();
+            assert_eq!(c.cached_tokens, want, "{threads} threads");
+        }
+    }
+}

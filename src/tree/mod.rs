@@ -1116,6 +1116,9 @@ impl fmt::Debug for RadixTree {
 impl Drop for RadixTree {
     fn drop(&mut self) {
         let g = self.domain.pin();
+        // First the nodes only the eviction index still names (it reads every queued
+        // node's flags, so this must run before any reachable node is freed).
+        let pending = self.index.take_pending();
         // Exclusive access: free every reachable node and table, then the nodes only the
         // eviction index still names (retire pending). Retired nodes and tables already
         // handed to the epoch are freed by it.
@@ -1137,7 +1140,7 @@ impl Drop for RadixTree {
                 }
             }
         }
-        for n in self.index.take_pending() {
+        for n in pending {
             // SAFETY: unlinked nodes whose retirement was left to the index; not freed yet
             // and not reachable from the tree.
             drop(unsafe { Box::from_raw(n) });
