@@ -1,4 +1,4 @@
-//! radixkv: a lock-free concurrent radix index for LLM KV-cache prefix reuse.
+#![doc = include_str!("../README.md")]
 #![deny(unsafe_op_in_unsafe_fn, missing_docs)]
 
 pub(crate) mod sync;
