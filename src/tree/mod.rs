@@ -1,7 +1,7 @@
 //! The concurrent radix tree.
 //!
 //! Keys are `(namespace, tokens)`; values are one `u32` slot per token. Each namespace has
-//! its own root, so namespaces never share a node. An edge (a [`Node`]) holds a run of
+//! its own root, so namespaces never share a node. An edge (a `Node`) holds a run of
 //! tokens, a multiple of the page size long, with their slots.
 //!
 //! # Consistency
@@ -34,7 +34,7 @@
 //! # Protocols
 //!
 //! **Copy-on-split** (edge A at offset k, holding A's parent's lock and A's lock; see
-//! [`RadixTree::split`]): (1) build U = A's first k tokens and L = the rest, L taking A's
+//! `RadixTree::split`): (1) build U = A's first k tokens and L = the rest, L taking A's
 //! child table; neither is reachable yet. (2) store `A.forward = U`; read A's pin count v,
 //! store it into U and L, and CAS A's state from `v` to `v | REPLACED`, retrying with the
 //! new count if a pin or unpin landed meanwhile: from that CAS on, A's count is frozen and
