@@ -347,7 +347,7 @@ impl RadixTree {
         if let Some(r) = self.root(ns, g) {
             return r;
         }
-        let root = Box::into_raw(Box::new(Node::new(&[], &[], 0, 0)));
+        let root = Box::into_raw(Box::new(Node::new(&[], &[], 0, 0, 1)));
         let old = self.roots.load(Ordering::SeqCst, g);
         // SAFETY: as in `root`.
         let (mut ids, mut roots) = match unsafe { old.as_ref() } {
@@ -521,6 +521,7 @@ impl RadixTree {
     /// was replaced or evicted meanwhile (the caller looks again).
     fn split<'g>(&self, a: &'g Node, k: usize, pin_u: bool, g: &'g Guard) -> Option<&'g Node> {
         debug_assert!(k > 0 && k < a.len() && k % self.cfg.page_size == 0);
+        let p = self.cfg.page_size;
         let a_ptr = a as *const Node as *mut Node;
         loop {
             let pp = a.parent.load(Ordering::SeqCst);
@@ -538,8 +539,20 @@ impl RadixTree {
             }
             // (1) Build U and L off to the side.
             let stamp = a.stamp.load(Ordering::Relaxed);
-            let u = Box::into_raw(Box::new(Node::new(&a.key()[..k], &a.slots()[..k], 0, stamp)));
-            let l = Box::into_raw(Box::new(Node::new(&a.key()[k..], &a.slots()[k..], 0, stamp)));
+            let u = Box::into_raw(Box::new(Node::new(
+                &a.key()[..k],
+                &a.slots_range(0, k),
+                0,
+                stamp,
+                p,
+            )));
+            let l = Box::into_raw(Box::new(Node::new(
+                &a.key()[k..],
+                &a.slots_range(k, a.len()),
+                0,
+                stamp,
+                p,
+            )));
             // SAFETY: both were just allocated and are not shared yet.
             let (un, ln) = unsafe { (&*u, &*l) };
             un.parent.store(pp, Ordering::SeqCst);
@@ -636,7 +649,7 @@ impl RadixTree {
             }
             let k = common_prefix(c.key(), &key[pos..]) / p * p;
             debug_assert!(k >= p);
-            out.extend_from_slice(&c.slots()[..k]);
+            c.extend_slots(out, 0, k);
             self.touch(c, now);
             pos += k;
             last = Some((c, k));
@@ -690,7 +703,7 @@ impl RadixTree {
                 if k < c.len() {
                     match self.split(c, k, true, g) {
                         Some(u) => {
-                            out.extend_from_slice(u.slots());
+                            u.extend_slots(out, 0, u.len());
                             self.touch(u, now);
                             pos += k;
                             break 'step;
@@ -700,7 +713,7 @@ impl RadixTree {
                 }
                 match self.try_pin(c) {
                     Pin::Pinned => {
-                        out.extend_from_slice(c.slots());
+                        c.extend_slots(out, 0, c.len());
                         self.touch(c, now);
                         pos += k;
                         cur = c;
@@ -824,7 +837,7 @@ impl RadixTree {
                             }
                         }
                         if want {
-                            cached.extend_from_slice(c.slots());
+                            c.extend_slots(cached, 0, c.len());
                         }
                         self.touch(c, now);
                         pos += k;
@@ -838,7 +851,7 @@ impl RadixTree {
                                 continue 'step;
                             };
                             if want {
-                                cached.extend_from_slice(u.slots());
+                                u.extend_slots(cached, 0, u.len());
                             }
                             self.touch(u, now);
                             pos = n;
@@ -846,7 +859,7 @@ impl RadixTree {
                             continue 'step;
                         }
                         if want {
-                            cached.extend_from_slice(&c.slots()[..k]);
+                            c.extend_slots(cached, 0, k);
                         }
                         self.touch(c, now);
                         if let Err(e) = prepare(n, cached) {
@@ -881,7 +894,7 @@ impl RadixTree {
             }
             let len = n - pos;
             let leaf =
-                Box::into_raw(Box::new(Node::new(&key[pos..], &vals[pos..], pin as u64, now)));
+                Box::into_raw(Box::new(Node::new(&key[pos..], &vals[pos..], pin as u64, now, p)));
             // SAFETY: just allocated, not shared yet.
             let ln = unsafe { &*leaf };
             ln.parent.store(cur as *const Node as *mut Node, Ordering::SeqCst);
@@ -999,7 +1012,7 @@ impl RadixTree {
             {
                 self.index.push(parent);
             }
-            free(x.slots());
+            free(&x.slots_range(0, x.len()));
             self.index.retire(x_ptr, g);
             return Some(len);
         }

@@ -295,3 +295,34 @@ fn lock_guard_is_send() {
     assert_send::<PrefixLock>();
     assert_sync::<RadixTree>();
 }
+
+#[test]
+fn paged_slots_are_stored_compactly_and_read_back_exactly() {
+    let t = tree(4);
+    let toks: Vec<u32> = (0..12).collect();
+    // Pages of consecutive slots (not page-aligned, not in page order): compact form.
+    let slots: Vec<u32> = (40..44).chain(8..12).chain(100..104).collect();
+    t.insert(0, &toks, &slots).unwrap();
+    let compact = t.check_invariants().unwrap().heap_bytes;
+    assert_eq!(m(&t, 0, &toks), slots);
+    // A split inside the edge keeps every slot.
+    let mut q = toks.clone();
+    q[9] = 77;
+    assert_eq!(t.insert(0, &q, &(200..212).collect::<Vec<_>>()).unwrap(), 8);
+    assert_eq!(m(&t, 0, &toks), slots);
+    let mut want = slots[..8].to_vec();
+    want.extend(208..212);
+    assert_eq!(m(&t, 0, &q), want);
+    // A page whose slots do not run consecutively: stored one by one, still exact.
+    let t2 = tree(4);
+    let odd: Vec<u32> = (40..44).chain([9, 8, 10, 11]).chain(100..104).collect();
+    t2.insert(0, &toks, &odd).unwrap();
+    assert_eq!(m(&t2, 0, &toks), odd);
+    assert!(t2.check_invariants().unwrap().heap_bytes > compact);
+    t.check_invariants().unwrap();
+    let mut freed = drain(&t);
+    freed.sort();
+    let mut all: Vec<u32> = slots.iter().copied().chain(208..212).collect();
+    all.sort();
+    assert_eq!(freed, all);
+}
