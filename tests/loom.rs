@@ -166,3 +166,31 @@ fn reclamation_of_retired_nodes_while_a_reader_holds_them() {
         assert_eq!(t.check_invariants().unwrap().nodes, 0);
     });
 }
+
+/// Refcount transitions: two pins and unpins of one leaf race; whichever unpin is last
+/// (1 -> 0) must put the leaf back in the eviction index, and the counts end exact.
+#[test]
+fn racing_pins_and_unpins_leave_the_leaf_evictable() {
+    model(|| {
+        let t = Arc::new(tree());
+        t.insert(0, &[1, 2], &[10, 20]).unwrap();
+        let t2 = t.clone();
+        let other = thread::spawn(move || {
+            let mut out = Vec::new();
+            let g = t2.match_and_lock(0, &[1, 2], &mut out);
+            assert_eq!(out, vec![10, 20]);
+            drop(g);
+        });
+        let mut out = Vec::new();
+        let g = t.match_and_lock(0, &[1, 2], &mut out);
+        assert_eq!(out, vec![10, 20]);
+        drop(g);
+        other.join().unwrap();
+        let s = t.stats();
+        assert_eq!((s.protected_tokens, s.evictable_tokens), (0, 2));
+        let mut freed = Vec::new();
+        assert_eq!(t.evict(1, &mut |s| freed.extend_from_slice(s)), 2);
+        assert_eq!(freed, vec![10, 20]);
+        t.check_invariants().unwrap();
+    });
+}
