@@ -42,8 +42,11 @@
 //! with one atomic store: readers see A or U->L, never a half-split edge (A's content is
 //! immutable, so a reader still on A reads valid data and, meeting `REPLACED`, moves to U).
 //! (4) point A's children's parent pointers at L, queue L for eviction if A was an
-//! unpinned leaf, and retire A through the epoch (the old parent table too). Nothing a
-//! reader may hold is freed before every guard that could see it is gone.
+//! unpinned leaf, and retire A through the epoch (the old parent table too). L is locked
+//! from before (3) until after (4) (it is new, so the lock is uncontended): a writer that
+//! reaches L through U and wants to change L's table or split L waits until every child of
+//! L names L as its parent, so no child is ever left naming a node that was replaced.
+//! Nothing a reader may hold is freed before every guard that could see it is gone.
 //!
 //! **Pins** are path pins, like SGLang's `lock_ref`: a lock on `t[0..m]` adds one to every
 //! node on that path. The count goes up only from a live state (no `DEAD`, no `REPLACED`
@@ -537,6 +540,7 @@ impl RadixTree {
             if a.parent.load(Ordering::SeqCst) != pp {
                 continue; // the parent was split; A now hangs under its L
             }
+            debug_assert_eq!(parent.state.load(Ordering::SeqCst) & (DEAD | REPLACED), 0);
             // (1) Build U and L off to the side.
             let stamp = a.stamp.load(Ordering::Relaxed);
             let u = Box::into_raw(Box::new(Node::new(
@@ -555,6 +559,11 @@ impl RadixTree {
             )));
             // SAFETY: both were just allocated and are not shared yet.
             let (un, ln) = unsafe { (&*u, &*l) };
+            // L stays locked until its children point at it: from the moment U is published
+            // a thread may reach L and want to change L's table or split L, and it must not
+            // do so while a child of L still names A (or a child names L while L is being
+            // replaced). Uncontended: nobody else can see L yet.
+            let _ll = lock(&ln.lock);
             un.parent.store(pp, Ordering::SeqCst);
             ln.parent.store(u, Ordering::SeqCst);
             // A is locked, so its table cannot change: L takes it over as is.
@@ -585,7 +594,8 @@ impl RadixTree {
             parent.children.store(Owned::new(table), Ordering::SeqCst);
             // SAFETY: swapped out under the parent's lock; readers hold guards.
             unsafe { g.defer_destroy(old) };
-            // (4) Re-parent A's children, queue L, retire A.
+            // (4) Re-parent A's children (under A's and L's locks, so their tables and
+            // these pointers cannot change meanwhile), queue L, retire A.
             if let Some(t) = ln.table(g) {
                 for &c in t.nodes() {
                     // SAFETY: children of the locked L (A's table) are live nodes.
@@ -597,6 +607,7 @@ impl RadixTree {
             if v & PIN_MASK == 0 && ln.is_leaf(g) {
                 self.index.push(ln);
             }
+            drop(_ll);
             drop(_al);
             drop(_pl);
             self.index.retire(a_ptr, g);
