@@ -1,0 +1,265 @@
+//! The child side: each measurement runs in a process of its own (`--measure SPEC`), so no
+//! contestant inherits another's heap (freed but kept pages, fragmentation, glibc arenas of
+//! finished threads) or epoch garbage. It prints one line `RESULT <json>` of raw samples.
+
+use std::sync::atomic::Ordering;
+
+use serde_json::{Value, json};
+
+use crate::trace::{self, Branching, Req};
+use crate::util::*;
+use crate::work::*;
+
+pub struct Ctx {
+    pub runs: usize,
+    pub threads: usize,
+    pub trace: String,
+    pub branching: Branching,
+    pub mix_requests: usize,
+}
+
+pub const CAPACITY: usize = 2_000_000;
+
+fn mooncake(ctx: &Ctx) -> (Vec<Req>, Vec<u32>) {
+    let mut reqs = trace::mooncake(&ctx.trace);
+    let slots = trace::slot_array(&mut reqs);
+    (reqs, slots)
+}
+
+fn who_page(spec: &[String]) -> (Who, usize) {
+    let w = Who::from_key(&spec[1]).unwrap_or_else(|| panic!("unknown contestant {}", spec[1]));
+    (w, spec[2].parse().expect("a page size"))
+}
+
+pub fn measure(ctx: &Ctx, spec: &[String]) -> Value {
+    match spec[0].as_str() {
+        "w1" => {
+            let (w, page) = who_page(spec);
+            let (reqs, slots) = mooncake(ctx);
+            let mut times = Vec::new();
+            let mut hits = Vec::new();
+            // One untimed warm-up run first.
+            for run in 0..=ctx.runs {
+                let b = w.build(page, false);
+                let (h, s) = time(|| replay(b.idx(), &reqs, &slots));
+                drop(b);
+                if run > 0 {
+                    times.push(s);
+                    hits.push(h);
+                }
+            }
+            json!({ "times": times, "hits": hits })
+        }
+        "w2-spin" => {
+            let iters: u64 = spec[1].parse().unwrap();
+            let spin_run = |threads: usize| -> f64 {
+                time(|| {
+                    std::thread::scope(|sc| {
+                        let hs: Vec<_> = (0..threads)
+                            .map(|t| sc.spawn(move || spin(iters, t as u64 + 1)))
+                            .collect();
+                        hs.into_iter().map(|h| h.join().unwrap()).fold(0, |a, b| a ^ b)
+                    })
+                })
+                .1
+            };
+            let mut t1 = Vec::new();
+            let mut tn = Vec::new();
+            for _ in 0..ctx.runs {
+                t1.push(spin_run(1));
+                tn.push(spin_run(ctx.threads));
+            }
+            json!({ "t1": t1, "tn": tn })
+        }
+        "w2" => {
+            let (w, page) = who_page(spec);
+            let (reqs, slots) = mooncake(ctx);
+            let b = w.build(page, false);
+            replay(b.idx(), &reqs, &slots);
+            let expect = aligned_total(&reqs, page);
+            let mut t1 = Vec::new();
+            let mut tn = Vec::new();
+            // One untimed warm-up pass first.
+            for run in 0..=ctx.runs {
+                match b.shared() {
+                    Some(idx) => {
+                        let (h, s) = time(|| match_all(idx, &reqs, 1));
+                        assert_eq!(h, expect, "{}: a full tree hits every page", w.key());
+                        let (h2, s2) = time(|| match_all(idx, &reqs, ctx.threads));
+                        assert_eq!(h2, expect, "{}: hits at {} threads", w.key(), ctx.threads);
+                        if run > 0 {
+                            t1.push(s);
+                            tn.push(s2);
+                        }
+                    }
+                    None => {
+                        let (h, s) = time(|| match_all_local(b.idx(), &reqs));
+                        assert_eq!(h, expect, "{}: a full tree hits every page", w.key());
+                        if run > 0 {
+                            t1.push(s);
+                        }
+                    }
+                }
+            }
+            json!({ "t1": t1, "tn": if b.shared().is_some() { json!(tn) } else { Value::Null }, "hits": expect })
+        }
+        "w3" => {
+            let (w, page) = who_page(spec);
+            let mut reqs = trace::branching(ctx.branching);
+            let slots = trace::slot_array(&mut reqs);
+            let expect = aligned_total(&reqs, page);
+            let mut ti = Vec::new();
+            let mut tm = Vec::new();
+            let mut distinct = None;
+            for run in 0..=ctx.runs {
+                let b = w.build(page, true);
+                let (_, si) = time(|| insert_all(b.idx(), &reqs, &slots));
+                let (h, sm) = match b.shared() {
+                    Some(idx) => time(|| match_all(idx, &reqs, 1)),
+                    None => time(|| match_all_local(b.idx(), &reqs)),
+                };
+                assert_eq!(h, expect, "{}: every request must hit in full", w.key());
+                distinct = b.idx().cached_tokens();
+                drop(b);
+                if run > 0 {
+                    ti.push(si);
+                    tm.push(sm);
+                }
+            }
+            json!({
+                "insert": ti, "match": tm, "distinct": distinct, "requests": reqs.len(),
+                "tokens": reqs.iter().map(|r| r.tokens.len() as u64).sum::<u64>(),
+            })
+        }
+        "w4a" => {
+            let (reqs, _) = mooncake(ctx);
+            let f: fn(&[Req], usize) -> EvictRun = match spec[1].as_str() {
+                "cache" => evict_replay_rkv,
+                "tree" => evict_replay_tree,
+                "kvi" => evict_replay_kvi,
+                k => panic!("unknown w4a contestant {k}"),
+            };
+            let _ = f(&reqs, CAPACITY); // warm-up
+            let rs: Vec<Value> = (0..ctx.runs)
+                .map(|_| {
+                    let r = f(&reqs, CAPACITY);
+                    json!({
+                        "secs": r.secs, "hits": r.hits, "calls": r.calls, "p50": r.p50, "p99": r.p99,
+                        "max": r.max, "per_node": if r.per_node.is_finite() { json!(r.per_node) } else { Value::Null },
+                        "per_token": r.per_token, "evicted": r.evicted,
+                    })
+                })
+                .collect();
+            json!({ "runs": rs })
+        }
+        "w4b" => {
+            let n: usize = spec[2].parse().unwrap();
+            let keys = leaf_keys(n);
+            let k = n / 2 * 8;
+            let mut per = Vec::new();
+            let mut calls = Vec::new();
+            let mut build = Vec::new();
+            let mut nodes = 0u64;
+            for run in 0..=ctx.runs {
+                let (b, s, evicted_nodes) = match spec[1].as_str() {
+                    "rkv" => {
+                        let tree = radixkv::RadixTree::new(radixkv::TreeConfig::default()).unwrap();
+                        let (_, b) = time(|| {
+                            let mut next = 0u32;
+                            let mut slots = Vec::new();
+                            for key in &keys {
+                                slots.clear();
+                                slots.extend(next..next + key.len() as u32);
+                                next += key.len() as u32;
+                                tree.insert(0, key, &slots).unwrap();
+                            }
+                        });
+                        let n0 = tree.stats().nodes;
+                        let (_, s) = time(|| tree.evict(k, &mut |_| {}));
+                        (b, s, n0 - tree.stats().nodes)
+                    }
+                    "kvi" => {
+                        let tree = kv_index::TokenTree::with_config(1, Default::default());
+                        let (_, b) = time(|| {
+                            for key in &keys {
+                                tree.insert_tokens(key, "w0");
+                            }
+                        });
+                        let size = tree.total_token_size();
+                        let (_, s) = time(|| tree.evict_tenant_by_size(size - k));
+                        (b, s, (n / 2) as u64)
+                    }
+                    x => panic!("unknown w4b contestant {x}"),
+                };
+                if run > 0 {
+                    build.push(b);
+                    calls.push(s);
+                    per.push(s / evicted_nodes as f64);
+                    nodes = evicted_nodes;
+                }
+            }
+            json!({ "per": per, "calls": calls, "build": build, "nodes": nodes })
+        }
+        "w5" => {
+            let (reqs, _) = mooncake(ctx);
+            let n = ctx.mix_requests.min(reqs.len());
+            let threads: usize = spec[2].parse().unwrap();
+            let f: fn(&[Req], usize, usize) -> MixRun = match spec[1].as_str() {
+                "cache" => mix_rkv,
+                "cache-mutex" => mix_rkv_mutex,
+                "tree" => mix_tree,
+                "kvi" => mix_kvi,
+                k => panic!("unknown w5 contestant {k}"),
+            };
+            let _ = f(&reqs[..n], threads, CAPACITY); // warm-up
+            let rs: Vec<Value> = (0..ctx.runs)
+                .map(|_| {
+                    let r = f(&reqs[..n], threads, CAPACITY);
+                    json!({ "secs": r.secs, "cycles": r.cycles, "tokens": r.tokens, "hits": r.hits })
+                })
+                .collect();
+            json!({ "runs": rs })
+        }
+        "mem" => mem(ctx, &spec[1], &spec[2..]),
+        x => panic!("unknown measurement {x}"),
+    }
+}
+
+/// Bytes of one contestant's index: resident set and live heap before and after the build.
+fn mem(ctx: &Ctx, workload: &str, spec: &[String]) -> Value {
+    let w = Who::from_key(&spec[0]).expect("a contestant");
+    let page: usize = spec[1].parse().expect("a page size");
+    let mut reqs = match workload {
+        "mooncake" => trace::mooncake(&ctx.trace),
+        "branching" => trace::branching(ctx.branching),
+        x => panic!("unknown workload {x}"),
+    };
+    let slots = trace::slot_array(&mut reqs);
+    COUNTING.store(true, Ordering::SeqCst);
+    let (rss0, heap0) = (rss_bytes(), heap_live());
+    let b = w.build(page, workload == "branching");
+    let cached = if workload == "mooncake" {
+        let hits = replay(b.idx(), &reqs, &slots);
+        aligned_total(&reqs, page) - hits
+    } else {
+        insert_all(b.idx(), &reqs, &slots);
+        reqs.iter().map(|r| (r.tokens.len() / page * page - r.fork / page * page) as u64).sum()
+    };
+    let (rss1, heap1) = (rss_bytes(), heap_live());
+    // radixkv retires split and evicted nodes through crossbeam-epoch; what is retired but
+    // not yet collected is still on the heap. Flush it, then read again.
+    for _ in 0..256 {
+        crossbeam_epoch::pin().flush();
+    }
+    let heap2 = heap_live();
+    let census = b.idx().census();
+    json!({
+        "rss": rss1.saturating_sub(rss0),
+        "heap": heap2 - heap0,
+        "heap_before_flush": heap1 - heap0,
+        "cached": cached,
+        "own_heap": census.map(|c| c.0),
+        "nodes": census.map(|c| c.1),
+        "holds": b.idx().holds(),
+    })
+}

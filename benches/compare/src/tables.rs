@@ -1,0 +1,520 @@
+//! The parent side: runs each measurement through `run` (a child process per contestant),
+//! then builds the tables, the ratios against radixkv and the target checks.
+
+use serde_json::Value;
+
+use crate::report::Table;
+use crate::trace::Branching;
+use crate::util::*;
+use crate::work::{EVICT_OP_TOKENS, Who};
+
+pub type Run<'a> = &'a dyn Fn(&[&str]) -> Result<Value, String>;
+
+pub const MOONCAKE_REQUESTS: usize = 3993;
+pub const MOONCAKE_TOKENS: u64 = 61_194_628;
+pub const MOONCAKE_HITS_P1: u64 = 39_852_661;
+pub const MOONCAKE_HITS_P16: u64 = 39_850_976;
+
+fn f64s(v: &Value) -> Vec<f64> {
+    v.as_array().map(|a| a.iter().filter_map(|x| x.as_f64()).collect()).unwrap_or_default()
+}
+
+fn ratio(x: f64, reference: Option<f64>) -> String {
+    match reference {
+        Some(r) if r > 0.0 && x.is_finite() => format!("{:.2}×", x / r),
+        _ => "-".into(),
+    }
+}
+
+fn failed(t: &mut Table, name: String, gran: String, e: String) {
+    let cols = t.header.len();
+    let mut row =
+        vec![name, gran, format!("failed: {}", e.lines().last().unwrap_or("").replace('|', "/"))];
+    row.resize(cols, "-".into());
+    t.row(row);
+}
+
+// ============================================================================ 1. replay
+
+pub fn w1(run: Run, who: &[(Who, usize)], runs: usize) -> Table {
+    let mut t = Table::new(
+        "1. Mooncake replay, unlimited capacity: per request lookup, then store (1 thread)",
+        &[
+            "contestant",
+            "granularity",
+            "time, median [range]",
+            "tokens/s",
+            "hit tokens",
+            "expected",
+            "time × radixkv",
+        ],
+    );
+    let mut reference: Vec<(usize, f64)> = Vec::new();
+    for &(w, page) in who {
+        let v = match run(&["w1", w.key(), &page.to_string()]) {
+            Ok(v) => v,
+            Err(e) => {
+                failed(&mut t, w.name().into(), w.granularity(page), e);
+                continue;
+            }
+        };
+        let sm = summarize(&f64s(&v["times"]));
+        let hits: Vec<u64> =
+            v["hits"].as_array().unwrap().iter().map(|x| x.as_u64().unwrap()).collect();
+        let h = hits[0];
+        let same = hits.iter().all(|&x| x == h);
+        if w == Who::Rkv {
+            reference.push((page, sm.median));
+        }
+        let r = reference.iter().find(|(p, _)| *p == page).map(|x| x.1);
+        let expect = match page {
+            1 if h == MOONCAKE_HITS_P1 => "= 39,852,661 ✓".to_string(),
+            1 => "≠ 39,852,661 ✗".into(),
+            16 if h == MOONCAKE_HITS_P16 => "= 39,850,976 ✓".into(),
+            16 => "≠ 39,850,976 ✗".into(),
+            _ => "-".into(),
+        };
+        t.row(vec![
+            w.name().into(),
+            w.granularity(page),
+            secs_range(&sm),
+            rate(MOONCAKE_TOKENS as f64 / sm.median),
+            format!("{}{}", commas(h), if same { "" } else { " (differs between runs!)" }),
+            expect,
+            ratio(sm.median, r),
+        ]);
+        eprintln!("  w1 {} p{page}: {}", w.key(), secs_range(&sm));
+    }
+    t.note(format!(
+        "{MOONCAKE_REQUESTS} requests, {} input tokens; {runs} timed runs each after one untimed warm-up, a fresh index \
+         per run. `time × radixkv` = this row's median / radixkv's at the same granularity (above 1: radixkv is \
+         faster). radixkv's rows pass one fresh slot per token (made before the timing); its lookup returns the \
+         slots (copied out), kv-index's and dynamo's return a count, the vLLM-style map returns the slots.",
+        commas(MOONCAKE_TOKENS)
+    ));
+    t.note("dynamo's trees hash the request into blocks (their `compute_block_hash_for_seq`, XXH3) on each lookup; \
+            a store is the engine's stored event (parent = the last cached block's sequence hash, then the new \
+            blocks). The concurrent tree applies events only on its own worker thread (`SyncIndexer::worker` over a \
+            flume channel: its `apply_event` is private), so each store waits for the event's acknowledgement \
+            before the next lookup.");
+    t
+}
+
+// ============================================================================ 2. match-only
+
+pub fn w2(run: Run, who: &[(Who, usize)], runs: usize, threads: usize) -> Table {
+    let mut t = Table::new(
+        format!(
+            "2. Match only over the full tree (Mooncake, every request cached): 1 thread and {threads} threads"
+        ),
+        &[
+            "contestant",
+            "granularity",
+            "1 thread, median [range]",
+            &format!("{threads} threads, median [range]"),
+            "speedup",
+            &format!("tokens/s at {threads}"),
+            "× radixkv (1 thr)",
+            &format!("× radixkv ({threads} thr)"),
+        ],
+    );
+    let iters = 200_000_000u64;
+    match run(&["w2-spin", &iters.to_string()]) {
+        Ok(v) => {
+            let (a, b) = (summarize(&f64s(&v["t1"])), summarize(&f64s(&v["tn"])));
+            t.row(vec![
+                "plain CPU spin loop (xorshift on a register)".into(),
+                "-".into(),
+                secs_range(&a),
+                format!("{} ({threads}× the work)", secs_range(&b)),
+                format!("{:.2}×", threads as f64 * a.median / b.median),
+                "-".into(),
+                "-".into(),
+                "-".into(),
+            ]);
+        }
+        Err(e) => failed(&mut t, "spin loop".into(), "-".into(), e),
+    }
+    let mut reference: Vec<(usize, f64, f64)> = Vec::new();
+    for &(w, page) in who {
+        let v = match run(&["w2", w.key(), &page.to_string()]) {
+            Ok(v) => v,
+            Err(e) => {
+                failed(&mut t, w.name().into(), w.granularity(page), e);
+                continue;
+            }
+        };
+        let a = summarize(&f64s(&v["t1"]));
+        let local = v["tn"].is_null();
+        let bn = summarize(&f64s(&v["tn"]));
+        if w == Who::Rkv {
+            reference.push((page, a.median, bn.median));
+        }
+        let r = reference.iter().find(|(p, _, _)| *p == page);
+        t.row(vec![
+            w.name().into(),
+            w.granularity(page),
+            secs_range(&a),
+            if local { "not thread-safe (Rc<RefCell>)".into() } else { secs_range(&bn) },
+            if local { "-".into() } else { format!("{:.2}×", a.median / bn.median) },
+            if local { "-".into() } else { rate(MOONCAKE_TOKENS as f64 / bn.median) },
+            ratio(a.median, r.map(|x| x.1)),
+            if local { "-".into() } else { ratio(bn.median, r.map(|x| x.2)) },
+        ]);
+        eprintln!("  w2 {} p{page}: {} / {}", w.key(), secs_range(&a), secs_range(&bn));
+    }
+    t.note(format!(
+        "{runs} timed runs after one warm-up pass. The index is built by the replay of workload 1 first (untimed). \
+         Requests are split across threads (request i to thread i mod {threads}) sharing one index by reference; \
+         every run checks that every page of every request hits ({} tokens). The spin loop runs {iters} xorshift \
+         rounds per thread; its speedup is {threads} × t1 / t{threads} (each thread does the full work), the \
+         others' t1 / t{threads} (the same requests split).",
+        commas(MOONCAKE_TOKENS)
+    ));
+    t
+}
+
+// ============================================================================ 3. branching
+
+pub fn w3(run: Run, who: &[(Who, usize)], runs: usize, b: Branching) -> Table {
+    let mut t = Table::new(
+        "3. Branching (agent-style) workload: insert all, then match all (1 thread)",
+        &[
+            "contestant",
+            "granularity",
+            "insert, median [range]",
+            "match, median [range]",
+            "nodes",
+            "RSS B/token",
+            "live heap B/token",
+            "insert × radixkv",
+            "match × radixkv",
+        ],
+    );
+    let mut reference: Vec<(usize, f64, f64)> = Vec::new();
+    let mut facts = None;
+    for &(w, page) in who {
+        let v = match run(&["w3", w.key(), &page.to_string()]) {
+            Ok(v) => v,
+            Err(e) => {
+                failed(&mut t, w.name().into(), w.granularity(page), e);
+                continue;
+            }
+        };
+        if w == Who::Rkv && page == 1 {
+            facts = Some((
+                v["requests"].as_u64().unwrap_or(0),
+                v["tokens"].as_u64().unwrap_or(0),
+                v["distinct"].as_u64(),
+            ));
+        }
+        let m = run(&["mem", "branching", w.key(), &page.to_string()]).ok();
+        let per = |k: &str| -> Option<f64> {
+            let m = m.as_ref()?;
+            Some(m[k].as_f64()? / m["cached"].as_f64()?)
+        };
+        let (a, bm) = (summarize(&f64s(&v["insert"])), summarize(&f64s(&v["match"])));
+        if w == Who::Rkv {
+            reference.push((page, a.median, bm.median));
+        }
+        let r = reference.iter().find(|(p, _, _)| *p == page);
+        let heap = match (per("heap"), per("own_heap")) {
+            (Some(h), Some(o)) => format!("{h:.2} (own count {o:.2})"),
+            (Some(h), None) => format!("{h:.2}"),
+            _ => "-".into(),
+        };
+        t.row(vec![
+            w.name().into(),
+            w.granularity(page),
+            secs_range(&a),
+            secs_range(&bm),
+            m.as_ref().and_then(|m| m["nodes"].as_u64()).map(commas).unwrap_or_else(|| "-".into()),
+            per("rss").map(|x| format!("{x:.2}")).unwrap_or_else(|| "-".into()),
+            heap,
+            ratio(a.median, r.map(|x| x.1)),
+            ratio(bm.median, r.map(|x| x.2)),
+        ]);
+        eprintln!("  w3 {} p{page}: insert {} match {}", w.key(), secs_range(&a), secs_range(&bm));
+    }
+    if let Some((n, tokens, distinct)) = facts {
+        t.note(format!(
+            "{} requests, {} tokens matched per pass, {} distinct tokens cached.",
+            commas(n),
+            commas(tokens),
+            distinct.map(commas).unwrap_or_else(|| "?".into())
+        ));
+    }
+    t.note(format!(
+        "Generator: {} tenants (one namespace each, its own {}-token system prompt) × {} requests, interleaved; each \
+         request keeps a random number of {}-token steps of one of its tenant's 16 latest requests (or only the \
+         system prompt, 1 in 8) and appends 1–4 new steps of fresh tokens, so forks fall every few dozen tokens. \
+         Token ids are never shared across tenants, so the peers without namespaces see disjoint trees too.",
+        b.tenants, b.system, b.per_tenant, b.step
+    ));
+    t.note(format!(
+        "{runs} timed runs after one warm-up, a fresh index per run. Stores name their fork point (what an engine \
+         knows), so dynamo's stored events carry the right parent; its concurrent tree's events are sent without \
+         waiting for each, and the final flush is timed. Bytes per cached token come from a separate child process \
+         (RSS delta over the build; live heap counted by a global allocator; radixkv's own `check_invariants().\
+         heap_bytes`); radixkv and the vLLM-style map store a slot per token, the others none."
+    ));
+    t
+}
+
+// ============================================================================ 4. eviction
+
+pub fn w4a(run: Run, runs: usize) -> Table {
+    let mut t = Table::new(
+        "4a. Eviction under a 2,000,000-token capacity (Mooncake, page 1): time per evict call",
+        &[
+            "contestant",
+            "replay, median [range]",
+            "hit tokens",
+            "evicted tokens",
+            "evict calls",
+            "p50 per call [range]",
+            "p99 per call [range]",
+            "max (median)",
+            "per evicted node",
+            "per evicted token",
+        ],
+    );
+    let contestants = [
+        ("cache", "radixkv Cache (its slot pool)"),
+        ("tree", "radixkv RadixTree (caller's Vec free list)"),
+        ("kvi", "kv-index 2.0.0 TokenTree (evict_tenant_by_size)"),
+    ];
+    for (key, name) in contestants {
+        let v = match run(&["w4a", key]) {
+            Ok(v) => v,
+            Err(e) => {
+                failed(&mut t, name.into(), "-".into(), e);
+                continue;
+            }
+        };
+        let rs = v["runs"].as_array().unwrap();
+        let col = |k: &str| summarize(&rs.iter().filter_map(|r| r[k].as_f64()).collect::<Vec<_>>());
+        let first = &rs[0];
+        let pn = col("per_node");
+        t.row(vec![
+            name.into(),
+            secs_range(&col("secs")),
+            commas(first["hits"].as_u64().unwrap_or(0)),
+            commas(first["evicted"].as_u64().unwrap_or(0)),
+            commas(first["calls"].as_u64().unwrap_or(0)),
+            secs_range(&col("p50")),
+            secs_range(&col("p99")),
+            secs(col("max").median),
+            if pn.n > 0 { secs_range(&pn) } else { "-".into() },
+            secs_range(&col("per_token")),
+        ]);
+        eprintln!("  w4a {key}: p99 {}", secs_range(&col("p99")));
+    }
+    t.note(format!(
+        "{runs} timed runs after one warm-up. radixkv Cache: per request match_and_lock, then `evict(short)` when \
+         the pool has fewer free slots than the request needs (that call is timed; it returns every evicted slot to \
+         the pool), alloc, insert, release. radixkv RadixTree: the same cycle on the bare tree, slots from a `Vec` \
+         free list that the evict callback refills. kv-index: per request match, then `evict_tenant_by_size(cap - \
+         new)` when the tree would exceed the capacity (timed), insert. Percentiles are per run (nearest rank), then \
+         median [range] across runs."
+    ));
+    t
+}
+
+pub fn w4b(run: Run, runs: usize, sizes: &[usize], kvi_max: usize) -> Table {
+    let mut t = Table::new(
+        "4b. Per-leaf eviction cost by tree size (page 1, 16-way branching, 8-token leaves): one call evicts half the leaves",
+        &[
+            "leaves",
+            "contestant",
+            "build (median)",
+            "evict call, median [range]",
+            "nodes evicted",
+            "per evicted node, median [range]",
+            "× the 1,000-leaf tree",
+        ],
+    );
+    for (key, name, max) in
+        [("rkv", "radixkv RadixTree", usize::MAX), ("kvi", "kv-index TokenTree", kvi_max)]
+    {
+        let mut base = None;
+        for &n in sizes.iter().filter(|&&n| n <= max) {
+            let v = match run(&["w4b", key, &n.to_string()]) {
+                Ok(v) => v,
+                Err(e) => {
+                    failed(&mut t, commas(n as u64), name.into(), e);
+                    continue;
+                }
+            };
+            let p = summarize(&f64s(&v["per"]));
+            if base.is_none() {
+                base = Some(p.median);
+            }
+            let nodes = v["nodes"].as_u64().unwrap_or(0);
+            t.row(vec![
+                commas(n as u64),
+                name.into(),
+                secs(summarize(&f64s(&v["build"])).median),
+                secs_range(&summarize(&f64s(&v["calls"]))),
+                if key == "kvi" { format!("~{}", commas(nodes)) } else { commas(nodes) },
+                secs_range(&p),
+                format!("{:.2}×", p.median / base.unwrap()),
+            ]);
+            eprintln!("  w4b {key} {n}: {}", secs_range(&p));
+        }
+    }
+    t.note(format!(
+        "{runs} timed runs per size after one warm-up, a fresh tree per run. One call evicts n/2 × 8 tokens (LRU: the \
+         oldest half of the leaves, and parents left childless on the way). radixkv: per evicted node = call time / \
+         nodes removed (counted); kv-index: call time / (n/2) (it cannot count nodes)."
+    ));
+    t
+}
+
+// ============================================================================ 5. mixed concurrent
+
+pub fn w5(run: Run, runs: usize, threads: &[usize]) -> Table {
+    let mut t = Table::new(
+        "5. Mixed concurrent load: engine cycles (match_and_lock, alloc, insert, release) and 10% evict ops, 2,000,000 slots, page 1",
+        &[
+            "contestant",
+            "threads",
+            "time, median [range]",
+            "requests/s",
+            "tokens/s",
+            "speedup vs 1 thread",
+            "hit ratio, median [range]",
+            "time × radixkv Cache",
+        ],
+    );
+    let contestants = [
+        ("cache", "radixkv Cache (lock-free tree + sharded pool)"),
+        ("cache-mutex", "Mutex<radixkv Cache>"),
+        ("tree", "radixkv RadixTree + Mutex<Vec> free list"),
+        ("kvi", "kv-index 2.0.0 TokenTree (no slots, no pins)"),
+    ];
+    let mut reference: Vec<(usize, f64)> = Vec::new();
+    let mut requests = 0;
+    for (key, name) in contestants {
+        let mut one = None;
+        for &n in threads {
+            let v = match run(&["w5", key, &n.to_string()]) {
+                Ok(v) => v,
+                Err(e) => {
+                    failed(&mut t, name.into(), n.to_string(), e);
+                    continue;
+                }
+            };
+            let rs = v["runs"].as_array().unwrap();
+            let s = summarize(&rs.iter().filter_map(|r| r["secs"].as_f64()).collect::<Vec<_>>());
+            let hr = summarize(
+                &rs.iter()
+                    .map(|r| {
+                        r["hits"].as_f64().unwrap_or(0.0) / r["tokens"].as_f64().unwrap_or(1.0)
+                    })
+                    .collect::<Vec<_>>(),
+            );
+            let cycles = rs[0]["cycles"].as_f64().unwrap_or(0.0);
+            let tokens = rs[0]["tokens"].as_f64().unwrap_or(0.0);
+            requests = cycles as u64;
+            if n == 1 {
+                one = Some(s.median);
+            }
+            if key == "cache" {
+                reference.push((n, s.median));
+            }
+            let r = reference.iter().find(|(k, _)| *k == n).map(|x| x.1);
+            t.row(vec![
+                name.into(),
+                n.to_string(),
+                secs_range(&s),
+                rate(cycles / s.median),
+                rate(tokens / s.median),
+                one.map(|o| format!("{:.2}×", o / s.median)).unwrap_or_else(|| "-".into()),
+                format!("{:.3} [{:.3}–{:.3}]", hr.median, hr.min, hr.max),
+                ratio(s.median, r),
+            ]);
+            eprintln!("  w5 {key} x{n}: {}", secs_range(&s));
+        }
+    }
+    t.note(format!(
+        "{runs} timed runs per point after one warm-up. {} Mooncake requests, taken in trace order from one shared \
+         counter by all threads; op j of one shared op counter is an explicit `evict({EVICT_OP_TOKENS})` when j mod \
+         10 = 9, else the next request's cycle; the allocator also evicts when the pool is short. radixkv Cache: \
+         match_and_lock_raw, alloc, insert, release. Mutex<Cache>: the same under one lock taken twice per request \
+         (admit = match_and_lock + alloc; finish = insert + release). Bare tree: the same cycle with a Mutex<Vec> \
+         free list for slots (no per-slot state). kv-index: match, `evict_tenant_by_size` when over capacity, \
+         insert (no slots, no pins). Hit ratios vary with the interleaving.",
+        commas(requests)
+    ));
+    t
+}
+
+// ============================================================================ 6. memory
+
+pub fn w6(run: Run, who: &[(Who, usize)]) -> Table {
+    let mut t = Table::new(
+        "6. Memory per cached token after the Mooncake replay (unlimited capacity)",
+        &[
+            "contestant",
+            "granularity",
+            "holds per token",
+            "cached tokens",
+            "RSS delta, B/token",
+            "live heap, B/token",
+            "radixkv heap_bytes, B/token",
+            "target (live heap / own count)",
+        ],
+    );
+    for &(w, page) in who {
+        let m = match run(&["mem", "mooncake", w.key(), &page.to_string()]) {
+            Ok(v) => v,
+            Err(e) => {
+                failed(&mut t, w.name().into(), w.granularity(page), e);
+                continue;
+            }
+        };
+        let cached = m["cached"].as_f64().unwrap_or(f64::NAN);
+        let per = |k: &str| m[k].as_f64().map(|x| x / cached);
+        let heap = per("heap").unwrap_or(f64::NAN);
+        let own = per("own_heap");
+        let target = match (w, page, own) {
+            (Who::Rkv, 1, Some(o)) => format!(
+                "≤ 9: {} ({heap:.2}) / {} ({o:.2})",
+                if heap <= 9.0 { "met" } else { "missed" },
+                if o <= 9.0 { "met" } else { "missed" }
+            ),
+            (Who::Rkv, 16, Some(o)) => format!(
+                "≤ 5: {} ({heap:.2}) / {} ({o:.2})",
+                if heap <= 5.0 { "met" } else { "missed" },
+                if o <= 5.0 { "met" } else { "missed" }
+            ),
+            _ => "-".into(),
+        };
+        let before = per("heap_before_flush").unwrap_or(f64::NAN);
+        t.row(vec![
+            w.name().into(),
+            w.granularity(page),
+            m["holds"].as_str().unwrap_or("?").into(),
+            commas(cached as u64),
+            per("rss").map(|x| format!("{x:.2}")).unwrap_or_else(|| "-".into()),
+            if (before - heap).abs() > 0.005 {
+                format!("{heap:.2} ({before:.2} before the epoch flush)")
+            } else {
+                format!("{heap:.2}")
+            },
+            own.map(|x| format!("{x:.2}")).unwrap_or_else(|| "-".into()),
+            target,
+        ]);
+        eprintln!("  w6 {} p{page}: heap {heap:.2} B/token", w.key());
+    }
+    t.note(
+        "One child process per row: it loads the trace, then measures its resident set (/proc/self/statm) and its \
+         live heap (a counting global allocator, requested bytes) before and after the replay that builds the index, \
+         after flushing crossbeam-epoch's garbage. The slot (4 bytes per token) is part of radixkv's and the \
+         vLLM-style map's figures; kv-index and dynamo store no slot (a router's index: a tenant set or block \
+         hashes). `radixkv heap_bytes` is radixkv's own `check_invariants().heap_bytes` (reachable nodes, tables \
+         and the eviction index).",
+    );
+    t
+}

@@ -1,0 +1,460 @@
+//! The workloads' operations (what the timings time).
+
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+
+use kv_index::TokenTree;
+use radixkv::{Cache, CacheOptions, EvictionPolicy, RadixTree, TreeConfig};
+
+use crate::peers::*;
+use crate::trace::Req;
+use crate::util::*;
+
+/// Which contestant, by key (also the `--mem-child` argument).
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub enum Who {
+    Rkv,
+    RkvMutex,
+    RkvRw,
+    KvIndex,
+    DynRt,
+    DynCrtc,
+    BlockMap,
+}
+
+impl Who {
+    pub fn key(self) -> &'static str {
+        match self {
+            Who::Rkv => "rkv",
+            Who::RkvMutex => "rkv-mutex",
+            Who::RkvRw => "rkv-rwlock",
+            Who::KvIndex => "kv-index",
+            Who::DynRt => "dynamo-rt",
+            Who::DynCrtc => "dynamo-crtc",
+            Who::BlockMap => "vllm-map",
+        }
+    }
+    pub fn from_key(k: &str) -> Option<Who> {
+        [Who::Rkv, Who::RkvMutex, Who::RkvRw, Who::KvIndex, Who::DynRt, Who::DynCrtc, Who::BlockMap]
+            .into_iter()
+            .find(|w| w.key() == k)
+    }
+    /// `pipelined`: stores need not be visible to the next lookup at once (dynamo's
+    /// concurrent tree then sends its events without waiting for each).
+    pub fn build(self, page: usize, pipelined: bool) -> Built {
+        match self {
+            Who::Rkv => Built::Shared(Box::new(Rkv::new(page))),
+            Who::RkvMutex => Built::Shared(Box::new(RkvMutex::new(page))),
+            Who::RkvRw => Built::Shared(Box::new(RkvRw::new(page))),
+            Who::KvIndex => Built::Shared(Box::new(KvIndex::new(page))),
+            Who::DynRt => Built::Local(Box::new(DynRt::new(page))),
+            Who::DynCrtc => Built::Shared(Box::new(DynCrtc::new(page, !pipelined))),
+            Who::BlockMap => Built::Shared(Box::new(BlockMap::new(page))),
+        }
+    }
+}
+
+pub enum Built {
+    Shared(Box<dyn Index + Sync>),
+    Local(Box<dyn Index>),
+}
+
+impl Built {
+    pub fn idx(&self) -> &dyn Index {
+        match self {
+            Built::Shared(b) => b.as_ref(),
+            Built::Local(b) => b.as_ref(),
+        }
+    }
+    pub fn shared(&self) -> Option<&(dyn Index + Sync)> {
+        match self {
+            Built::Shared(b) => Some(b.as_ref()),
+            Built::Local(_) => None,
+        }
+    }
+}
+
+/// Per request: look up, then store. Returns the tokens hit.
+pub fn replay(idx: &dyn Index, reqs: &[Req], slots: &[u32]) -> u64 {
+    let mut s = Scratch::default();
+    let mut hits = 0u64;
+    for r in reqs {
+        let h = idx.lookup(r, &mut s);
+        hits += h as u64;
+        idx.store(r, h, r.slots(slots), &mut s);
+    }
+    idx.sync();
+    hits
+}
+
+/// Stores every request (its fork point known), no lookups.
+pub fn insert_all(idx: &dyn Index, reqs: &[Req], slots: &[u32]) {
+    let mut s = Scratch::default();
+    for r in reqs {
+        idx.store(r, r.fork, r.slots(slots), &mut s);
+    }
+    idx.sync();
+}
+
+/// Looks every request up, split over `threads` threads (request i to thread i % threads)
+/// sharing the index by reference. Returns the tokens hit.
+pub fn match_all(idx: &(dyn Index + Sync), reqs: &[Req], threads: usize) -> u64 {
+    let one = |t: usize| {
+        let mut s = Scratch::default();
+        let mut hits = 0u64;
+        let mut i = t;
+        while i < reqs.len() {
+            hits += idx.lookup(&reqs[i], &mut s) as u64;
+            i += threads;
+        }
+        hits
+    };
+    if threads == 1 {
+        return one(0);
+    }
+    std::thread::scope(|sc| {
+        let hs: Vec<_> = (0..threads).map(|t| sc.spawn(move || one(t))).collect();
+        hs.into_iter().map(|h| h.join().unwrap()).sum()
+    })
+}
+
+pub fn match_all_local(idx: &dyn Index, reqs: &[Req]) -> u64 {
+    let mut s = Scratch::default();
+    reqs.iter().map(|r| idx.lookup(r, &mut s) as u64).sum()
+}
+
+/// Σ of the requests' lengths cut to the page.
+pub fn aligned_total(reqs: &[Req], page: usize) -> u64 {
+    reqs.iter().map(|r| (r.tokens.len() / page * page) as u64).sum()
+}
+
+impl Who {
+    pub fn name(self) -> &'static str {
+        match self {
+            Who::Rkv => "radixkv RadixTree (lock-free)",
+            Who::RkvMutex => "Mutex<radixkv RadixTree>",
+            Who::RkvRw => "RwLock<radixkv RadixTree>",
+            Who::KvIndex => "kv-index 2.0.0 TokenTree",
+            Who::DynRt => "dynamo-kv-router 1.6.1 RadixTree",
+            Who::DynCrtc => "dynamo-kv-router 1.6.1 ConcurrentRadixTreeCompressed",
+            Who::BlockMap => "Mutex<HashMap> vLLM-style chained block hashes",
+        }
+    }
+    pub fn granularity(self, page: usize) -> String {
+        match (self, page) {
+            (Who::DynRt | Who::DynCrtc | Who::BlockMap, p) => format!("{p}-token blocks"),
+            (_, 1) => "token (exact)".into(),
+            (_, p) => format!("page {p}"),
+        }
+    }
+}
+
+// ============================================================================ eviction
+
+pub struct EvictRun {
+    pub secs: f64,
+    pub hits: u64,
+    pub calls: usize,
+    pub p50: f64,
+    pub p99: f64,
+    pub max: f64,
+    pub per_node: f64,
+    pub per_token: f64,
+    pub evicted: u64,
+}
+
+/// The request cycle on a pooled cache of `cap` slots (page 1), evicting explicitly (and
+/// timing each call) when the pool is short: match_and_lock, evict, alloc, insert, release.
+pub fn evict_replay_rkv(reqs: &[Req], cap: usize) -> EvictRun {
+    let cache =
+        Cache::new(CacheOptions { page_size: 1, policy: EvictionPolicy::Lru, pool_slots: cap })
+            .unwrap();
+    let pool = cache.pool().unwrap();
+    let mut slots = Vec::new();
+    let mut calls = Vec::new();
+    let mut nodes_evicted = 0u64;
+    let mut hits = 0u64;
+    let t0 = std::time::Instant::now();
+    for r in reqs {
+        let lock = cache.tree().match_and_lock_raw(r.ns, &r.tokens, &mut slots);
+        let m = lock.len();
+        hits += m as u64;
+        let need = r.tokens.len() - m;
+        let short = need.saturating_sub(pool.allocatable());
+        if short > 0 {
+            let n0 = cache.tree().stats().nodes;
+            let t = std::time::Instant::now();
+            cache.evict(short, None).unwrap();
+            calls.push(t.elapsed().as_secs_f64());
+            nodes_evicted += n0 - cache.tree().stats().nodes;
+        }
+        cache.alloc(need, &mut slots).expect("the pool holds every request");
+        cache.insert(r.ns, &r.tokens, &slots).unwrap();
+        cache.release(lock).unwrap();
+    }
+    let secs = t0.elapsed().as_secs_f64();
+    let evicted = cache.stats().tree.evicted_tokens;
+    finish_run(secs, hits, calls, nodes_evicted as f64, evicted)
+}
+
+fn finish_run(secs: f64, hits: u64, mut calls: Vec<f64>, nodes: f64, evicted: u64) -> EvictRun {
+    let total: f64 = calls.iter().sum();
+    let n = calls.len();
+    let max = calls.iter().copied().fold(0.0, f64::max);
+    EvictRun {
+        secs,
+        hits,
+        calls: n,
+        p50: percentile(&mut calls, 50.0),
+        p99: percentile(&mut calls, 99.0),
+        max,
+        per_node: total / nodes,
+        per_token: total / evicted.max(1) as f64,
+        evicted,
+    }
+}
+
+/// The tree alone with caller-managed slots: a plain `Vec` free list stands in for the pool
+/// (evicted slots are pushed onto it by the evict callback, allocations pop from it).
+pub fn evict_replay_tree(reqs: &[Req], cap: usize) -> EvictRun {
+    let tree = RadixTree::new(TreeConfig { page_size: 1, policy: EvictionPolicy::Lru }).unwrap();
+    let mut free: Vec<u32> = (0..cap as u32).rev().collect();
+    let mut slots = Vec::new();
+    let mut calls = Vec::new();
+    let mut nodes_evicted = 0u64;
+    let mut hits = 0u64;
+    let t0 = std::time::Instant::now();
+    for r in reqs {
+        let lock = tree.match_and_lock_raw(r.ns, &r.tokens, &mut slots);
+        let m = lock.len();
+        hits += m as u64;
+        let need = r.tokens.len() - m;
+        if need > free.len() {
+            let short = need - free.len();
+            let n0 = tree.stats().nodes;
+            let t = std::time::Instant::now();
+            tree.evict(short, &mut |s| free.extend_from_slice(s));
+            calls.push(t.elapsed().as_secs_f64());
+            nodes_evicted += n0 - tree.stats().nodes;
+        }
+        slots.extend(free.drain(free.len() - need..));
+        let existing = tree.insert(r.ns, &r.tokens, &slots).unwrap();
+        debug_assert_eq!(existing, m);
+        tree.release(lock).unwrap();
+    }
+    let secs = t0.elapsed().as_secs_f64();
+    let evicted = tree.stats().evicted_tokens;
+    finish_run(secs, hits, calls, nodes_evicted as f64, evicted)
+}
+
+/// kv-index's TokenTree on the same cycle: before storing, trim the tree to `cap - new`.
+pub fn evict_replay_kvi(reqs: &[Req], cap: usize) -> EvictRun {
+    let tree = TokenTree::with_config(1, Default::default());
+    let mut calls = Vec::new();
+    let mut hits = 0u64;
+    let t0 = std::time::Instant::now();
+    let mut evicted = 0u64;
+    for r in reqs {
+        let m = tree.match_prefix_with_counts(&r.tokens).matched_token_count;
+        hits += m as u64;
+        let need = r.tokens.len() - m;
+        let size = tree.total_token_size();
+        if size + need > cap {
+            let t = std::time::Instant::now();
+            tree.evict_tenant_by_size(cap.saturating_sub(need));
+            calls.push(t.elapsed().as_secs_f64());
+            evicted += (size - tree.total_token_size()) as u64;
+        }
+        tree.insert_tokens(&r.tokens, "w0");
+    }
+    let secs = t0.elapsed().as_secs_f64();
+    finish_run(secs, hits, calls, f64::NAN, evicted)
+}
+
+/// A tree of `leaves` leaves (page 1): paths of base-16 digits, so every internal node
+/// branches 16 ways, and leaf edges of 8 tokens.
+pub fn leaf_keys(leaves: usize) -> Vec<Vec<u32>> {
+    let mut depth = 1;
+    while 16usize.pow(depth) < leaves {
+        depth += 1;
+    }
+    (0..leaves)
+        .map(|i| {
+            let mut k: Vec<u32> = (0..depth).rev().map(|d| ((i >> (4 * d)) & 15) as u32).collect();
+            k.extend((0..7).map(|j| 1000 + j));
+            k
+        })
+        .collect()
+}
+
+// ============================================================================ mixed concurrent load
+
+pub struct MixRun {
+    pub secs: f64,
+    pub cycles: u64,
+    pub tokens: u64,
+    pub hits: u64,
+}
+
+/// Ops are numbered by one shared counter: op j is an explicit evict of `ev` tokens when
+/// j % 10 == 9, else the next request's engine cycle.
+fn mix_driver(
+    reqs: &[Req],
+    threads: usize,
+    op: &(dyn Fn(Option<&Req>, &mut Vec<u32>) -> u64 + Sync),
+) -> MixRun {
+    let next_op = AtomicUsize::new(0);
+    let next_req = AtomicUsize::new(0);
+    let hits = AtomicU64::new(0);
+    let (_, secs) = time(|| {
+        std::thread::scope(|sc| {
+            for _ in 0..threads {
+                sc.spawn(|| {
+                    let mut slots = Vec::new();
+                    loop {
+                        let j = next_op.fetch_add(1, Ordering::Relaxed);
+                        if j % 10 == 9 {
+                            if next_req.load(Ordering::Relaxed) >= reqs.len() {
+                                break;
+                            }
+                            op(None, &mut slots);
+                            continue;
+                        }
+                        let i = next_req.fetch_add(1, Ordering::Relaxed);
+                        if i >= reqs.len() {
+                            break;
+                        }
+                        hits.fetch_add(op(Some(&reqs[i]), &mut slots), Ordering::Relaxed);
+                    }
+                });
+            }
+        })
+    });
+    MixRun {
+        secs,
+        cycles: reqs.len() as u64,
+        tokens: reqs.iter().map(|r| r.tokens.len() as u64).sum(),
+        hits: hits.into_inner(),
+    }
+}
+
+fn rkv_cycle(cache: &Cache, r: &Req, slots: &mut Vec<u32>) -> u64 {
+    let lock = cache.tree().match_and_lock_raw(r.ns, &r.tokens, slots);
+    let m = lock.len();
+    if cache.alloc(r.tokens.len() - m, slots).is_err() {
+        cache.release(lock).unwrap();
+        return 0;
+    }
+    cache.insert(r.ns, &r.tokens, slots).unwrap();
+    cache.release(lock).unwrap();
+    m as u64
+}
+
+pub const EVICT_OP_TOKENS: usize = 16_384;
+
+/// The bare tree with caller-managed slots: a `Mutex<Vec>` free list stands in for the pool
+/// (the evict callback refills it; allocations drain it). Isolates the tree from the pool.
+pub fn mix_tree(reqs: &[Req], threads: usize, cap: usize) -> MixRun {
+    let tree = RadixTree::new(TreeConfig { page_size: 1, policy: EvictionPolicy::Lru }).unwrap();
+    let free = Mutex::new((0..cap as u32).rev().collect::<Vec<u32>>());
+    let refill = |s: &[u32]| free.lock().unwrap().extend_from_slice(s);
+    mix_driver(reqs, threads, &|r, slots| match r {
+        Some(r) => {
+            let lock = tree.match_and_lock_raw(r.ns, &r.tokens, slots);
+            let m = lock.len();
+            let need = r.tokens.len() - m;
+            loop {
+                let short = {
+                    let mut f = free.lock().unwrap();
+                    if f.len() >= need {
+                        let at = f.len() - need;
+                        slots.extend(f.drain(at..));
+                        break;
+                    }
+                    need - f.len()
+                };
+                if tree.evict(short, &mut |s| refill(s)) == 0 {
+                    tree.release(lock).unwrap();
+                    return 0; // nothing evictable: every other page is pinned
+                }
+            }
+            let existing = tree.insert(r.ns, &r.tokens, slots).unwrap();
+            if existing > m {
+                refill(&slots[m..existing]); // cached by a racing insert meanwhile: not adopted
+            }
+            tree.release(lock).unwrap();
+            m as u64
+        }
+        None => {
+            tree.evict(EVICT_OP_TOKENS, &mut |s| refill(s));
+            0
+        }
+    })
+}
+
+pub fn mix_rkv(reqs: &[Req], threads: usize, cap: usize) -> MixRun {
+    let cache =
+        Cache::new(CacheOptions { page_size: 1, policy: EvictionPolicy::Lru, pool_slots: cap })
+            .unwrap();
+    mix_driver(reqs, threads, &|r, slots| match r {
+        Some(r) => rkv_cycle(&cache, r, slots),
+        None => {
+            cache.evict(EVICT_OP_TOKENS, None).unwrap();
+            0
+        }
+    })
+}
+
+/// The same cycle with the whole cache behind one Mutex, taken twice per request (admit:
+/// match_and_lock + alloc; finish: insert + release), as a scheduler would.
+pub fn mix_rkv_mutex(reqs: &[Req], threads: usize, cap: usize) -> MixRun {
+    let cache = Mutex::new(
+        Cache::new(CacheOptions { page_size: 1, policy: EvictionPolicy::Lru, pool_slots: cap })
+            .unwrap(),
+    );
+    mix_driver(reqs, threads, &|r, slots| match r {
+        Some(r) => {
+            let admitted = {
+                let c = cache.lock().unwrap();
+                let lock = c.tree().match_and_lock_raw(r.ns, &r.tokens, slots);
+                let m = lock.len();
+                match c.alloc(r.tokens.len() - m, slots) {
+                    Ok(()) => Some(lock),
+                    Err(_) => {
+                        c.release(lock).unwrap();
+                        None
+                    }
+                }
+            };
+            let Some(lock) = admitted else { return 0 };
+            let m = lock.len() as u64;
+            let c = cache.lock().unwrap();
+            c.insert(r.ns, &r.tokens, slots).unwrap();
+            c.release(lock).unwrap();
+            m
+        }
+        None => {
+            cache.lock().unwrap().evict(EVICT_OP_TOKENS, None).unwrap();
+            0
+        }
+    })
+}
+
+pub fn mix_kvi(reqs: &[Req], threads: usize, cap: usize) -> MixRun {
+    let tree = TokenTree::with_config(1, Default::default());
+    mix_driver(reqs, threads, &|r, _| match r {
+        Some(r) => {
+            let m = tree.match_prefix_with_counts(&r.tokens).matched_token_count;
+            let need = r.tokens.len() - m;
+            if tree.total_token_size() + need > cap {
+                tree.evict_tenant_by_size(cap.saturating_sub(need));
+            }
+            tree.insert_tokens(&r.tokens, "w0");
+            m as u64
+        }
+        None => {
+            tree.evict_tenant_by_size(tree.total_token_size().saturating_sub(EVICT_OP_TOKENS));
+            0
+        }
+    })
+}
