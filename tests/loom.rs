@@ -194,3 +194,30 @@ fn racing_pins_and_unpins_leave_the_leaf_evictable() {
         t.check_invariants().unwrap();
     });
 }
+
+/// A split racing a split of its own lower half: the second splitter may reach L as soon
+/// as U is published, and must not replace L while L's children still name A (or name L
+/// after it was replaced). Every parent pointer ends right (`check_invariants`).
+#[test]
+fn split_racing_a_split_of_its_lower_half() {
+    model(|| {
+        let t = Arc::new(tree());
+        t.insert(0, &[1, 2, 3, 4], &[10, 20, 30, 40]).unwrap();
+        t.insert(0, &[1, 2, 3, 4, 5], &[10, 20, 30, 40, 50]).unwrap(); // A=[1..4] -> C=[5]
+        let t2 = t.clone();
+        let second = thread::spawn(move || {
+            let mut out = Vec::new();
+            t2.match_and_lock_raw(0, &[1, 2, 3, 9], &mut out)
+        });
+        let mut out = Vec::new();
+        let first = t.match_and_lock_raw(0, &[1, 2, 9], &mut out);
+        assert_eq!(out, vec![10, 20]);
+        let second = second.join().unwrap();
+        assert_eq!(second.len(), 3);
+        t.check_invariants().unwrap();
+        t.release(first).unwrap();
+        t.release(second).unwrap();
+        let c = t.check_invariants().unwrap();
+        assert_eq!((c.cached_tokens, c.pinned_tokens), (5, 0));
+    });
+}
