@@ -305,11 +305,12 @@ fn main() {
         mooncake.push((Who::DynCrtc, 1));
     }
     let run = |spec: &[&str]| o.run(spec);
+    let mut tg = tables::Targets::default();
     for w in o.only.clone() {
         let t0 = std::time::Instant::now();
         match w {
-            1 => rep.table(&tables::w1(&run, &o.pick(&mooncake), o.runs)),
-            2 => rep.table(&tables::w2(&run, &o.pick(&mooncake), o.runs, o.threads)),
+            1 => rep.table(&tables::w1(&run, &o.pick(&mooncake), o.runs, &mut tg)),
+            2 => rep.table(&tables::w2(&run, &o.pick(&mooncake), o.runs, o.threads, &mut tg)),
             3 => {
                 let who = [
                     (Who::Rkv, 16),
@@ -323,8 +324,8 @@ fn main() {
                 rep.table(&tables::w3(&run, &o.pick(&who), o.runs, o.branching));
             }
             4 => {
-                rep.table(&tables::w4a(&run, o.runs));
-                rep.table(&tables::w4b(&run, o.runs, &o.leaf_sizes, o.kvi_leaf_max));
+                rep.table(&tables::w4a(&run, o.runs, &mut tg));
+                rep.table(&tables::w4b(&run, o.runs, &o.leaf_sizes, o.kvi_leaf_max, &mut tg));
             }
             5 => rep.table(&tables::w5(&run, o.runs, &o.mix_threads)),
             6 => {
@@ -341,12 +342,13 @@ fn main() {
                     who.push((Who::DynRt, 1));
                     who.push((Who::DynCrtc, 1));
                 }
-                rep.table(&tables::w6(&run, &o.pick(&who)));
+                rep.table(&tables::w6(&run, &o.pick(&who), &mut tg));
             }
             _ => usage(),
         }
         rep.line(format!("(workload {w} took {})\n", secs(t0.elapsed().as_secs_f64())));
     }
+    rep.table(&tg.table());
     rep.line(format!(
         "total {}; load average at end: {}",
         secs(t_all.elapsed().as_secs_f64()),
