@@ -7,20 +7,29 @@
 //! Every operation is O(log n) in the number of queued leaves; nothing scans the tree and no
 //! heap is rebuilt per call.
 //!
-//! Memory: a node named by an entry is never freed. Unlinking a node (eviction or split)
-//! goes through [`EvictIndex::retire`] under this index's lock: a queued node is only marked
-//! [`RETIRE_PENDING`], and the `pop` that takes its entry retires it. Node locks are always
-//! taken before this lock, never after.
+//! Memory: an entry names a small [`Ticket`], not the node. A queued node points at its
+//! ticket and the ticket at the node; both pointers are read and written only under this
+//! index's lock. Unlinking a node (eviction or split) goes through [`EvictIndex::retire`],
+//! which, under the lock, cuts the ticket's pointer and hands the node to the epoch at once:
+//! a replaced or evicted node is freed as soon as no reader holds it, whether or not the
+//! queue ever pops its stale entry (only the 8-byte ticket waits for that). Node locks are
+//! always taken before this lock, never after.
 
 use std::cmp::Reverse;
 use std::collections::BinaryHeap;
 
-use super::node::{DEAD, Node, PIN_MASK, QUEUED, REPLACED, RETIRE_PENDING, node_ref};
+use super::node::{DEAD, Node, PIN_MASK, REPLACED, node_ref};
 use crate::sync::epoch::{Guard, Shared};
 use crate::sync::{Mutex, Ordering, lock};
 
-/// `(stamp, push sequence, node address)`: smallest stamp first, ties in push order (never
-/// by address, so the order is deterministic, which loom needs).
+/// What a queue entry names: the node, or null once the node was unlinked. Owned by its
+/// entry; read and written only under the index lock.
+pub(crate) struct Ticket {
+    node: *mut Node,
+}
+
+/// `(stamp, push sequence, ticket address)`: smallest stamp first, ties in push order
+/// (never by address, so the order is deterministic, which loom needs).
 type Entry = Reverse<(u64, u64, usize)>;
 
 /// The queue and its push counter.
@@ -31,81 +40,90 @@ struct Queue {
 }
 
 impl Queue {
-    fn push(&mut self, stamp: u64, addr: usize) {
+    fn push(&mut self, stamp: u64, ticket: *mut Ticket) {
         self.seq += 1;
-        self.heap.push(Reverse((stamp, self.seq, addr)));
+        self.heap.push(Reverse((stamp, self.seq, ticket as usize)));
     }
 }
 
 /// See the module docs.
 pub(crate) struct EvictIndex {
-    heap: Mutex<Queue>,
+    queue: Mutex<Queue>,
 }
 
 impl EvictIndex {
     pub(crate) fn new() -> Self {
-        EvictIndex { heap: Mutex::new(Queue::default()) }
+        EvictIndex { queue: Mutex::new(Queue::default()) }
     }
 
     /// Queues `node` if it is live and not queued already. The caller decided it is an
     /// unpinned leaf; `pop` re-checks.
     pub(crate) fn push(&self, node: &Node) {
-        let mut heap = lock(&self.heap);
+        let mut q = lock(&self.queue);
         if node.state.load(Ordering::SeqCst) & (DEAD | REPLACED) != 0 {
             return;
         }
-        let f = node.evq.load(Ordering::Relaxed);
-        if f & QUEUED != 0 {
+        if !node.evq.load(Ordering::Relaxed).is_null() {
             return;
         }
-        node.evq.store(f | QUEUED, Ordering::Relaxed);
-        let stamp = node.stamp.load(Ordering::Relaxed);
-        heap.push(stamp, node as *const Node as usize);
+        let t = Box::into_raw(Box::new(Ticket { node: node as *const Node as *mut Node }));
+        node.evq.store(t, Ordering::Relaxed);
+        q.push(node.stamp.load(Ordering::Relaxed), t);
     }
 
-    /// Hands `node` (unlinked from the tree, marked DEAD or REPLACED) to the epoch, or
-    /// leaves that to the `pop` of its pending entry.
+    /// Hands `node` (unlinked from the tree, marked DEAD or REPLACED) to the epoch, first
+    /// cutting its queue entry (if any) loose from it.
     pub(crate) fn retire(&self, node: *mut Node, guard: &Guard) {
-        let _heap = lock(&self.heap);
-        // SAFETY: the caller unlinked `node` under its guard; it is not freed yet because
-        // only this function (under the index lock) or `pop` hands it to the epoch.
-        let n = unsafe { node_ref(node, guard) }.expect("retire of null");
-        let f = n.evq.load(Ordering::Relaxed);
-        if f & QUEUED != 0 {
-            n.evq.store(f | RETIRE_PENDING, Ordering::Relaxed);
-        } else {
-            // SAFETY: `node` is unlinked (no table, root or forward pointer published after
-            // now leads to it, except a forward pointer of a node retired no later than it),
-            // and it is not queued, so no thread pinned after this point can reach it.
-            unsafe { guard.defer_destroy(Shared::from(node.cast_const())) };
+        {
+            let _q = lock(&self.queue);
+            // SAFETY: the caller unlinked `node` under its guard; nothing has freed it,
+            // since only this function hands nodes to the epoch.
+            let n = unsafe { node_ref(node, guard) }.expect("retire of null");
+            let t = n.evq.swap(std::ptr::null_mut(), Ordering::Relaxed);
+            if !t.is_null() {
+                // SAFETY: a node's ticket is owned by its queue entry and is freed only by
+                // `pop` (or Drop) under the lock we hold, after reading it.
+                unsafe { (*t).node = std::ptr::null_mut() };
+            }
         }
+        // SAFETY: `node` is unlinked (no table, root or forward pointer published after now
+        // leads to it, except a forward pointer of a node retired no later than it) and no
+        // queue entry names it any more, so no thread pinned after this can reach it.
+        unsafe { guard.defer_destroy(Shared::from(node.cast_const())) };
     }
 
     /// Pops the best candidate: a live, unpinned leaf whose entry carries its current stamp.
     /// With `lru`, an entry older than its node's stamp is re-queued with the newer stamp.
     pub(crate) fn pop<'g>(&self, lru: bool, guard: &'g Guard) -> Option<&'g Node> {
-        let mut heap = lock(&self.heap);
-        while let Some(Reverse((stamp, _, addr))) = heap.heap.pop() {
-            let ptr = addr as *mut Node;
-            // SAFETY: a queued node is never freed (see `retire`), and we hold the lock.
-            let n = unsafe { node_ref(ptr, guard) }.expect("null in index");
-            let f = n.evq.load(Ordering::Relaxed);
-            n.evq.store(0, Ordering::Relaxed);
-            if f & RETIRE_PENDING != 0 {
-                // SAFETY: unlinked and no longer queued: nothing can reach it from now on.
-                unsafe { guard.defer_destroy(Shared::from(ptr.cast_const())) };
+        let mut q = lock(&self.queue);
+        while let Some(Reverse((stamp, _, addr))) = q.heap.pop() {
+            let t = addr as *mut Ticket;
+            // SAFETY: tickets are freed only here (or in Drop), under the lock.
+            let ptr = unsafe { (*t).node };
+            if ptr.is_null() {
+                // SAFETY: the entry we just popped was the ticket's only owner.
+                drop(unsafe { Box::from_raw(t) });
                 continue;
             }
+            // SAFETY: a node named by a ticket is not retired yet (retire cuts the ticket
+            // first, under this lock), so it is live; `guard` keeps it so after we unlock.
+            let n = unsafe { node_ref(ptr, guard) }.expect("checked non-null");
             let s = n.state.load(Ordering::SeqCst);
             if s & (DEAD | REPLACED) != 0 || s & PIN_MASK != 0 || !n.is_leaf(guard) {
-                continue; // no longer a candidate; re-queued by its next transition
+                // No longer a candidate; re-queued by its next transition.
+                n.evq.store(std::ptr::null_mut(), Ordering::Relaxed);
+                // SAFETY: as above; the node no longer names it.
+                drop(unsafe { Box::from_raw(t) });
+                continue;
             }
             let now = n.stamp.load(Ordering::Relaxed);
             if lru && now > stamp {
-                n.evq.store(QUEUED, Ordering::Relaxed);
-                heap.push(now, addr);
+                q.push(now, t); // same ticket, newer stamp
                 continue;
             }
+            n.evq.store(std::ptr::null_mut(), Ordering::Relaxed);
+            // SAFETY: as above.
+            drop(unsafe { Box::from_raw(t) });
             return Some(n);
         }
         None
@@ -113,27 +131,22 @@ impl EvictIndex {
 
     /// Entries queued (some may be stale).
     pub(crate) fn len(&self) -> usize {
-        lock(&self.heap).heap.len()
+        lock(&self.queue).heap.len()
     }
 
-    /// Heap bytes of the index.
+    /// Heap bytes of the index (entries and their tickets).
     pub(crate) fn heap_bytes(&self) -> usize {
-        lock(&self.heap).heap.capacity() * std::mem::size_of::<Entry>()
+        let q = lock(&self.queue);
+        q.heap.capacity() * std::mem::size_of::<Entry>() + q.heap.len() * 16
     }
+}
 
-    /// For the tree's `Drop` (exclusive access): the nodes whose retirement is pending,
-    /// which only the index still names.
-    pub(crate) fn take_pending(&mut self) -> Vec<*mut Node> {
-        let heap = std::mem::take(&mut lock(&self.heap).heap);
-        let mut out = Vec::new();
-        for Reverse((_, _, addr)) in heap {
-            let ptr = addr as *mut Node;
-            // SAFETY: exclusive access in Drop; queued nodes are not freed yet.
-            let f = unsafe { (*ptr).evq.load(Ordering::Relaxed) };
-            if f & RETIRE_PENDING != 0 {
-                out.push(ptr);
-            }
+impl Drop for EvictIndex {
+    fn drop(&mut self) {
+        let q = std::mem::take(&mut *lock(&self.queue));
+        for Reverse((_, _, addr)) in q.heap {
+            // SAFETY: exclusive access; each entry owns its ticket (never the node).
+            drop(unsafe { Box::from_raw(addr as *mut Ticket) });
         }
-        out
     }
 }

@@ -279,6 +279,11 @@ pub(crate) fn common_prefix(a: &[u32], b: &[u32]) -> usize {
     let n = a.len().min(b.len());
     let (a, b) = (&a[..n], &b[..n]);
     let mut i = 0;
+    // Long shared runs are the common case (system prompts, earlier turns): compare big
+    // blocks with one memcmp each, then narrow down.
+    while i + 1024 <= n && a[i..i + 1024] == b[i..i + 1024] {
+        i += 1024;
+    }
     while i + 16 <= n && a[i..i + 16] == b[i..i + 16] {
         i += 16;
     }
@@ -1023,7 +1028,7 @@ impl RadixTree {
             {
                 self.index.push(parent);
             }
-            free(&x.slots_range(0, x.len()));
+            x.with_slots(|slots| free(slots));
             self.index.retire(x_ptr, g);
             return Some(len);
         }
@@ -1140,12 +1145,8 @@ impl fmt::Debug for RadixTree {
 impl Drop for RadixTree {
     fn drop(&mut self) {
         let g = self.domain.pin();
-        // First the nodes only the eviction index still names (it reads every queued
-        // node's flags, so this must run before any reachable node is freed).
-        let pending = self.index.take_pending();
-        // Exclusive access: free every reachable node and table, then the nodes only the
-        // eviction index still names (retire pending). Retired nodes and tables already
-        // handed to the epoch are freed by it.
+        // Exclusive access: free every reachable node and table. Retired nodes and tables
+        // were handed to the epoch, which frees them; the eviction index frees its tickets.
         let t = self.roots.load(Ordering::SeqCst, &g);
         if !t.is_null() {
             // SAFETY: exclusive access (`&mut self`): nothing else can reach these.
@@ -1163,11 +1164,6 @@ impl Drop for RadixTree {
                     }
                 }
             }
-        }
-        for n in pending {
-            // SAFETY: unlinked nodes whose retirement was left to the index; not freed yet
-            // and not reachable from the tree.
-            drop(unsafe { Box::from_raw(n) });
         }
     }
 }

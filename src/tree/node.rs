@@ -1,7 +1,8 @@
 //! A tree node (one edge) and its immutable child table.
 
+use super::evict_index::Ticket;
 use crate::sync::epoch::{Atomic, Guard};
-use crate::sync::{AtomicPtr, AtomicU8, AtomicU64, Mutex, Ordering};
+use crate::sync::{AtomicPtr, AtomicU64, Mutex, Ordering};
 
 /// The node's state word.
 ///
@@ -19,11 +20,17 @@ pub(crate) const DEAD: StateWord = 1 << 63;
 const _: () = assert!(std::mem::size_of::<StateWord>() == 8);
 const _: () = assert!(PIN_MASK & (REPLACED | DEAD) == 0);
 
-/// Flags of a node in the eviction index; read and written only under the index's lock.
-pub(crate) const QUEUED: u8 = 1;
-/// The node was unlinked (evicted or replaced) while QUEUED: whoever pops its entry
-/// retires it (a node is never freed while the index can still name it).
-pub(crate) const RETIRE_PENDING: u8 = 2;
+/// `0, 1, 2, ...`: the offsets of a page's slots from its base (pages up to 256 tokens
+/// expand from it with one vectorizable add).
+static RAMP: [u32; 256] = {
+    let mut r = [0u32; 256];
+    let mut i = 0;
+    while i < 256 {
+        r[i] = i as u32;
+        i += 1;
+    }
+    r
+};
 
 /// One edge of the radix tree: a run of tokens with their slots.
 ///
@@ -49,8 +56,8 @@ pub(crate) struct Node {
     pub(crate) stamp: AtomicU64,
     /// Writer lock: held to change `children`, to split this node, or to evict it.
     pub(crate) lock: Mutex<()>,
-    /// [`QUEUED`] | [`RETIRE_PENDING`], under the eviction index's lock.
-    pub(crate) evq: AtomicU8,
+    /// Its entry in the eviction index (null: not queued); under the index's lock only.
+    pub(crate) evq: AtomicPtr<Ticket>,
 }
 
 impl Node {
@@ -63,9 +70,11 @@ impl Node {
         let paged = page > 1
             && !slots.is_empty()
             && slots.len() % page == 0
-            && slots
-                .chunks_exact(page)
-                .all(|c| c.iter().enumerate().all(|(i, &s)| s.wrapping_sub(c[0]) == i as u32));
+            && slots.chunks_exact(page).all(|c| {
+                // Branch-free over the page, so it vectorizes.
+                let base = c[0];
+                c.iter().zip(0u32..).fold(0, |bad, (&s, i)| bad | (s.wrapping_sub(base) ^ i)) == 0
+            });
         let mut data =
             Vec::with_capacity(tokens.len() + if paged { slots.len() / page } else { slots.len() });
         data.extend_from_slice(tokens);
@@ -83,7 +92,7 @@ impl Node {
             state: AtomicU64::new(pins),
             stamp: AtomicU64::new(stamp),
             lock: Mutex::new(()),
-            evq: AtomicU8::new(0),
+            evq: AtomicPtr::new(std::ptr::null_mut()),
         }
     }
 
@@ -116,9 +125,19 @@ impl Node {
             let (page, off) = (i / p, i % p);
             let run = (p - off).min(end - i);
             let base = stored[page].wrapping_add(off as u32);
-            out.extend((0..run as u32).map(|j| base.wrapping_add(j)));
+            if run <= RAMP.len() {
+                out.extend(RAMP[..run].iter().map(|&j| base.wrapping_add(j)));
+            } else {
+                out.extend((0..run as u32).map(|j| base.wrapping_add(j)));
+            }
             i += run;
         }
+    }
+
+    /// Calls `f` with the edge's slots (borrowed when stored one per token).
+    pub(crate) fn with_slots<R>(&self, f: impl FnOnce(&[u32]) -> R) -> R {
+        let len = self.len();
+        if self.data.len() == 2 * len { f(&self.data[len..]) } else { f(&self.slots_range(0, len)) }
     }
 
     /// The slots of tokens `start..end`.
