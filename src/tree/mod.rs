@@ -656,7 +656,7 @@ impl RadixTree {
             if cur.state.load(Ordering::SeqCst) & REPLACED != 0 {
                 return None; // cur's table is frozen: start over on the current tree
             }
-            let Some(c) = cur.child(&key[pos..pos + p], g) else {
+            let Some(c) = cur.child_candidate(&key[pos..pos + p], g) else {
                 break;
             };
             let c = self.resolve(c, g);
@@ -664,7 +664,9 @@ impl RadixTree {
                 break; // being evicted: absent
             }
             let k = common_prefix(c.key(), &key[pos..]) / p * p;
-            debug_assert!(k >= p);
+            if k == 0 {
+                break; // the candidate differs within the first page: no child matches
+            }
             c.extend_slots(out, 0, k);
             self.touch(c, now);
             pos += k;
@@ -710,12 +712,15 @@ impl RadixTree {
         let mut pos = 0;
         'step: while pos < key.len() {
             cur = self.last_of(cur, g);
-            let Some(c) = cur.child(&key[pos..pos + p], g) else {
+            let Some(c) = cur.child_candidate(&key[pos..pos + p], g) else {
                 break;
             };
             let mut c = self.resolve(c, g);
             loop {
                 let k = common_prefix(c.key(), &key[pos..]) / p * p;
+                if k == 0 {
+                    break 'step; // the candidate differs within the first page
+                }
                 if k < c.len() {
                     match self.split(c, k, true, g) {
                         Some(u) => {

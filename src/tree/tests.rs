@@ -326,3 +326,23 @@ fn paged_slots_are_stored_compactly_and_read_back_exactly() {
     all.sort();
     assert_eq!(freed, all);
 }
+
+#[test]
+fn a_lone_child_differing_inside_the_first_page_is_no_match() {
+    let t = tree(2);
+    t.insert(0, &[1, 2, 3, 4], &[10, 20, 30, 40]).unwrap();
+    t.insert(0, &[5, 6], &[50, 60]).unwrap();
+    assert_eq!(m(&t, 0, &[1, 9, 3, 4]), Vec::<u32>::new());
+    let mut out = Vec::new();
+    let g = t.match_and_lock(0, &[1, 9, 3, 4], &mut out);
+    assert!(g.is_empty() && out.is_empty());
+    drop(g);
+    let g = t.match_and_lock(0, &[1, 2, 9, 9], &mut out);
+    assert_eq!(out, vec![10, 20]);
+    drop(g);
+    assert_eq!(t.insert(0, &[1, 9, 3, 4], &[11, 91, 31, 41]).unwrap(), 0);
+    assert_eq!(m(&t, 0, &[1, 9, 3, 4]), vec![11, 91, 31, 41]);
+    assert_eq!(m(&t, 0, &[1, 2, 3, 4]), vec![10, 20, 30, 40]);
+    let c = t.check_invariants().unwrap();
+    assert_eq!((c.nodes, c.cached_tokens), (4, 10)); // [1,2]->[3,4], [1,9,3,4], [5,6]
+}
