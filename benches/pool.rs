@@ -2,7 +2,11 @@
 //! every thread at once, for the sharded `SlotPool` against one `Mutex` around the same
 //! bookkeeping (free page list, per-slot state, per-page counters, whole-call validation).
 //!
-//! `cargo bench --bench pool`. Multi-threaded figures: one iteration is one alloc + free on
+//! `pool/bulk_4096/*`: the cache's cycle with long runs at page size 1 (a 2^21-slot pool):
+//! alloc 4096 slots, `settle` (adopt the first 3072, free the last 1024: an insert), then
+//! `release_cached` of the 3072 (an eviction).
+//!
+//! `cargo bench --bench pool`. Multi-threaded figures: one iteration is one cycle on
 //! each of the `T` threads at once (throughput in cycles per second).
 
 use std::hint::black_box;
@@ -61,33 +65,47 @@ impl MutexPool {
     }
 
     fn free(&self, slots: &[u32]) -> Result<(), u32> {
+        self.change(&[(slots, 0)], 1)
+    }
+
+    /// Moves every slot of the lists from `from` to the list's target state, or none.
+    fn change(&self, lists: &[(&[u32], u8)], from: u8) -> Result<(), u32> {
         let p = self.page_size;
         let mut g = self.inner.lock().unwrap();
         let g = &mut *g;
-        // Validate whole: in range, held, not twice (marked 3 while checking, then undone).
+        // Validate whole: in range, `from`, not twice (marked 3 while checking, then undone).
         let mut bad = None;
-        let mut marked = 0;
-        for &s in slots {
-            if g.state.get(s as usize) != Some(&1) {
-                bad = Some(s);
-                break;
+        'check: for (slots, _) in lists {
+            for &s in *slots {
+                if g.state.get(s as usize) != Some(&from) {
+                    bad = Some(s);
+                    break 'check;
+                }
+                g.state[s as usize] = 3;
             }
-            g.state[s as usize] = 3;
-            marked += 1;
         }
         if let Some(s) = bad {
-            for &t in &slots[..marked] {
-                g.state[t as usize] = 1;
+            for (slots, _) in lists {
+                for &t in *slots {
+                    if g.state.get(t as usize) == Some(&3) {
+                        g.state[t as usize] = from;
+                    }
+                }
             }
             return Err(s);
         }
-        for &s in slots {
-            g.state[s as usize] = 0;
-            let page = s as usize / p;
-            g.page_free[page] += 1;
-            if g.page_free[page] as usize == p {
-                g.page_free[page] = 0;
-                g.free_pages.push(page as u32);
+        for &(slots, to) in lists {
+            for &s in slots {
+                g.state[s as usize] = to;
+                if to != 0 {
+                    continue;
+                }
+                let page = s as usize / p;
+                g.page_free[page] += 1;
+                if g.page_free[page] as usize == p {
+                    g.page_free[page] = 0;
+                    g.free_pages.push(page as u32);
+                }
             }
         }
         Ok(())
@@ -96,6 +114,8 @@ impl MutexPool {
 
 trait Pool: Sync {
     fn cycle(&self, n: usize, out: &mut Vec<u32>);
+    /// Alloc `n`, settle (adopt 3/4, free 1/4), release the adopted ones.
+    fn bulk_cycle(&self, n: usize, out: &mut Vec<u32>);
 }
 
 impl Pool for SlotPool {
@@ -104,6 +124,14 @@ impl Pool for SlotPool {
         assert!(self.try_alloc(n, out).unwrap());
         black_box(&out);
         self.free(out).unwrap();
+    }
+
+    fn bulk_cycle(&self, n: usize, out: &mut Vec<u32>) {
+        out.clear();
+        assert!(self.try_alloc(n, out).unwrap());
+        let (adopt, free) = black_box(&out).split_at(n / 4 * 3);
+        self.settle(adopt, free).unwrap();
+        self.release_cached(adopt).unwrap();
     }
 }
 
@@ -114,10 +142,24 @@ impl Pool for MutexPool {
         black_box(&out);
         self.free(out).unwrap();
     }
+
+    fn bulk_cycle(&self, n: usize, out: &mut Vec<u32>) {
+        out.clear();
+        assert!(self.try_alloc(n, out));
+        let (adopt, free) = black_box(&out).split_at(n / 4 * 3);
+        self.change(&[(adopt, 2), (free, 0)], 1).unwrap();
+        self.change(&[(adopt, 0)], 2).unwrap();
+    }
 }
 
 /// `iters` alloc + free cycles on each of `threads` threads at once; the wall time.
-fn run_threads(pool: &dyn Pool, threads: usize, n: usize, iters: u64) -> Duration {
+fn run_threads(
+    pool: &dyn Pool,
+    threads: usize,
+    n: usize,
+    iters: u64,
+    cycle: fn(&dyn Pool, usize, &mut Vec<u32>),
+) -> Duration {
     let barrier = Barrier::new(threads + 1);
     std::thread::scope(|s| {
         let workers: Vec<_> = (0..threads)
@@ -127,7 +169,7 @@ fn run_threads(pool: &dyn Pool, threads: usize, n: usize, iters: u64) -> Duratio
                     let mut out = Vec::with_capacity(n);
                     barrier.wait();
                     for _ in 0..iters {
-                        pool.cycle(n, &mut out);
+                        cycle(pool, n, &mut out);
                     }
                 })
             })
@@ -160,12 +202,38 @@ fn bench(c: &mut Criterion) {
                         let mut out = Vec::with_capacity(n);
                         b.iter(|| pool.cycle(n, &mut out));
                     } else {
-                        b.iter_custom(|iters| run_threads(pool, threads, n, iters));
+                        b.iter_custom(|iters| {
+                            run_threads(pool, threads, n, iters, |p, n, o| p.cycle(n, o))
+                        });
                     }
                 });
             }
             g.finish();
         }
+    }
+    const BULK: usize = 4096;
+    let sharded = SlotPool::new(1 << 21, 1).unwrap();
+    let mutex = MutexPool::new(1 << 21, 1);
+    let pools: [(&str, &dyn Pool); 2] = [("sharded", &sharded), ("mutex", &mutex)];
+    for threads in [1, all] {
+        let mut g = c.benchmark_group(format!("pool/bulk_{BULK}/{threads}t"));
+        g.throughput(Throughput::Elements((threads * BULK) as u64));
+        g.sample_size(20);
+        g.warm_up_time(Duration::from_millis(500));
+        g.measurement_time(Duration::from_secs(2));
+        for (name, pool) in pools {
+            g.bench_function(name, |b| {
+                if threads == 1 {
+                    let mut out = Vec::with_capacity(BULK);
+                    b.iter(|| pool.bulk_cycle(BULK, &mut out));
+                } else {
+                    b.iter_custom(|iters| {
+                        run_threads(pool, threads, BULK, iters, |p, n, o| p.bulk_cycle(n, o))
+                    });
+                }
+            });
+        }
+        g.finish();
     }
 }
 

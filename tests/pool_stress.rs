@@ -260,3 +260,98 @@ fn no_false_out_of_slots() {
     });
     assert_eq!((pool.available(), pool.allocatable()), (pool.capacity(), pool.capacity()));
 }
+
+/// The cache's pattern with long runs: each thread allocates many pages at once, settles
+/// them (adopt a prefix, free the rest, as an insert does), and releases the adopted ones in
+/// pieces, in or out of order (as evictions do), sometimes as a list of runs out of order.
+/// Runs start and end anywhere in pages, state words and lock stripes, next to other
+/// threads' runs.
+fn long_runs(page_size: usize, max_pages: usize, iters: usize, seed: u64) {
+    let t = threads();
+    let p = page_size;
+    let pool = SlotPool::new(t * 2 * max_pages * p, p).unwrap();
+    let owners = Owners::new(pool.capacity());
+    std::thread::scope(|scope| {
+        for th in 0..t {
+            let (pool, owners) = (&pool, &owners);
+            scope.spawn(move || {
+                let me = th as u8 + 1;
+                let mut rng = Rng::new(seed ^ (th as u64 + 1) << 20);
+                let mut out = Vec::new();
+                // Adopted slots not yet released, in runs as adopted.
+                let mut cached: Vec<Vec<u32>> = Vec::new();
+                for _ in 0..iters {
+                    out.clear();
+                    let n = (1 + rng.below(max_pages)) * p;
+                    if pool.try_alloc(n, &mut out).unwrap() {
+                        owners.acquire(&out, me);
+                        let cut = rng.below(n + 1);
+                        let (adopt, free) = out.split_at(cut);
+                        owners.release(free, me);
+                        pool.settle(adopt, free).unwrap();
+                        assert!(adopt.iter().all(|&s| pool.state(s) == Some(SlotState::Cached)));
+                        // A settle of slots no longer held is refused whole.
+                        if let Some(&a) = adopt.first() {
+                            assert!(pool.settle(&[a], &[]).is_err());
+                            assert_eq!(pool.state(a), Some(SlotState::Cached));
+                        }
+                        if !adopt.is_empty() {
+                            cached.push(adopt.to_vec());
+                        }
+                    }
+                    // Evict: every cached list once the pool runs short, else some.
+                    while cached.len() > 2 || (!cached.is_empty() && rng.below(2) == 0) {
+                        let mut v = cached.swap_remove(rng.below(cached.len()));
+                        match rng.below(4) {
+                            0 => v.reverse(),
+                            1 => {
+                                // Two runs, the upper one first.
+                                let cut = rng.below(v.len());
+                                v.rotate_left(cut);
+                            }
+                            2 => {
+                                // A piece now, the rest later.
+                                let cut = rng.below(v.len());
+                                let rest = v.split_off(cut);
+                                if !rest.is_empty() {
+                                    cached.push(rest);
+                                }
+                                if v.is_empty() {
+                                    continue;
+                                }
+                            }
+                            _ => {}
+                        }
+                        owners.release(&v, me);
+                        pool.release_cached(&v).unwrap();
+                    }
+                }
+                for v in cached {
+                    owners.release(&v, me);
+                    pool.release_cached(&v).unwrap();
+                }
+            });
+        }
+    });
+    let n = pool.capacity();
+    assert_eq!((pool.available(), pool.allocatable()), (n, n));
+    let mut all = Vec::new();
+    assert!(pool.try_alloc(n, &mut all).unwrap());
+    all.sort_unstable();
+    assert_eq!(all, (0..n as u32).collect::<Vec<_>>());
+}
+
+#[test]
+fn long_runs_page_size_1() {
+    long_runs(1, 700, 3_000, 4);
+}
+
+#[test]
+fn long_runs_page_size_3() {
+    long_runs(3, 100, 3_000, 5);
+}
+
+#[test]
+fn long_runs_page_size_16() {
+    long_runs(16, 40, 3_000, 6);
+}

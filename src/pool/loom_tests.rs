@@ -1,12 +1,25 @@
 //! Loom models of the pool's races (every interleaving of two threads). Run with
-//! `RUSTFLAGS="--cfg loom" cargo test --lib pool::loom_tests --release` (in a separate
+//! `RUSTFLAGS="--cfg loom --cfg crossbeam_loom" LOOM_MAX_PREEMPTIONS=2
+//! CARGO_TARGET_DIR=target/loom cargo test --release --lib pool::loom_tests` (a separate
 //! target directory, so as not to rebuild everyone else's).
+//!
+//! The protocols modelled: stripe locks taken in ascending order, waiting (two calls whose
+//! runs share stripes, one stripe per slot or one for all); slot states packed in words, so
+//! that calls under different stripe locks and allocations (no lock) write bytes of one word
+//! at once; per-page counts under a stripe lock; the reservation counter.
 
 use std::sync::Arc;
 
 use loom::thread;
 
 use super::*;
+
+/// A pool of `slots` slots in pages of `p`, `shards` shards, stripes of `stripe` slots.
+fn pool(slots: usize, p: usize, shards: usize, stripe: usize) -> Arc<SlotPool> {
+    let pool = SlotPool::with_layout(slots, p, shards, stripe).unwrap();
+    assert_eq!(pool.stripe_slots, stripe);
+    Arc::new(pool)
+}
 
 fn alloc(pool: &SlotPool, n: usize) -> Vec<u32> {
     let mut v = Vec::new();
@@ -15,11 +28,17 @@ fn alloc(pool: &SlotPool, n: usize) -> Vec<u32> {
 }
 
 /// Two frees of the same slots in opposite orders: exactly one wins, whatever the
-/// interleaving (the busy state and the ordered second path see to it).
+/// interleaving (both lock the stripes in ascending order, whatever the list's order).
 #[test]
 fn opposite_frees_have_one_winner() {
-    loom::model(|| {
-        let pool = Arc::new(SlotPool::with_shards(2, 1, 1).unwrap());
+    for stripe in [1, 2] {
+        opposite_frees(stripe);
+    }
+}
+
+fn opposite_frees(stripe: usize) {
+    loom::model(move || {
+        let pool = pool(2, 1, 1, stripe);
         let v = alloc(&pool, 2);
         let (a, b) = (v[0], v[1]);
         let p2 = pool.clone();
@@ -32,11 +51,12 @@ fn opposite_frees_have_one_winner() {
     });
 }
 
-/// A free and an adopt of the same slots race: one wins and the states show which.
+/// A free and an adopt of the same slots race (one stripe per slot): one wins and the
+/// states show which.
 #[test]
 fn free_and_adopt_have_one_winner() {
     loom::model(|| {
-        let pool = Arc::new(SlotPool::with_shards(2, 1, 1).unwrap());
+        let pool = pool(2, 1, 1, 1);
         let v = alloc(&pool, 2);
         let p2 = pool.clone();
         let w = vec![v[1], v[0]];
@@ -111,11 +131,12 @@ fn allocs_race_for_pages() {
     });
 }
 
-/// A reader never sees a free half done: once one of its slots reads Free, so do the others.
+/// A reader never sees a free half done: once one of its slots reads Free, so do the others
+/// (the slots on two stripes: the reader locks one at a time).
 #[test]
 fn state_never_sees_a_half_done_free() {
     loom::model(|| {
-        let pool = Arc::new(SlotPool::with_shards(2, 1, 1).unwrap());
+        let pool = pool(2, 1, 1, 1);
         let v = alloc(&pool, 2);
         let (a, b) = (v[0], v[1]);
         let p2 = pool.clone();
@@ -123,5 +144,73 @@ fn state_never_sees_a_half_done_free() {
         pool.free(&[a, b]).unwrap();
         let seen = t.join().unwrap();
         assert_ne!(seen, (Some(SlotState::Free), Some(SlotState::Held)));
+    });
+}
+
+/// An insert's settle (adopt one slot, free the other) races a free of both, listed the
+/// other way round, on two stripes: one wins whole, the other changes nothing.
+#[test]
+fn settle_and_free_have_one_winner() {
+    loom::model(|| {
+        let pool = pool(2, 1, 1, 1);
+        let v = alloc(&pool, 2);
+        let p2 = pool.clone();
+        let w = vec![v[1], v[0]];
+        let t = thread::spawn(move || p2.free(&w));
+        let settled = pool.settle(&v[..1], &v[1..]);
+        let freed = t.join().unwrap();
+        assert!(settled.is_ok() != freed.is_ok(), "{settled:?} {freed:?}");
+        if settled.is_ok() {
+            assert_eq!(pool.state(v[0]), Some(SlotState::Cached));
+            assert_eq!((pool.available(), pool.allocatable()), (1, 1));
+        } else {
+            assert_eq!((pool.available(), pool.allocatable()), (2, 2));
+        }
+        assert_eq!(pool.state(v[1]), Some(SlotState::Free));
+    });
+}
+
+/// Slots of one state word, on different stripes, change at once: an adopt of one and a
+/// release of another (each a `fetch_xor` of its byte) and an allocation of a third (a
+/// `fetch_or`, no lock): no change is lost.
+#[test]
+fn one_word_many_writers() {
+    loom::model(|| {
+        let pool = pool(3, 1, 1, 1);
+        let v = alloc(&pool, 2);
+        pool.adopt(&v[1..]).unwrap();
+        let p2 = pool.clone();
+        let held = v[0];
+        let t = thread::spawn(move || p2.adopt(&[held]));
+        pool.release_cached(&v[1..]).unwrap();
+        let mut third = Vec::new();
+        // Two free slots (v[1] once released, and the third); either may come first.
+        assert_eq!(pool.try_alloc(1, &mut third), Ok(true));
+        t.join().unwrap().unwrap();
+        assert_eq!(pool.state(v[0]), Some(SlotState::Cached));
+        assert_eq!(pool.state(third[0]), Some(SlotState::Held));
+        let other = if third[0] == v[1] { 2 } else { v[1] };
+        assert_eq!(pool.state(other), Some(SlotState::Free));
+        assert_eq!((pool.available(), pool.allocatable()), (1, 1));
+    });
+}
+
+/// Two pages share one stripe; halves of both are freed at once, after their other halves:
+/// the counts, kept under the shared stripe lock, return each page exactly once.
+#[test]
+fn pages_sharing_a_stripe_return_once() {
+    loom::model(|| {
+        let pool = pool(4, 2, 1, 4);
+        let v = alloc(&pool, 4);
+        pool.free(&[v[0], v[3]]).unwrap();
+        let p2 = pool.clone();
+        let second = v[1];
+        let t = thread::spawn(move || p2.free(&[second]));
+        pool.free(&[v[2]]).unwrap();
+        t.join().unwrap().unwrap();
+        assert_eq!((pool.available(), pool.allocatable()), (4, 4));
+        let mut all = alloc(&pool, 4);
+        all.sort_unstable();
+        assert_eq!(all, vec![0, 1, 2, 3]);
     });
 }

@@ -3,7 +3,7 @@
 //!
 //! # Slot states
 //!
-//! Every slot has one owner, kept in one [`AtomicU8`] per slot:
+//! Every slot has one owner, kept in one byte per slot (packed 8 to an atomic word):
 //!
 //! | value | state                 | owner                                             |
 //! |-------|-----------------------|---------------------------------------------------|
@@ -34,26 +34,33 @@
 //!   shards number at least `free_pages` plus the pages reserved and not yet popped. So an
 //!   allocation is all or nothing and never fails for want of pages that merely sat on
 //!   another shard.
-//! * **Page locks for state changes.** `free`, `adopt` and `release_cached` change slot
-//!   states under per-page locks (one `AtomicU8` spin lock per page, a test-and-set), by
-//!   strict two-phase locking: lock every page the call touches, check every slot, and only
-//!   if all pass change them (and the page counts), then unlock. A call made of whole pages
-//!   in order (what `try_alloc` hands out: the common case) costs one lock per page, not one
-//!   atomic read-modify-write per slot. Locks are first taken in the order given with
-//!   try-lock, never waiting; if one is taken (by another call on the same page, or because
-//!   the list names a page twice) the call drops its locks and goes the second way: it sorts
-//!   a copy (finding slots listed twice), and locks the pages in ascending order, waiting for
-//!   each. A call waits only for a page above every page it holds, and calls on the first
-//!   way never wait, so every chain of waiting ends: there is no deadlock. Waiting happens
-//!   only when two calls touch one page at once.
+//! * **Packed states.** The states are bytes packed 8 to an `AtomicU64`, so a run of
+//!   consecutive slots is checked and changed a word (8 slots) at a time. A word may hold
+//!   slots of several owners: a write to part of a word is an atomic `fetch_xor` of its own
+//!   bytes only, and a plain store writes only a word whose 8 slots all belong
+//!   to the writing call, so calls on neighbouring slots never lose each other's writes.
+//! * **Stripe locks for state changes.** `free`, `adopt`, `release_cached` and `settle`
+//!   change slot states under per-stripe locks (one `AtomicU8` spin lock, a test-and-set,
+//!   per stripe of `64 / P` whole pages, at least one page), by strict two-phase locking:
+//!   lock every stripe the call touches, check every slot, and only if all pass change them
+//!   (and the page counts), then unlock. A call's lists become maximal runs of consecutive
+//!   slots; if the runs do not already ascend they are sorted (two runs sharing a slot: a
+//!   slot listed twice) and neighbours merged. So a run of `n` slots costs about `n / 64`
+//!   locks and `n / 8` word reads and writes, whatever the page size. Every call locks its
+//!   stripes in ascending order, each once, waiting for each: a call waits only for a stripe
+//!   above every stripe it holds, so every chain of waiting ends: there is no deadlock.
+//!   Waiting happens only when two calls touch one stripe at once.
+//! * **Runs stay runs.** Pages freed together go onto the shard highest first, so that
+//!   the pops (from the top) hand them out ascending again: an allocation after a bulk free
+//!   gets long runs, which its free, adopt and release then handle a word at a time.
 //!
 //! # Consistency
 //!
 //! * `free`, `adopt`, `release_cached` and `state` are linearizable with respect to the slot
-//!   states: each holds the locks of all the pages it reads or changes at once (strict
-//!   two-phase locking; `state` locks the slot's page), so each takes effect at an instant
-//!   while it holds them all. A refused call changes nothing, and nobody saw its locks' pages
-//!   in between. Two callers freeing the same slot at once therefore get exactly one success
+//!   states: each holds the locks of all the stripes it reads or changes at once (strict
+//!   two-phase locking; `state` locks the slot's stripe), so each takes effect at an
+//!   instant while it holds them all. A refused call changes nothing, and nobody saw its
+//!   stripes in between. Two callers freeing the same slot at once therefore get exactly one success
 //!   and one [`Error::DoubleFree`], never two failures.
 //! * `check_held` reads each slot once without locks: exact for slots the caller owns (which
 //!   nobody else may change), not a snapshot of others.
@@ -66,8 +73,8 @@
 //!   that looks at slots it does not own can see that.
 //! * No slot is ever handed to two owners: a page id is at any time in exactly one place (one
 //!   shard, one allocation in flight, or out in callers' hands with not all its slots Free),
-//!   and it re-enters a shard only through the single call that, under the page's lock, made
-//!   all its slots Free.
+//!   and it re-enters a shard only through the single call that, under the lock of the page's
+//!   stripe, made all its slots Free.
 //! * [`SlotPool::available`] and [`SlotPool::allocatable`] add counters read one after the
 //!   other: exact at quiescence, approximate while calls are in flight.
 //!
@@ -85,13 +92,17 @@ use std::sync::TryLockError;
 use crossbeam_utils::CachePadded;
 
 use crate::error::{Error, Result, invalid};
-use crate::sync::{AtomicU8, AtomicUsize, Mutex, MutexGuard, Ordering, lock, yield_now};
+use crate::sync::{AtomicU8, AtomicU64, AtomicUsize, Mutex, MutexGuard, Ordering, lock, yield_now};
 
 const FREE: u8 = 0;
 const HELD: u8 = 1;
 const CACHED: u8 = 2;
 
-/// The owner of one slot, as stored (`repr(u8)`) in the pool's per-slot `AtomicU8`.
+/// Most slots under one lock (a stripe is `STRIPE_SLOTS / P` whole pages, at least one): a
+/// run of `n` consecutive slots takes about `n / STRIPE_SLOTS` locks.
+const STRIPE_SLOTS: usize = 64;
+
+/// The owner of one slot, as stored (`repr(u8)`) in the pool's per-slot byte.
 #[repr(u8)]
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum SlotState {
@@ -128,13 +139,23 @@ enum Refusal {
 /// A concurrent pool of KV slots; see the [module docs](self) for the design and what is
 /// linearizable. `Send + Sync`: share it by reference or in an `Arc`.
 pub struct SlotPool {
-    /// One owner per slot (the values of [`SlotState`]); changed under the page's lock,
-    /// except `Free -> Held` by the allocation that popped the page.
-    states: Box<[AtomicU8]>,
-    /// One spin lock per page (0 unlocked, 1 locked).
-    page_lock: Box<[AtomicU8]>,
-    /// Per page (empty when `P == 1`), under the page's lock: Free slots of a page that is
-    /// not whole (0 for a whole free page and for a page all out).
+    /// One owner per slot (the values of [`SlotState`]), packed 8 to a word: slot `s` is
+    /// byte `s % 8` (from the low end) of word `s / 8`. Changed under the slot's stripe lock,
+    /// except `Free -> Held` by the allocation that popped the page. A word may hold slots
+    /// of several owners, so a write to part of a word is an atomic `fetch_xor`
+    /// of those bytes only; a plain store only writes a word whose 8 slots all belong to
+    /// the writing call.
+    states: Box<[AtomicU64]>,
+    /// Number of slots `N`.
+    num_slots: usize,
+    /// One spin lock per stripe of `stripe_slots` slots (0 unlocked, 1 locked).
+    stripe_lock: Box<[AtomicU8]>,
+    /// Slots per stripe: a whole number of pages.
+    stripe_slots: usize,
+    /// `log2(stripe_slots)` when that is a power of two.
+    stripe_shift: Option<u32>,
+    /// Per page (empty when `P == 1`), under the page's stripe lock: Free slots of a page
+    /// that is not whole (0 for a whole free page and for a page all out).
     page_free: Box<[AtomicUsize]>,
     /// The free list: page ids, sharded.
     shards: Box<[CachePadded<Mutex<Vec<u32>>>]>,
@@ -173,6 +194,17 @@ impl SlotPool {
 
     /// As [`SlotPool::new`], with `shards` rounded up to a power of two (at least 1) shards.
     pub fn with_shards(num_slots: usize, page_size: usize, shards: usize) -> Result<SlotPool> {
+        Self::with_layout(num_slots, page_size, shards, STRIPE_SLOTS)
+    }
+
+    /// As [`SlotPool::with_shards`], with stripes of `stripe_max / page_size` pages (at
+    /// least one page).
+    fn with_layout(
+        num_slots: usize,
+        page_size: usize,
+        shards: usize,
+        stripe_max: usize,
+    ) -> Result<SlotPool> {
         if page_size == 0 {
             return Err(invalid("page size must be at least 1"));
         }
@@ -191,8 +223,9 @@ impl SlotPool {
         }
         let num_pages = num_slots / page_size;
         let k = shards.max(1).next_power_of_two();
-        let states = (0..num_slots).map(|_| AtomicU8::new(FREE)).collect();
-        let page_lock = (0..num_pages).map(|_| AtomicU8::new(0)).collect();
+        let states = (0..num_slots.div_ceil(8)).map(|_| AtomicU64::new(0)).collect();
+        let stripe_slots = (stripe_max / page_size).max(1) * page_size;
+        let stripe_lock = (0..num_slots.div_ceil(stripe_slots)).map(|_| AtomicU8::new(0)).collect();
         let page_free = if page_size == 1 {
             Box::default()
         } else {
@@ -209,7 +242,10 @@ impl SlotPool {
             .collect();
         Ok(SlotPool {
             states,
-            page_lock,
+            num_slots,
+            stripe_lock,
+            stripe_slots,
+            stripe_shift: stripe_slots.is_power_of_two().then(|| stripe_slots.trailing_zeros()),
             page_free,
             shards,
             shard_mask: k - 1,
@@ -222,7 +258,7 @@ impl SlotPool {
 
     /// Number of slots `N`.
     pub fn capacity(&self) -> usize {
-        self.states.len()
+        self.num_slots
     }
 
     /// Page size `P`.
@@ -290,15 +326,24 @@ impl SlotPool {
         let start = out.len();
         self.pop_pages(k, out);
         debug_assert_eq!(out.len(), start + k);
-        // Expand the k page ids at out[start..] into their slots in place, last page first
-        // (page j's slots go to start + j*P.., at or after its own id's index start + j).
-        out.resize(start + n, 0);
-        for j in (0..k).rev() {
-            let base = out[start + j] as usize * p;
-            for i in 0..p {
-                let s = base + i;
-                self.states[s].store(HELD, Ordering::Release);
-                out[start + j * p + i] = s as u32;
+        // Mark the pages' slots Held, by runs of consecutive pages.
+        let pages = &out[start..];
+        let mut i = 0;
+        while i < pages.len() {
+            let len = run_len(&pages[i..]);
+            let first = pages[i] as usize;
+            self.store_range(first * p, (first + len) * p, FREE, HELD);
+            i += len;
+        }
+        if p > 1 {
+            // Expand the k page ids at out[start..] into their slots in place, last page
+            // first (page j's slots go to start + j*P.., at or after its id's index start + j).
+            out.resize(start + n, 0);
+            for j in (0..k).rev() {
+                let base = out[start + j] * p as u32;
+                for (i, o) in out[start + j * p..start + j * p + p].iter_mut().enumerate() {
+                    *o = base + i as u32;
+                }
             }
         }
         Ok(true)
@@ -319,11 +364,14 @@ impl SlotPool {
 
     /// The state of `slot`, or `None` if it is outside the pool.
     pub fn state(&self, slot: u32) -> Option<SlotState> {
-        let a = self.states.get(slot as usize)?;
-        let page = slot as usize / self.page_size;
-        self.lock_page(page);
-        let v = a.load(Ordering::Acquire);
-        self.unlock_page(page);
+        let s = slot as usize;
+        if s >= self.capacity() {
+            return None;
+        }
+        let stripe = self.stripe_of(s);
+        self.lock_stripe(stripe);
+        let v = self.load_state(s, Ordering::Acquire);
+        self.unlock_stripe(stripe);
         Some(SlotState::from_u8(v))
     }
 
@@ -351,14 +399,8 @@ impl SlotPool {
     /// outside the pool, not Held (free, or cached by the tree), or listed twice in either
     /// or both lists.
     pub fn settle(&self, adopt: &[u32], free: &[u32]) -> Result<()> {
-        let r = if free.is_empty() {
-            self.change(adopt, HELD, CACHED)
-        } else if adopt.is_empty() {
-            self.change(free, HELD, FREE)
-        } else {
-            self.settle_sorted(adopt, free)
-        };
-        r.map_err(|(slot, why)| self.refusal(slot, why, "held"))
+        self.change_lists(&[(adopt, CACHED), (free, FREE)], HELD)
+            .map_err(|(slot, why)| self.refusal(slot, why, "held"))
     }
 
     /// Checks, changing nothing, that every slot is in the pool, Held, and listed once (to
@@ -373,7 +415,7 @@ impl SlotPool {
             }
         }
         for &s in slots {
-            let v = self.states[s as usize].load(Ordering::Acquire);
+            let v = self.load_state(s as usize, Ordering::Acquire);
             if v != HELD {
                 return Err(self.refusal(s, Refusal::State(v), "held"));
             }
@@ -405,173 +447,248 @@ impl SlotPool {
 
     /// Moves every slot from `from` to `to` (`to == FREE` gives whole pages back), or none.
     fn change(&self, slots: &[u32], from: u8, to: u8) -> std::result::Result<(), (u32, Refusal)> {
-        if let Some(&s) = slots.iter().find(|&&s| s as usize >= self.capacity()) {
-            return Err((s, Refusal::OutOfRange));
-        }
-        let p = self.page_size;
-        if slots.len() % p == 0 && slots.chunks_exact(p).all(is_whole_page) {
-            // First way: whole pages in order; try-lock each, never waiting.
-            let pages = slots.chunks_exact(p).map(|c| c[0] as usize / p);
-            let mut locked = 0;
-            for page in pages.clone() {
-                if !self.try_lock_page(page) {
-                    break;
-                }
-                locked += 1;
-            }
-            if locked < slots.len() / p {
-                pages.take(locked).for_each(|page| self.unlock_page(page));
-                return self.change_sorted(slots, from, to);
-            }
-            let checked = self.check_locked(slots, from);
-            if checked.is_ok() {
-                for &s in slots {
-                    self.states[s as usize].store(to, Ordering::Release);
-                }
-            }
-            pages.clone().for_each(|page| self.unlock_page(page));
-            checked?;
-            if to == FREE {
-                // Every slot of these pages was `from` (not Free): their counts are 0.
-                self.push_pages(pages.map(|page| page as u32), 0);
-            }
-            return Ok(());
-        }
-        self.change_sorted(slots, from, to)
+        self.change_lists(&[(slots, to)], from)
     }
 
-    /// Second way: on a sorted copy, locking pages in ascending order and waiting for each.
-    #[cold]
-    fn change_sorted(
+    /// Moves every slot of every list from `from` to its list's target, or none: the lists
+    /// become ascending runs of consecutive slots, whose stripes are locked in ascending
+    /// order (strict two-phase locking), checked, changed, and unlocked.
+    fn change_lists(
         &self,
-        slots: &[u32],
+        lists: &[(&[u32], u8)],
         from: u8,
-        to: u8,
     ) -> std::result::Result<(), (u32, Refusal)> {
-        let p = self.page_size;
-        let mut sorted = slots.to_vec();
-        sorted.sort_unstable();
-        if let Some(w) = sorted.windows(2).find(|w| w[0] == w[1]) {
-            return Err((w[0], Refusal::Twice));
+        let mut runs = Vec::new();
+        let mut ascending = true;
+        for &(slots, to) in lists {
+            ascending &= self.push_runs(slots, to, &mut runs)?;
         }
-        // The pages touched, ascending, each with its slots in the call.
-        let groups = || sorted.chunk_by(|a, b| *a as usize / p == *b as usize / p);
-        for g in groups() {
-            self.lock_page(g[0] as usize / p);
-        }
-        let unlock_all = || groups().for_each(|g| self.unlock_page(g[0] as usize / p));
-        if let Err(e) = self.check_locked(&sorted, from) {
-            unlock_all();
-            return Err(e);
-        }
-        for &s in &sorted {
-            self.states[s as usize].store(to, Ordering::Release);
-        }
-        if to != FREE {
-            unlock_all();
+        if runs.is_empty() {
             return Ok(());
         }
-        let (whole, left) = self.count_freed_locked(&sorted);
-        unlock_all();
-        self.push_pages(whole.into_iter(), left);
+        if !ascending {
+            sort_runs(&mut runs)?;
+        }
+        self.lock_runs(&runs);
+        let checked = self.check_runs(&runs, from);
+        if checked.is_err() {
+            self.unlock_runs(&runs);
+            return checked;
+        }
+        let mut frees = false;
+        for r in &runs {
+            self.store_range(r.start, r.end, from, r.to);
+            frees |= r.to == FREE;
+        }
+        if !frees {
+            self.unlock_runs(&runs);
+            return Ok(());
+        }
+        let (completed, left) = self.count_freed_locked(&runs);
+        self.unlock_runs(&runs);
+        self.push_pages(&runs, &completed, left);
         Ok(())
     }
 
-    /// With the pages of `sorted` (ascending, distinct slots just made Free) locked: updates
-    /// the page counts and returns the pages made whole and how many Free slots they had
-    /// before (to leave `loose` once the pages are pushed).
-    ///
-    /// A page made whole goes back; the Free slots other calls had left on it leave
-    /// `loose`. The slots left on pages not yet whole join `loose` before the unlock, so
-    /// before any call that could complete their page.
-    fn count_freed_locked(&self, sorted: &[u32]) -> (Vec<u32>, usize) {
-        let p = self.page_size;
-        let mut whole = Vec::new();
-        let (mut joined, mut left) = (0, 0);
-        for g in sorted.chunk_by(|a, b| *a as usize / p == *b as usize / p) {
-            let page = g[0] as usize / p;
-            if g.len() == p {
-                whole.push(page as u32);
-                continue;
+    /// Appends `slots` to `runs` as maximal runs of consecutive ids, all going to `to`;
+    /// `OutOfRange` (naming the first such slot, in the order given) if any is outside the
+    /// pool. Returns whether `runs` still ascends (each run starts past the end of the one
+    /// before), so that sorting them can be skipped.
+    fn push_runs(
+        &self,
+        slots: &[u32],
+        to: u8,
+        runs: &mut Vec<Run>,
+    ) -> std::result::Result<bool, (u32, Refusal)> {
+        let mut ascending = true;
+        let mut prev_end = runs.last().map_or(0, |r| r.end);
+        let mut i = 0;
+        while i < slots.len() {
+            let len = run_len(&slots[i..]);
+            let start = slots[i] as usize;
+            let run = Run { start, end: start + len, to };
+            if run.end > self.capacity() {
+                let &s = slots.iter().find(|&&s| s as usize >= self.capacity()).unwrap();
+                return Err((s, Refusal::OutOfRange));
             }
-            let count = &self.page_free[page];
-            let before = count.load(Ordering::Relaxed);
-            if before + g.len() == p {
-                count.store(0, Ordering::Relaxed);
-                whole.push(page as u32);
-                left += before;
-            } else {
-                count.store(before + g.len(), Ordering::Relaxed);
-                joined += g.len();
+            ascending &= start >= prev_end;
+            prev_end = run.end;
+            runs.push(run);
+            i += len;
+        }
+        Ok(ascending)
+    }
+
+    /// The stripe (lock) of `slot`.
+    fn stripe_of(&self, slot: usize) -> usize {
+        match self.stripe_shift {
+            Some(shift) => slot >> shift,
+            None => slot / self.stripe_slots,
+        }
+    }
+
+    /// Locks the stripes of `runs` (ascending, disjoint) in ascending order, each once,
+    /// waiting for each.
+    fn lock_runs(&self, runs: &[Run]) {
+        let mut next = 0;
+        for r in runs {
+            let last = self.stripe_of(r.end - 1);
+            for stripe in self.stripe_of(r.start).max(next)..=last {
+                self.lock_stripe(stripe);
+            }
+            next = last + 1;
+        }
+    }
+
+    /// Unlocks what [`SlotPool::lock_runs`] locked.
+    fn unlock_runs(&self, runs: &[Run]) {
+        let mut next = 0;
+        for r in runs {
+            let last = self.stripe_of(r.end - 1);
+            for stripe in self.stripe_of(r.start).max(next)..=last {
+                self.unlock_stripe(stripe);
+            }
+            next = last + 1;
+        }
+    }
+
+    /// With the stripes of `runs` locked: is every slot `from`? Names the lowest that is not.
+    fn check_runs(&self, runs: &[Run], from: u8) -> std::result::Result<(), (u32, Refusal)> {
+        for r in runs {
+            if let Some(s) = self.first_not(r.start, r.end, from) {
+                return Err((s as u32, Refusal::State(self.load_state(s, Ordering::Relaxed))));
             }
         }
+        Ok(())
+    }
+
+    /// The state of slot `s`, read without locks.
+    fn load_state(&self, s: usize, order: Ordering) -> u8 {
+        (self.states[s / 8].load(order) >> (s % 8 * 8)) as u8
+    }
+
+    /// The first slot of `a..e` (non-empty) whose state is not `from`, if any.
+    fn first_not(&self, a: usize, e: usize, from: u8) -> Option<usize> {
+        let want = ONES * from as u64;
+        let (first, last) = (a / 8, (e - 1) / 8);
+        let bad = |w: usize, mask: u64| {
+            let x = (self.states[w].load(Ordering::Relaxed) ^ want) & mask;
+            (x != 0).then(|| w * 8 + x.trailing_zeros() as usize / 8)
+        };
+        if first == last {
+            return bad(first, byte_mask(a % 8, (e - 1) % 8 + 1));
+        }
+        if let Some(s) = bad(first, byte_mask(a % 8, 8)) {
+            return Some(s);
+        }
+        let mid = &self.states[first + 1..last];
+        if let Some(i) = mid.iter().position(|w| w.load(Ordering::Relaxed) != want) {
+            return bad(first + 1 + i, !0);
+        }
+        bad(last, byte_mask(0, (e - 1) % 8 + 1))
+    }
+
+    /// Moves the slots `a..e` (non-empty), all `from` and all the caller's, to `to`: whole
+    /// words by a store, the partial words at either end by a `fetch_xor` of their bytes (other
+    /// calls may be changing the word's other slots).
+    fn store_range(&self, a: usize, e: usize, from: u8, to: u8) {
+        let flip = ONES * (from ^ to) as u64;
+        let (first, last) = (a / 8, (e - 1) / 8);
+        let part = |w: usize, mask: u64| {
+            if mask == !0 {
+                self.states[w].store(ONES * to as u64, Ordering::Release);
+            } else {
+                self.states[w].fetch_xor(flip & mask, Ordering::Release);
+            }
+        };
+        if first == last {
+            return part(first, byte_mask(a % 8, (e - 1) % 8 + 1));
+        }
+        part(first, byte_mask(a % 8, 8));
+        for w in &self.states[first + 1..last] {
+            w.store(ONES * to as u64, Ordering::Release);
+        }
+        part(last, byte_mask(0, (e - 1) % 8 + 1));
+    }
+
+    /// With the stripes of `runs` (ascending, disjoint) locked and the slots of the runs
+    /// going to Free just made Free: updates the counts of the pages those runs cover in
+    /// part, and returns the pages so made whole and how many Free slots they had before
+    /// (to leave `loose` once the pages are pushed). Pages a run covers whole need no count
+    /// (all their slots were `from`, not Free, so their count is 0): [`SlotPool::push_pages`]
+    /// finds them from the runs.
+    ///
+    /// The Free slots other calls had left on a page made whole leave `loose`. The slots left
+    /// on pages not yet whole join `loose` before the unlock, so before any call that could
+    /// complete their page.
+    fn count_freed_locked(&self, runs: &[Run]) -> (Vec<u32>, usize) {
+        let p = self.page_size;
+        let mut completed = Vec::new();
+        if p == 1 {
+            return (completed, 0);
+        }
+        let (mut joined, mut left) = (0, 0);
+        // The page being counted and the slots this call frees on it (pieces of one page may
+        // come from several runs, in order).
+        let mut cur: Option<(usize, usize)> = None;
+        let mut flush = |cur: Option<(usize, usize)>, completed: &mut Vec<u32>| {
+            let Some((page, n)) = cur else { return };
+            let count = &self.page_free[page];
+            let before = count.load(Ordering::Relaxed);
+            if before + n == p {
+                count.store(0, Ordering::Relaxed);
+                completed.push(page as u32);
+                left += before;
+            } else {
+                count.store(before + n, Ordering::Relaxed);
+                joined += n;
+            }
+        };
+        for r in runs.iter().filter(|r| r.to == FREE) {
+            let (a, e) = (r.start, r.end);
+            let head_end = e.min(a.next_multiple_of(p));
+            let tail_start = head_end.max(e / p * p);
+            for (lo, hi) in [(a, head_end), (tail_start, e)] {
+                if lo == hi {
+                    continue;
+                }
+                let page = lo / p;
+                match &mut cur {
+                    Some((q, n)) if *q == page => *n += hi - lo,
+                    _ => flush(cur.replace((page, hi - lo)), &mut completed),
+                }
+            }
+        }
+        flush(cur, &mut completed);
         if joined > 0 {
             self.loose.fetch_add(joined, Ordering::AcqRel);
         }
-        (whole, left)
+        (completed, left)
     }
 
-    /// [`SlotPool::settle`] with both lists non-empty: the pages of both, ascending, locked
-    /// together, so the two changes are one all-or-nothing step.
-    fn settle_sorted(
-        &self,
-        adopt: &[u32],
-        free: &[u32],
-    ) -> std::result::Result<(), (u32, Refusal)> {
+    /// Puts pages made whole onto the home shard (one lock for the call), then counts them as
+    /// allocatable: `completed`, and every page a run going to Free covers whole; `left` Free
+    /// slots `completed` had before this call leave `loose`.
+    ///
+    /// The runs' pages go on highest first, so that later pops (from the top) hand them out
+    /// ascending again: long runs stay long.
+    fn push_pages(&self, runs: &[Run], completed: &[u32], left: usize) {
         let p = self.page_size;
-        let mut all: Vec<u32> = adopt.iter().chain(free).copied().collect();
-        if let Some(&s) = all.iter().find(|&&s| s as usize >= self.capacity()) {
-            return Err((s, Refusal::OutOfRange));
-        }
-        all.sort_unstable();
-        if let Some(w) = all.windows(2).find(|w| w[0] == w[1]) {
-            return Err((w[0], Refusal::Twice));
-        }
-        let groups = || all.chunk_by(|a, b| *a as usize / p == *b as usize / p);
-        for g in groups() {
-            self.lock_page(g[0] as usize / p);
-        }
-        let unlock_all = || groups().for_each(|g| self.unlock_page(g[0] as usize / p));
-        if let Err(e) = self.check_locked(&all, HELD) {
-            unlock_all();
-            return Err(e);
-        }
-        for &s in adopt {
-            self.states[s as usize].store(CACHED, Ordering::Release);
-        }
-        let mut freed = free.to_vec();
-        freed.sort_unstable();
-        for &s in &freed {
-            self.states[s as usize].store(FREE, Ordering::Release);
-        }
-        let (whole, left) = self.count_freed_locked(&freed);
-        unlock_all();
-        self.push_pages(whole.into_iter(), left);
-        Ok(())
-    }
-
-    /// With the slots' pages locked: is every slot `from`?
-    fn check_locked(&self, slots: &[u32], from: u8) -> std::result::Result<(), (u32, Refusal)> {
-        for &s in slots {
-            let v = self.states[s as usize].load(Ordering::Relaxed);
-            if v != from {
-                return Err((s, Refusal::State(v)));
-            }
-        }
-        Ok(())
-    }
-
-    /// Puts pages made whole onto the home shard, then counts them as allocatable; `left`
-    /// Free slots they had before this call leave `loose`.
-    fn push_pages(&self, pages: impl Iterator<Item = u32>, left: usize) {
-        let mut shard: Option<MutexGuard<'_, Vec<u32>>> = None;
-        let mut pushed = 0;
-        for page in pages {
-            shard.get_or_insert_with(|| self.lock_home()).push(page);
-            pushed += 1;
-        }
-        drop(shard);
+        let whole = |r: &Run| {
+            let lo = r.start.div_ceil(p);
+            let hi = r.end / p;
+            lo..hi.max(lo)
+        };
+        let frees = || runs.iter().filter(|r| r.to == FREE);
+        let pushed = completed.len() + frees().map(|r| whole(r).len()).sum::<usize>();
         if pushed > 0 {
+            let mut shard = self.lock_home();
+            shard.reserve(pushed);
+            shard.extend_from_slice(completed);
+            for r in frees().rev() {
+                shard.extend(whole(r).rev().map(|page| page as u32));
+            }
+            drop(shard);
             // Release: the push happens before any allocation that counts these pages.
             self.free_pages.fetch_add(pushed, Ordering::Release);
         }
@@ -580,22 +697,24 @@ impl SlotPool {
         }
     }
 
-    fn try_lock_page(&self, page: usize) -> bool {
-        self.page_lock[page].compare_exchange(0, 1, Ordering::Acquire, Ordering::Relaxed).is_ok()
+    fn try_lock_stripe(&self, stripe: usize) -> bool {
+        self.stripe_lock[stripe]
+            .compare_exchange(0, 1, Ordering::Acquire, Ordering::Relaxed)
+            .is_ok()
     }
 
-    /// Takes a page's lock, waiting (test-and-test-and-set) while another call holds it.
-    fn lock_page(&self, page: usize) {
+    /// Takes a stripe's lock, waiting (test-and-test-and-set) while another call holds it.
+    fn lock_stripe(&self, stripe: usize) {
         let mut backoff = Backoff::default();
-        while !self.try_lock_page(page) {
-            while self.page_lock[page].load(Ordering::Relaxed) != 0 {
+        while !self.try_lock_stripe(stripe) {
+            while self.stripe_lock[stripe].load(Ordering::Relaxed) != 0 {
                 backoff.snooze();
             }
         }
     }
 
-    fn unlock_page(&self, page: usize) {
-        self.page_lock[page].store(0, Ordering::Release);
+    fn unlock_stripe(&self, stripe: usize) {
+        self.stripe_lock[stripe].store(0, Ordering::Release);
     }
 
     /// Locks the calling thread's home shard, moving home once if it is contended.
@@ -649,10 +768,66 @@ impl SlotPool {
     }
 }
 
-/// Whether `chunk` (`P` slots) is one whole page in order: `p*P, p*P+1, .., p*P+P-1`.
-fn is_whole_page(chunk: &[u32]) -> bool {
-    let first = chunk[0] as usize;
-    first % chunk.len() == 0 && chunk.iter().enumerate().all(|(j, &t)| t as usize == first + j)
+/// One in every byte of a word.
+const ONES: u64 = 0x0101_0101_0101_0101;
+
+/// The bytes `lo..hi` of a word (`lo < hi <= 8`), all ones.
+fn byte_mask(lo: usize, hi: usize) -> u64 {
+    (!0u64 >> (64 - 8 * (hi - lo))) << (8 * lo)
+}
+
+/// How many ids from the start of `ids` (non-empty) go up by one each: `ids[0], ids[0] + 1,
+/// ..`. Compares whole chunks at a time while they continue the run (which vectorizes), then
+/// one id at a time.
+fn run_len(ids: &[u32]) -> usize {
+    const CHUNK: usize = 16;
+    let base = ids[0] as u64;
+    let mut n = 1;
+    while n + CHUNK <= ids.len() && base + (n + CHUNK) as u64 <= 1 << 32 {
+        // No id of the chunk's expected ones overflows (checked just above).
+        let next = (base + n as u64) as u32;
+        let chunk: &[u32; CHUNK] = ids[n..n + CHUNK].try_into().unwrap();
+        if !chunk.iter().zip(0..).fold(true, |ok, (&t, k)| ok & (t == next + k)) {
+            break;
+        }
+        n += CHUNK;
+    }
+    while n < ids.len() && ids[n] as u64 == base + n as u64 {
+        n += 1;
+    }
+    n
+}
+
+/// A run of consecutive slots `start .. end`, all going to state `to`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Run {
+    start: usize,
+    end: usize,
+    to: u8,
+}
+
+/// Sorts runs by start and merges neighbours going to the same state; `Twice` naming the
+/// lowest slot two runs share, if any.
+#[cold]
+fn sort_runs(runs: &mut Vec<Run>) -> std::result::Result<(), (u32, Refusal)> {
+    runs.sort_unstable_by_key(|r| r.start);
+    // A slot in two runs: the first run starting below the end of one before it starts at
+    // the lowest such slot.
+    let mut max_end = 0;
+    for r in runs.iter() {
+        if r.start < max_end {
+            return Err((r.start as u32, Refusal::Twice));
+        }
+        max_end = max_end.max(r.end);
+    }
+    runs.dedup_by(|next, prev| {
+        let join = prev.to == next.to && prev.end == next.start;
+        if join {
+            prev.end = next.end;
+        }
+        join
+    });
+    Ok(())
 }
 
 /// The first slot (in sorted order) listed twice, if any.

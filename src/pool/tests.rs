@@ -309,14 +309,177 @@ fn check_held_validates_without_changing() {
     assert_eq!(snapshot(&pool), before);
 }
 
+/// The runs a list becomes: maximal runs of consecutive ids, ascending or not.
 #[test]
-fn whole_pages_are_recognised() {
-    assert!(is_whole_page(&[4, 5, 6, 7]));
-    assert!(is_whole_page(&[0]));
-    assert!(is_whole_page(&[9]));
-    assert!(!is_whole_page(&[5, 6, 7, 8]), "not aligned");
-    assert!(!is_whole_page(&[4, 5, 7, 6]), "out of order");
-    assert!(!is_whole_page(&[4, 4, 4, 4]));
+fn lists_become_runs() {
+    let pool = SlotPool::new(64, 1).unwrap();
+    let runs = |lists: &[(&[u32], u8)]| {
+        let mut runs = Vec::new();
+        let mut asc = true;
+        for &(l, to) in lists {
+            asc &= pool.push_runs(l, to, &mut runs).unwrap();
+        }
+        let spans: Vec<(usize, usize, u8)> = runs.iter().map(|r| (r.start, r.end, r.to)).collect();
+        (spans, asc)
+    };
+    assert_eq!(runs(&[(&[], FREE)]), (vec![], true));
+    assert_eq!(runs(&[(&[4, 5, 6, 7], FREE)]), (vec![(4, 8, FREE)], true));
+    assert_eq!(runs(&[(&[4, 5, 9, 10], FREE)]), (vec![(4, 6, FREE), (9, 11, FREE)], true));
+    assert_eq!(runs(&[(&[9, 10, 4, 5], FREE)]), (vec![(9, 11, FREE), (4, 6, FREE)], false));
+    assert_eq!(runs(&[(&[7, 6], FREE)]), (vec![(7, 8, FREE), (6, 7, FREE)], false));
+    assert_eq!(runs(&[(&[3, 3], FREE)]), (vec![(3, 4, FREE), (3, 4, FREE)], false));
+    // Across lists: ascending only if the second starts past the end of the first.
+    assert_eq!(
+        runs(&[(&[0, 1], CACHED), (&[2, 3], FREE)]),
+        (vec![(0, 2, CACHED), (2, 4, FREE)], true)
+    );
+    assert!(!runs(&[(&[2, 3], CACHED), (&[0, 1], FREE)]).1);
+    assert!(!runs(&[(&[2, 3], CACHED), (&[3], FREE)]).1);
+    let mut v = Vec::new();
+    assert_eq!(pool.push_runs(&[1, 64, 65], FREE, &mut v), Err((64, Refusal::OutOfRange)));
+    assert_eq!(pool.push_runs(&[u32::MAX], FREE, &mut v), Err((u32::MAX, Refusal::OutOfRange)));
+}
+
+#[test]
+fn run_len_counts_consecutive_ids() {
+    let up: Vec<u32> = (10..110).collect();
+    for n in [1, 2, 15, 16, 17, 33, 100] {
+        assert_eq!(run_len(&up[..n]), n);
+        // A break anywhere (in a chunk or in the tail) ends the run there.
+        for cut in 1..n {
+            let mut v = up[..n].to_vec();
+            v[cut] += 1;
+            assert_eq!(run_len(&v), cut, "n {n} cut {cut}");
+            v[cut] -= 2;
+            assert_eq!(run_len(&v), cut, "n {n} cut {cut}");
+        }
+    }
+    // Never across the top of u32.
+    let top: Vec<u32> = (u32::MAX - 20..=u32::MAX).chain(0..20).collect();
+    assert_eq!(run_len(&top), 21);
+    assert_eq!(run_len(&top[20..]), 1);
+    assert_eq!(run_len(&[u32::MAX, 0]), 1);
+}
+
+/// Slot states packed 8 to a word: runs that start and end inside words change only their
+/// own bytes, and checks see only their own bytes.
+#[test]
+fn packed_states_change_only_their_bytes() {
+    let pool = SlotPool::with_shards(64, 1, 1).unwrap();
+    let all = alloc(&pool, 64);
+    let mut want = vec![SlotState::Held; 64];
+    for (a, e) in [(3, 5), (7, 8), (8, 12), (13, 30), (31, 33), (40, 41), (44, 64)] {
+        pool.adopt(&all[a..e]).unwrap();
+        want[a..e].fill(SlotState::Cached);
+        assert_eq!(snapshot(&pool), want, "{a}..{e}");
+    }
+    assert_eq!(pool.first_not(0, 64, HELD), Some(3));
+    assert_eq!(pool.first_not(5, 7, HELD), None);
+    assert_eq!(pool.first_not(33, 40, HELD), None);
+    assert_eq!(pool.first_not(33, 64, HELD), Some(40));
+    assert_eq!(pool.first_not(12, 30, CACHED), Some(12));
+    assert_eq!(pool.first_not(13, 30, CACHED), None);
+    assert_eq!(pool.first_not(44, 64, CACHED), None);
+    assert_eq!(pool.first_not(45, 46, CACHED), None);
+    // Release every other cached run, free every other held slot.
+    pool.release_cached(&all[13..30]).unwrap();
+    pool.release_cached(&all[40..41]).unwrap();
+    want[13..30].fill(SlotState::Free);
+    want[40] = SlotState::Free;
+    let held: Vec<u32> = (0..64u32).filter(|&s| want[s as usize] == SlotState::Held).collect();
+    pool.free(&held).unwrap();
+    for &s in &held {
+        want[s as usize] = SlotState::Free;
+    }
+    assert_eq!(snapshot(&pool), want);
+    let cached: Vec<u32> = (0..64u32).filter(|&s| want[s as usize] == SlotState::Cached).collect();
+    pool.release_cached(&cached).unwrap();
+    assert!(snapshot(&pool).iter().all(|&s| s == SlotState::Free));
+    assert_eq!((pool.available(), pool.allocatable()), (64, 64));
+    assert_eq!(byte_mask(0, 8), !0);
+    assert_eq!(byte_mask(1, 3), 0xFFFF00);
+    assert_eq!(byte_mask(7, 8), 0xFF << 56);
+}
+
+#[test]
+fn runs_sort_merge_and_find_the_lowest_duplicate() {
+    let run = |start, end, to| Run { start, end, to };
+    let mut r = vec![run(9, 11, FREE), run(4, 6, FREE), run(6, 9, FREE), run(0, 2, CACHED)];
+    sort_runs(&mut r).unwrap();
+    assert_eq!(r, vec![run(0, 2, CACHED), run(4, 11, FREE)]);
+    // Neighbours going to different states stay apart.
+    let mut r = vec![run(2, 4, FREE), run(0, 2, CACHED)];
+    sort_runs(&mut r).unwrap();
+    assert_eq!(r, vec![run(0, 2, CACHED), run(2, 4, FREE)]);
+    // A run inside a longer one, after a shorter overlap further up.
+    let mut r = vec![run(0, 10, FREE), run(12, 14, FREE), run(13, 15, FREE), run(5, 6, FREE)];
+    assert_eq!(sort_runs(&mut r), Err((5, Refusal::Twice)));
+    let mut r = vec![run(3, 4, FREE), run(3, 4, CACHED)];
+    assert_eq!(sort_runs(&mut r), Err((3, Refusal::Twice)));
+}
+
+/// Stripes: whole pages, `STRIPE_SLOTS` slots at most unless a page is larger; a run
+/// spanning many stripes locks each once, and two runs sharing a stripe lock it once.
+#[test]
+fn stripes_hold_whole_pages() {
+    for (p, stripe) in [(1, 64), (3, 63), (16, 64), (48, 48), (64, 64), (256, 256)] {
+        let pool = SlotPool::new(p * 64, p).unwrap();
+        assert_eq!(pool.stripe_slots, stripe, "page size {p}");
+        assert_eq!(pool.stripe_lock.len(), (p * 64).div_ceil(stripe));
+        assert_eq!(pool.stripe_shift.is_some(), stripe.is_power_of_two());
+        for s in [0, stripe - 1, stripe, p * 64 - 1] {
+            assert_eq!(pool.stripe_of(s), s / stripe);
+        }
+    }
+    let pool = SlotPool::new(1024, 1).unwrap();
+    let runs = [
+        Run { start: 1, end: 3, to: FREE },
+        Run { start: 5, end: 200, to: FREE },
+        Run { start: 250, end: 251, to: FREE },
+    ];
+    pool.lock_runs(&runs);
+    let locked: Vec<u8> = pool.stripe_lock.iter().map(|l| l.load(Ordering::Relaxed)).collect();
+    assert_eq!(&locked[..5], &[1, 1, 1, 1, 0]);
+    assert!(locked[4..].iter().all(|&l| l == 0));
+    pool.unlock_runs(&runs);
+    assert!(pool.stripe_lock.iter().all(|l| l.load(Ordering::Relaxed) == 0));
+}
+
+/// Long runs in any order, across many stripes and pages, at several page sizes: the
+/// states, the counts and the free list stay exact, and runs freed together come back
+/// as runs.
+#[test]
+fn long_runs_in_any_order() {
+    for p in [1, 2, 3, 16, 64, 128] {
+        let n = p * 600;
+        let pool = SlotPool::with_shards(n, p, 1).unwrap();
+        let v = alloc(&pool, n);
+        assert_eq!(v, (0..n as u32).collect::<Vec<_>>(), "page size {p}");
+        // Three runs, out of order, with page-splitting cuts; then the rest in reverse.
+        let (c1, c2, c3) = (n / 7 + 1, n / 3, n / 2 + 2);
+        let mut first: Vec<u32> = v[c2..c3].to_vec();
+        first.extend_from_slice(&v[..c1]);
+        pool.settle(&v[c3..], &first).unwrap();
+        assert!(v[c3..].iter().all(|&s| pool.state(s) == Some(SlotState::Cached)));
+        assert!(first.iter().all(|&s| pool.state(s) == Some(SlotState::Free)));
+        let whole = |lo: usize, hi: usize| (hi / p).saturating_sub(lo.div_ceil(p)) * p;
+        assert_eq!(pool.available(), first.len());
+        assert_eq!(pool.allocatable(), whole(0, c1) + whole(c2, c3));
+        let mid: Vec<u32> = v[c1..c2].iter().rev().copied().collect();
+        pool.free(&mid).unwrap();
+        assert_eq!(pool.available(), c3);
+        assert_eq!(pool.allocatable(), whole(0, c3));
+        let tail: Vec<u32> = v[c3..].iter().rev().copied().collect();
+        pool.release_cached(&tail).unwrap();
+        assert_eq!((pool.available(), pool.allocatable()), (n, n));
+        let mut all = alloc(&pool, n);
+        assert_whole_pages(&all, p);
+        all.sort_unstable();
+        assert_eq!(all, v);
+        // Freed at once as one run, they come back as one run.
+        pool.free(&all).unwrap();
+        assert_eq!(alloc(&pool, n), v);
+    }
 }
 
 /// Slots listed in any order, pages split over calls and mixed with whole pages, take the
