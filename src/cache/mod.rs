@@ -174,19 +174,20 @@ impl Cache {
         let n = tokens.len() / self.opts.page_size * self.opts.page_size;
         let mut scratch = Vec::new();
         let cached = cached.unwrap_or(&mut scratch);
-        let mut adopt = Vec::new();
         let mut release = Vec::new();
         let mut prepare = |existing: usize, have: &[u32]| -> Result<()> {
-            adopt.clear();
-            release.clear();
-            for (i, &s) in slots[..existing].iter().enumerate() {
-                if s != have[i] {
-                    release.push(s);
-                }
-            }
-            adopt.extend_from_slice(&slots[existing..n]);
-            release.extend_from_slice(&slots[n..]);
-            pool.settle(&adopt, &release)
+            // Adopted: slots[existing..n], passed as is. Freed: the given slots that differ
+            // from the cached ones, and the unaligned tail.
+            let dup = &slots[..existing];
+            let release: &[u32] = if dup == have {
+                &slots[n..]
+            } else {
+                release.clear();
+                release.extend(dup.iter().zip(have).filter(|(s, h)| s != h).map(|(s, _)| *s));
+                release.extend_from_slice(&slots[n..]);
+                &release
+            };
+            pool.settle(&slots[existing..n], release)
         };
         self.tree.insert_with(ns, tokens, slots, pin, Some(cached), &mut prepare)
     }
@@ -209,13 +210,18 @@ impl Cache {
     }
 
     fn evict_to_pool(&self, pool: &SlotPool, k: usize, mut user: Option<FreeFn<'_>>) -> usize {
-        self.tree.evict(k, &mut |slots| {
+        // One pool pass for the whole call rather than one per evicted leaf.
+        let mut freed = Vec::new();
+        let n = self.tree.evict(k, &mut |slots| {
             if let Some(f) = user.as_mut() {
                 f(slots);
             }
-            // Cannot fail: the tree holds only slots the pool marked Cached when adopting.
-            pool.release_cached(slots).expect("evicted slots are cached in the pool");
-        })
+            freed.extend_from_slice(slots);
+        });
+        // Cannot fail: the tree holds only slots the pool marked Cached when adopting, and
+        // hands each evicted slot out once.
+        pool.release_cached(&freed).expect("evicted slots are cached in the pool");
+        n
     }
 
     /// Allocates `n` slots from the pool (pool mode), appended to `out`: all or nothing, in
