@@ -7,31 +7,15 @@
 use std::sync::Mutex;
 
 use criterion::{BatchSize, Criterion, criterion_group, criterion_main};
+use radixkv::trace::{Trace, TraceOptions};
 use radixkv::{EvictionPolicy, RadixTree, TreeConfig};
 
 /// The trace's requests as tokens (CLI.md's materialization, block size 512).
 fn requests() -> Vec<Vec<u32>> {
     let path =
         concat!(env!("CARGO_MANIFEST_DIR"), "/../shared/traces/mooncake_synthetic_trace.jsonl");
-    let text = std::fs::read_to_string(path).expect("shared/traces/mooncake_synthetic_trace.jsonl");
-    text.lines()
-        .filter(|l| !l.trim().is_empty())
-        .map(|line| {
-            let v: serde_json::Value = serde_json::from_str(line).unwrap();
-            let n = v["input_length"].as_u64().unwrap() as usize;
-            let mut t: Vec<u32> = v["hash_ids"]
-                .as_array()
-                .unwrap()
-                .iter()
-                .flat_map(|h| {
-                    let h = h.as_u64().unwrap() as u32;
-                    (0..512).map(move |i| h * 512 + i)
-                })
-                .collect();
-            t.truncate(n);
-            t
-        })
-        .collect()
+    let trace = Trace::load(path, TraceOptions::default()).expect("the Mooncake trace");
+    trace.iter().map(|r| r.tokens).collect()
 }
 
 fn new_tree() -> RadixTree {

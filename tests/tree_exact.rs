@@ -1,25 +1,14 @@
 //! The tree alone reproduces the exact hit count of the Mooncake synthetic trace
 //! (`CLI.md`): match, then insert, per request, in file order, unlimited capacity.
 
+use radixkv::trace::{Trace, TraceOptions};
 use radixkv::{EvictionPolicy, RadixTree, TreeConfig};
 
 fn load_trace() -> Option<Vec<Vec<u32>>> {
     let path =
         concat!(env!("CARGO_MANIFEST_DIR"), "/../shared/traces/mooncake_synthetic_trace.jsonl");
-    let text = std::fs::read_to_string(path).ok()?;
-    let mut out = Vec::new();
-    for line in text.lines().filter(|l| !l.trim().is_empty()) {
-        let v: serde_json::Value = serde_json::from_str(line).unwrap();
-        let n = v["input_length"].as_u64().unwrap() as usize;
-        let mut toks = Vec::with_capacity(n);
-        for h in v["hash_ids"].as_array().unwrap() {
-            let h = h.as_u64().unwrap() as u32;
-            toks.extend((0..512).map(|i| h * 512 + i));
-        }
-        toks.truncate(n);
-        out.push(toks);
-    }
-    Some(out)
+    let trace = Trace::load(path, TraceOptions::default()).ok()?;
+    Some(trace.iter().map(|r| r.tokens).collect())
 }
 
 fn replay(reqs: &[Vec<u32>], page: usize, lock: bool) -> (u64, u64) {
