@@ -120,9 +120,10 @@ impl Node {
         // One base per page: page size = len / pages.
         let p = len / stored.len();
         out.reserve(end - start);
+        // One division for the first page; then whole pages until the last.
+        let (mut page, mut off) = (start / p, start % p);
         let mut i = start;
         while i < end {
-            let (page, off) = (i / p, i % p);
             let run = (p - off).min(end - i);
             let base = stored[page].wrapping_add(off as u32);
             if run <= RAMP.len() {
@@ -131,6 +132,8 @@ impl Node {
                 out.extend((0..run as u32).map(|j| base.wrapping_add(j)));
             }
             i += run;
+            page += 1;
+            off = 0;
         }
     }
 
