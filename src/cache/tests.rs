@@ -172,3 +172,26 @@ fn request_cycle_admit_extend_checkpoint_finish() {
     conserved(&c, 0);
     assert_eq!(c.stats().tree.protected_tokens, 0);
 }
+
+#[test]
+fn request_errors_change_nothing() {
+    let plain = Cache::new(CacheOptions::default()).unwrap();
+    assert!(matches!(plain.admit(0, &[1, 2, 3]), Err(Error::NoPool)));
+    let c = pooled(8, 2);
+    // Larger than the whole pool: refused, nothing held.
+    assert!(matches!(c.admit(0, &(0..10).collect::<Vec<_>>()), Err(Error::OutOfSlots { .. })));
+    conserved(&c, 0);
+    let mut r = c.admit(0, &[1, 2, 3, 4, 5]).unwrap(); // 3 pages
+    assert_eq!(r.slots().len(), 5);
+    let before = r.slots().to_vec();
+    // One page left: extending by 4 tokens needs 2 more pages and fails whole.
+    assert!(matches!(r.extend(&[6, 7, 8, 9]), Err(Error::OutOfSlots { .. })));
+    assert_eq!((r.len(), r.slots()), (5, &before[..]));
+    conserved(&c, 6);
+    r.extend(&[6]).unwrap(); // fits in the spare slot of the last page
+    assert_eq!(r.len(), 6);
+    conserved(&c, 6);
+    drop(r); // an unfinished request gives everything back
+    conserved(&c, 0);
+    assert_eq!(c.stats().tree.protected_tokens, 0);
+}
