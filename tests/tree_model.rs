@@ -143,8 +143,19 @@ fn insert(
     lock: bool,
 ) -> Result<(), TestCaseError> {
     let p = model.p;
-    let slots: Vec<u32> = (*next_slot..*next_slot + t.len() as u32).collect();
-    *next_slot += t.len() as u32;
+    // Fresh slots in one of three layouts, so every slot encoding of a node (one run, one
+    // base per page, one slot per token) is built, split and read back.
+    let base = *next_slot;
+    let pages = t.len().div_ceil(p);
+    let slots: Vec<u32> = match (base as usize + t.len()) % 3 {
+        // One consecutive run.
+        0 => (base..base + t.len() as u32).collect(),
+        // Nothing consecutive.
+        1 => (base..base + t.len() as u32).rev().collect(),
+        // Pages of consecutive slots, in reverse page order.
+        _ => (0..t.len()).map(|i| base + ((pages - 1 - i / p) * p + i % p) as u32).collect(),
+    };
+    *next_slot += t.len().div_ceil(p) as u32 * p as u32;
     let n = t.len() / p * p;
     let (want, _) = model.matched(ns, &t[..n]);
     let e = if lock {

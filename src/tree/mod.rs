@@ -529,7 +529,6 @@ impl RadixTree {
     /// was replaced or evicted meanwhile (the caller looks again).
     fn split<'g>(&self, a: &'g Node, k: usize, pin_u: bool, g: &'g Guard) -> Option<&'g Node> {
         debug_assert!(k > 0 && k < a.len() && k % self.cfg.page_size == 0);
-        let p = self.cfg.page_size;
         let a_ptr = a as *const Node as *mut Node;
         loop {
             let pp = a.parent.load(Ordering::SeqCst);
@@ -548,20 +547,8 @@ impl RadixTree {
             debug_assert_eq!(parent.state.load(Ordering::SeqCst) & (DEAD | REPLACED), 0);
             // (1) Build U and L off to the side.
             let stamp = a.stamp.load(Ordering::Relaxed);
-            let u = Box::into_raw(Box::new(Node::new(
-                &a.key()[..k],
-                &a.slots_range(0, k),
-                0,
-                stamp,
-                p,
-            )));
-            let l = Box::into_raw(Box::new(Node::new(
-                &a.key()[k..],
-                &a.slots_range(k, a.len()),
-                0,
-                stamp,
-                p,
-            )));
+            let u = Box::into_raw(Box::new(Node::part_of(a, 0, k, 0, stamp)));
+            let l = Box::into_raw(Box::new(Node::part_of(a, k, a.len(), 0, stamp)));
             // SAFETY: both were just allocated and are not shared yet.
             let (un, ln) = unsafe { (&*u, &*l) };
             // L stays locked until its children point at it: from the moment U is published
@@ -974,11 +961,13 @@ impl RadixTree {
         let mut freed = 0;
         let mut g = self.domain.pin();
         let mut since_repin = 0;
+        // Expanded slots of compactly stored leaves, reused across the call's leaves.
+        let mut scratch = Vec::new();
         while freed < k {
             let Some(x) = self.index.pop(lru, &g) else {
                 break;
             };
-            if let Some(len) = self.evict_leaf(x, free, &g) {
+            if let Some(len) = self.evict_leaf(x, free, &mut scratch, &g) {
                 freed += len;
             }
             since_repin += 1;
@@ -990,8 +979,15 @@ impl RadixTree {
         freed
     }
 
-    /// Evicts `x` if it is still an unpinned leaf; returns its length.
-    fn evict_leaf(&self, x: &Node, free: &mut dyn FnMut(&[u32]), g: &Guard) -> Option<usize> {
+    /// Evicts `x` if it is still an unpinned leaf; returns its length. `scratch` holds the
+    /// expanded slots of a compactly stored leaf for the `free` call.
+    fn evict_leaf(
+        &self,
+        x: &Node,
+        free: &mut dyn FnMut(&[u32]),
+        scratch: &mut Vec<u32>,
+        g: &Guard,
+    ) -> Option<usize> {
         let x_ptr = x as *const Node as *mut Node;
         loop {
             let pp = x.parent.load(Ordering::SeqCst);
@@ -1033,7 +1029,7 @@ impl RadixTree {
             {
                 self.index.push(parent);
             }
-            x.with_slots(|slots| free(slots));
+            x.with_slots(scratch, |slots| free(slots));
             self.index.retire(x_ptr, g);
             return Some(len);
         }

@@ -32,13 +32,22 @@ static RAMP: [u32; 256] = {
     r
 };
 
+/// True if `s` runs consecutively: `s[i] == s[0] + i` (wrapping, as the expansion adds).
+/// Branch-free, so it vectorizes.
+#[inline]
+fn is_run(s: &[u32]) -> bool {
+    let base = s[0];
+    s.iter().zip(0u32..).fold(0, |bad, (&x, i)| bad | (x.wrapping_sub(base) ^ i)) == 0
+}
+
 /// One edge of the radix tree: a run of tokens with their slots.
 ///
 /// The tokens and slots never change after the node is built (a split builds new nodes);
 /// the child table is replaced whole, under `lock`, and published with one atomic store.
 pub(crate) struct Node {
-    /// `len` tokens, then their slots: `len` slots, or, when every page of the edge has
-    /// `P` consecutive slots (what a paged pool hands out), one base slot per page.
+    /// `len` tokens, then their slots: `len` slots; or one base slot per page when every
+    /// page of the edge has `P` consecutive slots; or one base slot for the whole edge when
+    /// all its slots are consecutive (see [`Node::new`]).
     data: Box<[u32]>,
     /// Edge length in tokens.
     len: u32,
@@ -61,31 +70,68 @@ pub(crate) struct Node {
 }
 
 impl Node {
-    /// A node for `tokens` with `slots` (same length), pinned `pins` times. With page size
-    /// `page > 1`, slots that run consecutively within every page are stored as one base
-    /// per page (a quarter byte per token at page 16 instead of four).
+    /// A node for `tokens` with `slots` (same length), pinned `pins` times.
+    ///
+    /// Slots are stored in the most compact of three encodings, told apart by how many
+    /// `u32` follow the tokens (see [`Node::extend_slots`]):
+    /// * one base slot when all the edge's slots run consecutively (`s, s+1, s+2, ...`:
+    ///   what a pool hands out after a bulk free, and what a fresh pool always does);
+    /// * with page size `page > 1`, one base per page when every page's `P` slots run
+    ///   consecutively (what a paged pool always hands out): a quarter byte per token at
+    ///   page 16 instead of four;
+    /// * otherwise one slot per token.
     pub(crate) fn new(tokens: &[u32], slots: &[u32], pins: u64, stamp: u64, page: usize) -> Node {
         debug_assert_eq!(tokens.len(), slots.len());
         assert!(tokens.len() <= u32::MAX as usize, "edge longer than 2^32 tokens");
-        let paged = page > 1
-            && !slots.is_empty()
-            && slots.len() % page == 0
-            && slots.chunks_exact(page).all(|c| {
-                // Branch-free over the page, so it vectorizes.
-                let base = c[0];
-                c.iter().zip(0u32..).fold(0, |bad, (&s, i)| bad | (s.wrapping_sub(base) ^ i)) == 0
-            });
-        let mut data =
-            Vec::with_capacity(tokens.len() + if paged { slots.len() / page } else { slots.len() });
+        let mut data = Vec::with_capacity(tokens.len() + 1);
         data.extend_from_slice(tokens);
-        if paged {
-            data.extend(slots.chunks_exact(page).map(|c| c[0]));
+        if slots.len() > 1 && is_run(slots) {
+            data.push(slots[0]);
         } else {
-            data.extend_from_slice(slots);
+            let paged = page > 1
+                && !slots.is_empty()
+                && slots.len() % page == 0
+                && slots.chunks_exact(page).all(is_run);
+            if paged {
+                data.reserve_exact(slots.len() / page);
+                data.extend(slots.chunks_exact(page).map(|c| c[0]));
+            } else {
+                data.reserve_exact(slots.len());
+                data.extend_from_slice(slots);
+            }
         }
+        Node::from_data(data, tokens.len(), pins, stamp)
+    }
+
+    /// The node for tokens `start..end` of `a`, with their slots kept in `a`'s encoding, as
+    /// a split builds its two halves: nothing is checked or expanded again. `start` and
+    /// `end` must fall on page boundaries.
+    pub(crate) fn part_of(a: &Node, start: usize, end: usize, pins: u64, stamp: u64) -> Node {
+        let len = a.len();
+        debug_assert!(start < end && end <= len);
+        let stored = &a.data[len..];
+        let mut data = Vec::with_capacity(end - start + 1);
+        data.extend_from_slice(&a.data[start..end]);
+        if stored.len() == len {
+            data.extend_from_slice(&stored[start..end]);
+        } else if stored.len() == 1 {
+            // One run: a part of it is a run from a later base.
+            data.push(stored[0].wrapping_add(start as u32));
+        } else {
+            // One base per page of `p` slots; the part is whole pages.
+            let p = len / stored.len();
+            debug_assert!(start % p == 0 && end % p == 0);
+            data.extend_from_slice(&stored[start / p..end / p]);
+        }
+        Node::from_data(data, end - start, pins, stamp)
+    }
+
+    /// A node around `data` (`len` tokens, then the slots in one of [`Node::new`]'s
+    /// encodings).
+    fn from_data(data: Vec<u32>, len: usize, pins: u64, stamp: u64) -> Node {
         Node {
             data: data.into_boxed_slice(),
-            len: tokens.len() as u32,
+            len: len as u32,
             children: Atomic::null(),
             parent: AtomicPtr::new(std::ptr::null_mut()),
             forward: AtomicPtr::new(std::ptr::null_mut()),
@@ -117,7 +163,8 @@ impl Node {
             out.extend_from_slice(&stored[start..end]);
             return;
         }
-        // One base per page: page size = len / pages.
+        // One base per run of `p` consecutive slots: `p` = len / bases (the page size, or
+        // `len` itself for an edge stored as one run).
         let p = len / stored.len();
         out.reserve(end - start);
         // One division for the first page; then whole pages until the last.
@@ -125,11 +172,14 @@ impl Node {
         let mut i = start;
         while i < end {
             let run = (p - off).min(end - i);
-            let base = stored[page].wrapping_add(off as u32);
-            if run <= RAMP.len() {
-                out.extend(RAMP[..run].iter().map(|&j| base.wrapping_add(j)));
-            } else {
-                out.extend((0..run as u32).map(|j| base.wrapping_add(j)));
+            let mut base = stored[page].wrapping_add(off as u32);
+            // In ramps of up to 256: one vectorized add each.
+            let mut left = run;
+            while left > 0 {
+                let n = left.min(RAMP.len());
+                out.extend(RAMP[..n].iter().map(|&j| base.wrapping_add(j)));
+                base = base.wrapping_add(n as u32);
+                left -= n;
             }
             i += run;
             page += 1;
@@ -137,17 +187,17 @@ impl Node {
         }
     }
 
-    /// Calls `f` with the edge's slots (borrowed when stored one per token).
-    pub(crate) fn with_slots<R>(&self, f: impl FnOnce(&[u32]) -> R) -> R {
+    /// Calls `f` with the edge's slots: borrowed when stored one per token, else expanded
+    /// into `scratch` (cleared first).
+    pub(crate) fn with_slots<R>(&self, scratch: &mut Vec<u32>, f: impl FnOnce(&[u32]) -> R) -> R {
         let len = self.len();
-        if self.data.len() == 2 * len { f(&self.data[len..]) } else { f(&self.slots_range(0, len)) }
-    }
-
-    /// The slots of tokens `start..end`.
-    pub(crate) fn slots_range(&self, start: usize, end: usize) -> Vec<u32> {
-        let mut v = Vec::with_capacity(end - start);
-        self.extend_slots(&mut v, start, end);
-        v
+        if self.data.len() == 2 * len {
+            f(&self.data[len..])
+        } else {
+            scratch.clear();
+            self.extend_slots(scratch, 0, len);
+            f(scratch)
+        }
     }
 
     /// Heap bytes owned by this node (not counting its child table).

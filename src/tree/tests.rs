@@ -346,3 +346,41 @@ fn a_lone_child_differing_inside_the_first_page_is_no_match() {
     let c = t.check_invariants().unwrap();
     assert_eq!((c.nodes, c.cached_tokens), (4, 10)); // [1,2]->[3,4], [1,9,3,4], [5,6]
 }
+
+#[test]
+fn a_run_of_consecutive_slots_is_stored_as_one_base_at_any_page_size() {
+    for p in [1, 4] {
+        let toks: Vec<u32> = (0..64).collect();
+        // A run that wraps past u32::MAX is still a run (expansion adds wrapping).
+        let run: Vec<u32> = (0..64u32).map(|i| (u32::MAX - 9).wrapping_add(i)).collect();
+        let t = tree(p);
+        t.insert(0, &toks, &run).unwrap();
+        let one_base = t.check_invariants().unwrap().heap_bytes;
+        assert_eq!(m(&t, 0, &toks), run);
+        // The same edge with one slot out of order: every slot stored.
+        let mut odd = run.clone();
+        odd.swap(5, 6);
+        let t2 = tree(p);
+        t2.insert(0, &toks, &odd).unwrap();
+        assert_eq!(m(&t2, 0, &toks), odd);
+        let per_token = t2.check_invariants().unwrap().heap_bytes;
+        let stored_slots = if p == 1 { 64 } else { 64 / p as u64 + 1 };
+        assert!(per_token >= one_base + 4 * (stored_slots - 1), "{per_token} vs {one_base}");
+        // Splits inside the run (a fork at token 40, a lock ending at 24) keep every slot.
+        let mut q = toks.clone();
+        q[40] = 1000;
+        let fresh: Vec<u32> = (5000..5064).collect();
+        assert_eq!(t.insert(0, &q, &fresh).unwrap(), 40);
+        let l = t.match_and_lock_raw(0, &toks[..24], &mut Vec::new());
+        assert_eq!(l.len(), 24);
+        assert_eq!(m(&t, 0, &toks), run);
+        let mut want = run[..40].to_vec();
+        want.extend_from_slice(&fresh[40..]);
+        assert_eq!(m(&t, 0, &q), want);
+        t.release(l).unwrap();
+        t.check_invariants().unwrap();
+        let mut all: Vec<u32> = run.iter().copied().chain(5040..5064).collect();
+        all.sort();
+        assert_eq!(drain(&t), all);
+    }
+}
