@@ -33,11 +33,14 @@ static RAMP: [u32; 256] = {
 };
 
 /// True if `s` runs consecutively: `s[i] == s[0] + i` (wrapping, as the expansion adds).
-/// Branch-free, so it vectorizes.
+/// Branch-free within blocks of 64 (so it vectorizes), and stops at the first bad block.
 #[inline]
 fn is_run(s: &[u32]) -> bool {
     let base = s[0];
-    s.iter().zip(0u32..).fold(0, |bad, (&x, i)| bad | (x.wrapping_sub(base) ^ i)) == 0
+    s.chunks(64).zip((0u32..).step_by(64)).all(|(c, at)| {
+        let b = base.wrapping_add(at);
+        c.iter().zip(0u32..).fold(0, |bad, (&x, i)| bad | (x.wrapping_sub(b) ^ i)) == 0
+    })
 }
 
 /// One edge of the radix tree: a run of tokens with their slots.
@@ -83,22 +86,27 @@ impl Node {
     pub(crate) fn new(tokens: &[u32], slots: &[u32], pins: u64, stamp: u64, page: usize) -> Node {
         debug_assert_eq!(tokens.len(), slots.len());
         assert!(tokens.len() <= u32::MAX as usize, "edge longer than 2^32 tokens");
-        let mut data = Vec::with_capacity(tokens.len() + 1);
-        data.extend_from_slice(tokens);
-        if slots.len() > 1 && is_run(slots) {
-            data.push(slots[0]);
+        let run = slots.len() > 1 && is_run(slots);
+        let paged = !run
+            && page > 1
+            && !slots.is_empty()
+            && slots.len() % page == 0
+            && slots.chunks_exact(page).all(is_run);
+        let stored = if run {
+            1
+        } else if paged {
+            slots.len() / page
         } else {
-            let paged = page > 1
-                && !slots.is_empty()
-                && slots.len() % page == 0
-                && slots.chunks_exact(page).all(is_run);
-            if paged {
-                data.reserve_exact(slots.len() / page);
-                data.extend(slots.chunks_exact(page).map(|c| c[0]));
-            } else {
-                data.reserve_exact(slots.len());
-                data.extend_from_slice(slots);
-            }
+            slots.len()
+        };
+        let mut data = Vec::with_capacity(tokens.len() + stored);
+        data.extend_from_slice(tokens);
+        if run {
+            data.push(slots[0]);
+        } else if paged {
+            data.extend(slots.chunks_exact(page).map(|c| c[0]));
+        } else {
+            data.extend_from_slice(slots);
         }
         Node::from_data(data, tokens.len(), pins, stamp)
     }
