@@ -4,8 +4,9 @@
 //! child is evicted, or when it is the lower half of a split of such a leaf. Entries are
 //! never updated in place: `pop` checks an entry against the node's current state and stamp
 //! and drops it (no longer a candidate) or re-queues it with the newer stamp (lazy LRU).
-//! Every operation is O(log n) in the number of queued leaves; nothing scans the tree and no
-//! heap is rebuilt per call.
+//! Every operation is O(log n) in the number of queued leaves, and O(1) for entries queued
+//! in stamp order (most of them: see [`Queue`]); nothing scans the tree and no heap is
+//! rebuilt per call.
 //!
 //! Memory: an entry names a small [`Ticket`], not the node. A queued node points at its
 //! ticket and the ticket at the node; both pointers are read and written only under this
@@ -16,7 +17,7 @@
 //! always taken before this lock, never after.
 
 use std::cmp::Reverse;
-use std::collections::BinaryHeap;
+use std::collections::{BinaryHeap, VecDeque};
 
 use super::node::{DEAD, Node, PIN_MASK, REPLACED, node_ref};
 use crate::sync::epoch::{Guard, Shared};
@@ -32,9 +33,14 @@ pub(crate) struct Ticket {
 /// (never by address, so the order is deterministic, which loom needs).
 type Entry = Reverse<(u64, u64, usize)>;
 
-/// The queue and its push counter.
+/// The queue: entries pushed in order of `(stamp, seq)` go to the back of `run` (sorted by
+/// construction), the others into `heap`; the smallest entry is the smaller of `run`'s
+/// front and `heap`'s top, so the order is exactly a single heap's. Most pushes come in
+/// order (a new leaf, or a re-queue, carries the latest stamp), so most entries cost O(1)
+/// and sit in one sequential buffer instead of at the bottom of a deep heap.
 #[derive(Default)]
 struct Queue {
+    run: VecDeque<(u64, u64, usize)>,
     heap: BinaryHeap<Entry>,
     seq: u64,
 }
@@ -42,7 +48,25 @@ struct Queue {
 impl Queue {
     fn push(&mut self, stamp: u64, ticket: *mut Ticket) {
         self.seq += 1;
-        self.heap.push(Reverse((stamp, self.seq, ticket as usize)));
+        let e = (stamp, self.seq, ticket as usize);
+        // `seq` only grows, so `e` is in order exactly when its stamp is no older.
+        if self.run.back().is_none_or(|b| b.0 <= stamp) {
+            self.run.push_back(e);
+        } else {
+            self.heap.push(Reverse(e));
+        }
+    }
+
+    fn pop(&mut self) -> Option<(u64, u64, usize)> {
+        match (self.run.front(), self.heap.peek()) {
+            (Some(r), Some(Reverse(h))) if h < r => self.heap.pop().map(|Reverse(e)| e),
+            (Some(_), _) => self.run.pop_front(),
+            (None, _) => self.heap.pop().map(|Reverse(e)| e),
+        }
+    }
+
+    fn len(&self) -> usize {
+        self.run.len() + self.heap.len()
     }
 }
 
@@ -96,7 +120,7 @@ impl EvictIndex {
     /// With `lru`, an entry older than its node's stamp is re-queued with the newer stamp.
     pub(crate) fn pop<'g>(&self, lru: bool, guard: &'g Guard) -> Option<&'g Node> {
         let mut q = lock(&self.queue);
-        while let Some(Reverse((stamp, _, addr))) = q.heap.pop() {
+        while let Some((stamp, _, addr)) = q.pop() {
             let t = addr as *mut Ticket;
             // SAFETY: tickets are freed only here (or in Drop), under the lock.
             let ptr = unsafe { (*t).node };
@@ -131,20 +155,20 @@ impl EvictIndex {
 
     /// Entries queued (some may be stale).
     pub(crate) fn len(&self) -> usize {
-        lock(&self.queue).heap.len()
+        lock(&self.queue).len()
     }
 
     /// Heap bytes of the index (entries and their tickets).
     pub(crate) fn heap_bytes(&self) -> usize {
         let q = lock(&self.queue);
-        q.heap.capacity() * std::mem::size_of::<Entry>() + q.heap.len() * 16
+        (q.heap.capacity() + q.run.capacity()) * std::mem::size_of::<Entry>() + q.len() * 16
     }
 }
 
 impl Drop for EvictIndex {
     fn drop(&mut self) {
         let q = std::mem::take(&mut *lock(&self.queue));
-        for Reverse((_, _, addr)) in q.heap {
+        for (_, _, addr) in q.heap.into_iter().map(|Reverse(e)| e).chain(q.run) {
             // SAFETY: exclusive access; each entry owns its ticket (never the node).
             drop(unsafe { Box::from_raw(addr as *mut Ticket) });
         }

@@ -589,7 +589,7 @@ impl RadixTree {
             // (4) Re-parent A's children (under A's and L's locks, so their tables and
             // these pointers cannot change meanwhile), queue L, retire A.
             if let Some(t) = ln.table(g) {
-                for &c in t.nodes() {
+                for c in t.nodes() {
                     // SAFETY: children of the locked L (A's table) are live nodes.
                     let c = unsafe { node_ref(c, g) }.expect("tables hold no null");
                     c.parent.store(l, Ordering::SeqCst);
@@ -1082,7 +1082,7 @@ impl RadixTree {
                     let Some(table) = n.table(&g) else { continue };
                     census.heap_bytes += table.heap_bytes() as u64;
                     let mut prev: Option<&[u32]> = None;
-                    for &c in table.nodes() {
+                    for c in table.nodes() {
                         // SAFETY: reachable under `g`.
                         let c = unsafe { node_ref(c, &g) }.expect("tables hold no null");
                         let s = c.state.load(Ordering::SeqCst);
@@ -1161,7 +1161,7 @@ impl Drop for RadixTree {
                     if !table.is_null() {
                         // SAFETY: a reachable table is owned by its node alone.
                         let table = unsafe { table.into_owned() };
-                        stack.extend_from_slice(table.nodes());
+                        stack.extend(table.nodes());
                     }
                 }
             }

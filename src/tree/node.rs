@@ -257,53 +257,69 @@ pub(crate) unsafe fn node_ref(p: *mut Node, _guard: &Guard) -> Option<&Node> {
 /// An immutable, sorted table of a node's children keyed by their first page.
 ///
 /// Entries are sorted by first token; with page size > 1 several children may share a
-/// first token and differ later in the page, so lookups compare the whole page.
+/// first token and differ later in the page, so lookups compare the whole page. One
+/// allocation holds every entry (a table is rebuilt on every change, so fewer allocations
+/// make inserts, splits and evictions cheaper).
 pub(crate) struct ChildTable {
-    firsts: Box<[u32]>,
-    nodes: Box<[*mut Node]>,
+    entries: Box<[Child]>,
 }
+
+/// One child: its first token and the node.
+#[derive(Clone, Copy)]
+struct Child {
+    first: u32,
+    node: *mut Node,
+}
+
+const _: () = assert!(std::mem::size_of::<Child>() == 16);
 
 // SAFETY: a ChildTable is immutable once built; the raw pointers it holds are to nodes,
 // which are Send + Sync (all their mutable state is atomic or behind a Mutex).
 unsafe impl Send for ChildTable {}
-// SAFETY: as above; shared access only reads the immutable arrays.
+// SAFETY: as above; shared access only reads the immutable array.
 unsafe impl Sync for ChildTable {}
 
 impl ChildTable {
     /// A table with one child.
     pub(crate) fn single(first: u32, node: *mut Node) -> ChildTable {
-        ChildTable { firsts: vec![first].into_boxed_slice(), nodes: vec![node].into_boxed_slice() }
+        ChildTable { entries: Box::new([Child { first, node }]) }
     }
 
     /// Number of children.
     #[inline]
     pub(crate) fn len(&self) -> usize {
-        self.nodes.len()
+        self.entries.len()
     }
 
     /// True when empty (never published: an empty table is stored as null).
     #[inline]
     pub(crate) fn is_empty(&self) -> bool {
-        self.nodes.is_empty()
+        self.entries.is_empty()
     }
 
     /// The child pointers.
-    pub(crate) fn nodes(&self) -> &[*mut Node] {
-        &self.nodes
+    pub(crate) fn nodes(&self) -> impl Iterator<Item = *mut Node> + '_ {
+        self.entries.iter().map(|c| c.node)
+    }
+
+    /// Index of the first entry whose first token is not below `first`.
+    #[inline]
+    fn lower_bound(&self, first: u32) -> usize {
+        self.entries.partition_point(|c| c.first < first)
     }
 
     /// Index of the child whose first page equals `page`.
     #[inline]
     fn position(&self, page: &[u32], guard: &Guard) -> Option<usize> {
         let first = page[0];
-        let mut i = self.firsts.partition_point(|&f| f < first);
-        while i < self.firsts.len() && self.firsts[i] == first {
+        let mut i = self.lower_bound(first);
+        while i < self.entries.len() && self.entries[i].first == first {
             if page.len() == 1 {
                 return Some(i);
             }
             // SAFETY: the table was loaded under `guard` and every node it names was
             // reachable through it then, so the node is valid for the guard (node_ref).
-            let n = unsafe { node_ref(self.nodes[i], guard) }.expect("tables hold no null");
+            let n = unsafe { node_ref(self.entries[i].node, guard) }.expect("tables hold no null");
             if n.key().get(..page.len()) == Some(page) {
                 return Some(i);
             }
@@ -319,14 +335,17 @@ impl ChildTable {
     #[inline]
     pub(crate) fn candidate<'g>(&self, page: &[u32], guard: &'g Guard) -> Option<&'g Node> {
         let first = page[0];
-        let i = self.firsts.partition_point(|&f| f < first);
-        if i >= self.firsts.len() || self.firsts[i] != first {
+        let i = self.lower_bound(first);
+        if self.entries.get(i)?.first != first {
             return None;
         }
-        let i =
-            if self.firsts.get(i + 1) != Some(&first) { i } else { self.position(page, guard)? };
+        let i = if self.entries.get(i + 1).is_none_or(|c| c.first != first) {
+            i
+        } else {
+            self.position(page, guard)?
+        };
         // SAFETY: as in `position`.
-        unsafe { node_ref(self.nodes[i], guard) }
+        unsafe { node_ref(self.entries[i].node, guard) }
     }
 
     /// The child whose first page equals `page`.
@@ -334,45 +353,43 @@ impl ChildTable {
     pub(crate) fn find<'g>(&self, page: &[u32], guard: &'g Guard) -> Option<&'g Node> {
         let i = self.position(page, guard)?;
         // SAFETY: as in `position`.
-        unsafe { node_ref(self.nodes[i], guard) }
+        unsafe { node_ref(self.entries[i].node, guard) }
     }
 
     /// A copy with `node` added (its first page must not be present).
     pub(crate) fn with_added(&self, first: u32, node: *mut Node) -> ChildTable {
-        let i = self.firsts.partition_point(|&f| f <= first);
-        let mut firsts = Vec::with_capacity(self.len() + 1);
-        firsts.extend_from_slice(&self.firsts[..i]);
-        firsts.push(first);
-        firsts.extend_from_slice(&self.firsts[i..]);
-        let mut nodes = Vec::with_capacity(self.len() + 1);
-        nodes.extend_from_slice(&self.nodes[..i]);
-        nodes.push(node);
-        nodes.extend_from_slice(&self.nodes[i..]);
-        ChildTable { firsts: firsts.into_boxed_slice(), nodes: nodes.into_boxed_slice() }
+        let i = self.entries.partition_point(|c| c.first <= first);
+        let mut entries = Vec::with_capacity(self.len() + 1);
+        entries.extend_from_slice(&self.entries[..i]);
+        entries.push(Child { first, node });
+        entries.extend_from_slice(&self.entries[i..]);
+        ChildTable { entries: entries.into_boxed_slice() }
     }
 
     /// A copy with `old` replaced by `new` (same first page).
     pub(crate) fn with_replaced(&self, old: *mut Node, new: *mut Node) -> ChildTable {
-        let nodes: Box<[*mut Node]> =
-            self.nodes.iter().map(|&n| if n == old { new } else { n }).collect();
-        ChildTable { firsts: self.firsts.clone(), nodes }
+        let entries = self
+            .entries
+            .iter()
+            .map(|&c| if c.node == old { Child { first: c.first, node: new } } else { c })
+            .collect();
+        ChildTable { entries }
     }
 
     /// A copy without `old`, or `None` if that leaves it empty.
     pub(crate) fn without(&self, old: *mut Node) -> Option<ChildTable> {
-        let i = self.nodes.iter().position(|&n| n == old)?;
+        let i = self.entries.iter().position(|c| c.node == old)?;
         if self.len() == 1 {
             return None;
         }
-        let mut firsts = self.firsts.to_vec();
-        let mut nodes = self.nodes.to_vec();
-        firsts.remove(i);
-        nodes.remove(i);
-        Some(ChildTable { firsts: firsts.into_boxed_slice(), nodes: nodes.into_boxed_slice() })
+        let mut entries = Vec::with_capacity(self.len() - 1);
+        entries.extend_from_slice(&self.entries[..i]);
+        entries.extend_from_slice(&self.entries[i + 1..]);
+        Some(ChildTable { entries: entries.into_boxed_slice() })
     }
 
     /// Heap bytes of this table.
     pub(crate) fn heap_bytes(&self) -> usize {
-        std::mem::size_of::<ChildTable>() + self.len() * 12
+        std::mem::size_of::<ChildTable>() + self.len() * std::mem::size_of::<Child>()
     }
 }
