@@ -174,3 +174,47 @@ impl Drop for EvictIndex {
         }
     }
 }
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use super::*;
+
+    /// The deque-plus-heap queue pops exactly what one heap would, in the same order, for
+    /// pushes in and out of stamp order interleaved with pops.
+    #[test]
+    fn queue_pops_in_the_order_of_a_single_heap() {
+        let mut q = Queue::default();
+        let mut reference: BinaryHeap<Entry> = BinaryHeap::new();
+        let mut seq = 0u64;
+        let mut x = 0x9E37_79B9_7F4A_7C15u64;
+        let mut now = 0u64;
+        let (mut in_order, mut out_of_order) = (0, 0);
+        for step in 0..20_000u64 {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            if x % 3 == 0 {
+                assert_eq!(q.pop(), reference.pop().map(|Reverse(e)| e), "step {step}");
+            } else {
+                // Mostly the newest stamp, sometimes an older one (a parent that became a
+                // leaf), sometimes the same as the last (ties go by push order).
+                now += x % 2;
+                let stamp = if x % 5 == 0 { now.saturating_sub(x % 50) } else { now };
+                if q.run.back().is_none_or(|b| b.0 <= stamp) {
+                    in_order += 1;
+                } else {
+                    out_of_order += 1;
+                }
+                q.push(stamp, step as usize as *mut Ticket);
+                seq += 1;
+                reference.push(Reverse((stamp, seq, step as usize)));
+            }
+            assert_eq!(q.len(), reference.len());
+        }
+        assert!(in_order > 1000 && out_of_order > 1000, "{in_order} {out_of_order}");
+        while let Some(Reverse(e)) = reference.pop() {
+            assert_eq!(q.pop(), Some(e));
+        }
+        assert_eq!(q.pop(), None);
+    }
+}
