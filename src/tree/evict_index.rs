@@ -68,6 +68,47 @@ impl Queue {
     fn len(&self) -> usize {
         self.run.len() + self.heap.len()
     }
+
+    /// Asks the CPU to start loading the node of an entry a few pops ahead (in a big tree
+    /// the nodes an eviction pass visits are cache misses, one after the other otherwise).
+    /// Only a hint: it reads tickets and one live node's data pointer under the lock.
+    #[inline]
+    fn prefetch_ahead(&self) {
+        if let Some(&(_, _, addr)) = self.run.get(4) {
+            // SAFETY: a queued entry owns its live ticket (freed only by `pop` or Drop under
+            // the lock the caller holds).
+            let node = unsafe { (*(addr as *const Ticket)).node };
+            prefetch(node.cast_const().cast());
+        }
+        // Two pops ahead that node is (likely) in cache by now: fetch its slots too.
+        if let Some(&(_, _, addr)) = self.run.get(2) {
+            // SAFETY: as above.
+            let node = unsafe { (*(addr as *const Ticket)).node };
+            // SAFETY: a node named by a ticket is not retired yet (retire cuts the ticket
+            // first, under the lock the caller holds), so it is live; its data is immutable.
+            if let Some(n) = unsafe { node.as_ref() } {
+                prefetch(n.slots_ptr().cast());
+            }
+        }
+    }
+}
+
+/// A prefetch hint for the cache line at `p` (and the next); a no-op where unsupported.
+/// Never faults, whatever `p` is.
+#[inline(always)]
+fn prefetch(p: *const u8) {
+    #[cfg(all(target_arch = "x86_64", not(loom)))]
+    {
+        use std::arch::x86_64::{_MM_HINT_T0, _mm_prefetch};
+        // SAFETY: a prefetch is a hint that never faults or changes memory, for any
+        // address; SSE is part of the x86_64 baseline.
+        unsafe {
+            _mm_prefetch::<_MM_HINT_T0>(p.cast());
+            _mm_prefetch::<_MM_HINT_T0>(p.wrapping_add(64).cast());
+        }
+    }
+    #[cfg(not(all(target_arch = "x86_64", not(loom))))]
+    let _ = p;
 }
 
 /// See the module docs.
@@ -148,6 +189,7 @@ impl EvictIndex {
             n.evq.store(std::ptr::null_mut(), Ordering::Relaxed);
             // SAFETY: as above.
             drop(unsafe { Box::from_raw(t) });
+            q.prefetch_ahead();
             return Some(n);
         }
         None

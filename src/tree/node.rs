@@ -195,6 +195,12 @@ impl Node {
         }
     }
 
+    /// Where the stored slots begin (for prefetch hints).
+    #[inline]
+    pub(crate) fn slots_ptr(&self) -> *const u32 {
+        self.data[self.len()..].as_ptr()
+    }
+
     /// Calls `f` with the edge's slots: borrowed when stored one per token, else expanded
     /// into `scratch` (cleared first).
     pub(crate) fn with_slots<R>(&self, scratch: &mut Vec<u32>, f: impl FnOnce(&[u32]) -> R) -> R {
