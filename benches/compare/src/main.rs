@@ -43,6 +43,8 @@ struct Opts {
     who: Vec<String>,
     /// Leave glibc's trimming on (each run then also pays the kernel's page faults).
     cold_heap: bool,
+    /// Hand the Mooncake requests their slots in a random order (not in runs).
+    scatter_slots: bool,
     /// Also run dynamo's trees with 1-token blocks in workloads 1, 2 and 6 (slow, big).
     dynamo_page1: bool,
     /// The child side: one measurement.
@@ -70,6 +72,7 @@ fn usage() -> ! {
                               kv-index, dynamo-rt, dynamo-crtc, vllm-map, each optionally :PAGE (e.g. rkv:16)\n\
            --no-dynamo-page1  skip dynamo's trees with 1-token blocks (workloads 1, 2, 6; about a minute)\n\
            --cold-heap        keep glibc's heap trimming: every run then also pays fresh page faults\n\
+           --scatter-slots    give the Mooncake requests their slots in a random order instead of fresh runs\n\
            --tenants N, --per-tenant N   size of the branching workload (default 1000 x 200)\n\
            --mix-requests N   Mooncake requests in the mixed load (default: all)\n"
     );
@@ -92,6 +95,7 @@ fn parse() -> Opts {
         kvi_leaf_max: 1_000_000,
         who: Vec::new(),
         cold_heap: false,
+        scatter_slots: false,
         dynamo_page1: true,
         measure: Vec::new(),
     };
@@ -126,6 +130,7 @@ fn parse() -> Opts {
             }
             "--quick" => quick = true,
             "--cold-heap" => o.cold_heap = true,
+            "--scatter-slots" => o.scatter_slots = true,
             "--no-dynamo-page1" => o.dynamo_page1 = false,
             "--measure" => {
                 o.measure = args[i + 1..].to_vec();
@@ -171,6 +176,9 @@ impl Opts {
         }
         if self.cold_heap {
             cmd.arg("--cold-heap");
+        }
+        if self.scatter_slots {
+            cmd.arg("--scatter-slots");
         }
         cmd.arg("--measure").args(spec);
         let out = cmd.output().map_err(|e| e.to_string())?;
@@ -253,6 +261,7 @@ fn main() {
             trace: o.trace.clone(),
             branching: o.branching,
             mix_requests: o.mix_requests,
+            scatter_slots: o.scatter_slots,
         };
         let v = measure::measure(&ctx, &o.measure);
         println!("RESULT {v}");
@@ -283,9 +292,10 @@ fn main() {
     ));
     rep.line(format!(
         "{} timed runs per figure after a warm-up, each contestant in a child process of its own; heap: {}; \
-         load average at start: {}\n",
+         Mooncake slots: {}; load average at start: {}\n",
         o.runs,
         if o.cold_heap { "glibc defaults (runs fault fresh pages in)" } else { "kept between runs (no trim, no mmap below 32 MiB)" },
+        if o.scatter_slots { "scattered (a fixed random permutation: no two consecutive)" } else { "fresh runs (request after request, as a fresh pool hands them out)" },
         loadavg()
     ));
     let t_all = std::time::Instant::now();

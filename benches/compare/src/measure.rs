@@ -16,13 +16,22 @@ pub struct Ctx {
     pub trace: String,
     pub branching: Branching,
     pub mix_requests: usize,
+    /// Shuffle the Mooncake slots (`--scatter-slots`).
+    pub scatter_slots: bool,
 }
 
 pub const CAPACITY: usize = 2_000_000;
 
 fn mooncake(ctx: &Ctx) -> (Vec<Req>, Vec<u32>) {
     let mut reqs = trace::mooncake(&ctx.trace);
-    let slots = trace::slot_array(&mut reqs);
+    let mut slots = trace::slot_array(&mut reqs);
+    if ctx.scatter_slots {
+        // Fisher-Yates with a fixed seed: every run sees the same permutation.
+        let mut rng = Rng::new(7);
+        for i in (1..slots.len()).rev() {
+            slots.swap(i, rng.below(i as u64 + 1) as usize);
+        }
+    }
     (reqs, slots)
 }
 
@@ -68,6 +77,22 @@ pub fn measure(ctx: &Ctx, spec: &[String]) -> Value {
             for _ in 0..ctx.runs {
                 t1.push(spin_run(1));
                 tn.push(spin_run(ctx.threads));
+            }
+            json!({ "t1": t1, "tn": tn })
+        }
+        "w2-floor" => {
+            // The least any exact index must do: read every query token once.
+            let (reqs, _) = mooncake(ctx);
+            let mut t1 = Vec::new();
+            let mut tn = Vec::new();
+            for run in 0..=ctx.runs {
+                let (a, s) = time(|| read_all(&reqs, 1));
+                let (b, s2) = time(|| read_all(&reqs, ctx.threads));
+                assert_eq!(a, b);
+                if run > 0 {
+                    t1.push(s);
+                    tn.push(s2);
+                }
             }
             json!({ "t1": t1, "tn": tn })
         }

@@ -118,6 +118,27 @@ pub fn match_all(idx: &(dyn Index + Sync), reqs: &[Req], threads: usize) -> u64 
     })
 }
 
+/// Reads every token of every request once (a wrapping sum, split across threads as
+/// [`match_all`] splits requests): the memory floor of any exact lookup.
+pub fn read_all(reqs: &[Req], threads: usize) -> u32 {
+    let one = |t: usize| {
+        let mut sum = 0u32;
+        let mut i = t;
+        while i < reqs.len() {
+            sum = reqs[i].tokens.iter().fold(sum, |a, &x| a.wrapping_add(x));
+            i += threads;
+        }
+        std::hint::black_box(sum)
+    };
+    if threads == 1 {
+        return one(0);
+    }
+    std::thread::scope(|sc| {
+        let hs: Vec<_> = (0..threads).map(|t| sc.spawn(move || one(t))).collect();
+        hs.into_iter().map(|h| h.join().unwrap()).fold(0, u32::wrapping_add)
+    })
+}
+
 pub fn match_all_local(idx: &dyn Index, reqs: &[Req]) -> u64 {
     let mut s = Scratch::default();
     reqs.iter().map(|r| idx.lookup(r, &mut s) as u64).sum()
