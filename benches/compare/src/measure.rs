@@ -172,6 +172,7 @@ pub fn measure(ctx: &Ctx, spec: &[String]) -> Value {
                         "secs": r.secs, "hits": r.hits, "calls": r.calls, "p50": r.p50, "p99": r.p99,
                         "max": r.max, "per_node": if r.per_node.is_finite() { json!(r.per_node) } else { Value::Null },
                         "per_token": r.per_token, "evicted": r.evicted,
+                        "asked50": r.asked.0, "asked99": r.asked.1, "freed50": r.freed.0, "freed99": r.freed.1,
                     })
                 })
                 .collect();

@@ -182,6 +182,9 @@ pub struct EvictRun {
     pub per_node: f64,
     pub per_token: f64,
     pub evicted: u64,
+    /// Tokens asked for and tokens freed, per call: (p50, p99).
+    pub asked: (f64, f64),
+    pub freed: (f64, f64),
 }
 
 /// The request cycle on a pooled cache of `cap` slots (page 1), evicting explicitly (and
@@ -193,6 +196,7 @@ pub fn evict_replay_rkv(reqs: &[Req], cap: usize) -> EvictRun {
     let pool = cache.pool().unwrap();
     let mut slots = Vec::new();
     let mut calls = Vec::new();
+    let mut sizes = Vec::new();
     let mut nodes_evicted = 0u64;
     let mut hits = 0u64;
     let t0 = std::time::Instant::now();
@@ -205,8 +209,9 @@ pub fn evict_replay_rkv(reqs: &[Req], cap: usize) -> EvictRun {
         if short > 0 {
             let n0 = cache.tree().stats().nodes;
             let t = std::time::Instant::now();
-            cache.evict(short, None).unwrap();
+            let n = cache.evict(short, None).unwrap();
             calls.push(t.elapsed().as_secs_f64());
+            sizes.push((short as f64, n as f64));
             nodes_evicted += n0 - cache.tree().stats().nodes;
         }
         cache.alloc(need, &mut slots).expect("the pool holds every request");
@@ -215,11 +220,19 @@ pub fn evict_replay_rkv(reqs: &[Req], cap: usize) -> EvictRun {
     }
     let secs = t0.elapsed().as_secs_f64();
     let evicted = cache.stats().tree.evicted_tokens;
-    finish_run(secs, hits, calls, nodes_evicted as f64, evicted)
+    finish_run(secs, hits, calls, sizes, nodes_evicted as f64, evicted)
 }
 
-fn finish_run(secs: f64, hits: u64, mut calls: Vec<f64>, nodes: f64, evicted: u64) -> EvictRun {
+fn finish_run(
+    secs: f64,
+    hits: u64,
+    mut calls: Vec<f64>,
+    sizes: Vec<(f64, f64)>,
+    nodes: f64,
+    evicted: u64,
+) -> EvictRun {
     let total: f64 = calls.iter().sum();
+    let (mut asked, mut freed): (Vec<f64>, Vec<f64>) = sizes.into_iter().unzip();
     let n = calls.len();
     let max = calls.iter().copied().fold(0.0, f64::max);
     EvictRun {
@@ -232,6 +245,8 @@ fn finish_run(secs: f64, hits: u64, mut calls: Vec<f64>, nodes: f64, evicted: u6
         per_node: total / nodes,
         per_token: total / evicted.max(1) as f64,
         evicted,
+        asked: (percentile(&mut asked, 50.0), percentile(&mut asked, 99.0)),
+        freed: (percentile(&mut freed, 50.0), percentile(&mut freed, 99.0)),
     }
 }
 
@@ -242,6 +257,7 @@ pub fn evict_replay_tree(reqs: &[Req], cap: usize) -> EvictRun {
     let mut free: Vec<u32> = (0..cap as u32).rev().collect();
     let mut slots = Vec::new();
     let mut calls = Vec::new();
+    let mut sizes = Vec::new();
     let mut nodes_evicted = 0u64;
     let mut hits = 0u64;
     let t0 = std::time::Instant::now();
@@ -254,8 +270,9 @@ pub fn evict_replay_tree(reqs: &[Req], cap: usize) -> EvictRun {
             let short = need - free.len();
             let n0 = tree.stats().nodes;
             let t = std::time::Instant::now();
-            tree.evict(short, &mut |s| free.extend_from_slice(s));
+            let n = tree.evict(short, &mut |s| free.extend_from_slice(s));
             calls.push(t.elapsed().as_secs_f64());
+            sizes.push((short as f64, n as f64));
             nodes_evicted += n0 - tree.stats().nodes;
         }
         slots.extend(free.drain(free.len() - need..));
@@ -265,13 +282,14 @@ pub fn evict_replay_tree(reqs: &[Req], cap: usize) -> EvictRun {
     }
     let secs = t0.elapsed().as_secs_f64();
     let evicted = tree.stats().evicted_tokens;
-    finish_run(secs, hits, calls, nodes_evicted as f64, evicted)
+    finish_run(secs, hits, calls, sizes, nodes_evicted as f64, evicted)
 }
 
 /// kv-index's TokenTree on the same cycle: before storing, trim the tree to `cap - new`.
 pub fn evict_replay_kvi(reqs: &[Req], cap: usize) -> EvictRun {
     let tree = TokenTree::with_config(1, Default::default());
     let mut calls = Vec::new();
+    let mut sizes = Vec::new();
     let mut hits = 0u64;
     let t0 = std::time::Instant::now();
     let mut evicted = 0u64;
@@ -284,12 +302,14 @@ pub fn evict_replay_kvi(reqs: &[Req], cap: usize) -> EvictRun {
             let t = std::time::Instant::now();
             tree.evict_tenant_by_size(cap.saturating_sub(need));
             calls.push(t.elapsed().as_secs_f64());
-            evicted += (size - tree.total_token_size()) as u64;
+            let n = size - tree.total_token_size();
+            sizes.push(((size + need - cap) as f64, n as f64));
+            evicted += n as u64;
         }
         tree.insert_tokens(&r.tokens, "w0");
     }
     let secs = t0.elapsed().as_secs_f64();
-    finish_run(secs, hits, calls, f64::NAN, evicted)
+    finish_run(secs, hits, calls, sizes, f64::NAN, evicted)
 }
 
 /// A tree of `leaves` leaves (page 1): paths of base-16 digits, so every internal node
