@@ -124,11 +124,28 @@ impl Targets {
         {
             let n = self.threads as f64;
             let sp = r1 / rn;
+            let floor = self.floor.map(|(a, b)| a / b);
             t.row(vec![
                 format!("match scaling ≥ 0.9 × {} × one thread, where the spin loop scales", self.threads),
-                format!("radixkv {sp:.2}× at {} threads (page 1); spin loop {s:.2}×", self.threads),
+                format!(
+                    "radixkv {sp:.2}× at {} threads (page 1); spin loop {s:.2}×{}",
+                    self.threads,
+                    floor.map_or(String::new(), |f| format!(
+                        "; memory floor (one read of every query token) {f:.2}×"
+                    ))
+                ),
                 if s >= 0.9 * n {
-                    verdict(sp, 0.9 * n)
+                    match floor {
+                        // The cores scale but memory bandwidth does not: say so next to
+                        // the verdict.
+                        Some(f) if f < 0.9 * n => format!(
+                            "{}; the machine's memory bandwidth does not scale to {n:.0} threads \
+                             (the floor reached {f:.2}×), radixkv {:.0}% of the ideal {n:.0}×",
+                            verdict(sp, 0.9 * n),
+                            100.0 * sp / n
+                        ),
+                        _ => verdict(sp, 0.9 * n),
+                    }
                 } else {
                     format!(
                         "not assessable: the spin loop itself reached {s:.2}× of {n:.0}× (the vCPUs do not scale); \
