@@ -74,13 +74,17 @@ impl Queue {
     /// Only a hint: it reads tickets and one live node's data pointer under the lock.
     #[inline]
     fn prefetch_ahead(&self) {
+        // A pipeline: the ticket eight pops ahead, its node four ahead (the ticket is in
+        // cache by then), the node's slots two ahead (the node is in cache by then).
+        if let Some(&(_, _, addr)) = self.run.get(8) {
+            prefetch(addr as *const u8);
+        }
         if let Some(&(_, _, addr)) = self.run.get(4) {
             // SAFETY: a queued entry owns its live ticket (freed only by `pop` or Drop under
             // the lock the caller holds).
             let node = unsafe { (*(addr as *const Ticket)).node };
             prefetch(node.cast_const().cast());
         }
-        // Two pops ahead that node is (likely) in cache by now: fetch its slots too.
         if let Some(&(_, _, addr)) = self.run.get(2) {
             // SAFETY: as above.
             let node = unsafe { (*(addr as *const Ticket)).node };
