@@ -43,7 +43,7 @@ struct Opts {
     who: Vec<String>,
     /// Leave glibc's trimming on (each run then also pays the kernel's page faults).
     cold_heap: bool,
-    /// Hand the Mooncake requests their slots in a random order (not in runs).
+    /// Hand the requests their slots in a random order (not in runs).
     scatter_slots: bool,
     /// Also run dynamo's trees with 1-token blocks in workloads 1, 2 and 6 (slow, big).
     dynamo_page1: bool,
@@ -72,7 +72,7 @@ fn usage() -> ! {
                               kv-index, dynamo-rt, dynamo-crtc, vllm-map, each optionally :PAGE (e.g. rkv:16)\n\
            --no-dynamo-page1  skip dynamo's trees with 1-token blocks (workloads 1, 2, 6; about a minute)\n\
            --cold-heap        keep glibc's heap trimming: every run then also pays fresh page faults\n\
-           --scatter-slots    give the Mooncake requests their slots in a random order instead of fresh runs\n\
+           --scatter-slots    give the requests their slots in a random order instead of fresh runs\n\
            --tenants N, --per-tenant N   size of the branching workload (default 1000 x 200)\n\
            --mix-requests N   Mooncake requests in the mixed load (default: all)\n"
     );
@@ -292,7 +292,7 @@ fn main() {
     ));
     rep.line(format!(
         "{} timed runs per figure after a warm-up, each contestant in a child process of its own; heap: {}; \
-         Mooncake slots: {}; load average at start: {}\n",
+         slots: {}; load average at start: {}\n",
         o.runs,
         if o.cold_heap { "glibc defaults (runs fault fresh pages in)" } else { "kept between runs (no trim, no mmap below 32 MiB)" },
         if o.scatter_slots { "scattered (a fixed random permutation: no two consecutive)" } else { "fresh runs (request after request, as a fresh pool hands them out)" },

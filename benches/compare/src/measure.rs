@@ -16,7 +16,7 @@ pub struct Ctx {
     pub trace: String,
     pub branching: Branching,
     pub mix_requests: usize,
-    /// Shuffle the Mooncake slots (`--scatter-slots`).
+    /// Shuffle the requests' slots (`--scatter-slots`).
     pub scatter_slots: bool,
 }
 
@@ -24,7 +24,14 @@ pub const CAPACITY: usize = 2_000_000;
 
 fn mooncake(ctx: &Ctx) -> (Vec<Req>, Vec<u32>) {
     let mut reqs = trace::mooncake(&ctx.trace);
-    let mut slots = trace::slot_array(&mut reqs);
+    let slots = slot_array(ctx, &mut reqs);
+    (reqs, slots)
+}
+
+/// One fresh slot per token, request after request (runs, as a fresh pool hands them out),
+/// or in a fixed random order with `--scatter-slots`.
+fn slot_array(ctx: &Ctx, reqs: &mut [Req]) -> Vec<u32> {
+    let mut slots = trace::slot_array(reqs);
     if ctx.scatter_slots {
         // Fisher-Yates with a fixed seed: every run sees the same permutation.
         let mut rng = Rng::new(7);
@@ -32,7 +39,7 @@ fn mooncake(ctx: &Ctx) -> (Vec<Req>, Vec<u32>) {
             slots.swap(i, rng.below(i as u64 + 1) as usize);
         }
     }
-    (reqs, slots)
+    slots
 }
 
 fn who_page(spec: &[String]) -> (Who, usize) {
@@ -131,7 +138,7 @@ pub fn measure(ctx: &Ctx, spec: &[String]) -> Value {
         "w3" => {
             let (w, page) = who_page(spec);
             let mut reqs = trace::branching(ctx.branching);
-            let slots = trace::slot_array(&mut reqs);
+            let slots = slot_array(ctx, &mut reqs);
             let expect = aligned_total(&reqs, page);
             let mut ti = Vec::new();
             let mut tm = Vec::new();
@@ -260,7 +267,7 @@ fn mem(ctx: &Ctx, workload: &str, spec: &[String]) -> Value {
         "branching" => trace::branching(ctx.branching),
         x => panic!("unknown workload {x}"),
     };
-    let slots = trace::slot_array(&mut reqs);
+    let slots = slot_array(ctx, &mut reqs);
     COUNTING.store(true, Ordering::SeqCst);
     let (rss0, heap0) = (rss_bytes(), heap_live());
     let b = w.build(page, workload == "branching");
