@@ -72,7 +72,8 @@ fn usage() -> ! {
                               kv-index, dynamo-rt, dynamo-crtc, vllm-map, each optionally :PAGE (e.g. rkv:16)\n\
            --no-dynamo-page1  skip dynamo's trees with 1-token blocks (workloads 1, 2, 6; about a minute)\n\
            --cold-heap        keep glibc's heap trimming: every run then also pays fresh page faults\n\
-           --scatter-slots    give the requests their slots in a random order instead of fresh runs\n\
+           --scatter-slots    give the requests their slots as whole pages in a random order (single slots at\n\
+                              page 1) instead of fresh runs\n\
            --tenants N, --per-tenant N   size of the branching workload (default 1000 x 200)\n\
            --mix-requests N   Mooncake requests in the mixed load (default: all)\n"
     );
@@ -295,7 +296,7 @@ fn main() {
          slots: {}; load average at start: {}\n",
         o.runs,
         if o.cold_heap { "glibc defaults (runs fault fresh pages in)" } else { "kept between runs (no trim, no mmap below 32 MiB)" },
-        if o.scatter_slots { "scattered (a fixed random permutation: no two consecutive)" } else { "fresh runs (request after request, as a fresh pool hands them out)" },
+        if o.scatter_slots { "scattered (whole pages in a fixed random order, single slots at page 1)" } else { "fresh runs (request after request, as a fresh pool hands them out)" },
         loadavg()
     ));
     let t_all = std::time::Instant::now();

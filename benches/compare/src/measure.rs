@@ -22,21 +22,30 @@ pub struct Ctx {
 
 pub const CAPACITY: usize = 2_000_000;
 
-fn mooncake(ctx: &Ctx) -> (Vec<Req>, Vec<u32>) {
+fn mooncake(ctx: &Ctx, page: usize) -> (Vec<Req>, Vec<u32>) {
     let mut reqs = trace::mooncake(&ctx.trace);
-    let slots = slot_array(ctx, &mut reqs);
+    let slots = slot_array(ctx, &mut reqs, page);
     (reqs, slots)
 }
 
 /// One fresh slot per token, request after request (runs, as a fresh pool hands them out),
-/// or in a fixed random order with `--scatter-slots`.
-fn slot_array(ctx: &Ctx, reqs: &mut [Req]) -> Vec<u32> {
+/// or, with `--scatter-slots`, as a pool of `page`-slot pages hands them out after much
+/// churn: whole pages in a fixed random order (single slots at page 1).
+fn slot_array(ctx: &Ctx, reqs: &mut [Req], page: usize) -> Vec<u32> {
     let mut slots = trace::slot_array(reqs);
     if ctx.scatter_slots {
-        // Fisher-Yates with a fixed seed: every run sees the same permutation.
+        assert!(
+            trace::SLOT_ALIGN.is_multiple_of(page),
+            "page {page} does not divide the alignment"
+        );
+        // Fisher-Yates over pages with a fixed seed: every run sees the same permutation.
         let mut rng = Rng::new(7);
-        for i in (1..slots.len()).rev() {
-            slots.swap(i, rng.below(i as u64 + 1) as usize);
+        let pages = slots.len() / page;
+        for i in (1..pages).rev() {
+            let j = rng.below(i as u64 + 1) as usize;
+            for k in 0..page {
+                slots.swap(i * page + k, j * page + k);
+            }
         }
     }
     slots
@@ -51,7 +60,7 @@ pub fn measure(ctx: &Ctx, spec: &[String]) -> Value {
     match spec[0].as_str() {
         "w1" => {
             let (w, page) = who_page(spec);
-            let (reqs, slots) = mooncake(ctx);
+            let (reqs, slots) = mooncake(ctx, page);
             let mut times = Vec::new();
             let mut hits = Vec::new();
             // One untimed warm-up run first.
@@ -89,7 +98,7 @@ pub fn measure(ctx: &Ctx, spec: &[String]) -> Value {
         }
         "w2-floor" => {
             // The least any exact index must do: read every query token once.
-            let (reqs, _) = mooncake(ctx);
+            let (reqs, _) = mooncake(ctx, 1);
             let mut t1 = Vec::new();
             let mut tn = Vec::new();
             for run in 0..=ctx.runs {
@@ -105,7 +114,7 @@ pub fn measure(ctx: &Ctx, spec: &[String]) -> Value {
         }
         "w2" => {
             let (w, page) = who_page(spec);
-            let (reqs, slots) = mooncake(ctx);
+            let (reqs, slots) = mooncake(ctx, page);
             let b = w.build(page, false);
             replay(b.idx(), &reqs, &slots);
             let expect = aligned_total(&reqs, page);
@@ -138,7 +147,7 @@ pub fn measure(ctx: &Ctx, spec: &[String]) -> Value {
         "w3" => {
             let (w, page) = who_page(spec);
             let mut reqs = trace::branching(ctx.branching);
-            let slots = slot_array(ctx, &mut reqs);
+            let slots = slot_array(ctx, &mut reqs, page);
             let expect = aligned_total(&reqs, page);
             let mut ti = Vec::new();
             let mut tm = Vec::new();
@@ -164,7 +173,7 @@ pub fn measure(ctx: &Ctx, spec: &[String]) -> Value {
             })
         }
         "w4a" => {
-            let (reqs, _) = mooncake(ctx);
+            let (reqs, _) = mooncake(ctx, 1);
             let f: fn(&[Req], usize) -> EvictRun = match spec[1].as_str() {
                 "cache" => evict_replay_rkv,
                 "tree" => evict_replay_tree,
@@ -234,7 +243,7 @@ pub fn measure(ctx: &Ctx, spec: &[String]) -> Value {
             json!({ "per": per, "calls": calls, "build": build, "nodes": nodes })
         }
         "w5" => {
-            let (reqs, _) = mooncake(ctx);
+            let (reqs, _) = mooncake(ctx, 1);
             let n = ctx.mix_requests.min(reqs.len());
             let threads: usize = spec[2].parse().unwrap();
             let f: fn(&[Req], usize, usize) -> MixRun = match spec[1].as_str() {
@@ -267,7 +276,7 @@ fn mem(ctx: &Ctx, workload: &str, spec: &[String]) -> Value {
         "branching" => trace::branching(ctx.branching),
         x => panic!("unknown workload {x}"),
     };
-    let slots = slot_array(ctx, &mut reqs);
+    let slots = slot_array(ctx, &mut reqs, page);
     COUNTING.store(true, Ordering::SeqCst);
     let (rss0, heap0) = (rss_bytes(), heap_live());
     let b = w.build(page, workload == "branching");

@@ -16,15 +16,19 @@ pub struct Req {
 }
 
 /// One fresh slot per token of every request (`slots[r.slot..r.slot + len]`), made once,
-/// outside every timing, and numbers the requests' offsets into it.
+/// outside every timing, and numbers the requests' offsets into it. Every request starts at
+/// a multiple of [`SLOT_ALIGN`], so its pages (up to that size) are whole pool pages.
 pub fn slot_array(reqs: &mut [Req]) -> Vec<u32> {
     let mut off = 0;
     for r in reqs.iter_mut() {
         r.slot = off;
-        off += r.tokens.len();
+        off = (off + r.tokens.len()).next_multiple_of(SLOT_ALIGN);
     }
     (0..off as u32).collect()
 }
+
+/// The alignment of each request's slots in [`slot_array`] (the largest page size run).
+pub const SLOT_ALIGN: usize = 16;
 
 impl Req {
     pub fn slots<'a>(&self, all: &'a [u32]) -> &'a [u32] {
