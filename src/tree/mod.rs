@@ -2,7 +2,11 @@
 //!
 //! Keys are `(namespace, tokens)`; values are one `u32` slot per token. Each namespace has
 //! its own root, so namespaces never share a node. An edge (a `Node`) holds a run of
-//! tokens, a multiple of the page size long, with their slots.
+//! tokens, a multiple of the page size long, with their slots. Slots are stored compactly
+//! where they allow it: one base slot for an edge whose slots run consecutively (what a
+//! pool hands out in runs), one base per page when only each page's slots do (what a paged
+//! pool always hands out), else one per token; reads expand them, so this is invisible
+//! except in memory and speed.
 //!
 //! # Consistency
 //!
@@ -58,9 +62,10 @@
 //! a split moves nothing.
 //!
 //! **Eviction** keeps evictable leaves in a lazy priority queue (`evict_index`), O(log n)
-//! per leaf. To evict, it locks the parent, then the leaf, re-checks it is an unpinned leaf,
-//! CASes its state `0 -> DEAD`, swaps the parent's table for one without it, frees its
-//! slots and retires it. A parent that became an unpinned leaf is queued.
+//! per leaf, O(1) for leaves queued in stamp order (most of them). To evict, it locks the
+//! parent, then the leaf, re-checks it is an unpinned leaf, CASes its state `0 -> DEAD`,
+//! swaps the parent's table for one without it, frees its slots and retires it. A parent
+//! that became an unpinned leaf is queued.
 //!
 //! Locks are always taken parent before child, and node locks before the eviction index's
 //! lock, so writers cannot deadlock. Inserts into different subtrees lock different nodes.
