@@ -885,7 +885,10 @@ impl RadixTree {
                     continue 'step;
                 }
             }
-            // No live child for this page: hang a new leaf under `cur`.
+            // No live child for this page: hang a new leaf under `cur`. The leaf is built
+            // (its tokens and slots copied) before the lock, so the parent's lock is held
+            // only to check, settle and publish; if the check fails the leaf is dropped.
+            let built = Box::new(Node::new(&key[pos..], &vals[pos..], pin as u64, now, p));
             let guard = lock(&cur.lock);
             let s = cur.state.load(Ordering::SeqCst);
             if s & (DEAD | REPLACED) != 0 {
@@ -906,8 +909,7 @@ impl RadixTree {
                 return fail(e, pos);
             }
             let len = n - pos;
-            let leaf =
-                Box::into_raw(Box::new(Node::new(&key[pos..], &vals[pos..], pin as u64, now, p)));
+            let leaf = Box::into_raw(built);
             // SAFETY: just allocated, not shared yet.
             let ln = unsafe { &*leaf };
             ln.parent.store(cur as *const Node as *mut Node, Ordering::SeqCst);
