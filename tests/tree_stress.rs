@@ -50,9 +50,13 @@ impl Ledger {
         let start = self.next.fetch_add(tokens.len() as u32, Ordering::Relaxed);
         assert!((start as usize + tokens.len()) < MAX_SLOTS, "raise MAX_SLOTS");
         let hs = context_hashes(ns, tokens);
-        (0..tokens.len() as u32)
+        // Half the requests get their slots in descending order, so edges stored one slot
+        // per token are split and matched concurrently too, not only one-run edges.
+        let descending = start % 2 == 1;
+        let n = tokens.len() as u32;
+        (0..n)
             .map(|i| {
-                let s = start + i;
+                let s = if descending { start + (n - 1 - i) } else { start + i };
                 self.context[s as usize].store(hs[i as usize], Ordering::Relaxed);
                 self.state[s as usize].store(HELD, Ordering::Release);
                 s
