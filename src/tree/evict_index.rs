@@ -36,8 +36,9 @@ type Entry = Reverse<(u64, u64, usize)>;
 /// The queue: entries pushed in order of `(stamp, seq)` go to the back of `run` (sorted by
 /// construction), the others into `heap`; the smallest entry is the smaller of `run`'s
 /// front and `heap`'s top, so the order is exactly a single heap's. Most pushes come in
-/// order (a new leaf, or a re-queue, carries the latest stamp), so most entries cost O(1)
-/// and sit in one sequential buffer instead of at the bottom of a deep heap.
+/// order (a new leaf carries the latest stamp, and so does a re-queue unless newer leaves
+/// were queued since), so most entries cost O(1) and sit in one sequential buffer instead
+/// of at the bottom of a deep heap; a parent that became a leaf usually goes to the heap.
 #[derive(Default)]
 struct Queue {
     run: VecDeque<(u64, u64, usize)>,
