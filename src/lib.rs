@@ -9,9 +9,11 @@ pub mod ffi;
 pub mod kv;
 pub mod pool;
 pub mod sched;
+pub mod slot_run;
 pub mod trace;
 pub mod tree;
 
 pub use cache::{Cache, CacheOptions, CacheStats, FreeFn, Request};
 pub use error::{Error, Result};
+pub use slot_run::SlotRun;
 pub use tree::{EvictionPolicy, LockGuard, PrefixLock, RadixTree, TreeConfig, TreeStats};

@@ -108,7 +108,14 @@ fn run(p: usize, ops: Vec<Op>) -> Result<(), TestCaseError> {
             }
             Op::Evict(k) => {
                 let mut freed = Vec::new();
-                let n = tree.evict(k, &mut |s| freed.extend_from_slice(s));
+                // Odd k: the slots come as runs.
+                let n = if k % 2 == 1 {
+                    tree.evict_runs(k, &mut |runs| {
+                        freed.extend(runs.iter().flat_map(|r| r.slots()))
+                    })
+                } else {
+                    tree.evict(k, &mut |s| freed.extend_from_slice(s))
+                };
                 prop_assert_eq!(n, freed.len());
                 evict_model(&mut model, k, &freed)?;
             }
@@ -143,15 +150,18 @@ fn insert(
     lock: bool,
 ) -> Result<(), TestCaseError> {
     let p = model.p;
-    // Fresh slots in one of three layouts, so every slot encoding of a node (one run, one
-    // base per page, one slot per token) is built, split and read back.
+    // Fresh slots in one of four layouts, so every slot encoding of a node (one run,
+    // several runs, one base per page, one slot per token) is built, split and read back.
     let base = *next_slot;
     let pages = t.len().div_ceil(p);
-    let slots: Vec<u32> = match (base as usize + t.len()) % 3 {
+    let len = t.len() as u32;
+    let slots: Vec<u32> = match (base as usize + t.len()) % 4 {
         // One consecutive run.
-        0 => (base..base + t.len() as u32).collect(),
+        0 => (base..base + len).collect(),
         // Nothing consecutive.
-        1 => (base..base + t.len() as u32).rev().collect(),
+        1 => (base..base + len).rev().collect(),
+        // Two runs: the upper half first (a run per tokens' half).
+        2 => (base + len / 2..base + len).chain(base..base + len / 2).collect(),
         // Pages of consecutive slots, in reverse page order.
         _ => (0..t.len()).map(|i| base + ((pages - 1 - i / p) * p + i % p) as u32).collect(),
     };

@@ -211,6 +211,14 @@ impl Cache {
 
     fn evict_to_pool(&self, pool: &SlotPool, k: usize, mut user: Option<FreeFn<'_>>) -> usize {
         // One pool pass for the whole call rather than one per evicted leaf.
+        if user.is_none() {
+            // Nobody needs the slots listed: hand them over as runs, O(runs) to collect.
+            let mut freed = Vec::new();
+            let n = self.tree.evict_runs(k, &mut |runs| freed.extend_from_slice(runs));
+            // Cannot fail: as below.
+            pool.release_cached_runs(&freed).expect("evicted slots are cached in the pool");
+            return n;
+        }
         let mut freed = Vec::new();
         let n = self.tree.evict(k, &mut |slots| {
             if let Some(f) = user.as_mut() {

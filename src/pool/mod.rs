@@ -3,7 +3,7 @@
 //!
 //! # Slot states
 //!
-//! Every slot has one owner, kept in one byte per slot (packed 8 to an atomic word):
+//! Every slot has one owner, kept in two bits per slot (packed 32 to an atomic word):
 //!
 //! | value | state                 | owner                                             |
 //! |-------|-----------------------|---------------------------------------------------|
@@ -20,8 +20,10 @@
 //!   the free list exactly when all its `P` slots are Free. Slots of a page may be freed in
 //!   separate calls: a per-page count of Free slots decides which call makes the page whole
 //!   and puts it back (a call that frees all `P` slots of a page skips the count).
-//! * **Sharded free list.** Free page ids live in `K` cache-padded shards, each a small
-//!   `Mutex<Vec<u32>>` (`K` = the next power of two `>= 2 * available_parallelism`, at least
+//! * **Sharded free list.** Free pages live in `K` cache-padded shards, each a small
+//!   `Mutex<Vec<PageRun>>`, a stack of runs of consecutive page ids (a bulk free pushes one
+//!   entry per run, not one per page; an allocation takes pages off the top run, lowest
+//!   first) (`K` = the next power of two `>= 2 * available_parallelism`, at least
 //!   4). A thread works on its *home* shard (a thread-local probe): a free pushes there, an
 //!   allocation pops there first and steals from the other shards when short. A thread that
 //!   finds its home shard locked by another moves to another home (as Java's `LongAdder`
@@ -34,24 +36,25 @@
 //!   shards number at least `free_pages` plus the pages reserved and not yet popped. So an
 //!   allocation is all or nothing and never fails for want of pages that merely sat on
 //!   another shard.
-//! * **Packed states.** The states are bytes packed 8 to an `AtomicU64`, so a run of
-//!   consecutive slots is checked and changed a word (8 slots) at a time. A word may hold
-//!   slots of several owners: a write to part of a word is an atomic `fetch_xor` of its own
-//!   bytes only, and a plain store writes only a word whose 8 slots all belong
+//! * **Packed states.** The states are 2-bit fields packed 32 to an `AtomicU64`, so a run
+//!   of consecutive slots is checked and changed a word (32 slots) at a time. A word may
+//!   hold slots of several owners: a write to part of a word is an atomic `fetch_xor` of its
+//!   own slots' bits only, and a plain store writes only a word whose 32 slots all belong
 //!   to the writing call, so calls on neighbouring slots never lose each other's writes.
 //! * **Stripe locks for state changes.** `free`, `adopt`, `release_cached` and `settle`
 //!   change slot states under per-stripe locks (one `AtomicU8` spin lock, a test-and-set,
-//!   per stripe of `64 / P` whole pages, at least one page), by strict two-phase locking:
+//!   per stripe of `1024 / P` whole pages, at least one page), by strict two-phase locking:
 //!   lock every stripe the call touches, check every slot, and only if all pass change them
 //!   (and the page counts), then unlock. A call's lists become maximal runs of consecutive
 //!   slots; if the runs do not already ascend they are sorted (two runs sharing a slot: a
-//!   slot listed twice) and neighbours merged. So a run of `n` slots costs about `n / 64`
-//!   locks and `n / 8` word reads and writes, whatever the page size. Every call locks its
+//!   slot listed twice) and neighbours merged. So a run of `n` slots costs about `n / 1024`
+//!   locks and `n / 32` word reads and writes, whatever the page size (eviction hands the
+//!   pool runs directly: [`SlotPool::release_cached_runs`]). Every call locks its
 //!   stripes in ascending order, each once, waiting for each: a call waits only for a stripe
 //!   above every stripe it holds, so every chain of waiting ends: there is no deadlock.
 //!   Waiting happens only when two calls touch one stripe at once.
-//! * **Runs stay runs.** Pages freed together go onto the shard highest first, so that
-//!   the pops (from the top) hand them out ascending again: an allocation after a bulk free
+//! * **Runs stay runs.** Pages freed together go onto the shard as runs, highest first, so
+//!   that the pops (from the top) hand them out ascending again: an allocation after a bulk free
 //!   gets long runs, which its free, adopt and release then handle a word at a time.
 //!
 //! # Consistency
@@ -92,6 +95,7 @@ use std::sync::TryLockError;
 use crossbeam_utils::CachePadded;
 
 use crate::error::{Error, Result, invalid};
+use crate::slot_run::{SlotRun, run_len};
 use crate::sync::{AtomicU8, AtomicU64, AtomicUsize, Mutex, MutexGuard, Ordering, lock, yield_now};
 
 const FREE: u8 = 0;
@@ -99,10 +103,13 @@ const HELD: u8 = 1;
 const CACHED: u8 = 2;
 
 /// Most slots under one lock (a stripe is `STRIPE_SLOTS / P` whole pages, at least one): a
-/// run of `n` consecutive slots takes about `n / STRIPE_SLOTS` locks.
-const STRIPE_SLOTS: usize = 64;
+/// run of `n` consecutive slots takes about `n / STRIPE_SLOTS` locks. 1024 (32 state words):
+/// an eviction's p99 call on the Mooncake trace (142k slots) took 31 µs with 64-slot stripes
+/// and 16 µs with these; the mixed 2-thread load got faster too (40 -> 33 ms), as calls on
+/// one stripe at once stay rare (`benches/compare`, `--measure w4a cache`, `w5 cache 2`).
+const STRIPE_SLOTS: usize = 1024;
 
-/// The owner of one slot, as stored (`repr(u8)`) in the pool's per-slot byte.
+/// The owner of one slot, as stored (`repr(u8)`, two bits) in the pool's per-slot field.
 #[repr(u8)]
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum SlotState {
@@ -139,12 +146,12 @@ enum Refusal {
 /// A concurrent pool of KV slots; see the [module docs](self) for the design and what is
 /// linearizable. `Send + Sync`: share it by reference or in an `Arc`.
 pub struct SlotPool {
-    /// One owner per slot (the values of [`SlotState`]), packed 8 to a word: slot `s` is
-    /// byte `s % 8` (from the low end) of word `s / 8`. Changed under the slot's stripe lock,
-    /// except `Free -> Held` by the allocation that popped the page. A word may hold slots
-    /// of several owners, so a write to part of a word is an atomic `fetch_xor`
-    /// of those bytes only; a plain store only writes a word whose 8 slots all belong to
-    /// the writing call.
+    /// One owner per slot (the values of [`SlotState`]), packed 32 to a word: slot `s` is
+    /// bits `2 * (s % 32) ..+ 2` (from the low end) of word `s / 32`. Changed under the
+    /// slot's stripe lock, except `Free -> Held` by the allocation that popped the page. A
+    /// word may hold slots of several owners, so a write to part of a word is an atomic
+    /// `fetch_xor` of those slots' bits only; a plain store only writes a word whose 32
+    /// slots all belong to the writing call.
     states: Box<[AtomicU64]>,
     /// Number of slots `N`.
     num_slots: usize,
@@ -158,7 +165,7 @@ pub struct SlotPool {
     /// that is not whole (0 for a whole free page and for a page all out).
     page_free: Box<[AtomicUsize]>,
     /// The free list: page ids, sharded.
-    shards: Box<[CachePadded<Mutex<Vec<u32>>>]>,
+    shards: Box<[CachePadded<Mutex<Vec<PageRun>>>]>,
     /// `shards.len() - 1` (a power of two minus one).
     shard_mask: usize,
     /// Pages on the shards that no allocation has reserved.
@@ -223,7 +230,7 @@ impl SlotPool {
         }
         let num_pages = num_slots / page_size;
         let k = shards.max(1).next_power_of_two();
-        let states = (0..num_slots.div_ceil(8)).map(|_| AtomicU64::new(0)).collect();
+        let states = (0..num_slots.div_ceil(PER_WORD)).map(|_| AtomicU64::new(0)).collect();
         let stripe_slots = (stripe_max / page_size).max(1) * page_size;
         let stripe_lock = (0..num_slots.div_ceil(stripe_slots)).map(|_| AtomicU8::new(0)).collect();
         let page_free = if page_size == 1 {
@@ -236,7 +243,8 @@ impl SlotPool {
             .map(|i| {
                 let lo = i * num_pages / k;
                 let hi = (i + 1) * num_pages / k;
-                let v: Vec<u32> = (lo..hi).rev().map(|p| p as u32).collect();
+                let mut v = Vec::new();
+                push_pages_below(&mut v, lo, hi - lo);
                 CachePadded::new(Mutex::new(v))
             })
             .collect();
@@ -323,28 +331,14 @@ impl SlotPool {
                 Err(now) => cur = now,
             }
         }
-        let start = out.len();
-        self.pop_pages(k, out);
-        debug_assert_eq!(out.len(), start + k);
-        // Mark the pages' slots Held, by runs of consecutive pages.
-        let pages = &out[start..];
-        let mut i = 0;
-        while i < pages.len() {
-            let len = run_len(&pages[i..]);
-            let first = pages[i] as usize;
-            self.store_range(first * p, (first + len) * p, FREE, HELD);
-            i += len;
-        }
-        if p > 1 {
-            // Expand the k page ids at out[start..] into their slots in place, last page
-            // first (page j's slots go to start + j*P.., at or after its id's index start + j).
-            out.resize(start + n, 0);
-            for j in (0..k).rev() {
-                let base = out[start + j] * p as u32;
-                for (i, o) in out[start + j * p..start + j * p + p].iter_mut().enumerate() {
-                    *o = base + i as u32;
-                }
-            }
+        let mut runs = Vec::new();
+        self.pop_pages(k, &mut runs);
+        debug_assert_eq!(runs.iter().map(|r| r.len as usize).sum::<usize>(), k);
+        // Mark each run of pages' slots Held, and hand the slots out.
+        for r in runs {
+            let (a, e) = (r.start as usize * p, (r.start as usize + r.len as usize) * p);
+            self.store_range(a, e, FREE, HELD);
+            out.extend(a as u32..=(e - 1) as u32);
         }
         Ok(true)
     }
@@ -390,6 +384,31 @@ impl SlotPool {
     /// pool, not Cached, or listed twice.
     pub fn release_cached(&self, slots: &[u32]) -> Result<()> {
         self.change(slots, CACHED, FREE).map_err(|(slot, why)| self.refusal(slot, why, "cached"))
+    }
+
+    /// [`SlotPool::release_cached`] for slots given as runs (as
+    /// [`crate::RadixTree::evict_runs`] hands them out): O(runs + slots / 32) instead of
+    /// O(slots), and the same refusals (a slot in two runs is "listed twice"). The runs may
+    /// come in any order.
+    pub fn release_cached_runs(&self, runs: &[SlotRun]) -> Result<()> {
+        let mut own = Vec::with_capacity(runs.len());
+        let mut ascending = true;
+        let mut prev_end = 0;
+        for r in runs {
+            let (start, end) = (r.start as usize, r.start as usize + r.len as usize);
+            if r.len == 0 {
+                return Err(invalid(format!("empty slot run at {}", r.start)));
+            }
+            if end > self.capacity() {
+                let first_out = start.max(self.capacity()) as u32;
+                return Err(self.out_of_range(first_out));
+            }
+            ascending &= start >= prev_end;
+            prev_end = end;
+            own.push(Run { start, end, to: FREE });
+        }
+        self.apply_runs(own, ascending, CACHED)
+            .map_err(|(slot, why)| self.refusal(slot, why, "cached"))
     }
 
     /// The pool half of an insert, as one all-or-nothing step: `adopt` go to the tree
@@ -463,6 +482,20 @@ impl SlotPool {
         for &(slots, to) in lists {
             ascending &= self.push_runs(slots, to, &mut runs)?;
         }
+        if runs.is_empty() {
+            return Ok(());
+        }
+        self.apply_runs(runs, ascending, from)
+    }
+
+    /// [`SlotPool::change_lists`] for runs already made: sorts them unless `ascending`
+    /// (refusing a slot in two runs), then locks, checks, changes and unlocks.
+    fn apply_runs(
+        &self,
+        mut runs: Vec<Run>,
+        ascending: bool,
+        from: u8,
+    ) -> std::result::Result<(), (u32, Refusal)> {
         if runs.is_empty() {
             return Ok(());
         }
@@ -564,36 +597,36 @@ impl SlotPool {
 
     /// The state of slot `s`, read without locks.
     fn load_state(&self, s: usize, order: Ordering) -> u8 {
-        (self.states[s / 8].load(order) >> (s % 8 * 8)) as u8
+        (self.states[s / PER_WORD].load(order) >> (s % PER_WORD * BITS)) as u8 & FIELD
     }
 
     /// The first slot of `a..e` (non-empty) whose state is not `from`, if any.
     fn first_not(&self, a: usize, e: usize, from: u8) -> Option<usize> {
         let want = ONES * from as u64;
-        let (first, last) = (a / 8, (e - 1) / 8);
+        let (first, last) = (a / PER_WORD, (e - 1) / PER_WORD);
         let bad = |w: usize, mask: u64| {
             let x = (self.states[w].load(Ordering::Relaxed) ^ want) & mask;
-            (x != 0).then(|| w * 8 + x.trailing_zeros() as usize / 8)
+            (x != 0).then(|| w * PER_WORD + x.trailing_zeros() as usize / BITS)
         };
         if first == last {
-            return bad(first, byte_mask(a % 8, (e - 1) % 8 + 1));
+            return bad(first, field_mask(a % PER_WORD, (e - 1) % PER_WORD + 1));
         }
-        if let Some(s) = bad(first, byte_mask(a % 8, 8)) {
+        if let Some(s) = bad(first, field_mask(a % PER_WORD, PER_WORD)) {
             return Some(s);
         }
         let mid = &self.states[first + 1..last];
         if let Some(i) = mid.iter().position(|w| w.load(Ordering::Relaxed) != want) {
             return bad(first + 1 + i, !0);
         }
-        bad(last, byte_mask(0, (e - 1) % 8 + 1))
+        bad(last, field_mask(0, (e - 1) % PER_WORD + 1))
     }
 
     /// Moves the slots `a..e` (non-empty), all `from` and all the caller's, to `to`: whole
-    /// words by a store, the partial words at either end by a `fetch_xor` of their bytes (other
-    /// calls may be changing the word's other slots).
+    /// words by a store, the partial words at either end by a `fetch_xor` of their slots' bits
+    /// (other calls may be changing the word's other slots).
     fn store_range(&self, a: usize, e: usize, from: u8, to: u8) {
         let flip = ONES * (from ^ to) as u64;
-        let (first, last) = (a / 8, (e - 1) / 8);
+        let (first, last) = (a / PER_WORD, (e - 1) / PER_WORD);
         let part = |w: usize, mask: u64| {
             if mask == !0 {
                 self.states[w].store(ONES * to as u64, Ordering::Release);
@@ -602,13 +635,13 @@ impl SlotPool {
             }
         };
         if first == last {
-            return part(first, byte_mask(a % 8, (e - 1) % 8 + 1));
+            return part(first, field_mask(a % PER_WORD, (e - 1) % PER_WORD + 1));
         }
-        part(first, byte_mask(a % 8, 8));
+        part(first, field_mask(a % PER_WORD, PER_WORD));
         for w in &self.states[first + 1..last] {
             w.store(ONES * to as u64, Ordering::Release);
         }
-        part(last, byte_mask(0, (e - 1) % 8 + 1));
+        part(last, field_mask(0, (e - 1) % PER_WORD + 1));
     }
 
     /// With the stripes of `runs` (ascending, disjoint) locked and the slots of the runs
@@ -683,10 +716,12 @@ impl SlotPool {
         let pushed = completed.len() + frees().map(|r| whole(r).len()).sum::<usize>();
         if pushed > 0 {
             let mut shard = self.lock_home();
-            shard.reserve(pushed);
-            shard.extend_from_slice(completed);
+            for &page in completed.iter().rev() {
+                push_pages_below(&mut shard, page as usize, 1);
+            }
             for r in frees().rev() {
-                shard.extend(whole(r).rev().map(|page| page as u32));
+                let w = whole(r);
+                push_pages_below(&mut shard, w.start, w.len());
             }
             drop(shard);
             // Release: the push happens before any allocation that counts these pages.
@@ -718,7 +753,7 @@ impl SlotPool {
     }
 
     /// Locks the calling thread's home shard, moving home once if it is contended.
-    fn lock_home(&self) -> MutexGuard<'_, Vec<u32>> {
+    fn lock_home(&self) -> MutexGuard<'_, Vec<PageRun>> {
         let home = probe() & self.shard_mask;
         if let Some(g) = try_lock(&self.shards[home]) {
             return g;
@@ -730,13 +765,21 @@ impl SlotPool {
         lock(&self.shards[home])
     }
 
-    /// Pops `k` reserved pages, appending their ids to `out`: home shard first, then the
-    /// others; a first round skips locked shards, later rounds wait for them.
-    fn pop_pages(&self, k: usize, out: &mut Vec<u32>) {
-        fn take(v: &mut Vec<u32>, need: &mut usize, out: &mut Vec<u32>) {
-            let t = (*need).min(v.len());
-            out.extend(v.drain(v.len() - t..).rev());
-            *need -= t;
+    /// Pops `k` reserved pages, appending them to `out` as runs of page ids: home shard
+    /// first, then the others; a first round skips locked shards, later rounds wait for them.
+    fn pop_pages(&self, k: usize, out: &mut Vec<PageRun>) {
+        fn take(v: &mut Vec<PageRun>, need: &mut usize, out: &mut Vec<PageRun>) {
+            while *need > 0 {
+                let Some(top) = v.last_mut() else { return };
+                let t = (*need).min(top.len as usize) as u32;
+                out.push(PageRun { start: top.start, len: t });
+                top.start += t;
+                top.len -= t;
+                if top.len == 0 {
+                    v.pop();
+                }
+                *need -= t as usize;
+            }
         }
         let mut need = k;
         let mask = self.shard_mask;
@@ -768,34 +811,45 @@ impl SlotPool {
     }
 }
 
-/// One in every byte of a word.
-const ONES: u64 = 0x0101_0101_0101_0101;
+/// A run of free page ids on a shard: pages `start .. start + len` (`len >= 1`).
+type PageRun = SlotRun;
 
-/// The bytes `lo..hi` of a word (`lo < hi <= 8`), all ones.
-fn byte_mask(lo: usize, hi: usize) -> u64 {
-    (!0u64 >> (64 - 8 * (hi - lo))) << (8 * lo)
+/// Pushes pages `start .. start + n` onto a shard's stack of runs, to be popped before the
+/// runs below: joined to the top run when they end where it begins (so pages pushed
+/// highest first pop ascending as one run). Runs hold at most `u32::MAX` pages.
+fn push_pages_below(v: &mut Vec<PageRun>, start: usize, mut n: usize) {
+    while n > 0 {
+        // The highest part first, so that the lowest ends on top.
+        let m = n.min(u32::MAX as usize);
+        let lo = start + n - m;
+        match v.last_mut() {
+            Some(top)
+                if lo + m == top.start as usize && top.len as usize + m <= u32::MAX as usize =>
+            {
+                top.start = lo as u32;
+                top.len += m as u32;
+            }
+            _ => v.push(PageRun { start: lo as u32, len: m as u32 }),
+        }
+        n -= m;
+    }
 }
 
-/// How many ids from the start of `ids` (non-empty) go up by one each: `ids[0], ids[0] + 1,
-/// ..`. Compares whole chunks at a time while they continue the run (which vectorizes), then
-/// one id at a time.
-fn run_len(ids: &[u32]) -> usize {
-    const CHUNK: usize = 16;
-    let base = ids[0] as u64;
-    let mut n = 1;
-    while n + CHUNK <= ids.len() && base + (n + CHUNK) as u64 <= 1 << 32 {
-        // No id of the chunk's expected ones overflows (checked just above).
-        let next = (base + n as u64) as u32;
-        let chunk: &[u32; CHUNK] = ids[n..n + CHUNK].try_into().unwrap();
-        if !chunk.iter().zip(0..).fold(true, |ok, (&t, k)| ok & (t == next + k)) {
-            break;
-        }
-        n += CHUNK;
-    }
-    while n < ids.len() && ids[n] as u64 == base + n as u64 {
-        n += 1;
-    }
-    n
+/// Bits per slot state.
+const BITS: usize = 2;
+/// The bits of one slot's state, at the low end.
+const FIELD: u8 = 0b11;
+/// Slot states per word.
+const PER_WORD: usize = 64 / BITS;
+/// A one in the low bit of every slot's field.
+const ONES: u64 = 0x5555_5555_5555_5555;
+
+const _: () = assert!(HELD <= FIELD && CACHED <= FIELD);
+const _: () = assert!(ONES.count_ones() as usize == PER_WORD && ONES & (ONES << 1) == 0);
+
+/// The fields of slots `lo..hi` of a word (`lo < hi <= 32`), all ones.
+fn field_mask(lo: usize, hi: usize) -> u64 {
+    (!0u64 >> (64 - BITS * (hi - lo))) << (BITS * lo)
 }
 
 /// A run of consecutive slots `start .. end`, all going to state `to`.

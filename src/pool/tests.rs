@@ -288,6 +288,61 @@ fn release_cached_refusals_change_nothing() {
 }
 
 #[test]
+fn release_cached_runs_frees_runs_in_any_order_and_refuses_whole() {
+    for p in [1, 4] {
+        let pool = SlotPool::with_shards(64 * p, p, 1).unwrap();
+        let all = alloc(&pool, 64 * p);
+        pool.adopt(&all[..48 * p]).unwrap();
+        let run = |a: usize, e: usize| SlotRun { start: (a * p) as u32, len: ((e - a) * p) as u32 };
+        let before = snapshot(&pool);
+        let refused = [
+            (vec![run(0, 4), run(3, 6)], "a slot in two runs"),
+            (vec![run(40, 50)], "runs into Held slots"),
+            (vec![run(0, 2), SlotRun { start: (64 * p - 1) as u32, len: 2 }], "out of range"),
+            (vec![run(0, 2), SlotRun { start: u32::MAX, len: 1 }], "out of range"),
+            (vec![run(0, 2), SlotRun { start: 5, len: 0 }], "empty run"),
+        ];
+        for (runs, why) in refused {
+            assert!(is_invalid(pool.release_cached_runs(&runs)), "p {p}: {why}");
+            assert_eq!(snapshot(&pool), before, "p {p}: {why} changed something");
+            assert_eq!(pool.available(), 0);
+        }
+        // Descending, then a run straddling two earlier ones' gap: all freed, pages made
+        // whole go back, and the slots come out again ascending as one run.
+        pool.release_cached_runs(&[run(30, 48), run(10, 20), run(0, 10)]).unwrap();
+        pool.release_cached_runs(&[run(20, 30)]).unwrap();
+        assert_eq!(pool.available(), 48 * p);
+        assert!(is_invalid(pool.release_cached_runs(&[run(5, 6)])), "already free");
+        let again = alloc(&pool, 48 * p);
+        // The shard is a stack of runs: [20, 30) freed last is on top, then [0, 20) and
+        // [30, 48) from the first call (pushed highest first).
+        let want: Vec<u32> = [(20, 30), (0, 20), (30, 48)]
+            .iter()
+            .flat_map(|&(a, e)| (a * p) as u32..(e * p) as u32)
+            .collect();
+        assert_eq!(again, want, "p {p}");
+        pool.free(&again).unwrap();
+        pool.free(&all[48 * p..]).unwrap();
+        assert_eq!(pool.available(), 64 * p);
+    }
+}
+
+#[test]
+fn free_pages_are_kept_as_runs_and_popped_ascending() {
+    let pool = SlotPool::with_shards(256, 1, 1).unwrap();
+    let all = alloc(&pool, 256);
+    // Freed in three calls, out of order: the shard holds runs, and each allocation takes
+    // from the run freed last, lowest slot first.
+    pool.free(&all[200..256]).unwrap();
+    pool.free(&all[0..100]).unwrap();
+    pool.free(&all[100..200]).unwrap();
+    assert_eq!(lock(&pool.shards[0]).len(), 3);
+    assert_eq!(alloc(&pool, 150), (100..200).chain(0..50).collect::<Vec<u32>>());
+    assert_eq!(alloc(&pool, 106), (50..100).chain(200..256).collect::<Vec<u32>>());
+    assert!(lock(&pool.shards[0]).is_empty());
+}
+
+#[test]
 fn check_held_validates_without_changing() {
     let p = 16;
     let pool = SlotPool::new(8 * p, p).unwrap();
@@ -361,14 +416,14 @@ fn run_len_counts_consecutive_ids() {
     assert_eq!(run_len(&[u32::MAX, 0]), 1);
 }
 
-/// Slot states packed 8 to a word: runs that start and end inside words change only their
-/// own bytes, and checks see only their own bytes.
+/// Slot states packed 32 to a word: runs that start and end inside words change only their
+/// own fields, and checks see only their own fields.
 #[test]
-fn packed_states_change_only_their_bytes() {
-    let pool = SlotPool::with_shards(64, 1, 1).unwrap();
-    let all = alloc(&pool, 64);
-    let mut want = vec![SlotState::Held; 64];
-    for (a, e) in [(3, 5), (7, 8), (8, 12), (13, 30), (31, 33), (40, 41), (44, 64)] {
+fn packed_states_change_only_their_fields() {
+    let pool = SlotPool::with_shards(160, 1, 1).unwrap();
+    let all = alloc(&pool, 160);
+    let mut want = vec![SlotState::Held; 160];
+    for (a, e) in [(3, 5), (7, 8), (8, 12), (13, 30), (31, 33), (40, 41), (44, 64), (70, 150)] {
         pool.adopt(&all[a..e]).unwrap();
         want[a..e].fill(SlotState::Cached);
         assert_eq!(snapshot(&pool), want, "{a}..{e}");
@@ -381,24 +436,28 @@ fn packed_states_change_only_their_bytes() {
     assert_eq!(pool.first_not(13, 30, CACHED), None);
     assert_eq!(pool.first_not(44, 64, CACHED), None);
     assert_eq!(pool.first_not(45, 46, CACHED), None);
+    assert_eq!(pool.first_not(70, 150, CACHED), None);
+    assert_eq!(pool.first_not(64, 160, HELD), Some(70));
+    assert_eq!(pool.first_not(70, 160, CACHED), Some(150));
+    assert_eq!(pool.first_not(100, 160, HELD), Some(100));
     // Release every other cached run, free every other held slot.
     pool.release_cached(&all[13..30]).unwrap();
     pool.release_cached(&all[40..41]).unwrap();
     want[13..30].fill(SlotState::Free);
     want[40] = SlotState::Free;
-    let held: Vec<u32> = (0..64u32).filter(|&s| want[s as usize] == SlotState::Held).collect();
+    let held: Vec<u32> = (0..160u32).filter(|&s| want[s as usize] == SlotState::Held).collect();
     pool.free(&held).unwrap();
     for &s in &held {
         want[s as usize] = SlotState::Free;
     }
     assert_eq!(snapshot(&pool), want);
-    let cached: Vec<u32> = (0..64u32).filter(|&s| want[s as usize] == SlotState::Cached).collect();
+    let cached: Vec<u32> = (0..160u32).filter(|&s| want[s as usize] == SlotState::Cached).collect();
     pool.release_cached(&cached).unwrap();
     assert!(snapshot(&pool).iter().all(|&s| s == SlotState::Free));
-    assert_eq!((pool.available(), pool.allocatable()), (64, 64));
-    assert_eq!(byte_mask(0, 8), !0);
-    assert_eq!(byte_mask(1, 3), 0xFFFF00);
-    assert_eq!(byte_mask(7, 8), 0xFF << 56);
+    assert_eq!((pool.available(), pool.allocatable()), (160, 160));
+    assert_eq!(field_mask(0, 32), !0);
+    assert_eq!(field_mask(1, 3), 0b11_1100);
+    assert_eq!(field_mask(31, 32), 0b11 << 62);
 }
 
 #[test]
@@ -422,16 +481,18 @@ fn runs_sort_merge_and_find_the_lowest_duplicate() {
 /// spanning many stripes locks each once, and two runs sharing a stripe lock it once.
 #[test]
 fn stripes_hold_whole_pages() {
-    for (p, stripe) in [(1, 64), (3, 63), (16, 64), (48, 48), (64, 64), (256, 256)] {
-        let pool = SlotPool::new(p * 64, p).unwrap();
+    assert_eq!(STRIPE_SLOTS, 1024);
+    for (p, stripe) in [(1, 1024), (3, 1023), (16, 1024), (48, 1008), (1024, 1024), (2048, 2048)] {
+        let pool = SlotPool::new(p * 2048, p).unwrap();
         assert_eq!(pool.stripe_slots, stripe, "page size {p}");
-        assert_eq!(pool.stripe_lock.len(), (p * 64).div_ceil(stripe));
+        assert_eq!(pool.stripe_lock.len(), (p * 2048).div_ceil(stripe));
         assert_eq!(pool.stripe_shift.is_some(), stripe.is_power_of_two());
-        for s in [0, stripe - 1, stripe, p * 64 - 1] {
+        for s in [0, stripe - 1, stripe, p * 2048 - 1] {
             assert_eq!(pool.stripe_of(s), s / stripe);
         }
     }
-    let pool = SlotPool::new(1024, 1).unwrap();
+    // 64-slot stripes (as the loom models use): a run locks every stripe it touches, once.
+    let pool = SlotPool::with_layout(1024, 1, 4, 64).unwrap();
     let runs = [
         Run { start: 1, end: 3, to: FREE },
         Run { start: 5, end: 200, to: FREE },

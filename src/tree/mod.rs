@@ -81,6 +81,7 @@ use node::{ChildTable, DEAD, Node, PIN_MASK, REPLACED, node_ref};
 use stripes::MatchCounters;
 
 use crate::error::{Error, Result, invalid};
+use crate::slot_run::SlotRun;
 use crate::sync::epoch::{Atomic, Domain, Guard, Owned};
 use crate::sync::{AtomicU64, Mutex, Ordering, lock, next_id};
 
@@ -962,19 +963,40 @@ impl RadixTree {
     /// unpinned leaves in policy order (LRU: least recently accessed first). A whole leaf
     /// edge goes at once, so it may free more than `k`. Every freed slot is handed to
     /// `free` exactly once (called with no tree lock held; it must not call back into the
-    /// tree). Returns the tokens freed. O(log n) per evicted leaf.
+    /// tree). Returns the tokens freed. O(log n) per evicted leaf, plus O(tokens) to list
+    /// the slots ([`RadixTree::evict_runs`] hands them over as runs instead).
     pub fn evict(&self, k: usize, free: &mut dyn FnMut(&[u32])) -> usize {
+        // Expanded slots of compactly stored leaves, reused across the call's leaves.
+        let mut scratch = Vec::new();
+        self.evict_with(k, &mut |x| x.with_slots(&mut scratch, |slots| free(slots)))
+    }
+
+    /// [`RadixTree::evict`], handing each evicted leaf's slots to `free` as runs of
+    /// consecutive slots ([`SlotRun`]; one run for a leaf whose slots run consecutively,
+    /// as a pool hands them out) rather than one by one: the cost per leaf no longer grows
+    /// with its length when its slots come in runs. Runs of one call are not merged across
+    /// leaves; together they name every freed slot exactly once.
+    pub fn evict_runs(&self, k: usize, free: &mut dyn FnMut(&[SlotRun])) -> usize {
+        let mut runs = Vec::new();
+        self.evict_with(k, &mut |x| {
+            runs.clear();
+            x.push_runs(&mut runs);
+            free(&runs)
+        })
+    }
+
+    /// The eviction loop: `hand` gets each evicted leaf, unlinked and not yet retired, to
+    /// hand its slots over.
+    fn evict_with(&self, k: usize, hand: &mut dyn FnMut(&Node)) -> usize {
         let lru = self.cfg.policy == EvictionPolicy::Lru;
         let mut freed = 0;
         let mut g = self.domain.pin();
         let mut since_repin = 0;
-        // Expanded slots of compactly stored leaves, reused across the call's leaves.
-        let mut scratch = Vec::new();
         while freed < k {
             let Some(x) = self.index.pop(lru, &g) else {
                 break;
             };
-            if let Some(len) = self.evict_leaf(x, free, &mut scratch, &g) {
+            if let Some(len) = self.evict_leaf(x, hand, &g) {
                 freed += len;
             }
             since_repin += 1;
@@ -986,15 +1008,9 @@ impl RadixTree {
         freed
     }
 
-    /// Evicts `x` if it is still an unpinned leaf; returns its length. `scratch` holds the
-    /// expanded slots of a compactly stored leaf for the `free` call.
-    fn evict_leaf(
-        &self,
-        x: &Node,
-        free: &mut dyn FnMut(&[u32]),
-        scratch: &mut Vec<u32>,
-        g: &Guard,
-    ) -> Option<usize> {
+    /// Evicts `x` if it is still an unpinned leaf, then lets `hand` hand its slots over
+    /// (no lock held); returns its length.
+    fn evict_leaf(&self, x: &Node, hand: &mut dyn FnMut(&Node), g: &Guard) -> Option<usize> {
         let x_ptr = x as *const Node as *mut Node;
         loop {
             let pp = x.parent.load(Ordering::SeqCst);
@@ -1014,7 +1030,7 @@ impl RadixTree {
             }
             let old = parent.children.load(Ordering::SeqCst, g);
             // SAFETY: the parent is locked: `old` is its current table.
-            let rest = unsafe { old.deref() }.without(x_ptr);
+            let rest = unsafe { old.deref() }.without(x.key()[0], x_ptr);
             let parent_now_leaf = rest.is_none();
             match rest {
                 Some(t) => parent.children.store(Owned::new(t), Ordering::SeqCst),
@@ -1036,7 +1052,7 @@ impl RadixTree {
             {
                 self.index.push(parent);
             }
-            x.with_slots(scratch, |slots| free(slots));
+            hand(x);
             self.index.retire(x_ptr, g);
             return Some(len);
         }

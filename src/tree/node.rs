@@ -1,6 +1,7 @@
 //! A tree node (one edge) and its immutable child table.
 
 use super::evict_index::Ticket;
+use crate::slot_run::{SlotRun, run_len};
 use crate::sync::epoch::{Atomic, Guard};
 use crate::sync::{AtomicPtr, AtomicU64, Mutex, Ordering};
 
@@ -43,17 +44,32 @@ fn is_run(s: &[u32]) -> bool {
     })
 }
 
+/// Appends `base, base + 1, .., base + n - 1` (wrapping) to `out`, in ramps of up to 256:
+/// one vectorized add each.
+#[inline]
+fn ramp(out: &mut Vec<u32>, mut base: u32, mut n: usize) {
+    while n > 0 {
+        let m = n.min(RAMP.len());
+        out.extend(RAMP[..m].iter().map(|&j| base.wrapping_add(j)));
+        base = base.wrapping_add(m as u32);
+        n -= m;
+    }
+}
+
 /// One edge of the radix tree: a run of tokens with their slots.
 ///
 /// The tokens and slots never change after the node is built (a split builds new nodes);
 /// the child table is replaced whole, under `lock`, and published with one atomic store.
 pub(crate) struct Node {
-    /// `len` tokens, then their slots: `len` slots; or one base slot per page when every
-    /// page of the edge has `P` consecutive slots; or one base slot for the whole edge when
-    /// all its slots are consecutive (see [`Node::new`]).
+    /// `len` tokens, then their slots in one of three encodings (see [`Node::new`]): with
+    /// `runs == 0`, `len` slots, or one base slot per page; with `runs == k >= 1`, the
+    /// `k - 1` token offsets where runs 2..k begin, then the `k` runs' first slots.
     data: Box<[u32]>,
     /// Edge length in tokens.
     len: u32,
+    /// How many runs of consecutive slots the edge's slots are stored as; 0 when they are
+    /// stored one per token or one per page.
+    runs: u32,
     /// Immutable child table; null means no children.
     pub(crate) children: Atomic<ChildTable>,
     /// The parent (writers only; readers never follow it). Updated under the old parent's
@@ -75,40 +91,53 @@ pub(crate) struct Node {
 impl Node {
     /// A node for `tokens` with `slots` (same length), pinned `pins` times.
     ///
-    /// Slots are stored in the most compact of three encodings, told apart by how many
-    /// `u32` follow the tokens (see [`Node::extend_slots`]):
-    /// * one base slot when all the edge's slots run consecutively (`s, s+1, s+2, ...`:
-    ///   what a pool hands out after a bulk free, and what a fresh pool always does);
+    /// Slots are stored in the most compact of three encodings:
+    /// * as `k` runs of consecutive slots (`s, s+1, s+2, ...`: what a pool hands out, one
+    ///   run per bulk free it took them from): the `k - 1` offsets where runs 2..k begin,
+    ///   then each run's first slot, `2k - 1` words in all; one word for an edge whose
+    ///   slots are one run (a wrapping run, `.., u32::MAX, 0, ..`, counts as one);
     /// * with page size `page > 1`, one base per page when every page's `P` slots run
-    ///   consecutively (what a paged pool always hands out): a quarter byte per token at
-    ///   page 16 instead of four;
+    ///   consecutively (what a paged pool always hands out) and that is smaller;
     /// * otherwise one slot per token.
     pub(crate) fn new(tokens: &[u32], slots: &[u32], pins: u64, stamp: u64, page: usize) -> Node {
         debug_assert_eq!(tokens.len(), slots.len());
         assert!(tokens.len() <= u32::MAX as usize, "edge longer than 2^32 tokens");
-        let run = slots.len() > 1 && is_run(slots);
-        let paged = !run
-            && page > 1
-            && !slots.is_empty()
-            && slots.len() % page == 0
-            && slots.chunks_exact(page).all(is_run);
-        let stored = if run {
-            1
-        } else if paged {
-            slots.len() / page
-        } else {
-            slots.len()
-        };
-        let mut data = Vec::with_capacity(tokens.len() + stored);
-        data.extend_from_slice(tokens);
-        if run {
+        let len = slots.len();
+        let mut data = Vec::new();
+        if len > 1 && is_run(slots) {
+            data.reserve_exact(len + 1);
+            data.extend_from_slice(tokens);
             data.push(slots[0]);
-        } else if paged {
+            return Node::from_data(data, len, 1, pins, stamp);
+        }
+        // Run starts, found up to the point where runs stop paying: 2k - 1 words must beat
+        // one per token, and one per page where pages run.
+        let paged = page > 1 && len > 0 && len % page == 0;
+        let limit = if paged { len / page } else { len };
+        let mut starts: Vec<u32> = Vec::new();
+        let mut i = 0;
+        while i < len && 2 * starts.len() < limit {
+            starts.push(i as u32);
+            i += run_len(&slots[i..]);
+        }
+        if i == len && !starts.is_empty() && 2 * starts.len() - 1 < limit {
+            let k = starts.len();
+            data.reserve_exact(len + 2 * k - 1);
+            data.extend_from_slice(tokens);
+            data.extend_from_slice(&starts[1..]);
+            data.extend(starts.iter().map(|&at| slots[at as usize]));
+            return Node::from_data(data, len, k as u32, pins, stamp);
+        }
+        if paged && slots.chunks_exact(page).all(is_run) {
+            data.reserve_exact(len + len / page);
+            data.extend_from_slice(tokens);
             data.extend(slots.chunks_exact(page).map(|c| c[0]));
         } else {
+            data.reserve_exact(2 * len);
+            data.extend_from_slice(tokens);
             data.extend_from_slice(slots);
         }
-        Node::from_data(data, tokens.len(), pins, stamp)
+        Node::from_data(data, len, 0, pins, stamp)
     }
 
     /// The node for tokens `start..end` of `a`, with their slots kept in `a`'s encoding, as
@@ -118,28 +147,42 @@ impl Node {
         let len = a.len();
         debug_assert!(start < end && end <= len);
         let stored = &a.data[len..];
-        let mut data = Vec::with_capacity(end - start + 1);
+        if a.runs > 0 {
+            // The runs that overlap start..end, the first one cut to begin at `start`.
+            let (offs, bases) = a.run_table();
+            let first = offs.partition_point(|&o| o as usize <= start);
+            let last = offs.partition_point(|&o| (o as usize) < end);
+            let mut data = Vec::with_capacity(end - start + 2 * (last - first) + 1);
+            data.extend_from_slice(&a.data[start..end]);
+            data.extend(offs[first..last].iter().map(|&o| o - start as u32));
+            let head = start - if first == 0 { 0 } else { offs[first - 1] as usize };
+            data.push(bases[first].wrapping_add(head as u32));
+            data.extend_from_slice(&bases[first + 1..=last]);
+            return Node::from_data(data, end - start, (last - first + 1) as u32, pins, stamp);
+        }
+        let per_token = stored.len() == len;
+        let stored_part =
+            if per_token { end - start } else { (end - start) / (len / stored.len()) };
+        let mut data = Vec::with_capacity(end - start + stored_part);
         data.extend_from_slice(&a.data[start..end]);
-        if stored.len() == len {
+        if per_token {
             data.extend_from_slice(&stored[start..end]);
-        } else if stored.len() == 1 {
-            // One run: a part of it is a run from a later base.
-            data.push(stored[0].wrapping_add(start as u32));
         } else {
             // One base per page of `p` slots; the part is whole pages.
             let p = len / stored.len();
             debug_assert!(start % p == 0 && end % p == 0);
             data.extend_from_slice(&stored[start / p..end / p]);
         }
-        Node::from_data(data, end - start, pins, stamp)
+        Node::from_data(data, end - start, 0, pins, stamp)
     }
 
     /// A node around `data` (`len` tokens, then the slots in one of [`Node::new`]'s
-    /// encodings).
-    fn from_data(data: Vec<u32>, len: usize, pins: u64, stamp: u64) -> Node {
+    /// encodings, as `runs` runs or, with `runs == 0`, by count).
+    fn from_data(data: Vec<u32>, len: usize, runs: u32, pins: u64, stamp: u64) -> Node {
         Node {
             data: data.into_boxed_slice(),
             len: len as u32,
+            runs,
             children: Atomic::null(),
             parent: AtomicPtr::new(std::ptr::null_mut()),
             forward: AtomicPtr::new(std::ptr::null_mut()),
@@ -148,6 +191,15 @@ impl Node {
             lock: Mutex::new(()),
             evq: AtomicPtr::new(std::ptr::null_mut()),
         }
+    }
+
+    /// For an edge stored as runs: the offsets where runs 2..k begin, and the runs' first
+    /// slots.
+    #[inline]
+    fn run_table(&self) -> (&[u32], &[u32]) {
+        let k = self.runs as usize;
+        debug_assert!(k > 0);
+        self.data[self.len()..].split_at(k - 1)
     }
 
     /// Edge length in tokens.
@@ -166,13 +218,26 @@ impl Node {
     #[inline]
     pub(crate) fn extend_slots(&self, out: &mut Vec<u32>, start: usize, end: usize) {
         let len = self.len();
+        if self.runs > 0 {
+            out.reserve(end - start);
+            let (offs, bases) = self.run_table();
+            let mut r = offs.partition_point(|&o| o as usize <= start);
+            let mut i = start;
+            while i < end {
+                let run_start = if r == 0 { 0 } else { offs[r - 1] as usize };
+                let run_end = offs.get(r).map_or(len, |&o| o as usize).min(end);
+                ramp(out, bases[r].wrapping_add((i - run_start) as u32), run_end - i);
+                i = run_end;
+                r += 1;
+            }
+            return;
+        }
         let stored = &self.data[len..];
         if stored.len() == len {
             out.extend_from_slice(&stored[start..end]);
             return;
         }
-        // One base per run of `p` consecutive slots: `p` = len / bases (the page size, or
-        // `len` itself for an edge stored as one run).
+        // One base per page of `p` consecutive slots.
         let p = len / stored.len();
         out.reserve(end - start);
         // One division for the first page; then whole pages until the last.
@@ -180,18 +245,42 @@ impl Node {
         let mut i = start;
         while i < end {
             let run = (p - off).min(end - i);
-            let mut base = stored[page].wrapping_add(off as u32);
-            // In ramps of up to 256: one vectorized add each.
-            let mut left = run;
-            while left > 0 {
-                let n = left.min(RAMP.len());
-                out.extend(RAMP[..n].iter().map(|&j| base.wrapping_add(j)));
-                base = base.wrapping_add(n as u32);
-                left -= n;
-            }
+            ramp(out, stored[page].wrapping_add(off as u32), run);
             i += run;
             page += 1;
             off = 0;
+        }
+    }
+
+    /// Appends the edge's slots to `out` as runs of consecutive slots, joining runs that
+    /// continue one another (also across calls, with the run `out` ends with): one run for
+    /// an edge stored as one base, at most one per page for one stored per page, and the
+    /// maximal runs of the list for one stored per token.
+    pub(crate) fn push_runs(&self, out: &mut Vec<SlotRun>) {
+        let len = self.len();
+        if self.runs > 0 {
+            let (offs, bases) = self.run_table();
+            let mut at = 0;
+            for (r, &base) in bases.iter().enumerate() {
+                let end = offs.get(r).map_or(len, |&o| o as usize);
+                SlotRun::push_joined(out, base, (end - at) as u32);
+                at = end;
+            }
+            return;
+        }
+        let stored = &self.data[len..];
+        if stored.len() == len {
+            let mut i = 0;
+            while i < len {
+                let n = run_len(&stored[i..]);
+                SlotRun::push_joined(out, stored[i], n as u32);
+                i += n;
+            }
+            return;
+        }
+        let p = (len / stored.len()) as u32;
+        for &base in stored {
+            SlotRun::push_joined(out, base, p);
         }
     }
 
@@ -205,7 +294,7 @@ impl Node {
     /// into `scratch` (cleared first).
     pub(crate) fn with_slots<R>(&self, scratch: &mut Vec<u32>, f: impl FnOnce(&[u32]) -> R) -> R {
         let len = self.len();
-        if self.data.len() == 2 * len {
+        if self.runs == 0 && self.data.len() == 2 * len {
             f(&self.data[len..])
         } else {
             scratch.clear();
@@ -382,9 +471,13 @@ impl ChildTable {
         ChildTable { entries }
     }
 
-    /// A copy without `old`, or `None` if that leaves it empty.
-    pub(crate) fn without(&self, old: *mut Node) -> Option<ChildTable> {
-        let i = self.entries.iter().position(|c| c.node == old)?;
+    /// A copy without `old`, whose first token is `first`, or `None` if that leaves it
+    /// empty. Finds it among the entries for `first` (a binary search, then the few that
+    /// share that first token), not by scanning the table.
+    pub(crate) fn without(&self, first: u32, old: *mut Node) -> Option<ChildTable> {
+        let from = self.lower_bound(first);
+        let i = from + self.entries[from..].iter().position(|c| c.node == old)?;
+        debug_assert_eq!(self.entries[i].first, first);
         if self.len() == 1 {
             return None;
         }

@@ -357,15 +357,37 @@ fn a_run_of_consecutive_slots_is_stored_as_one_base_at_any_page_size() {
         t.insert(0, &toks, &run).unwrap();
         let one_base = t.check_invariants().unwrap().heap_bytes;
         assert_eq!(m(&t, 0, &toks), run);
-        // The same edge with one slot out of order: every slot stored.
+        // The same edge with two slots swapped: four runs, and a fifth where the run passes
+        // u32::MAX (only a single run may wrap): 9 words.
         let mut odd = run.clone();
         odd.swap(5, 6);
         let t2 = tree(p);
         t2.insert(0, &toks, &odd).unwrap();
         assert_eq!(m(&t2, 0, &toks), odd);
-        let per_token = t2.check_invariants().unwrap().heap_bytes;
-        let stored_slots = if p == 1 { 64 } else { 64 / p as u64 + 1 };
-        assert!(per_token >= one_base + 4 * (stored_slots - 1), "{per_token} vs {one_base}");
+        let four_runs = t2.check_invariants().unwrap().heap_bytes;
+        assert_eq!(four_runs, one_base + 4 * 8, "p {p}");
+        // Descending slots (64 runs of one): every slot stored.
+        let down: Vec<u32> = run.iter().rev().copied().collect();
+        let t3 = tree(p);
+        t3.insert(0, &toks, &down).unwrap();
+        assert_eq!(m(&t3, 0, &toks), down);
+        let per_token = t3.check_invariants().unwrap().heap_bytes;
+        assert_eq!(per_token, one_base + 4 * 63, "p {p}");
+        // Splits of the four-run edge at every page boundary keep every slot.
+        for cut in (p..64).step_by(p) {
+            let t4 = tree(p);
+            t4.insert(0, &toks, &odd).unwrap();
+            let mut q = toks.clone();
+            q[cut] = 1000;
+            let l = t4.match_and_lock_raw(0, &q, &mut Vec::new());
+            assert_eq!(l.len(), cut);
+            assert_eq!(m(&t4, 0, &toks), odd, "p {p} cut {cut}");
+            assert_eq!(m(&t4, 0, &q), odd[..cut], "p {p} cut {cut}");
+            t4.release(l).unwrap();
+            let mut all = odd.clone();
+            all.sort();
+            assert_eq!(drain(&t4), all, "p {p} cut {cut}");
+        }
         // Splits inside the run (a fork at token 40, a lock ending at 24) keep every slot.
         let mut q = toks.clone();
         q[40] = 1000;
@@ -382,5 +404,35 @@ fn a_run_of_consecutive_slots_is_stored_as_one_base_at_any_page_size() {
         let mut all: Vec<u32> = run.iter().copied().chain(5040..5064).collect();
         all.sort();
         assert_eq!(drain(&t), all);
+    }
+}
+
+#[test]
+fn evict_runs_hands_over_every_slot_once_as_runs() {
+    for p in [1, 4] {
+        let t = tree(p);
+        let toks = |a: u32| (a..a + 16).collect::<Vec<u32>>();
+        // One run, two runs, one base per page, and one per token.
+        let layouts: [Vec<u32>; 4] = [
+            (100..116).collect(),
+            (208..216).chain(200..208).collect(),
+            (0..4).flat_map(|i| (300 + 10 * i)..(304 + 10 * i)).collect(),
+            (400..416).rev().collect(),
+        ];
+        for (i, slots) in layouts.iter().enumerate() {
+            t.insert(i as u64, &toks(0), slots).unwrap();
+        }
+        let mut calls = Vec::new();
+        let n = t.evict_runs(usize::MAX, &mut |runs| calls.push(runs.to_vec()));
+        assert_eq!(n, 64);
+        // LRU order is insertion order here; each leaf's runs are maximal.
+        let lens: Vec<usize> = calls.iter().map(|c| c.len()).collect();
+        assert_eq!(lens, [1, 2, 4, 16], "p {p}");
+        for (c, slots) in calls.iter().zip(&layouts) {
+            let got: Vec<u32> = c.iter().flat_map(|r| r.slots()).collect();
+            assert_eq!(&got, slots, "p {p}");
+        }
+        assert_eq!(t.stats().cached_tokens, 0);
+        t.check_invariants().unwrap();
     }
 }

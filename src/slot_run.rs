@@ -1,0 +1,122 @@
+//! Runs of consecutive slots: how eviction can hand slots back without listing each one.
+
+/// The slots `start, start + 1, .., start + len - 1` (`len >= 1`, and `start + len <= 2^32`).
+///
+/// Pools hand slots out in runs (a fresh pool always does, and a pool hands back what it
+/// was given back), so an evicted edge's slots are usually a few runs: handing those over
+/// is O(runs) where a list of slots is O(tokens). See [`crate::RadixTree::evict_runs`] and
+/// [`crate::pool::SlotPool::release_cached_runs`].
+#[repr(C)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct SlotRun {
+    /// The first slot.
+    pub start: u32,
+    /// How many slots (at least 1).
+    pub len: u32,
+}
+
+impl SlotRun {
+    /// The run's slots, in order.
+    pub fn slots(self) -> impl Iterator<Item = u32> {
+        (0..self.len).map(move |i| self.start.wrapping_add(i))
+    }
+
+    /// Appends `slots` to `out` as maximal runs of consecutive ids (`slots[i] + 1 ==
+    /// slots[i + 1]`), in the order given. A run never wraps past `u32::MAX`.
+    pub fn push_runs_of(slots: &[u32], out: &mut Vec<SlotRun>) {
+        let mut i = 0;
+        while i < slots.len() {
+            let n = run_len(&slots[i..]);
+            out.push(SlotRun { start: slots[i], len: n as u32 });
+            i += n;
+        }
+    }
+
+    /// Appends the `len` slots from `start` on (wrapping past `u32::MAX` to 0, as the tree's
+    /// compact slot encoding counts) to `out`, joining them to the last run when they
+    /// continue it; a run that would wrap is cut in two.
+    #[inline]
+    pub(crate) fn push_joined(out: &mut Vec<SlotRun>, start: u32, len: u32) {
+        let to_top = (1u64 << 32) - start as u64;
+        if len as u64 > to_top {
+            Self::push_joined(out, start, to_top as u32);
+            Self::push_joined(out, 0, (len as u64 - to_top) as u32);
+            return;
+        }
+        if let Some(last) = out.last_mut()
+            && last.start as u64 + last.len as u64 == start as u64
+            && (last.len as u64 + len as u64) <= u32::MAX as u64
+        {
+            last.len += len;
+            return;
+        }
+        out.push(SlotRun { start, len });
+    }
+}
+
+/// How many ids from the start of `ids` (non-empty) go up by one each: `ids[0], ids[0] + 1,
+/// ..`, never past `u32::MAX`. Compares whole chunks at a time while they continue the run
+/// (which vectorizes), then one id at a time.
+pub(crate) fn run_len(ids: &[u32]) -> usize {
+    const CHUNK: usize = 16;
+    let base = ids[0] as u64;
+    let mut n = 1;
+    while n + CHUNK <= ids.len() && base + (n + CHUNK) as u64 <= 1 << 32 {
+        // No id of the chunk's expected ones overflows (checked just above).
+        let next = (base + n as u64) as u32;
+        let chunk: &[u32; CHUNK] = ids[n..n + CHUNK].try_into().unwrap();
+        if !chunk.iter().zip(0..).fold(true, |ok, (&t, k)| ok & (t == next + k)) {
+            break;
+        }
+        n += CHUNK;
+    }
+    while n < ids.len() && ids[n] as u64 == base + n as u64 {
+        n += 1;
+    }
+    n
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn runs_of_split_where_ids_stop_going_up_by_one() {
+        let mut out = Vec::new();
+        let ids: Vec<u32> =
+            (5..40).chain([7, 8, 100]).chain(u32::MAX - 1..=u32::MAX).chain([0, 1]).collect();
+        SlotRun::push_runs_of(&ids, &mut out);
+        assert_eq!(
+            out,
+            [
+                SlotRun { start: 5, len: 35 },
+                SlotRun { start: 7, len: 2 },
+                SlotRun { start: 100, len: 1 },
+                SlotRun { start: u32::MAX - 1, len: 2 },
+                SlotRun { start: 0, len: 2 },
+            ]
+        );
+        let back: Vec<u32> = out.iter().flat_map(|r| r.slots()).collect();
+        assert_eq!(back, ids);
+    }
+
+    #[test]
+    fn push_joined_joins_only_continuations() {
+        let mut out = Vec::new();
+        SlotRun::push_joined(&mut out, 10, 4);
+        SlotRun::push_joined(&mut out, 14, 2);
+        SlotRun::push_joined(&mut out, 17, 1);
+        SlotRun::push_joined(&mut out, 3, 1);
+        SlotRun::push_joined(&mut out, u32::MAX - 1, 5);
+        assert_eq!(
+            out,
+            [
+                SlotRun { start: 10, len: 6 },
+                SlotRun { start: 17, len: 1 },
+                SlotRun { start: 3, len: 1 },
+                SlotRun { start: u32::MAX - 1, len: 2 },
+                SlotRun { start: 0, len: 3 },
+            ]
+        );
+    }
+}
