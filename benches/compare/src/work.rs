@@ -4,7 +4,7 @@ use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 
 use kv_index::TokenTree;
-use radixkv::{Cache, CacheOptions, EvictionPolicy, RadixTree, TreeConfig};
+use radixkv::{Cache, CacheOptions, EvictionPolicy, RadixTree, SlotRun, TreeConfig};
 
 use crate::peers::*;
 use crate::trace::Req;
@@ -250,11 +250,52 @@ fn finish_run(
     }
 }
 
-/// The tree alone with caller-managed slots: a plain `Vec` free list stands in for the pool
-/// (evicted slots are pushed onto it by the evict callback, allocations pop from it).
+/// A caller's free list of slot runs, as an engine keeps it beside the bare tree: eviction
+/// hands runs back (`RadixTree::evict_runs`), allocation takes slots off the last run.
+pub struct RunFreeList {
+    runs: Vec<SlotRun>,
+    len: usize,
+}
+
+impl RunFreeList {
+    /// Slots `0..cap`, handed out ascending.
+    pub fn new(cap: usize) -> RunFreeList {
+        RunFreeList { runs: vec![SlotRun { start: 0, len: cap as u32 }], len: cap }
+    }
+    pub fn len(&self) -> usize {
+        self.len
+    }
+    pub fn put(&mut self, runs: &[SlotRun]) {
+        self.runs.extend_from_slice(runs);
+        self.len += runs.iter().map(|r| r.len as usize).sum::<usize>();
+    }
+    pub fn put_slots(&mut self, slots: &[u32]) {
+        let n = self.runs.len();
+        SlotRun::push_runs_of(slots, &mut self.runs);
+        self.len += self.runs[n..].iter().map(|r| r.len as usize).sum::<usize>();
+    }
+    /// Appends `n <= len()` slots to `out`, from the start of the last run.
+    pub fn take(&mut self, mut n: usize, out: &mut Vec<u32>) {
+        self.len -= n;
+        while n > 0 {
+            let top = self.runs.last_mut().expect("n <= len()");
+            let t = n.min(top.len as usize);
+            out.extend(top.start..top.start + t as u32);
+            top.start += t as u32;
+            top.len -= t as u32;
+            if top.len == 0 {
+                self.runs.pop();
+            }
+            n -= t;
+        }
+    }
+}
+
+/// The tree alone with caller-managed slots: a free list of slot runs stands in for the
+/// pool (`evict_runs` hands evicted runs to it, allocations take from it).
 pub fn evict_replay_tree(reqs: &[Req], cap: usize) -> EvictRun {
     let tree = RadixTree::new(TreeConfig { page_size: 1, policy: EvictionPolicy::Lru }).unwrap();
-    let mut free: Vec<u32> = (0..cap as u32).rev().collect();
+    let mut free = RunFreeList::new(cap);
     let mut slots = Vec::new();
     let mut calls = Vec::new();
     let mut sizes = Vec::new();
@@ -270,12 +311,12 @@ pub fn evict_replay_tree(reqs: &[Req], cap: usize) -> EvictRun {
             let short = need - free.len();
             let n0 = tree.stats().nodes;
             let t = std::time::Instant::now();
-            let n = tree.evict(short, &mut |s| free.extend_from_slice(s));
+            let n = tree.evict_runs(short, &mut |runs| free.put(runs));
             calls.push(t.elapsed().as_secs_f64());
             sizes.push((short as f64, n as f64));
             nodes_evicted += n0 - tree.stats().nodes;
         }
-        slots.extend(free.drain(free.len() - need..));
+        free.take(need, &mut slots);
         let existing = tree.insert(r.ns, &r.tokens, &slots).unwrap();
         debug_assert_eq!(existing, m);
         tree.release(lock).unwrap();
@@ -393,12 +434,12 @@ fn rkv_cycle(cache: &Cache, r: &Req, slots: &mut Vec<u32>) -> u64 {
 
 pub const EVICT_OP_TOKENS: usize = 16_384;
 
-/// The bare tree with caller-managed slots: a `Mutex<Vec>` free list stands in for the pool
-/// (the evict callback refills it; allocations drain it). Isolates the tree from the pool.
+/// The bare tree with caller-managed slots: a `Mutex<RunFreeList>` stands in for the pool
+/// (`evict_runs` refills it; allocations take from it). Isolates the tree from the pool.
 pub fn mix_tree(reqs: &[Req], threads: usize, cap: usize) -> MixRun {
     let tree = RadixTree::new(TreeConfig { page_size: 1, policy: EvictionPolicy::Lru }).unwrap();
-    let free = Mutex::new((0..cap as u32).rev().collect::<Vec<u32>>());
-    let refill = |s: &[u32]| free.lock().unwrap().extend_from_slice(s);
+    let free = Mutex::new(RunFreeList::new(cap));
+    let refill = |runs: &[SlotRun]| free.lock().unwrap().put(runs);
     mix_driver(reqs, threads, &|r, slots| match r {
         Some(r) => {
             let lock = tree.match_and_lock_raw(r.ns, &r.tokens, slots);
@@ -408,26 +449,26 @@ pub fn mix_tree(reqs: &[Req], threads: usize, cap: usize) -> MixRun {
                 let short = {
                     let mut f = free.lock().unwrap();
                     if f.len() >= need {
-                        let at = f.len() - need;
-                        slots.extend(f.drain(at..));
+                        f.take(need, slots);
                         break;
                     }
                     need - f.len()
                 };
-                if tree.evict(short, &mut |s| refill(s)) == 0 {
+                if tree.evict_runs(short, &mut |runs| refill(runs)) == 0 {
                     tree.release(lock).unwrap();
                     return 0; // nothing evictable: every other page is pinned
                 }
             }
             let existing = tree.insert(r.ns, &r.tokens, slots).unwrap();
             if existing > m {
-                refill(&slots[m..existing]); // cached by a racing insert meanwhile: not adopted
+                // Cached by a racing insert meanwhile: not adopted.
+                free.lock().unwrap().put_slots(&slots[m..existing]);
             }
             tree.release(lock).unwrap();
             m as u64
         }
         None => {
-            tree.evict(EVICT_OP_TOKENS, &mut |s| refill(s));
+            tree.evict_runs(EVICT_OP_TOKENS, &mut |runs| refill(runs));
             0
         }
     })
