@@ -3,10 +3,11 @@
 //! Keys are `(namespace, tokens)`; values are one `u32` slot per token. Each namespace has
 //! its own root, so namespaces never share a node. An edge (a `Node`) holds a run of
 //! tokens, a multiple of the page size long, with their slots. Slots are stored compactly
-//! where they allow it: one base slot for an edge whose slots run consecutively (what a
-//! pool hands out in runs), one base per page when only each page's slots do (what a paged
-//! pool always hands out), else one per token; reads expand them, so this is invisible
-//! except in memory and speed.
+//! where they allow it: as a few runs of consecutive slots (what a pool hands out: one base
+//! slot for an edge whose slots are one run), one base per page when only each page's slots
+//! run (what a paged pool always hands out), else one per token; reads expand them, so this
+//! is invisible except in memory and speed, and [`RadixTree::evict_runs`] hands an evicted
+//! leaf's slots over as runs without expanding them.
 //!
 //! # Consistency
 //!
