@@ -44,8 +44,9 @@
 //! * **Stripe locks for state changes.** `free`, `adopt`, `release_cached` and `settle`
 //!   change slot states under per-stripe locks (one `AtomicU8` spin lock, a test-and-set,
 //!   per stripe of `1024 / P` whole pages, at least one page), by strict two-phase locking:
-//!   lock every stripe the call touches, check every slot, and only if all pass change them
-//!   (and the page counts), then unlock. A call's lists become maximal runs of consecutive
+//!   lock every stripe the call touches, check and change every slot in one pass (undoing
+//!   the changes if a slot fails the check: the call is refused, and nobody that takes a
+//!   stripe lock sees the changes it undid), change the page counts, then unlock. A call's lists become maximal runs of consecutive
 //!   slots; if the runs do not already ascend they are sorted (two runs sharing a slot: a
 //!   slot listed twice) and neighbours merged. So a run of `n` slots costs about `n / 1024`
 //!   locks and `n / 32` word reads and writes, whatever the page size (eviction hands the
@@ -503,16 +504,22 @@ impl SlotPool {
             sort_runs(&mut runs)?;
         }
         self.lock_runs(&runs);
-        let checked = self.check_runs(&runs, from);
-        if checked.is_err() {
-            self.unlock_runs(&runs);
-            return checked;
+        // One pass checks and changes each word; a slot that is not `from` undoes what the
+        // pass changed before the unlock, so no caller that takes a stripe lock ever sees it.
+        for (i, r) in runs.iter().enumerate() {
+            if let Err((bad, changed_to)) = self.swap_range(r.start, r.end, from, r.to) {
+                for q in &runs[..i] {
+                    self.store_range(q.start, q.end, q.to, from);
+                }
+                if changed_to > r.start {
+                    self.store_range(r.start, changed_to, r.to, from);
+                }
+                let why = Refusal::State(self.load_state(bad, Ordering::Relaxed));
+                self.unlock_runs(&runs);
+                return Err((bad as u32, why));
+            }
         }
-        let mut frees = false;
-        for r in &runs {
-            self.store_range(r.start, r.end, from, r.to);
-            frees |= r.to == FREE;
-        }
+        let frees = runs.iter().any(|r| r.to == FREE);
         if !frees {
             self.unlock_runs(&runs);
             return Ok(());
@@ -585,22 +592,13 @@ impl SlotPool {
         }
     }
 
-    /// With the stripes of `runs` locked: is every slot `from`? Names the lowest that is not.
-    fn check_runs(&self, runs: &[Run], from: u8) -> std::result::Result<(), (u32, Refusal)> {
-        for r in runs {
-            if let Some(s) = self.first_not(r.start, r.end, from) {
-                return Err((s as u32, Refusal::State(self.load_state(s, Ordering::Relaxed))));
-            }
-        }
-        Ok(())
-    }
-
     /// The state of slot `s`, read without locks.
     fn load_state(&self, s: usize, order: Ordering) -> u8 {
         (self.states[s / PER_WORD].load(order) >> (s % PER_WORD * BITS)) as u8 & FIELD
     }
 
     /// The first slot of `a..e` (non-empty) whose state is not `from`, if any.
+    #[cfg(test)]
     fn first_not(&self, a: usize, e: usize, from: u8) -> Option<usize> {
         let want = ONES * from as u64;
         let (first, last) = (a / PER_WORD, (e - 1) / PER_WORD);
@@ -619,6 +617,45 @@ impl SlotPool {
             return bad(first + 1 + i, !0);
         }
         bad(last, field_mask(0, (e - 1) % PER_WORD + 1))
+    }
+
+    /// With the stripes of `a..e` (non-empty) locked: checks and moves its slots from `from`
+    /// to `to` a word at a time, in one pass (whole words by a store, the partial words at
+    /// either end by a `fetch_xor` of their slots' bits). At the first slot that is not
+    /// `from` it stops with that slot and the end of what it changed (`a..changed_to`, for
+    /// the caller to undo).
+    fn swap_range(
+        &self,
+        a: usize,
+        e: usize,
+        from: u8,
+        to: u8,
+    ) -> std::result::Result<(), (usize, usize)> {
+        let want = ONES * from as u64;
+        let flip = ONES * (from ^ to) as u64;
+        let (first, last) = (a / PER_WORD, (e - 1) / PER_WORD);
+        // Checks and changes the slots of word `w` under `mask`; `done` is where the
+        // changes made so far end.
+        let part = |w: usize, mask: u64, done: usize| {
+            let x = (self.states[w].load(Ordering::Relaxed) ^ want) & mask;
+            if x != 0 {
+                return Err((w * PER_WORD + x.trailing_zeros() as usize / BITS, done));
+            }
+            if mask == !0 {
+                self.states[w].store(ONES * to as u64, Ordering::Release);
+            } else {
+                self.states[w].fetch_xor(flip & mask, Ordering::Release);
+            }
+            Ok(())
+        };
+        if first == last {
+            return part(first, field_mask(a % PER_WORD, (e - 1) % PER_WORD + 1), a);
+        }
+        part(first, field_mask(a % PER_WORD, PER_WORD), a)?;
+        for w in first + 1..last {
+            part(w, !0, w * PER_WORD)?;
+        }
+        part(last, field_mask(0, (e - 1) % PER_WORD + 1), last * PER_WORD)
     }
 
     /// Moves the slots `a..e` (non-empty), all `from` and all the caller's, to `to`: whole

@@ -298,6 +298,8 @@ fn release_cached_runs_frees_runs_in_any_order_and_refuses_whole() {
         let refused = [
             (vec![run(0, 4), run(3, 6)], "a slot in two runs"),
             (vec![run(40, 50)], "runs into Held slots"),
+            (vec![run(0, 20), run(30, 50)], "a later run into Held slots (the first is undone)"),
+            (vec![run(1, 47), run(47, 49)], "the last slot Held (both runs undone)"),
             (vec![run(0, 2), SlotRun { start: (64 * p - 1) as u32, len: 2 }], "out of range"),
             (vec![run(0, 2), SlotRun { start: u32::MAX, len: 1 }], "out of range"),
             (vec![run(0, 2), SlotRun { start: 5, len: 0 }], "empty run"),
