@@ -44,6 +44,28 @@ fn is_run(s: &[u32]) -> bool {
     })
 }
 
+/// How many maximal runs `s` (non-empty) is (as [`run_len`] cuts them: ids going up by
+/// one, never wrapping past `u32::MAX`), or `None` as soon as that passes `max`. Counts the
+/// breaks between neighbours in blocks of 256, branch-free within a block (it vectorizes).
+fn runs_at_most(s: &[u32], max: usize) -> Option<usize> {
+    let mut k = 1;
+    let mut i = 0;
+    while i + 1 < s.len() {
+        let e = (i + 256).min(s.len() - 1);
+        let breaks: u32 = s[i..e]
+            .iter()
+            .zip(&s[i + 1..=e])
+            .map(|(&a, &b)| ((b.wrapping_sub(a) != 1) | (a == u32::MAX)) as u32)
+            .sum();
+        k += breaks as usize;
+        if k > max {
+            return None;
+        }
+        i = e;
+    }
+    (k <= max).then_some(k)
+}
+
 /// Appends `base, base + 1, .., base + n - 1` (wrapping) to `out`, in ramps of up to 256:
 /// one vectorized add each.
 #[inline]
@@ -110,17 +132,33 @@ impl Node {
             data.push(slots[0]);
             return Node::from_data(data, len, 1, pins, stamp);
         }
-        // Run starts, found up to the point where runs stop paying: 2k - 1 words must beat
-        // one per token, and one per page where pages run.
+        // Runs pay when their 2k - 1 words beat one per token, and one per page where pages
+        // run: k <= limit / 2. Found run by run (each run's length in vectorized chunks);
+        // once runs turn out short, the rest is counted branch-free first, so scattered
+        // slots cost one vectorized pass, not a call per slot.
         let paged = page > 1 && len > 0 && len % page == 0;
         let limit = if paged { len / page } else { len };
         let mut starts: Vec<u32> = Vec::new();
         let mut i = 0;
-        while i < len && 2 * starts.len() < limit {
+        let mut counted = false;
+        while i < len && 2 * (starts.len() + 1) <= limit {
             starts.push(i as u32);
             i += run_len(&slots[i..]);
+            // Short runs so far: count the rest before going on run by run, or, where the
+            // first 8 runs average under 2 slots (scattered slots) or at most a page
+            // (scattered pages: one base per page will do), stop there (this may miss runs
+            // later in the edge: only compactness is lost).
+            if !counted && i < len && starts.len() >= 8 && i * limit < 8 * len * starts.len() {
+                counted = true;
+                if i < 2 * starts.len()
+                    || (paged && i <= page * starts.len())
+                    || runs_at_most(&slots[i..], limit / 2 - starts.len()).is_none()
+                {
+                    break;
+                }
+            }
         }
-        if i == len && !starts.is_empty() && 2 * starts.len() - 1 < limit {
+        if len > 0 && i == len {
             let k = starts.len();
             data.reserve_exact(len + 2 * k - 1);
             data.extend_from_slice(tokens);

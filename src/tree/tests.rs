@@ -436,3 +436,34 @@ fn evict_runs_hands_over_every_slot_once_as_runs() {
         t.check_invariants().unwrap();
     }
 }
+
+#[test]
+fn short_runs_are_counted_before_choosing_runs() {
+    let toks: Vec<u32> = (0..130).collect();
+    let bytes = |slots: &[u32]| {
+        let t = tree(1);
+        t.insert(0, &toks, slots).unwrap();
+        assert_eq!(m(&t, 0, &toks), slots);
+        // A split in the middle keeps every slot.
+        let l = t.match_and_lock_raw(0, &toks[..65], &mut Vec::new());
+        assert_eq!(m(&t, 0, &toks), slots);
+        t.release(l).unwrap();
+        let mut all = slots.to_vec();
+        all.sort();
+        let b = tree(1);
+        b.insert(0, &toks, slots).unwrap();
+        let heap = b.check_invariants().unwrap().heap_bytes;
+        assert_eq!(drain(&t), all);
+        heap
+    };
+    let one_run: Vec<u32> = (1000..1130).collect();
+    let one = bytes(&one_run);
+    // Ten runs of 3, then a run of 100: eleven runs, 21 words.
+    let mut short: Vec<u32> = (0..10u32).flat_map(|r| 10 * r..10 * r + 3).collect();
+    short.extend(500..600);
+    assert_eq!(bytes(&short), one + 4 * 20);
+    // Eight single slots, then a run: taken as scattered, one slot per token.
+    let mut head: Vec<u32> = (0..8u32).map(|r| 10 * r).collect();
+    head.extend(500..622);
+    assert_eq!(bytes(&head), one + 4 * 129);
+}
