@@ -133,27 +133,32 @@ impl Node {
             return Node::from_data(data, len, 1, pins, stamp);
         }
         // Runs pay when their 2k - 1 words beat one per token, and one per page where pages
-        // run: k <= limit / 2. Found run by run (each run's length in vectorized chunks);
-        // once runs turn out short, the rest is counted branch-free first, so scattered
-        // slots cost one vectorized pass, not a call per slot.
+        // run: k <= limit / 2. The runs of the first 256 neighbours are counted first,
+        // branch-free (it vectorizes): that decides a short edge outright, and a long one
+        // whose head is scattered (runs under 2 slots, or no longer than a page, on average)
+        // is taken as scattered (runs later in it are missed: only compactness is lost).
+        // Otherwise the runs are found one by one (each one's length in vectorized chunks),
+        // and counted branch-free again if they turn out short.
         let paged = page > 1 && len > 0 && len % page == 0;
         let limit = if paged { len / page } else { len };
         let mut starts: Vec<u32> = Vec::new();
         let mut i = 0;
-        let mut counted = false;
-        while i < len && 2 * (starts.len() + 1) <= limit {
+        const PROBE: usize = 257;
+        let worth_walking = len > 0
+            && if len <= PROBE {
+                runs_at_most(slots, limit / 2).is_some()
+            } else {
+                let k0 = runs_at_most(&slots[..PROBE], PROBE).unwrap_or(PROBE);
+                2 * k0 <= PROBE && !(paged && k0 * page >= PROBE)
+            };
+        let mut counted = len <= PROBE;
+        while worth_walking && i < len && 2 * (starts.len() + 1) <= limit {
             starts.push(i as u32);
             i += run_len(&slots[i..]);
-            // Short runs so far: count the rest before going on run by run, or, where the
-            // first 8 runs average under 2 slots (scattered slots) or at most a page
-            // (scattered pages: one base per page will do), stop there (this may miss runs
-            // later in the edge: only compactness is lost).
+            // Short runs (under 8 pages or slots on average): count the rest first.
             if !counted && i < len && starts.len() >= 8 && i * limit < 8 * len * starts.len() {
                 counted = true;
-                if i < 2 * starts.len()
-                    || (paged && i <= page * starts.len())
-                    || runs_at_most(&slots[i..], limit / 2 - starts.len()).is_none()
-                {
+                if runs_at_most(&slots[i..], limit / 2 - starts.len()).is_none() {
                     break;
                 }
             }

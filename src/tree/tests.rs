@@ -439,31 +439,34 @@ fn evict_runs_hands_over_every_slot_once_as_runs() {
 
 #[test]
 fn short_runs_are_counted_before_choosing_runs() {
-    let toks: Vec<u32> = (0..130).collect();
+    // Heap bytes of an edge of these slots, after checking that it reads back exactly and
+    // that a split in its middle keeps every slot.
     let bytes = |slots: &[u32]| {
+        let toks: Vec<u32> = (0..slots.len() as u32).collect();
         let t = tree(1);
         t.insert(0, &toks, slots).unwrap();
+        let heap = t.check_invariants().unwrap().heap_bytes;
         assert_eq!(m(&t, 0, &toks), slots);
-        // A split in the middle keeps every slot.
-        let l = t.match_and_lock_raw(0, &toks[..65], &mut Vec::new());
+        let l = t.match_and_lock_raw(0, &toks[..slots.len() / 2], &mut Vec::new());
         assert_eq!(m(&t, 0, &toks), slots);
         t.release(l).unwrap();
         let mut all = slots.to_vec();
         all.sort();
-        let b = tree(1);
-        b.insert(0, &toks, slots).unwrap();
-        let heap = b.check_invariants().unwrap().heap_bytes;
         assert_eq!(drain(&t), all);
         heap
     };
-    let one_run: Vec<u32> = (1000..1130).collect();
-    let one = bytes(&one_run);
+    let one = |n: u32| bytes(&(1000..1000 + n).collect::<Vec<u32>>());
     // Ten runs of 3, then a run of 100: eleven runs, 21 words.
     let mut short: Vec<u32> = (0..10u32).flat_map(|r| 10 * r..10 * r + 3).collect();
     short.extend(500..600);
-    assert_eq!(bytes(&short), one + 4 * 20);
-    // Eight single slots, then a run: taken as scattered, one slot per token.
-    let mut head: Vec<u32> = (0..8u32).map(|r| 10 * r).collect();
-    head.extend(500..622);
-    assert_eq!(bytes(&head), one + 4 * 129);
+    assert_eq!(bytes(&short), one(130) + 4 * 20);
+    // Long edges: 100 runs of 3 then a run of 300 (a head averaging 3 slots a run: the
+    // runs are walked and counted), and 300 single slots then a run of 300 (a scattered
+    // head: taken as scattered, one slot per token).
+    let mut walked: Vec<u32> = (0..100u32).flat_map(|r| 10 * r..10 * r + 3).collect();
+    walked.extend(5000..5300);
+    assert_eq!(bytes(&walked), one(600) + 4 * 200);
+    let mut head: Vec<u32> = (0..300u32).map(|r| 10 * r).collect();
+    head.extend(5000..5300);
+    assert_eq!(bytes(&head), one(600) + 4 * 599);
 }
