@@ -522,7 +522,7 @@ pub fn w4a(run: Run, runs: usize, tg: &mut Targets) -> Table {
     );
     let contestants = [
         ("cache", "radixkv Cache (its slot pool)"),
-        ("tree", "radixkv RadixTree (caller's Vec free list)"),
+        ("tree", "radixkv RadixTree (caller's free list of slot runs)"),
         ("kvi", "kv-index 2.0.0 TokenTree (evict_tenant_by_size)"),
     ];
     for (key, name) in contestants {
@@ -569,8 +569,8 @@ pub fn w4a(run: Run, runs: usize, tg: &mut Targets) -> Table {
     t.note(format!(
         "{runs} timed runs after one warm-up. radixkv Cache: per request match_and_lock, then `evict(short)` when \
          the pool has fewer free slots than the request needs (that call is timed; it returns every evicted slot to \
-         the pool), alloc, insert, release. radixkv RadixTree: the same cycle on the bare tree, slots from a `Vec` \
-         free list that the evict callback refills. kv-index: per request match, then `evict_tenant_by_size(cap - \
+         the pool), alloc, insert, release. radixkv RadixTree: the same cycle on the bare tree, slots from the caller's \
+         free list of slot runs, which `evict_runs` refills (one run per evicted run of slots). kv-index: per request match, then `evict_tenant_by_size(cap - \
          new)` when the tree would exceed the capacity (timed), insert. Tokens asked: the call's `k` (the request's \
          shortfall; for kv-index, by how much the tree would exceed the capacity); freed: what the call removed \
          (radixkv frees whole leaves, so at least `k`). Percentiles are per run (nearest rank), then \
@@ -654,7 +654,7 @@ pub fn w5(run: Run, runs: usize, threads: &[usize]) -> Table {
     let contestants = [
         ("cache", "radixkv Cache (lock-free tree + sharded pool)"),
         ("cache-mutex", "Mutex<radixkv Cache>"),
-        ("tree", "radixkv RadixTree + Mutex<Vec> free list"),
+        ("tree", "radixkv RadixTree + Mutex'd free list of slot runs"),
         ("kvi", "kv-index 2.0.0 TokenTree (no slots, no pins)"),
     ];
     let mut reference: Vec<(usize, f64)> = Vec::new();
@@ -706,8 +706,8 @@ pub fn w5(run: Run, runs: usize, threads: &[usize]) -> Table {
          counter by all threads; op j of one shared op counter is an explicit `evict({EVICT_OP_TOKENS})` when j mod \
          10 = 9, else the next request's cycle; the allocator also evicts when the pool is short. radixkv Cache: \
          match_and_lock_raw, alloc, insert, release. Mutex<Cache>: the same under one lock taken twice per request \
-         (admit = match_and_lock + alloc; finish = insert + release). Bare tree: the same cycle with a Mutex<Vec> \
-         free list for slots (no per-slot state). kv-index: match, `evict_tenant_by_size` when over capacity, \
+         (admit = match_and_lock + alloc; finish = insert + release). Bare tree: the same cycle with a Mutex'd \
+         free list of slot runs that `evict_runs` refills (no per-slot state). kv-index: match, `evict_tenant_by_size` when over capacity, \
          insert (no slots, no pins). Hit ratios vary with the interleaving.",
         commas(requests)
     ));

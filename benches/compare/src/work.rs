@@ -232,6 +232,13 @@ fn finish_run(
     evicted: u64,
 ) -> EvictRun {
     let total: f64 = calls.iter().sum();
+    // Diagnostics: RADIXKV_COMPARE_EVICT_CALLS=1 prints every timed call (tokens asked,
+    // tokens freed, seconds) to stderr, for analyses such as BENCHMARKS.md's regression.
+    if std::env::var_os("RADIXKV_COMPARE_EVICT_CALLS").is_some() {
+        for (c, (a, f)) in calls.iter().zip(&sizes) {
+            eprintln!("evict-call {a} {f} {c}");
+        }
+    }
     let (mut asked, mut freed): (Vec<f64>, Vec<f64>) = sizes.into_iter().unzip();
     let n = calls.len();
     let max = calls.iter().copied().fold(0.0, f64::max);
