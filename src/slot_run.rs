@@ -80,22 +80,17 @@ pub(crate) fn run_len(ids: &[u32]) -> usize {
 mod tests {
     use super::*;
 
+    fn runs(v: &[(u32, u32)]) -> Vec<SlotRun> {
+        v.iter().map(|&(start, len)| SlotRun { start, len }).collect()
+    }
+
     #[test]
     fn runs_of_split_where_ids_stop_going_up_by_one() {
         let mut out = Vec::new();
         let ids: Vec<u32> =
             (5..40).chain([7, 8, 100]).chain(u32::MAX - 1..=u32::MAX).chain([0, 1]).collect();
         SlotRun::push_runs_of(&ids, &mut out);
-        assert_eq!(
-            out,
-            [
-                SlotRun { start: 5, len: 35 },
-                SlotRun { start: 7, len: 2 },
-                SlotRun { start: 100, len: 1 },
-                SlotRun { start: u32::MAX - 1, len: 2 },
-                SlotRun { start: 0, len: 2 },
-            ]
-        );
+        assert_eq!(out, runs(&[(5, 35), (7, 2), (100, 1), (u32::MAX - 1, 2), (0, 2)]));
         let back: Vec<u32> = out.iter().flat_map(|r| r.slots()).collect();
         assert_eq!(back, ids);
     }
@@ -108,15 +103,6 @@ mod tests {
         SlotRun::push_joined(&mut out, 17, 1);
         SlotRun::push_joined(&mut out, 3, 1);
         SlotRun::push_joined(&mut out, u32::MAX - 1, 5);
-        assert_eq!(
-            out,
-            [
-                SlotRun { start: 10, len: 6 },
-                SlotRun { start: 17, len: 1 },
-                SlotRun { start: 3, len: 1 },
-                SlotRun { start: u32::MAX - 1, len: 2 },
-                SlotRun { start: 0, len: 3 },
-            ]
-        );
+        assert_eq!(out, runs(&[(10, 6), (17, 1), (3, 1), (u32::MAX - 1, 2), (0, 3)]));
     }
 }
