@@ -47,6 +47,9 @@ struct Opts {
     scatter_slots: bool,
     /// Also run dynamo's trees with 1-token blocks in workloads 1, 2 and 6 (slow, big).
     dynamo_page1: bool,
+    /// A Python interpreter with `sglang` and `torch`: SGLang's own RadixCache joins workloads
+    /// 1 and 2 (`sglang/replay.py`).
+    sglang_python: Option<String>,
     /// The child side: one measurement.
     measure: Vec<String>,
 }
@@ -75,7 +78,9 @@ fn usage() -> ! {
            --scatter-slots    give the requests their slots as whole pages in a random order (single slots at\n\
                               page 1) instead of fresh runs\n\
            --tenants N, --per-tenant N   size of the branching workload (default 1000 x 200)\n\
-           --mix-requests N   Mooncake requests in the mixed load (default: all)\n"
+           --mix-requests N   Mooncake requests in the mixed load (default: all)\n\
+           --sglang-python PY also run SGLang's Python RadixCache (sglang/replay.py) in workloads 1, 2 and 4a,\n\
+                              with the interpreter PY, which must have sglang and torch installed\n"
     );
     std::process::exit(2)
 }
@@ -98,6 +103,7 @@ fn parse() -> Opts {
         cold_heap: false,
         scatter_slots: false,
         dynamo_page1: true,
+        sglang_python: None,
         measure: Vec::new(),
     };
     let mut quick = false;
@@ -113,7 +119,7 @@ fn parse() -> Opts {
             "--tenants" => o.branching.tenants = num(&mut i),
             "--per-tenant" => o.branching.per_tenant = num(&mut i),
             "--mix-requests" => o.mix_requests = num(&mut i),
-            "--only" | "--trace" | "--out" | "--who" => {
+            "--only" | "--trace" | "--out" | "--who" | "--sglang-python" => {
                 let k = args[i].clone();
                 i += 1;
                 let v = args.get(i).cloned().unwrap_or_else(|| usage());
@@ -126,6 +132,7 @@ fn parse() -> Opts {
                     }
                     "--trace" => o.trace = v,
                     "--out" => o.out = Some(v),
+                    "--sglang-python" => o.sglang_python = Some(v),
                     _ => o.who = v.split(',').map(|x| x.trim().to_string()).collect(),
                 }
             }
@@ -193,6 +200,33 @@ impl Opts {
                 String::from_utf8_lossy(&out.stderr).trim()
             )),
         }
+    }
+}
+
+/// Runs `sglang/replay.py` with the interpreter `py`: SGLang's Python RadixCache on the
+/// Mooncake replay and match-only workloads (its `RESULT` JSON, or why it failed).
+/// `extra` selects another workload (`evict CAPACITY`: workload 4a).
+pub fn sglang_run(
+    py: &str,
+    trace: &str,
+    runs: usize,
+    extra: &[&str],
+) -> Result<serde_json::Value, String> {
+    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/sglang/replay.py");
+    eprintln!("  sglang: {py} {script} {}", extra.join(" "));
+    let out = Command::new(py)
+        .args([script, trace, &runs.to_string()])
+        .args(extra)
+        .output()
+        .map_err(|e| format!("cannot run {py}: {e}"))?;
+    let text = String::from_utf8_lossy(&out.stdout);
+    match text.lines().find_map(|l| l.strip_prefix("RESULT ")) {
+        Some(line) => serde_json::from_str(line).map_err(|e| e.to_string()),
+        None => Err(format!(
+            "{py} {script} exited with {}: {}",
+            out.status,
+            String::from_utf8_lossy(&out.stderr).lines().last().unwrap_or("").trim()
+        )),
     }
 }
 
@@ -317,11 +351,25 @@ fn main() {
     }
     let run = |spec: &[&str]| o.run(spec);
     let mut tg = tables::Targets::default();
+    // SGLang's RadixCache runs once (replay, then match-only on the tree it built), in a
+    // Python process of its own, before the tables that show it.
+    let sglang = o
+        .sglang_python
+        .as_ref()
+        .filter(|_| o.only.iter().any(|&w| w == 1 || w == 2))
+        .map(|py| sglang_run(py, &o.trace, o.runs, &[]));
     for w in o.only.clone() {
         let t0 = std::time::Instant::now();
         match w {
-            1 => rep.table(&tables::w1(&run, &o.pick(&mooncake), o.runs, &mut tg)),
-            2 => rep.table(&tables::w2(&run, &o.pick(&mooncake), o.runs, o.threads, &mut tg)),
+            1 => rep.table(&tables::w1(&run, &o.pick(&mooncake), o.runs, sglang.as_ref(), &mut tg)),
+            2 => rep.table(&tables::w2(
+                &run,
+                &o.pick(&mooncake),
+                o.runs,
+                o.threads,
+                sglang.as_ref(),
+                &mut tg,
+            )),
             3 => {
                 let who = [
                     (Who::Rkv, 16),
@@ -335,7 +383,11 @@ fn main() {
                 rep.table(&tables::w3(&run, &o.pick(&who), o.runs, o.branching));
             }
             4 => {
-                rep.table(&tables::w4a(&run, o.runs, &mut tg));
+                let sglang = o.sglang_python.as_deref().map(|py| {
+                    let cap = measure::CAPACITY.to_string();
+                    sglang_run(py, &o.trace, o.runs, &["evict", &cap])
+                });
+                rep.table(&tables::w4a(&run, o.runs, sglang.as_ref(), &mut tg));
                 rep.table(&tables::w4b(&run, o.runs, &o.leaf_sizes, o.kvi_leaf_max, &mut tg));
             }
             5 => rep.table(&tables::w5(&run, o.runs, &o.mix_threads)),

@@ -29,6 +29,17 @@ pub struct Targets {
     pub leaf_growth: Option<(f64, usize, usize)>,
     /// Workload 6, radixkv: (live heap, own count) B/token by page.
     pub mem: [Option<(f64, f64)>; 2],
+    /// Workload 1, SGLang's Python RadixCache measured in this run: (median, its version).
+    pub sglang_replay: Option<(f64, String)>,
+}
+
+/// SGLang's row name: its version and torch's, from the Python side's result.
+fn sglang_name(v: &Value) -> String {
+    format!(
+        "SGLang {} RadixCache (Python, torch {})",
+        v["version"].as_str().unwrap_or("?"),
+        v["torch"].as_str().unwrap_or("?")
+    )
 }
 
 fn slot(page: usize) -> Option<usize> {
@@ -78,24 +89,33 @@ impl Targets {
                 ]);
             }
         }
-        // SGLang's Python RadixCache cannot run here (it needs torch; only its figure from
-        // the issue, measured on this machine's kind, is available): compared with that
-        // figure, said to be from another run.
+        // SGLang's Python RadixCache, measured in this run when `--sglang-python` is given;
+        // otherwise compared with the issue's reference figure, said to be from another run.
         const SGLANG_REPLAY: f64 = 0.66;
-        match self.replay[0].0 {
-            Some(r) => t.row(vec![
+        match (self.replay[0].0, &self.sglang_replay) {
+            (Some(r), Some((sg, version))) => t.row(vec![
+                "replay ≥ 10× faster than SGLang's Python radix cache (page 1)".into(),
+                format!(
+                    "SGLang {version} {} (this run) / radixkv {} = {}",
+                    secs(*sg),
+                    secs(r),
+                    x(sg / r)
+                ),
+                verdict(sg / r, 10.0),
+            ]),
+            (Some(r), None) => t.row(vec![
                 "replay ≥ 10× faster than SGLang's Python radix cache (page 1)".into(),
                 format!(
                     "SGLang 0.66 s (the issue's reference figure for this machine's kind, not \
-                     this run: SGLang needs torch, not installed here) / radixkv {} = {}",
+                     this run: run with --sglang-python to measure it) / radixkv {} = {}",
                     secs(r),
                     x(SGLANG_REPLAY / r)
                 ),
                 format!("{} (against a reference figure)", verdict(SGLANG_REPLAY / r, 10.0)),
             ]),
-            None => t.row(vec![
+            (None, _) => t.row(vec![
                 "replay ≥ 10× faster than SGLang's Python radix cache".into(),
-                "not run: SGLang (Python, torch) is not installed here".into(),
+                "not run: radixkv's page-1 replay was not measured".into(),
                 "not measured".into(),
             ]),
         }
@@ -237,7 +257,13 @@ fn failed(t: &mut Table, name: String, gran: String, e: String) {
 
 // ============================================================================ 1. replay
 
-pub fn w1(run: Run, who: &[(Who, usize)], runs: usize, tg: &mut Targets) -> Table {
+pub fn w1(
+    run: Run,
+    who: &[(Who, usize)],
+    runs: usize,
+    sglang: Option<&Result<Value, String>>,
+    tg: &mut Targets,
+) -> Table {
     let mut t = Table::new(
         "1. Mooncake replay, unlimited capacity: per request lookup, then store (1 thread)",
         &[
@@ -293,11 +319,46 @@ pub fn w1(run: Run, who: &[(Who, usize)], runs: usize, tg: &mut Targets) -> Tabl
         ]);
         eprintln!("  w1 {} p{page}: {}", w.key(), secs_range(&sm));
     }
+    match sglang {
+        Some(Ok(v)) => {
+            let sm = summarize(&f64s(&v["replay"]));
+            let hits: Vec<u64> =
+                v["hits"].as_array().unwrap().iter().map(|x| x.as_u64().unwrap()).collect();
+            let h = hits[0];
+            let r = reference.iter().find(|(p, _)| *p == 1).map(|x| x.1);
+            tg.sglang_replay = Some((sm.median, v["version"].as_str().unwrap_or("?").into()));
+            t.row(vec![
+                sglang_name(v),
+                "token (exact)".into(),
+                secs_range(&sm),
+                rate(MOONCAKE_TOKENS as f64 / sm.median),
+                format!(
+                    "{}{}",
+                    commas(h),
+                    if hits.iter().all(|&x| x == h) { "" } else { " (differs between runs!)" }
+                ),
+                if h == MOONCAKE_HITS_P1 {
+                    "= 39,852,661 ✓".into()
+                } else {
+                    "≠ 39,852,661 ✗".into()
+                },
+                ratio(sm.median, r),
+            ]);
+            eprintln!("  w1 sglang: {}", secs_range(&sm));
+        }
+        Some(Err(e)) => {
+            failed(&mut t, "SGLang RadixCache (Python)".into(), "token (exact)".into(), e.clone())
+        }
+        None => {}
+    }
     t.note(format!(
         "{} requests, {} input tokens; {runs} timed runs each after one untimed warm-up, a fresh index \
          per run. `time × radixkv` = this row's median / radixkv's at the same granularity (above 1: radixkv is \
          faster). radixkv's rows pass one fresh slot per token (made before the timing); its lookup returns the \
-         slots (copied out), kv-index's and dynamo's return a count, the vLLM-style map returns the slots.",
+         slots (copied out), kv-index's and dynamo's return a count, the vLLM-style map returns the slots. \
+         SGLang's RadixCache (`--sglang-python`; `sglang/replay.py`, built with `create_simulated(page_size=1)`) \
+         runs `match_prefix` then `insert` with the request's fresh slots as an int64 tensor, made before the \
+         timing; its match returns the matched length and the last node.",
         commas(MOONCAKE_REQUESTS as u64),
         commas(MOONCAKE_TOKENS)
     ));
@@ -311,7 +372,14 @@ pub fn w1(run: Run, who: &[(Who, usize)], runs: usize, tg: &mut Targets) -> Tabl
 
 // ============================================================================ 2. match-only
 
-pub fn w2(run: Run, who: &[(Who, usize)], runs: usize, threads: usize, tg: &mut Targets) -> Table {
+pub fn w2(
+    run: Run,
+    who: &[(Who, usize)],
+    runs: usize,
+    threads: usize,
+    sglang: Option<&Result<Value, String>>,
+    tg: &mut Targets,
+) -> Table {
     tg.threads = threads;
     let mut t = Table::new(
         format!(
@@ -399,6 +467,36 @@ pub fn w2(run: Run, who: &[(Who, usize)], runs: usize, threads: usize, tg: &mut 
             if local { "-".into() } else { ratio(bn.median, r.map(|x| x.2)) },
         ]);
         eprintln!("  w2 {} p{page}: {} / {}", w.key(), secs_range(&a), secs_range(&bn));
+    }
+    match sglang {
+        Some(Ok(v)) => {
+            let a = summarize(&f64s(&v["match"]));
+            let all_hit = v["match_hits"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .all(|x| x.as_u64() == Some(MOONCAKE_TOKENS));
+            let r = reference.iter().find(|(p, _, _)| *p == 1);
+            t.row(vec![
+                sglang_name(v),
+                "token (exact)".into(),
+                format!(
+                    "{}{}",
+                    secs_range(&a),
+                    if all_hit { "" } else { " (not every token hit!)" }
+                ),
+                "one Python thread (GIL)".into(),
+                "-".into(),
+                "-".into(),
+                ratio(a.median, r.map(|x| x.1)),
+                "-".into(),
+            ]);
+            eprintln!("  w2 sglang: {}", secs_range(&a));
+        }
+        Some(Err(e)) => {
+            failed(&mut t, "SGLang RadixCache (Python)".into(), "token (exact)".into(), e.clone())
+        }
+        None => {}
     }
     t.note(format!(
         "{runs} timed runs after one warm-up pass. The index is built by the replay of workload 1 first (untimed). \
@@ -502,7 +600,12 @@ pub fn w3(run: Run, who: &[(Who, usize)], runs: usize, b: Branching) -> Table {
 
 // ============================================================================ 4. eviction
 
-pub fn w4a(run: Run, runs: usize, tg: &mut Targets) -> Table {
+pub fn w4a(
+    run: Run,
+    runs: usize,
+    sglang: Option<&Result<Value, String>>,
+    tg: &mut Targets,
+) -> Table {
     let mut t = Table::new(
         "4a. Eviction under a 2,000,000-token capacity (Mooncake, page 1): time per evict call",
         &[
@@ -525,11 +628,21 @@ pub fn w4a(run: Run, runs: usize, tg: &mut Targets) -> Table {
         ("tree", "radixkv RadixTree (caller's free list of slot runs)"),
         ("kvi", "kv-index 2.0.0 TokenTree (evict_tenant_by_size)"),
     ];
-    for (key, name) in contestants {
-        let v = match run(&["w4a", key]) {
+    // SGLang's RadixCache (`--sglang-python`) comes last, its result already measured.
+    let sglang_key = sglang.map(|r| match r {
+        Ok(v) => ("sglang", sglang_name(v)),
+        Err(_) => ("sglang", "SGLang RadixCache (Python)".to_string()),
+    });
+    let all = contestants.iter().map(|&(k, n)| (k, n.to_string())).chain(sglang_key);
+    for (key, name) in all {
+        let got = match (key, sglang) {
+            ("sglang", Some(r)) => r.clone(),
+            _ => run(&["w4a", key]),
+        };
+        let v = match got {
             Ok(v) => v,
             Err(e) => {
-                failed(&mut t, name.into(), "-".into(), e);
+                failed(&mut t, name, "-".into(), e);
                 continue;
             }
         };
@@ -543,7 +656,7 @@ pub fn w4a(run: Run, runs: usize, tg: &mut Targets) -> Table {
             _ => {}
         }
         t.row(vec![
-            name.into(),
+            name,
             secs_range(&col("secs")),
             commas(first["hits"].as_u64().unwrap_or(0)),
             commas(first["evicted"].as_u64().unwrap_or(0)),
@@ -574,7 +687,9 @@ pub fn w4a(run: Run, runs: usize, tg: &mut Targets) -> Table {
          new)` when the tree would exceed the capacity (timed), insert. Tokens asked: the call's `k` (the request's \
          shortfall; for kv-index, by how much the tree would exceed the capacity); freed: what the call removed \
          (radixkv frees whole leaves, so at least `k`). Percentiles are per run (nearest rank), then \
-         median [range] across runs."
+         median [range] across runs. SGLang's RadixCache (`--sglang-python`, `sglang/replay.py evict`): per \
+         request match_prefix, inc_lock_ref on its last node, `evict(short)` when a counting stand-in for its \
+         token allocator has fewer free slots than the request needs (timed), insert, dec_lock_ref."
     ));
     t
 }
