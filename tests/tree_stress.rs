@@ -50,13 +50,19 @@ impl Ledger {
         let start = self.next.fetch_add(tokens.len() as u32, Ordering::Relaxed);
         assert!((start as usize + tokens.len()) < MAX_SLOTS, "raise MAX_SLOTS");
         let hs = context_hashes(ns, tokens);
-        // Half the requests get their slots in descending order, so edges stored one slot
-        // per token are split and matched concurrently too, not only one-run edges.
-        let descending = start % 2 == 1;
+        // A third of the requests get their slots in descending order and a third as runs of
+        // 4 in descending order, so edges stored one slot per token and as several runs are
+        // split, matched and evicted concurrently too, not only one-run edges.
+        let layout = start % 3;
         let n = tokens.len() as u32;
         (0..n)
             .map(|i| {
-                let s = if descending { start + (n - 1 - i) } else { start + i };
+                let s = match layout {
+                    0 => start + i,
+                    1 => start + (n - 1 - i),
+                    _ if i / 4 * 4 + 4 <= n => start + (n - 4 - i / 4 * 4) + i % 4,
+                    _ => start + i % 4, // the last, partial run of 4 comes first in slot order
+                };
                 self.context[s as usize].store(hs[i as usize], Ordering::Relaxed);
                 self.state[s as usize].store(HELD, Ordering::Release);
                 s
@@ -213,11 +219,20 @@ fn run(page: usize, threads: usize, ops: usize, policy: EvictionPolicy) {
                         }
                         _ => {
                             let k = 1 + rng.below(64) as usize;
-                            tree.evict(k, &mut |s| {
-                                for &x in s {
-                                    ledger.free(x, true);
-                                }
-                            });
+                            // Odd k: the slots come back as runs (`evict_runs`).
+                            if k % 2 == 1 {
+                                tree.evict_runs(k, &mut |runs| {
+                                    for x in runs.iter().flat_map(|r| r.slots()) {
+                                        ledger.free(x, true);
+                                    }
+                                });
+                            } else {
+                                tree.evict(k, &mut |s| {
+                                    for &x in s {
+                                        ledger.free(x, true);
+                                    }
+                                });
+                            }
                         }
                     }
                 }
