@@ -133,6 +133,32 @@ typedef void (*rkv_free_fn)(void *ctx,
                             size_t n_slots);
 
 /**
+ * A run of consecutive slots `start, start + 1, .., start + len - 1` (`len >= 1`), as
+ * `rkv_evict_runs` hands evicted slots over. A plain value.
+ */
+typedef struct rkv_slot_run {
+  /**
+   * The first slot.
+   */
+  uint32_t start;
+  /**
+   * How many slots.
+   */
+  uint32_t len;
+} rkv_slot_run;
+
+/**
+ * Receives freed slots during `rkv_evict_runs`, as runs: `runs[0..n_runs]` is valid only
+ * during the call (copy what you keep). Otherwise as `rkv_free_fn`: called on the thread
+ * that called `rkv_evict_runs`, possibly several times per eviction (once per evicted
+ * leaf); every freed slot is in exactly one run of one call. It must return normally and
+ * must not call into the same cache.
+ */
+typedef void (*rkv_free_runs_fn)(void *ctx,
+                                 const struct rkv_slot_run *runs,
+                                 size_t n_runs);
+
+/**
  * A snapshot of a cache's counts and counters (`rkv_cache_stats`). A plain value owned by
  * the caller. Under concurrent calls each field is read atomically but the fields are not
  * one atomic snapshot; at quiescence `cached_tokens == evictable_tokens + protected_tokens`.
@@ -360,6 +386,24 @@ enum rkv_status rkv_evict(const struct rkv_cache *cache,
                           rkv_free_fn free_fn,
                           void *ctx,
                           size_t *out_evicted);
+
+/**
+ * `rkv_evict` handing the freed slots over as runs of consecutive slots (an extension of
+ * version 1): `free_fn(ctx, runs, n)` gets each evicted leaf's slots as `rkv_slot_run`s,
+ * O(runs) per leaf instead of O(tokens) when slots come in runs (as pools hand them out).
+ * Everything else as `rkv_evict`: `*out_evicted` (required) gets the count freed; in pool
+ * mode the slots go back to the pool and `free_fn` may be NULL; without a pool a NULL
+ * `free_fn` is `RKV_NULL_ARGUMENT`. Thread-safe.
+ *
+ * # Safety
+ * `cache` is NULL or live; `free_fn` NULL or a function safe to call with `ctx` and a run
+ * array; `out_evicted` NULL or writable.
+ */
+enum rkv_status rkv_evict_runs(const struct rkv_cache *cache,
+                               size_t n_tokens,
+                               rkv_free_runs_fn free_fn,
+                               void *ctx,
+                               size_t *out_evicted);
 
 /**
  * Pool mode only (else `RKV_NO_POOL`): allocates `n_slots` slots into

@@ -272,6 +272,33 @@ class Cache {
     return evicted;
   }
 
+  /// Evict at least `n` tokens, handing the freed slots over as runs of consecutive slots:
+  /// `on_free(const rkv_slot_run *runs, size_t n_runs)` (run `r` is slots `r.start ..
+  /// r.start + r.len - 1`), once per evicted leaf, every freed slot in exactly one run.
+  /// O(runs) per leaf where `evict` lists every slot. Otherwise as `evict` (exceptions from
+  /// `on_free` are rethrown after the eviction completes).
+  template <class F>
+  std::size_t evict_runs(std::size_t n, F &&on_free) const {
+    struct Ctx {
+      F *f;
+      std::exception_ptr error;
+    } ctx{&on_free, nullptr};
+    rkv_free_runs_fn tramp = [](void *p, const rkv_slot_run *runs, std::size_t k) {
+      Ctx *c = static_cast<Ctx *>(p);
+      if (c->error) return;
+      try {
+        (*c->f)(runs, k);
+      } catch (...) {
+        c->error = std::current_exception();
+      }
+    };
+    std::size_t evicted = 0;
+    rkv_status st = rkv_evict_runs(cache_, n, tramp, &ctx, &evicted);
+    if (ctx.error) std::rethrow_exception(ctx.error);
+    detail::check(st, "rkv_evict_runs");
+    return evicted;
+  }
+
   /// Evict at least `n` tokens and return the freed slots.
   std::vector<std::uint32_t> evict_slots(std::size_t n) const {
     std::vector<std::uint32_t> freed;

@@ -21,10 +21,14 @@ pub use request::Request;
 
 use crate::error::{Error, Result, invalid};
 use crate::pool::SlotPool;
+use crate::slot_run::SlotRun;
 use crate::tree::{EvictionPolicy, LockGuard, PrefixLock, RadixTree, TreeConfig, TreeStats};
 
 /// A callback receiving slots the cache lets go of (evicted slots).
 pub type FreeFn<'a> = &'a mut dyn FnMut(&[u32]);
+
+/// A callback receiving evicted slots as runs of consecutive slots ([`Cache::evict_runs`]).
+pub type FreeRunsFn<'a> = &'a mut dyn FnMut(&[SlotRun]);
 
 /// Options of a new cache (mirrors `rkv_options`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -209,15 +213,45 @@ impl Cache {
         }
     }
 
+    /// [`Cache::evict`], handing the freed slots to `free` as runs of consecutive slots
+    /// ([`SlotRun`], as [`RadixTree::evict_runs`] does): O(runs) per evicted leaf instead of
+    /// O(tokens) when slots come in runs, as a pool hands them out. Same rules otherwise:
+    /// without a pool `free` is required (`InvalidArgument` otherwise); with a pool the slots
+    /// go back to the pool (after `free`, if given, has seen them).
+    pub fn evict_runs(&self, k: usize, free: Option<FreeRunsFn<'_>>) -> Result<usize> {
+        match (&self.pool, free) {
+            (None, None) => Err(invalid("evict without a pool needs a free callback")),
+            (None, Some(f)) => Ok(self.tree.evict_runs(k, f)),
+            (Some(pool), f) => Ok(self.evict_runs_to_pool(pool, k, f)),
+        }
+    }
+
+    /// Evicts into the pool by runs, one pool pass for the whole call; `user` sees each
+    /// leaf's runs first.
+    fn evict_runs_to_pool(
+        &self,
+        pool: &SlotPool,
+        k: usize,
+        mut user: Option<FreeRunsFn<'_>>,
+    ) -> usize {
+        let mut freed = Vec::new();
+        let n = self.tree.evict_runs(k, &mut |runs| {
+            if let Some(f) = user.as_mut() {
+                f(runs);
+            }
+            freed.extend_from_slice(runs);
+        });
+        // Cannot fail: the tree holds only slots the pool marked Cached when adopting, and
+        // hands each evicted slot out once.
+        pool.release_cached_runs(&freed).expect("evicted slots are cached in the pool");
+        n
+    }
+
     fn evict_to_pool(&self, pool: &SlotPool, k: usize, mut user: Option<FreeFn<'_>>) -> usize {
         // One pool pass for the whole call rather than one per evicted leaf.
         if user.is_none() {
             // Nobody needs the slots listed: hand them over as runs, O(runs) to collect.
-            let mut freed = Vec::new();
-            let n = self.tree.evict_runs(k, &mut |runs| freed.extend_from_slice(runs));
-            // Cannot fail: as below.
-            pool.release_cached_runs(&freed).expect("evicted slots are cached in the pool");
-            return n;
+            return self.evict_runs_to_pool(pool, k, None);
         }
         let mut freed = Vec::new();
         let n = self.tree.evict(k, &mut |slots| {

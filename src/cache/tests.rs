@@ -3,6 +3,7 @@
 
 use super::*;
 use crate::pool::SlotState;
+use crate::slot_run::SlotRun;
 
 fn pooled(n: usize, p: usize) -> Cache {
     Cache::new(CacheOptions { page_size: p, policy: EvictionPolicy::Lru, pool_slots: n }).unwrap()
@@ -106,6 +107,31 @@ fn alloc_evicts_when_short_and_reports_out_of_slots() {
     drop((g, g2));
     c.alloc(2, &mut b).unwrap();
     conserved(&c, 6);
+}
+
+#[test]
+fn evict_runs_hands_runs_in_both_modes() {
+    let c = Cache::new(CacheOptions::default()).unwrap();
+    assert!(matches!(c.evict_runs(1, None), Err(Error::InvalidArgument(_))));
+    c.insert(0, &[1, 2, 3], &[7, 8, 9]).unwrap();
+    let mut got = Vec::new();
+    assert_eq!(c.evict_runs(1, Some(&mut |r: &[SlotRun]| got.extend_from_slice(r))).unwrap(), 3);
+    assert_eq!(got, vec![SlotRun { start: 7, len: 3 }]);
+    // Pool mode: the runs go back to the pool, after the callback saw them.
+    let c = pooled(8, 1);
+    let mut a = Vec::new();
+    c.alloc(5, &mut a).unwrap();
+    c.insert(0, &[1, 2, 3, 4, 5], &a).unwrap();
+    let mut seen = Vec::new();
+    assert_eq!(c.evict_runs(1, Some(&mut |r: &[SlotRun]| seen.extend_from_slice(r))).unwrap(), 5);
+    let mut slots: Vec<u32> = seen.iter().flat_map(|r| r.slots()).collect();
+    slots.sort();
+    a.sort();
+    assert_eq!(slots, a);
+    assert_eq!(c.stats().free_slots, 8);
+    c.alloc(8, &mut Vec::new()).unwrap();
+    assert_eq!(c.evict_runs(1, None).unwrap(), 0);
+    conserved(&c, 8);
 }
 
 #[test]

@@ -21,6 +21,7 @@ use std::panic::{AssertUnwindSafe, catch_unwind};
 
 use crate::cache::{Cache, CacheOptions, CacheStats};
 use crate::error::Error;
+use crate::slot_run::SlotRun;
 use crate::tree::{EvictionPolicy, PrefixLock};
 
 use handles::LockTable;
@@ -134,6 +135,33 @@ pub type rkv_lock = u64;
 /// longjmp, no C++ exception) and must not call into the same cache.
 pub type rkv_free_fn =
     Option<unsafe extern "C" fn(ctx: *mut c_void, slots: *const u32, n_slots: usize)>;
+
+/// A run of consecutive slots `start, start + 1, .., start + len - 1` (`len >= 1`), as
+/// `rkv_evict_runs` hands evicted slots over. A plain value.
+#[repr(C)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct rkv_slot_run {
+    /// The first slot.
+    pub start: u32,
+    /// How many slots.
+    pub len: u32,
+}
+
+// `rkv_slot_run` and `SlotRun` are the same two `u32`s in the same order (both `repr(C)`).
+const _: () = assert!(
+    std::mem::size_of::<rkv_slot_run>() == std::mem::size_of::<SlotRun>()
+        && std::mem::align_of::<rkv_slot_run>() == std::mem::align_of::<SlotRun>()
+        && std::mem::offset_of!(rkv_slot_run, start) == std::mem::offset_of!(SlotRun, start)
+        && std::mem::offset_of!(rkv_slot_run, len) == std::mem::offset_of!(SlotRun, len)
+);
+
+/// Receives freed slots during `rkv_evict_runs`, as runs: `runs[0..n_runs]` is valid only
+/// during the call (copy what you keep). Otherwise as `rkv_free_fn`: called on the thread
+/// that called `rkv_evict_runs`, possibly several times per eviction (once per evicted
+/// leaf); every freed slot is in exactly one run of one call. It must return normally and
+/// must not call into the same cache.
+pub type rkv_free_runs_fn =
+    Option<unsafe extern "C" fn(ctx: *mut c_void, runs: *const rkv_slot_run, n_runs: usize)>;
 
 /// How `rkv_status_str` receives its argument on the Rust side: a C int, so that a value
 /// outside the enum is "unknown status" and not undefined behavior. The header spells it
@@ -642,6 +670,50 @@ pub unsafe extern "C" fn rkv_evict(
                     }
                 };
                 c.cache.evict(n_tokens, Some(&mut tell))
+            }
+        }
+        .map_err(st)?;
+        // SAFETY: passed `check_out`; writable by the caller's contract.
+        unsafe { out_evicted.write(evicted) };
+        Ok(())
+    })
+}
+
+/// `rkv_evict` handing the freed slots over as runs of consecutive slots (an extension of
+/// version 1): `free_fn(ctx, runs, n)` gets each evicted leaf's slots as `rkv_slot_run`s,
+/// O(runs) per leaf instead of O(tokens) when slots come in runs (as pools hand them out).
+/// Everything else as `rkv_evict`: `*out_evicted` (required) gets the count freed; in pool
+/// mode the slots go back to the pool and `free_fn` may be NULL; without a pool a NULL
+/// `free_fn` is `RKV_NULL_ARGUMENT`. Thread-safe.
+///
+/// # Safety
+/// `cache` is NULL or live; `free_fn` NULL or a function safe to call with `ctx` and a run
+/// array; `out_evicted` NULL or writable.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn rkv_evict_runs(
+    cache: *const rkv_cache,
+    n_tokens: usize,
+    free_fn: rkv_free_runs_fn,
+    ctx: *mut c_void,
+    out_evicted: *mut usize,
+) -> rkv_status {
+    boundary(|| {
+        // SAFETY: the caller passes NULL or a live cache that is not being freed.
+        let c = unsafe { cache_ref(cache) }?;
+        check_out(out_evicted)?;
+        let evicted = match free_fn {
+            None if !c.cache.has_pool() => return Err(rkv_status::RKV_NULL_ARGUMENT),
+            None => c.cache.evict_runs(n_tokens, None),
+            Some(f) => {
+                let mut tell = |runs: &[SlotRun]| {
+                    if !runs.is_empty() {
+                        // SAFETY: `rkv_slot_run` has `SlotRun`'s layout (asserted above), and
+                        // the caller guarantees `f` may be called with `ctx` and an array;
+                        // `runs` is a live slice for the duration of the call.
+                        unsafe { f(ctx, runs.as_ptr().cast::<rkv_slot_run>(), runs.len()) }
+                    }
+                };
+                c.cache.evict_runs(n_tokens, Some(&mut tell))
             }
         }
         .map_err(st)?;

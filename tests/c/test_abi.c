@@ -81,7 +81,7 @@ static void check_quiescent_sums(const rkv_cache *c) {
 #define MAX_SLOT 8192
 typedef struct {
   unsigned seen[MAX_SLOT];
-  size_t calls, total, out_of_range;
+  size_t calls, total, out_of_range, runs;
 } collector;
 
 static void collect(void *ctx, const uint32_t *slots, size_t n) {
@@ -92,6 +92,24 @@ static void collect(void *ctx, const uint32_t *slots, size_t n) {
     k->total++;
     if (slots[i] < MAX_SLOT) k->seen[slots[i]]++;
     else k->out_of_range++;
+  }
+}
+
+/* rkv_evict_runs' callback: counts the slots of each run like collect, and the runs. */
+static void collect_runs(void *ctx, const rkv_slot_run *runs, size_t n) {
+  collector *k = (collector *)ctx;
+  size_t i;
+  uint32_t j;
+  k->calls++;
+  for (i = 0; i < n; i++) {
+    k->runs++;
+    if (runs[i].len == 0) k->out_of_range++; /* runs are never empty */
+    for (j = 0; j < runs[i].len; j++) {
+      uint32_t s = runs[i].start + j;
+      k->total++;
+      if (s < MAX_SLOT) k->seen[s]++;
+      else k->out_of_range++;
+    }
   }
 }
 
@@ -372,6 +390,19 @@ static void test_caller_managed_p1(void) {
   k->total = 0;
   ST(rkv_evict(c, 10, collect, k, &evicted), RKV_OK);
   CHECK(evicted == 0 && k->total == 0);
+  /* rkv_evict_runs: the same slots as runs (100..103 is one run), and the same errors. */
+  ST(rkv_insert(c, 0, toks, slots, 4, &existing), RKV_OK);
+  ST(rkv_evict_runs(c, 1, NULL, NULL, &evicted), RKV_NULL_ARGUMENT);
+  ST(rkv_evict_runs(c, 1, collect_runs, k, NULL), RKV_NULL_ARGUMENT);
+  ST(rkv_evict_runs(NULL, 1, collect_runs, k, &evicted), RKV_NULL_ARGUMENT);
+  CHECK(stats(c).cached_tokens == 4);
+  memset(k, 0, sizeof *k);
+  ST(rkv_evict_runs(c, SIZE_MAX, collect_runs, k, &evicted), RKV_OK);
+  CHECK(evicted == 4 && k->total == 4 && k->runs == 1 && each_at_most_once(k));
+  CHECK(k->seen[100] == 1 && k->seen[103] == 1 && stats(c).cached_tokens == 0);
+  k->total = 0;
+  ST(rkv_evict_runs(c, 10, collect_runs, k, &evicted), RKV_OK);
+  CHECK(evicted == 0 && k->total == 0);
   free(k);
 
   /* Freeing a cache with a lock outstanding releases it (valgrind checks the rest). */
@@ -552,6 +583,22 @@ static void test_pool_p1(void) {
   k = new_collector();
   ST(rkv_evict(c, SIZE_MAX, collect, k, &evicted), RKV_OK);
   CHECK(k->total == evicted && each_at_most_once(k));
+  s = stats(c);
+  CHECK(s.cached_tokens == 0 && s.free_slots == N);
+  free(k);
+  /* rkv_evict_runs in pool mode: NULL callback allowed; with one, each slot once; the
+     slots go back to the pool either way. */
+  ST(rkv_alloc(c, 6, a), RKV_OK);
+  ST(rkv_insert(c, 3, toks, a, 6, &existing), RKV_OK);
+  ST(rkv_alloc(c, 6, a), RKV_OK);
+  ST(rkv_insert(c, 4, toks, a, 6, &existing), RKV_OK);
+  ST(rkv_evict_runs(c, 1, NULL, NULL, &evicted), RKV_OK);
+  CHECK(evicted == 6); /* one whole leaf */
+  s = stats(c);
+  CHECK(s.free_slots + s.cached_tokens == N && s.cached_tokens == 6);
+  k = new_collector();
+  ST(rkv_evict_runs(c, SIZE_MAX, collect_runs, k, &evicted), RKV_OK);
+  CHECK(evicted == 6 && k->total == 6 && k->runs >= 1 && each_at_most_once(k));
   s = stats(c);
   CHECK(s.cached_tokens == 0 && s.free_slots == N);
   free(k);

@@ -2,6 +2,8 @@
 // radixkv.hpp, linked into the same binary as test_main.cpp.
 #include <algorithm>
 #include <set>
+#include <stdexcept>
+#include <string>
 #include <vector>
 
 #include "check.hpp"
@@ -64,6 +66,32 @@ void caller_managed() {
   std::vector<std::uint32_t> freed = c.evict_slots(SIZE_MAX);
   CHECK(c.stats().cached_tokens == 0);
   CHECK(freed.size() < 5);  // the throwing call freed at least 1
+  {
+    // evict_runs: slots 10..13 come back as one run, another leaf's scattered slots as runs
+    // of one; an exception from the callback comes out after the eviction.
+    CHECK(c.insert(0, toks, slots) == 0);
+    CHECK(c.insert(0, std::vector<std::uint32_t>{7, 8, 9}, std::vector<std::uint32_t>{30, 20, 40}) == 0);
+    std::vector<rkv_slot_run> got;
+    std::size_t n = c.evict_runs(SIZE_MAX, [&got](const rkv_slot_run *r, std::size_t k) {
+      got.insert(got.end(), r, r + k);
+    });
+    CHECK(n == 7 && got.size() == 4);
+    std::vector<std::uint32_t> all;
+    for (const rkv_slot_run &r : got)
+      for (std::uint32_t i = 0; i < r.len; ++i) all.push_back(r.start + i);
+    std::sort(all.begin(), all.end());
+    CHECK((all == std::vector<std::uint32_t>{10, 11, 12, 13, 20, 30, 40}));
+    CHECK(std::any_of(got.begin(), got.end(),
+                      [](const rkv_slot_run &r) { return r.start == 10 && r.len == 4; }));
+    CHECK(c.insert(0, toks, slots) == 0);
+    bool threw_runs = false;
+    try {
+      c.evict_runs(1, [](const rkv_slot_run *, std::size_t) { throw std::runtime_error("boom"); });
+    } catch (const std::runtime_error &e) {
+      threw_runs = std::string(e.what()) == "boom";
+    }
+    CHECK(threw_runs && c.stats().cached_tokens == 0);
+  }
   rkv::Cache moved = std::move(c);
   CHECK_THROWS(c.stats(), RKV_NULL_ARGUMENT);  // NOLINT(bugprone-use-after-move)
   CHECK(moved.stats().cached_tokens == 0);

@@ -479,6 +479,23 @@ class Cache:
             _check(lib.rkv_evict(c, n, cb, None, byref(evicted)), "rkv_evict")
         return freed
 
+    def evict_runs(self, n_tokens: int) -> List[Tuple[int, int]]:
+        """:meth:`evict`, returning the freed slots as runs of consecutive slots: a list of
+        ``(start, length)`` pairs (slots ``start .. start + length - 1``), each freed slot in
+        exactly one. Cheaper than :meth:`evict` when slots come in runs, as a pool hands
+        them out."""
+        n = _size(n_tokens, "n_tokens")
+        freed: List[Tuple[int, int]] = []
+
+        def on_free(_ctx: Any, runs: Any, k: int) -> None:
+            freed.extend((runs[i].start, runs[i].len) for i in range(k))
+
+        cb = _native.FREE_RUNS_FN(on_free)
+        evicted = c_size_t()
+        with self._call() as c:
+            _check(lib.rkv_evict_runs(c, n, cb, None, byref(evicted)), "rkv_evict_runs")
+        return freed
+
     def alloc(self, n: int) -> array:
         """Pool mode: ``n`` slots (``array('I')``), all or nothing, evicting when short."""
         n = _size(n, "n")

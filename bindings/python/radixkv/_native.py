@@ -69,6 +69,13 @@ class rkv_stats(Structure):
 
 FREE_FN = CFUNCTYPE(None, c_void_p, POINTER(c_uint32), c_size_t)
 
+
+class rkv_slot_run(Structure):
+    _fields_ = [("start", c_uint32), ("len", c_uint32)]
+
+
+FREE_RUNS_FN = CFUNCTYPE(None, c_void_p, POINTER(rkv_slot_run), c_size_t)
+
 rkv_lock = c_uint64
 _status = c_int  # rkv_status: a C enum, int-sized
 
@@ -127,6 +134,7 @@ def _declare(lib: ctypes.CDLL) -> None:
         "rkv_lock_len": (_status, [c_void_p, rkv_lock, POINTER(c_size_t)]),
         "rkv_release": (_status, [c_void_p, rkv_lock]),
         "rkv_evict": (_status, [c_void_p, c_size_t, FREE_FN, c_void_p, POINTER(c_size_t)]),
+        "rkv_evict_runs": (_status, [c_void_p, c_size_t, FREE_RUNS_FN, c_void_p, POINTER(c_size_t)]),
         "rkv_alloc": (_status, [c_void_p, c_size_t, c_void_p]),
         "rkv_free": (_status, [c_void_p, c_void_p, c_size_t]),
         "rkv_cache_stats": (_status, [c_void_p, POINTER(rkv_stats)]),

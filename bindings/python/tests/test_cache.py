@@ -148,6 +148,25 @@ def test_caller_managed_evict_returns_each_slot_once():
             c.free([1])
 
 
+def test_evict_runs_returns_each_slot_once_as_runs():
+    with Cache() as c:
+        c.insert([1, 2, 3, 4], [10, 11, 12, 13])  # one run
+        c.insert([7, 8, 9], [30, 20, 40])  # three runs of one
+        runs = c.evict_runs(2**40)
+        assert (10, 4) in runs and len(runs) == 4
+        slots = sorted(s for start, n in runs for s in range(start, start + n))
+        assert slots == [10, 11, 12, 13, 20, 30, 40]
+        assert c.evict_runs(1) == [] and c.stats().cached_tokens == 0
+        with pytest.raises(ValueError):
+            c.evict_runs(-1)
+    with Cache(pool_slots=64) as c:
+        a = c.alloc(10)
+        c.insert(list(range(10)), a)
+        runs = c.evict_runs(1)
+        assert sorted(s for start, n in runs for s in range(start, start + n)) == sorted(a)
+        assert c.stats().free_slots == 64
+
+
 def test_pool():
     with Cache(pool_slots=64) as c:
         a = c.alloc(10)
