@@ -252,24 +252,7 @@ class Cache {
   /// `on_free` stops later calls of it (the eviction itself completes) and is rethrown.
   template <class F>
   std::size_t evict(std::size_t n, F &&on_free) const {
-    struct Ctx {
-      F *f;
-      std::exception_ptr error;
-    } ctx{&on_free, nullptr};
-    rkv_free_fn tramp = [](void *p, const std::uint32_t *slots, std::size_t k) {
-      Ctx *c = static_cast<Ctx *>(p);
-      if (c->error) return;
-      try {
-        (*c->f)(slots, k);
-      } catch (...) {
-        c->error = std::current_exception();
-      }
-    };
-    std::size_t evicted = 0;
-    rkv_status st = rkv_evict(cache_, n, tramp, &ctx, &evicted);
-    if (ctx.error) std::rethrow_exception(ctx.error);
-    detail::check(st, "rkv_evict");
-    return evicted;
+    return evict_via<std::uint32_t>(n, on_free, rkv_evict, "rkv_evict");
   }
 
   /// Evict at least `n` tokens, handing the freed slots over as runs of consecutive slots:
@@ -279,24 +262,7 @@ class Cache {
   /// `on_free` are rethrown after the eviction completes).
   template <class F>
   std::size_t evict_runs(std::size_t n, F &&on_free) const {
-    struct Ctx {
-      F *f;
-      std::exception_ptr error;
-    } ctx{&on_free, nullptr};
-    rkv_free_runs_fn tramp = [](void *p, const rkv_slot_run *runs, std::size_t k) {
-      Ctx *c = static_cast<Ctx *>(p);
-      if (c->error) return;
-      try {
-        (*c->f)(runs, k);
-      } catch (...) {
-        c->error = std::current_exception();
-      }
-    };
-    std::size_t evicted = 0;
-    rkv_status st = rkv_evict_runs(cache_, n, tramp, &ctx, &evicted);
-    if (ctx.error) std::rethrow_exception(ctx.error);
-    detail::check(st, "rkv_evict_runs");
-    return evicted;
+    return evict_via<rkv_slot_run>(n, on_free, rkv_evict_runs, "rkv_evict_runs");
   }
 
   /// Evict at least `n` tokens and return the freed slots.
@@ -336,6 +302,31 @@ class Cache {
   void reset() const { detail::check(rkv_cache_reset(cache_), "rkv_cache_reset"); }
 
  private:
+  // `evict` and `evict_runs`: calls `c_evict` with a trampoline that passes each array of
+  // `T` (slots or runs) to `on_free`; an exception from `on_free` stops later calls of it
+  // (the eviction itself completes) and is rethrown.
+  template <class T, class F, class CEvict>
+  std::size_t evict_via(std::size_t n, F &on_free, CEvict c_evict, const char *what) const {
+    struct Ctx {
+      F *f;
+      std::exception_ptr error;
+    } ctx{&on_free, nullptr};
+    void (*tramp)(void *, const T *, std::size_t) = [](void *p, const T *xs, std::size_t k) {
+      Ctx *c = static_cast<Ctx *>(p);
+      if (c->error) return;
+      try {
+        (*c->f)(xs, k);
+      } catch (...) {
+        c->error = std::current_exception();
+      }
+    };
+    std::size_t evicted = 0;
+    rkv_status st = c_evict(cache_, n, tramp, &ctx, &evicted);
+    if (ctx.error) std::rethrow_exception(ctx.error);
+    detail::check(st, what);
+    return evicted;
+  }
+
   static void same_size(Span a, Span b, const char *function) {
     if (a.size != b.size) throw Error(RKV_INVALID_ARGUMENT, function);
   }

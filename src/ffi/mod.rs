@@ -654,25 +654,43 @@ pub unsafe extern "C" fn rkv_evict(
     ctx: *mut c_void,
     out_evicted: *mut usize,
 ) -> rkv_status {
+    let evict = |cache: &Cache| match free_fn {
+        None => cache.evict(n_tokens, None),
+        Some(f) => {
+            let mut tell = |slots: &[u32]| {
+                if !slots.is_empty() {
+                    // SAFETY: the caller guarantees `f` may be called with `ctx` and an
+                    // array; `slots` is a live slice for the duration of the call.
+                    unsafe { f(ctx, slots.as_ptr(), slots.len()) }
+                }
+            };
+            cache.evict(n_tokens, Some(&mut tell))
+        }
+    };
+    // SAFETY: the caller's contract for `cache` and `out_evicted` is `evict_into`'s.
+    unsafe { evict_into(cache, out_evicted, free_fn.is_some(), evict) }
+}
+
+/// The body `rkv_evict` and `rkv_evict_runs` share, inside the panic boundary: checks
+/// `cache` and `out_evicted`, refuses a missing callback without a pool
+/// (`RKV_NULL_ARGUMENT`), runs `evict`, and writes the count freed only on success.
+///
+/// # Safety
+/// `cache` is NULL or live; `out_evicted` NULL or writable.
+unsafe fn evict_into(
+    cache: *const rkv_cache,
+    out_evicted: *mut usize,
+    has_callback: bool,
+    evict: impl FnOnce(&Cache) -> crate::error::Result<usize>,
+) -> rkv_status {
     boundary(|| {
         // SAFETY: the caller passes NULL or a live cache that is not being freed.
         let c = unsafe { cache_ref(cache) }?;
         check_out(out_evicted)?;
-        let evicted = match free_fn {
-            None if !c.cache.has_pool() => return Err(rkv_status::RKV_NULL_ARGUMENT),
-            None => c.cache.evict(n_tokens, None),
-            Some(f) => {
-                let mut tell = |slots: &[u32]| {
-                    if !slots.is_empty() {
-                        // SAFETY: the caller guarantees `f` may be called with `ctx` and an
-                        // array; `slots` is a live slice for the duration of the call.
-                        unsafe { f(ctx, slots.as_ptr(), slots.len()) }
-                    }
-                };
-                c.cache.evict(n_tokens, Some(&mut tell))
-            }
+        if !has_callback && !c.cache.has_pool() {
+            return Err(rkv_status::RKV_NULL_ARGUMENT);
         }
-        .map_err(st)?;
+        let evicted = evict(&c.cache).map_err(st)?;
         // SAFETY: passed `check_out`; writable by the caller's contract.
         unsafe { out_evicted.write(evicted) };
         Ok(())
@@ -697,30 +715,22 @@ pub unsafe extern "C" fn rkv_evict_runs(
     ctx: *mut c_void,
     out_evicted: *mut usize,
 ) -> rkv_status {
-    boundary(|| {
-        // SAFETY: the caller passes NULL or a live cache that is not being freed.
-        let c = unsafe { cache_ref(cache) }?;
-        check_out(out_evicted)?;
-        let evicted = match free_fn {
-            None if !c.cache.has_pool() => return Err(rkv_status::RKV_NULL_ARGUMENT),
-            None => c.cache.evict_runs(n_tokens, None),
-            Some(f) => {
-                let mut tell = |runs: &[SlotRun]| {
-                    if !runs.is_empty() {
-                        // SAFETY: `rkv_slot_run` has `SlotRun`'s layout (asserted above), and
-                        // the caller guarantees `f` may be called with `ctx` and an array;
-                        // `runs` is a live slice for the duration of the call.
-                        unsafe { f(ctx, runs.as_ptr().cast::<rkv_slot_run>(), runs.len()) }
-                    }
-                };
-                c.cache.evict_runs(n_tokens, Some(&mut tell))
-            }
+    let evict = |cache: &Cache| match free_fn {
+        None => cache.evict_runs(n_tokens, None),
+        Some(f) => {
+            let mut tell = |runs: &[SlotRun]| {
+                if !runs.is_empty() {
+                    // SAFETY: `rkv_slot_run` has `SlotRun`'s layout (asserted above), and
+                    // the caller guarantees `f` may be called with `ctx` and an array;
+                    // `runs` is a live slice for the duration of the call.
+                    unsafe { f(ctx, runs.as_ptr().cast::<rkv_slot_run>(), runs.len()) }
+                }
+            };
+            cache.evict_runs(n_tokens, Some(&mut tell))
         }
-        .map_err(st)?;
-        // SAFETY: passed `check_out`; writable by the caller's contract.
-        unsafe { out_evicted.write(evicted) };
-        Ok(())
-    })
+    };
+    // SAFETY: the caller's contract for `cache` and `out_evicted` is `evict_into`'s.
+    unsafe { evict_into(cache, out_evicted, free_fn.is_some(), evict) }
 }
 
 /// Pool mode only (else `RKV_NO_POOL`): allocates `n_slots` slots into
