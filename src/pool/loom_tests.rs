@@ -6,7 +6,8 @@
 //! The protocols modelled: stripe locks taken in ascending order, waiting (two calls whose
 //! runs share stripes, one stripe per slot or one for all); slot states packed in words, so
 //! that calls under different stripe locks and allocations (no lock) write bytes of one word
-//! at once; per-page counts under a stripe lock; the reservation counter.
+//! at once; per-page counts under a stripe lock; the reservation counter; a refused call's
+//! undo of what its one-pass check-and-change already changed.
 
 use std::sync::Arc;
 
@@ -212,5 +213,30 @@ fn pages_sharing_a_stripe_return_once() {
         let mut all = alloc(&pool, 4);
         all.sort_unstable();
         assert_eq!(all, vec![0, 1, 2, 3]);
+    });
+}
+
+/// A refused call changes a slot before it meets the refusing one, then undoes the change
+/// before it unlocks: a reader taking the slot's stripe lock never sees the change, and a
+/// neighbour's change to another slot of the same state word (another stripe) survives the
+/// undo's `fetch_xor`.
+#[test]
+fn a_refused_call_undoes_invisibly() {
+    loom::model(|| {
+        let pool = pool(3, 1, 1, 1);
+        let v = alloc(&pool, 3);
+        let (a, b, c) = (v[0], v[1], v[2]);
+        pool.adopt(&[c]).unwrap();
+        let p2 = pool.clone();
+        // `a` is Held and changes first; `c` is Cached, so the free is refused and undone.
+        let t = thread::spawn(move || p2.free(&[a, c]));
+        let seen = pool.state(a);
+        pool.adopt(&[b]).unwrap();
+        assert!(matches!(t.join().unwrap(), Err(Error::DoubleFree { slot }) if slot == c));
+        assert_eq!(seen, Some(SlotState::Held));
+        assert_eq!(pool.state(a), Some(SlotState::Held));
+        assert_eq!(pool.state(b), Some(SlotState::Cached));
+        assert_eq!(pool.state(c), Some(SlotState::Cached));
+        assert_eq!((pool.available(), pool.allocatable()), (0, 0));
     });
 }
