@@ -4,7 +4,7 @@
 use std::collections::{HashMap, HashSet};
 
 use proptest::prelude::*;
-use radixkv::{EvictionPolicy, PrefixLock, RadixTree, TreeConfig};
+use radixkv::{EvictionPolicy, PrefixLock, RadixTree, SlotRun, TreeConfig};
 
 #[derive(Debug, Clone)]
 enum Op {
@@ -71,12 +71,23 @@ impl Model {
     }
 }
 
+/// The slots named by `runs`, after checking that the runs are maximal: no empty run, none
+/// continuing the one before it.
+fn expand(runs: &[SlotRun]) -> Result<Vec<u32>, TestCaseError> {
+    for w in runs.windows(2) {
+        prop_assert!(w[0].start.checked_add(w[0].len) != Some(w[1].start), "not joined: {:?}", w);
+    }
+    prop_assert!(runs.iter().all(|r| r.len > 0));
+    Ok(runs.iter().flat_map(|r| r.slots()).collect())
+}
+
 fn run(p: usize, ops: Vec<Op>) -> Result<(), TestCaseError> {
     let tree = RadixTree::new(TreeConfig { page_size: p, policy: EvictionPolicy::Lru }).unwrap();
     let mut model = Model { p, pages: HashMap::new() };
     let mut locks: Vec<(PrefixLock, u64, Vec<u32>)> = Vec::new();
     let mut next_slot = 0u32;
     let mut out = Vec::new();
+    let mut runs = Vec::new();
     for op in ops {
         match op {
             Op::Match(ns, t) => {
@@ -84,9 +95,19 @@ fn run(p: usize, ops: Vec<Op>) -> Result<(), TestCaseError> {
                 let (mm, ms) = model.matched(ns, &t);
                 prop_assert_eq!(m, mm);
                 prop_assert_eq!(&out, &ms);
+                // The same match as runs: they expand to the same slots, joined maximally.
+                prop_assert_eq!(tree.match_prefix_runs(ns, &t, &mut runs), mm);
+                prop_assert_eq!(&expand(&runs)?, &ms);
             }
             Op::MatchLock(ns, t) => {
-                let l = tree.match_and_lock_raw(ns, &t, &mut out);
+                // Odd query lengths lock through the runs variant.
+                let l = if t.len() % 2 == 1 {
+                    let l = tree.match_and_lock_runs_raw(ns, &t, &mut runs);
+                    out = expand(&runs)?;
+                    l
+                } else {
+                    tree.match_and_lock_raw(ns, &t, &mut out)
+                };
                 let (mm, ms) = model.matched(ns, &t);
                 prop_assert_eq!(l.len(), mm);
                 prop_assert_eq!(&out, &ms);

@@ -120,6 +120,23 @@ impl Cache {
         self.tree.match_and_lock(ns, tokens, out)
     }
 
+    /// [`Cache::match_prefix`] writing the slots as runs of consecutive slots; see
+    /// [`RadixTree::match_prefix_runs`].
+    pub fn match_prefix_runs(&self, ns: u64, tokens: &[u32], out: &mut Vec<SlotRun>) -> usize {
+        self.tree.match_prefix_runs(ns, tokens, out)
+    }
+
+    /// [`Cache::match_and_lock`] writing the slots as runs of consecutive slots; see
+    /// [`RadixTree::match_and_lock_runs`].
+    pub fn match_and_lock_runs(
+        &self,
+        ns: u64,
+        tokens: &[u32],
+        out: &mut Vec<SlotRun>,
+    ) -> LockGuard<'_> {
+        self.tree.match_and_lock_runs(ns, tokens, out)
+    }
+
     /// Caches `tokens[..n]` (n cut to a page multiple) with `slots` and returns `existing`
     /// (see [`RadixTree::insert`]).
     ///

@@ -73,12 +73,14 @@
 
 mod evict_index;
 mod node;
+mod slot_sink;
 mod stripes;
 
 use std::fmt;
 
 use evict_index::EvictIndex;
 use node::{ChildTable, DEAD, Node, PIN_MASK, REPLACED, node_ref};
+use slot_sink::SlotSink;
 use stripes::MatchCounters;
 
 use crate::error::{Error, Result, invalid};
@@ -623,6 +625,18 @@ impl RadixTree {
     /// In a concurrent cache this is an estimate: the prefix may be evicted the moment it
     /// returns. Admit requests with [`RadixTree::match_and_lock`].
     pub fn match_prefix(&self, ns: u64, tokens: &[u32], out: &mut Vec<u32>) -> usize {
+        self.match_into(ns, tokens, out)
+    }
+
+    /// [`RadixTree::match_prefix`] writing the matched slots to `out` (cleared first) as
+    /// runs of consecutive slots ([`SlotRun`], in token order; neighbours that continue one
+    /// another are joined): O(runs) to write instead of O(tokens) when slots come in runs,
+    /// as a pool hands them out. The runs' lengths add up to the match length returned.
+    pub fn match_prefix_runs(&self, ns: u64, tokens: &[u32], out: &mut Vec<SlotRun>) -> usize {
+        self.match_into(ns, tokens, out)
+    }
+
+    fn match_into<S: SlotSink>(&self, ns: u64, tokens: &[u32], out: &mut S) -> usize {
         out.clear();
         let n = self.aligned(tokens.len());
         let g = self.domain.pin();
@@ -640,7 +654,13 @@ impl RadixTree {
     }
 
     /// One optimistic descent; `None` if a racing split or eviction invalidated it.
-    fn try_match(&self, root: &Node, key: &[u32], out: &mut Vec<u32>, g: &Guard) -> Option<usize> {
+    fn try_match<S: SlotSink>(
+        &self,
+        root: &Node,
+        key: &[u32],
+        out: &mut S,
+        g: &Guard,
+    ) -> Option<usize> {
         let p = self.cfg.page_size;
         let now = self.now();
         let mut cur = root;
@@ -661,7 +681,7 @@ impl RadixTree {
             if k == 0 {
                 break; // the candidate differs within the first page: no child matches
             }
-            c.extend_slots(out, 0, k);
+            out.take(c, k);
             self.touch(c, now);
             pos += k;
             last = Some((c, k));
@@ -687,6 +707,32 @@ impl RadixTree {
 
     /// [`RadixTree::match_and_lock`] returning a detached [`PrefixLock`].
     pub fn match_and_lock_raw(&self, ns: u64, tokens: &[u32], out: &mut Vec<u32>) -> PrefixLock {
+        self.lock_into(ns, tokens, out)
+    }
+
+    /// [`RadixTree::match_and_lock`] writing the matched slots as runs, as
+    /// [`RadixTree::match_prefix_runs`] does.
+    pub fn match_and_lock_runs(
+        &self,
+        ns: u64,
+        tokens: &[u32],
+        out: &mut Vec<SlotRun>,
+    ) -> LockGuard<'_> {
+        let lock = self.lock_into(ns, tokens, out);
+        self.guard(lock)
+    }
+
+    /// [`RadixTree::match_and_lock_runs`] returning a detached [`PrefixLock`].
+    pub fn match_and_lock_runs_raw(
+        &self,
+        ns: u64,
+        tokens: &[u32],
+        out: &mut Vec<SlotRun>,
+    ) -> PrefixLock {
+        self.lock_into(ns, tokens, out)
+    }
+
+    fn lock_into<S: SlotSink>(&self, ns: u64, tokens: &[u32], out: &mut S) -> PrefixLock {
         out.clear();
         let n = self.aligned(tokens.len());
         let g = self.domain.pin();
@@ -699,7 +745,7 @@ impl RadixTree {
     }
 
     /// Pins the longest cached prefix of `key`, splitting at its end; returns its length.
-    fn pin_descend(&self, root: &Node, key: &[u32], out: &mut Vec<u32>, g: &Guard) -> usize {
+    fn pin_descend<S: SlotSink>(&self, root: &Node, key: &[u32], out: &mut S, g: &Guard) -> usize {
         let p = self.cfg.page_size;
         let now = self.now();
         let mut cur = root;
@@ -718,7 +764,7 @@ impl RadixTree {
                 if k < c.len() {
                     match self.split(c, k, true, g) {
                         Some(u) => {
-                            u.extend_slots(out, 0, u.len());
+                            out.take(u, u.len());
                             self.touch(u, now);
                             pos += k;
                             break 'step;
@@ -728,7 +774,7 @@ impl RadixTree {
                 }
                 match self.try_pin(c) {
                     Pin::Pinned => {
-                        c.extend_slots(out, 0, c.len());
+                        out.take(c, c.len());
                         self.touch(c, now);
                         pos += k;
                         cur = c;
@@ -981,7 +1027,7 @@ impl RadixTree {
         let mut runs = Vec::new();
         self.evict_with(k, &mut |x| {
             runs.clear();
-            x.push_runs(&mut runs);
+            x.push_runs(&mut runs, x.len());
             free(&runs)
         })
     }

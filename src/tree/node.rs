@@ -295,35 +295,43 @@ impl Node {
         }
     }
 
-    /// Appends the edge's slots to `out` as runs of consecutive slots, joining runs that
-    /// continue one another (also across calls, with the run `out` ends with): one run for
-    /// an edge stored as one base, at most one per page for one stored per page, and the
-    /// maximal runs of the list for one stored per token.
-    pub(crate) fn push_runs(&self, out: &mut Vec<SlotRun>) {
+    /// Appends the slots of the edge's first `end` tokens to `out` as runs of consecutive
+    /// slots, joining runs that continue one another (also across calls, with the run `out`
+    /// ends with): one run for an edge stored as one base, at most one per page for one
+    /// stored per page, and the maximal runs of the list for one stored per token.
+    pub(crate) fn push_runs(&self, out: &mut Vec<SlotRun>, end: usize) {
         let len = self.len();
+        debug_assert!(end <= len);
         if self.runs > 0 {
             let (offs, bases) = self.run_table();
             let mut at = 0;
             for (r, &base) in bases.iter().enumerate() {
-                let end = offs.get(r).map_or(len, |&o| o as usize);
-                SlotRun::push_joined(out, base, (end - at) as u32);
-                at = end;
+                if at >= end {
+                    break;
+                }
+                let stop = offs.get(r).map_or(len, |&o| o as usize).min(end);
+                SlotRun::push_joined(out, base, (stop - at) as u32);
+                at = stop;
             }
             return;
         }
         let stored = &self.data[len..];
         if stored.len() == len {
             let mut i = 0;
-            while i < len {
-                let n = run_len(&stored[i..]);
+            while i < end {
+                let n = run_len(&stored[i..end]);
                 SlotRun::push_joined(out, stored[i], n as u32);
                 i += n;
             }
             return;
         }
-        let p = (len / stored.len()) as u32;
-        for &base in stored {
-            SlotRun::push_joined(out, base, p);
+        let p = len / stored.len();
+        for (i, &base) in stored.iter().enumerate() {
+            let at = i * p;
+            if at >= end {
+                break;
+            }
+            SlotRun::push_joined(out, base, p.min(end - at) as u32);
         }
     }
 

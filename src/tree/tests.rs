@@ -470,3 +470,57 @@ fn short_runs_are_counted_before_choosing_runs() {
     head.extend(5000..5300);
     assert_eq!(bytes(&head), one(600) + 4 * 599);
 }
+
+#[test]
+fn match_prefix_runs_names_the_same_slots_as_runs() {
+    for p in [1, 4] {
+        let t = tree(p);
+        let toks: Vec<u32> = (0..16).collect();
+        // One run, two runs, one base per page, one per token, and runs a page apart that
+        // join across the pages (stored per page) or not.
+        let layouts: [Vec<u32>; 5] = [
+            (100..116).collect(),
+            (208..216).chain(200..208).collect(),
+            (0..4).flat_map(|i| (300 + 10 * i)..(304 + 10 * i)).collect(),
+            (400..416).rev().collect(),
+            (500..516)
+                .collect::<Vec<u32>>()
+                .iter()
+                .map(|&s| if s >= 508 { s + 1 } else { s })
+                .collect(),
+        ];
+        for (i, slots) in layouts.iter().enumerate() {
+            t.insert(i as u64, &toks, slots).unwrap();
+            // A fork after 8 tokens splits the edge; a second fork at 12 inside the rest.
+            let mut q = toks.clone();
+            q[8] = 1000;
+            t.insert(i as u64, &q, &(600..616).collect::<Vec<u32>>()).unwrap();
+        }
+        for (i, slots) in layouts.iter().enumerate() {
+            let ns = i as u64;
+            for cut in 0..=16 {
+                let mut q = toks[..cut].to_vec();
+                q.push(2000);
+                let mut want = Vec::new();
+                let m = t.match_prefix(ns, &q, &mut want);
+                let mut runs = vec![SlotRun { start: 9, len: 9 }]; // cleared first
+                assert_eq!(t.match_prefix_runs(ns, &q, &mut runs), m, "p {p} layout {i} cut {cut}");
+                let got: Vec<u32> = runs.iter().flat_map(|r| r.slots()).collect();
+                assert_eq!(got, want, "p {p} layout {i} cut {cut}");
+                assert_eq!(&got[..], &slots[..m]);
+                // Maximal: as many runs as the slots form.
+                let mut maximal = Vec::new();
+                SlotRun::push_runs_of(&want, &mut maximal);
+                assert_eq!(runs, maximal, "p {p} layout {i} cut {cut}");
+                // The locking variant names the same slots and pins the match.
+                let mut lruns = Vec::new();
+                let l = t.match_and_lock_runs(ns, &q, &mut lruns);
+                assert_eq!((l.len(), &lruns), (m, &runs));
+                assert_eq!(t.stats().protected_tokens as usize, m);
+                drop(l);
+                assert_eq!(t.stats().protected_tokens, 0);
+            }
+        }
+        t.check_invariants().unwrap();
+    }
+}
