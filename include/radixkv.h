@@ -123,16 +123,6 @@ typedef struct rkv_options {
 typedef uint64_t rkv_lock;
 
 /**
- * Receives freed slots during `rkv_evict`: `slots[0..n_slots]` is valid only during the
- * call (copy what you keep). Called on the thread that called `rkv_evict`, possibly several
- * times per eviction; every freed slot is passed exactly once. It must return normally (no
- * longjmp, no C++ exception) and must not call into the same cache.
- */
-typedef void (*rkv_free_fn)(void *ctx,
-                            const uint32_t *slots,
-                            size_t n_slots);
-
-/**
  * A run of consecutive slots `start, start + 1, .., start + len - 1` (`len >= 1`), as
  * `rkv_evict_runs` hands evicted slots over. A plain value.
  */
@@ -146,6 +136,16 @@ typedef struct rkv_slot_run {
    */
   uint32_t len;
 } rkv_slot_run;
+
+/**
+ * Receives freed slots during `rkv_evict`: `slots[0..n_slots]` is valid only during the
+ * call (copy what you keep). Called on the thread that called `rkv_evict`, possibly several
+ * times per eviction; every freed slot is passed exactly once. It must return normally (no
+ * longjmp, no C++ exception) and must not call into the same cache.
+ */
+typedef void (*rkv_free_fn)(void *ctx,
+                            const uint32_t *slots,
+                            size_t n_slots);
 
 /**
  * Receives freed slots during `rkv_evict_runs`, as runs: `runs[0..n_runs]` is valid only
@@ -305,6 +305,51 @@ enum rkv_status rkv_match_lock(const struct rkv_cache *cache,
                                size_t out_cap,
                                size_t *out_len,
                                rkv_lock *out_lock);
+
+/**
+ * `rkv_match` writing the slots as runs of consecutive slots (an extension of version 1):
+ * `out_runs[0..*out_n_runs]` name the match's slots in token order, neighbours that
+ * continue one another joined, so their lengths add up to `*out_len`; O(runs) to write
+ * instead of O(tokens) when slots come in runs, as pools hand them out. `*out_len` and
+ * `*out_n_runs` are required. `out_runs` may be NULL when `out_cap == 0`: then only the
+ * two counts are produced and the status is `RKV_OK`. If `out_cap > 0` is smaller than the
+ * number of runs, returns `RKV_BUFFER_TOO_SMALL` with both counts written (nothing else).
+ * There are never more runs than matched tokens, so `out_cap = n_tokens` always suffices.
+ * All arrays stay owned by the caller. Thread-safe; lock-free.
+ *
+ * # Safety
+ * As `rkv_match`, with `out_runs[0..out_cap]` writable (or NULL) and `out_n_runs` NULL or
+ * writable.
+ */
+enum rkv_status rkv_match_runs(const struct rkv_cache *cache,
+                               uint64_t ns,
+                               const uint32_t *tokens,
+                               size_t n_tokens,
+                               struct rkv_slot_run *out_runs,
+                               size_t out_cap,
+                               size_t *out_n_runs,
+                               size_t *out_len);
+
+/**
+ * `rkv_match_lock` writing the slots as runs, as `rkv_match_runs` does (an extension of
+ * version 1): `out_cap` must be >= the number of runs (pass `n_tokens` to be safe);
+ * `out_runs` may be NULL only when `out_cap == 0`. On `RKV_BUFFER_TOO_SMALL` nothing is
+ * pinned and only `*out_n_runs` and `*out_len` are written. Always yields a lock on
+ * `RKV_OK`, also for a match of length 0; the caller owns it and must release it exactly
+ * once with `rkv_release`. Thread-safe.
+ *
+ * # Safety
+ * As `rkv_match_runs`; `out_lock` NULL or writable.
+ */
+enum rkv_status rkv_match_lock_runs(const struct rkv_cache *cache,
+                                    uint64_t ns,
+                                    const uint32_t *tokens,
+                                    size_t n_tokens,
+                                    struct rkv_slot_run *out_runs,
+                                    size_t out_cap,
+                                    size_t *out_n_runs,
+                                    size_t *out_len,
+                                    rkv_lock *out_lock);
 
 /**
  * Inserts `tokens[0..n_tokens]` with `slots[0..n_tokens]` in namespace `ns` (the length is

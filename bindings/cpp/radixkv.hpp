@@ -196,6 +196,18 @@ class Cache {
     out.resize(len);
     return out;
   }
+  /// `match` returning the slots as runs of consecutive slots (run `r` is slots `r.start ..
+  /// r.start + r.len - 1`), in token order, neighbours that continue one another joined;
+  /// their lengths add up to the match length. Cheaper than `match` when slots come in runs.
+  std::vector<rkv_slot_run> match_runs(std::uint64_t ns, Span tokens) const {
+    std::vector<rkv_slot_run> out(tokens.size);
+    std::size_t n_runs = 0, len = 0;
+    detail::check(rkv_match_runs(cache_, ns, tokens.data, tokens.size, out.data(), out.size(),
+                                 &n_runs, &len),
+                  "rkv_match_runs");
+    out.resize(n_runs);
+    return out;
+  }
   /// Length of the longest cached prefix only.
   std::size_t match_len(std::uint64_t ns, Span tokens) const {
     std::size_t len = 0;

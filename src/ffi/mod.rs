@@ -238,14 +238,14 @@ unsafe fn input<'a>(p: *const u32, len: usize) -> Res<&'a [u32]> {
 }
 
 /// Checks an output array of capacity `cap`: NULL is allowed when `cap == 0`.
-fn check_out_array(p: *mut u32, cap: usize) -> Res<()> {
+fn check_out_array<T>(p: *mut T, cap: usize) -> Res<()> {
     if cap == 0 {
         return Ok(());
     }
     if p.is_null() {
         return Err(rkv_status::RKV_NULL_ARGUMENT);
     }
-    if !p.is_aligned() || cap > isize::MAX as usize / size_of::<u32>() {
+    if !p.is_aligned() || cap > isize::MAX as usize / size_of::<T>() {
         return Err(rkv_status::RKV_INVALID_ARGUMENT);
     }
     Ok(())
@@ -267,7 +267,7 @@ fn check_out<T>(p: *mut T) -> Res<()> {
 /// # Safety
 /// `dst` passed `check_out_array(dst, cap)` with `cap >= src.len()`, `dst[0..cap]` is
 /// writable, and no Rust reference to that memory is used afterwards.
-unsafe fn write_array(dst: *mut u32, src: &[u32]) {
+unsafe fn write_array<T: Copy>(dst: *mut T, src: &[T]) {
     if src.is_empty() {
         return;
     }
@@ -510,6 +510,111 @@ pub unsafe extern "C" fn rkv_match_lock(
         // after this; `out_len`, `out_lock` passed `check_out` and are writable by contract.
         unsafe {
             write_array(out_slots, &slots);
+            out_len.write(m);
+            out_lock.write(handle);
+        }
+        Ok(())
+    })
+}
+
+/// `rkv_match` writing the slots as runs of consecutive slots (an extension of version 1):
+/// `out_runs[0..*out_n_runs]` name the match's slots in token order, neighbours that
+/// continue one another joined, so their lengths add up to `*out_len`; O(runs) to write
+/// instead of O(tokens) when slots come in runs, as pools hand them out. `*out_len` and
+/// `*out_n_runs` are required. `out_runs` may be NULL when `out_cap == 0`: then only the
+/// two counts are produced and the status is `RKV_OK`. If `out_cap > 0` is smaller than the
+/// number of runs, returns `RKV_BUFFER_TOO_SMALL` with both counts written (nothing else).
+/// There are never more runs than matched tokens, so `out_cap = n_tokens` always suffices.
+/// All arrays stay owned by the caller. Thread-safe; lock-free.
+///
+/// # Safety
+/// As `rkv_match`, with `out_runs[0..out_cap]` writable (or NULL) and `out_n_runs` NULL or
+/// writable.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn rkv_match_runs(
+    cache: *const rkv_cache,
+    ns: u64,
+    tokens: *const u32,
+    n_tokens: usize,
+    out_runs: *mut rkv_slot_run,
+    out_cap: usize,
+    out_n_runs: *mut usize,
+    out_len: *mut usize,
+) -> rkv_status {
+    boundary(|| {
+        // SAFETY: the caller passes NULL or a live cache that is not being freed.
+        let c = unsafe { cache_ref(cache) }?;
+        // SAFETY: the caller guarantees tokens[0..n_tokens] is readable (or NULL).
+        let t = unsafe { input(tokens, n_tokens) }?;
+        check_out_array(out_runs, out_cap)?;
+        check_out(out_n_runs)?;
+        check_out(out_len)?;
+        let mut runs = Vec::new();
+        let m = c.cache.match_prefix_runs(ns, t, &mut runs);
+        let fits = out_cap == 0 || runs.len() <= out_cap;
+        // SAFETY: `out_runs` passed `check_out_array` and is written only when `out_cap >=
+        // runs.len()` (`rkv_slot_run` has `SlotRun`'s layout, asserted above); `t` is not
+        // used after this; `out_n_runs` and `out_len` passed `check_out` and are writable.
+        unsafe {
+            if fits && out_cap > 0 {
+                write_array(out_runs.cast::<SlotRun>(), &runs);
+            }
+            out_n_runs.write(runs.len());
+            out_len.write(m);
+        }
+        if fits { Ok(()) } else { Err(rkv_status::RKV_BUFFER_TOO_SMALL) }
+    })
+}
+
+/// `rkv_match_lock` writing the slots as runs, as `rkv_match_runs` does (an extension of
+/// version 1): `out_cap` must be >= the number of runs (pass `n_tokens` to be safe);
+/// `out_runs` may be NULL only when `out_cap == 0`. On `RKV_BUFFER_TOO_SMALL` nothing is
+/// pinned and only `*out_n_runs` and `*out_len` are written. Always yields a lock on
+/// `RKV_OK`, also for a match of length 0; the caller owns it and must release it exactly
+/// once with `rkv_release`. Thread-safe.
+///
+/// # Safety
+/// As `rkv_match_runs`; `out_lock` NULL or writable.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn rkv_match_lock_runs(
+    cache: *const rkv_cache,
+    ns: u64,
+    tokens: *const u32,
+    n_tokens: usize,
+    out_runs: *mut rkv_slot_run,
+    out_cap: usize,
+    out_n_runs: *mut usize,
+    out_len: *mut usize,
+    out_lock: *mut rkv_lock,
+) -> rkv_status {
+    boundary(|| {
+        // SAFETY: the caller passes NULL or a live cache that is not being freed.
+        let c = unsafe { cache_ref(cache) }?;
+        // SAFETY: the caller guarantees tokens[0..n_tokens] is readable (or NULL).
+        let t = unsafe { input(tokens, n_tokens) }?;
+        check_out_array(out_runs, out_cap)?;
+        check_out(out_n_runs)?;
+        check_out(out_len)?;
+        check_out(out_lock)?;
+        let mut runs = Vec::new();
+        let guard = c.cache.match_and_lock_runs(ns, t, &mut runs);
+        let m = guard.len();
+        if runs.len() > out_cap {
+            drop(guard); // releases: nothing stays pinned
+            // SAFETY: both passed `check_out`; the caller guarantees they are writable.
+            unsafe {
+                out_n_runs.write(runs.len());
+                out_len.write(m);
+            }
+            return Err(rkv_status::RKV_BUFFER_TOO_SMALL);
+        }
+        let handle = publish(c, guard.into_raw())?;
+        // SAFETY: `out_runs` passed `check_out_array` with `out_cap >= runs.len()` and has
+        // `SlotRun`'s layout; `t` is not used after this; the three single outputs passed
+        // `check_out` and are writable by contract.
+        unsafe {
+            write_array(out_runs.cast::<SlotRun>(), &runs);
+            out_n_runs.write(runs.len());
             out_len.write(m);
             out_lock.write(handle);
         }

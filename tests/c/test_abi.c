@@ -411,6 +411,58 @@ static void test_caller_managed_p1(void) {
   rkv_cache_free(other);
 }
 
+/* ---- matches returning slot runs (an extension of version 1) -------------------- */
+
+static void test_match_runs(void) {
+  rkv_cache *c = make(1, 0);
+  uint32_t toks[6] = {1, 2, 3, 4, 5, 6}, q[6] = {1, 2, 3, 4, 5, 99};
+  uint32_t slots[6] = {100, 101, 102, 103, 200, 201};
+  rkv_slot_run runs[8];
+  size_t n_runs = SENTINEL_LEN, len = SENTINEL_LEN, existing;
+  rkv_lock lk = SENTINEL_LOCK;
+  int i;
+  for (i = 0; i < 8; i++) runs[i].start = runs[i].len = SENTINEL_SLOT;
+  ST(rkv_insert(c, 0, toks, slots, 6, &existing), RKV_OK);
+  /* Bad arguments: a status, and no output written. */
+  ST(rkv_match_runs(NULL, 0, toks, 6, runs, 8, &n_runs, &len), RKV_NULL_ARGUMENT);
+  ST(rkv_match_runs(c, 0, toks, 6, runs, 8, NULL, &len), RKV_NULL_ARGUMENT);
+  ST(rkv_match_runs(c, 0, toks, 6, runs, 8, &n_runs, NULL), RKV_NULL_ARGUMENT);
+  ST(rkv_match_runs(c, 0, toks, 6, NULL, 8, &n_runs, &len), RKV_NULL_ARGUMENT);
+  ST(rkv_match_runs(c, 0, NULL, 6, runs, 8, &n_runs, &len), RKV_NULL_ARGUMENT);
+  ST(rkv_match_lock_runs(c, 0, toks, 6, runs, 8, &n_runs, &len, NULL), RKV_NULL_ARGUMENT);
+  CHECK(n_runs == SENTINEL_LEN && len == SENTINEL_LEN && runs[0].start == SENTINEL_SLOT);
+  /* Counts only. */
+  ST(rkv_match_runs(c, 0, toks, 6, NULL, 0, &n_runs, &len), RKV_OK);
+  CHECK(n_runs == 2 && len == 6);
+  /* Too small: both counts, no runs. */
+  n_runs = len = SENTINEL_LEN;
+  ST(rkv_match_runs(c, 0, toks, 6, runs, 1, &n_runs, &len), RKV_BUFFER_TOO_SMALL);
+  CHECK(n_runs == 2 && len == 6 && runs[0].start == SENTINEL_SLOT);
+  /* The two runs, and a match ending inside the second. */
+  ST(rkv_match_runs(c, 0, toks, 6, runs, 8, &n_runs, &len), RKV_OK);
+  CHECK(n_runs == 2 && len == 6);
+  CHECK(runs[0].start == 100 && runs[0].len == 4 && runs[1].start == 200 && runs[1].len == 2);
+  CHECK(runs[2].start == SENTINEL_SLOT);
+  ST(rkv_match_runs(c, 0, q, 6, runs, 8, &n_runs, &len), RKV_OK);
+  CHECK(n_runs == 2 && len == 5 && runs[1].start == 200 && runs[1].len == 1);
+  ST(rkv_match_runs(c, 7, toks, 6, runs, 8, &n_runs, &len), RKV_OK); /* another namespace */
+  CHECK(n_runs == 0 && len == 0);
+  /* Locking: too small pins nothing; otherwise the match is pinned until released. */
+  n_runs = len = SENTINEL_LEN;
+  ST(rkv_match_lock_runs(c, 0, toks, 6, runs, 1, &n_runs, &len, &lk), RKV_BUFFER_TOO_SMALL);
+  CHECK(n_runs == 2 && len == 6 && lk == SENTINEL_LOCK && stats(c).protected_tokens == 0);
+  ST(rkv_match_lock_runs(c, 0, q, 6, runs, 8, &n_runs, &len, &lk), RKV_OK);
+  CHECK(n_runs == 2 && len == 5 && lk != SENTINEL_LOCK);
+  CHECK(runs[0].start == 100 && runs[0].len == 4 && runs[1].start == 200 && runs[1].len == 1);
+  CHECK(stats(c).protected_tokens == 5);
+  check_quiescent_sums(c);
+  ST(rkv_lock_len(c, lk, &len), RKV_OK);
+  CHECK(len == 5);
+  ST(rkv_release(c, lk), RKV_OK);
+  CHECK(stats(c).protected_tokens == 0);
+  rkv_cache_free(c);
+}
+
 /* ---- caller-managed mode, page size 16 ------------------------------------------ */
 
 static void test_caller_managed_p16(void) {
@@ -731,6 +783,7 @@ int main(void) {
   test_lifecycle();
   test_caller_managed_p1();
   test_caller_managed_p16();
+  test_match_runs();
   test_pool_p1();
   test_pool_p16();
   test_threads();

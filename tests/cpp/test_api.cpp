@@ -67,6 +67,16 @@ void caller_managed() {
   CHECK(c.stats().cached_tokens == 0);
   CHECK(freed.size() < 5);  // the throwing call freed at least 1
   {
+    // match_runs: the matched slots as runs, in token order, a cut inside the second.
+    CHECK(c.insert(5, std::vector<std::uint32_t>{1, 2, 3, 4, 5},
+                   std::vector<std::uint32_t>{100, 101, 102, 200, 201}) == 0);
+    std::vector<rkv_slot_run> m = c.match_runs(5, std::vector<std::uint32_t>{1, 2, 3, 4, 9});
+    CHECK(m.size() == 2 && m[0].start == 100 && m[0].len == 3 && m[1].start == 200 &&
+          m[1].len == 1);
+    CHECK(c.match_runs(6, std::vector<std::uint32_t>{1, 2}).empty());
+    CHECK(c.evict(SIZE_MAX, [](const std::uint32_t *, std::size_t) {}) == 5);
+  }
+  {
     // evict_runs: slots 10..13 come back as one run, another leaf's scattered slots as runs
     // of one; an exception from the callback comes out after the eviction.
     CHECK(c.insert(0, toks, slots) == 0);

@@ -102,6 +102,19 @@ def _declare(lib: ctypes.CDLL) -> None:
             _status,
             [c_void_p, c_uint64, c_void_p, c_size_t, c_void_p, c_size_t, POINTER(c_size_t)],
         ),
+        "rkv_match_runs": (
+            _status,
+            [
+                c_void_p,
+                c_uint64,
+                c_void_p,
+                c_size_t,
+                c_void_p,
+                c_size_t,
+                POINTER(c_size_t),
+                POINTER(c_size_t),
+            ],
+        ),
         "rkv_match_lock": (
             _status,
             [

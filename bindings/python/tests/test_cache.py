@@ -167,6 +167,23 @@ def test_evict_runs_returns_each_slot_once_as_runs():
         assert c.stats().free_slots == 64
 
 
+def test_match_runs_names_the_match_as_runs():
+    with Cache() as c:
+        c.insert([1, 2, 3, 4, 5, 6], [100, 101, 102, 103, 200, 201])
+        assert c.match_runs([1, 2, 3, 4, 5, 6]) == [(100, 4), (200, 2)]
+        assert c.match_runs([1, 2, 3, 4, 5, 99]) == [(100, 4), (200, 1)]
+        assert c.match_runs([1, 2, 9]) == [(100, 2)]
+        assert c.match_runs([7]) == [] and c.match_runs([]) == []
+        assert c.match_runs([1, 2, 3], ns="other") == []
+        runs = c.match_runs([1, 2, 3, 4, 5, 6])
+        assert [s for start, n in runs for s in range(start, start + n)] == list(
+            c.match([1, 2, 3, 4, 5, 6])
+        )
+        assert c.stats().protected_tokens == 0  # pins nothing
+        with pytest.raises(TypeError):
+            c.match_runs(["a"])
+
+
 def test_pool():
     with Cache(pool_slots=64) as c:
         a = c.alloc(10)
