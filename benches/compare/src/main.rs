@@ -336,10 +336,12 @@ fn main() {
     let t_all = std::time::Instant::now();
     let mut mooncake: Vec<(Who, usize)> = vec![
         (Who::Rkv, 1),
+        (Who::RkvRuns, 1),
         (Who::RkvMutex, 1),
         (Who::RkvRw, 1),
         (Who::KvIndex, 1),
         (Who::Rkv, 16),
+        (Who::RkvRuns, 16),
         (Who::KvIndex, 16),
         (Who::DynRt, 16),
         (Who::DynCrtc, 16),

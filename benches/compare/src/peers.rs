@@ -37,6 +37,8 @@ use crate::trace::Req;
 #[derive(Default)]
 pub struct Scratch {
     pub out: Vec<u32>,
+    /// The matched slots as runs (radixkv's `match_prefix_runs`).
+    pub runs: Vec<radixkv::SlotRun>,
     pub local: Vec<LocalBlockHash>,
     pub chain: Vec<u64>,
     /// (address, length) of the tokens `local`/`chain` were computed for.
@@ -105,6 +107,34 @@ impl Index for Rkv {
     fn census(&self) -> Option<(u64, u64)> {
         let c = self.tree.check_invariants().expect("a sound tree");
         Some((c.heap_bytes, c.nodes))
+    }
+}
+
+/// radixkv's tree, matching with `match_prefix_runs`: the same tree and inserts as [`Rkv`],
+/// the matched slots written as runs of consecutive slots instead of one per token.
+pub struct RkvRuns(Rkv);
+
+impl RkvRuns {
+    pub fn new(page: usize) -> Self {
+        RkvRuns(Rkv::new(page))
+    }
+}
+
+impl Index for RkvRuns {
+    fn lookup(&self, r: &Req, s: &mut Scratch) -> usize {
+        self.0.tree.match_prefix_runs(r.ns, &r.tokens, &mut s.runs)
+    }
+    fn store(&self, r: &Req, cached: usize, slots: &[u32], s: &mut Scratch) {
+        self.0.store(r, cached, slots, s)
+    }
+    fn cached_tokens(&self) -> Option<u64> {
+        self.0.cached_tokens()
+    }
+    fn holds(&self) -> &'static str {
+        self.0.holds()
+    }
+    fn census(&self) -> Option<(u64, u64)> {
+        self.0.census()
     }
 }
 

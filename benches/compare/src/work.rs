@@ -14,6 +14,8 @@ use crate::util::*;
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
 pub enum Who {
     Rkv,
+    /// radixkv's tree returning the matched slots as runs (`match_prefix_runs`).
+    RkvRuns,
     RkvMutex,
     RkvRw,
     KvIndex,
@@ -26,6 +28,7 @@ impl Who {
     pub fn key(self) -> &'static str {
         match self {
             Who::Rkv => "rkv",
+            Who::RkvRuns => "rkv-runs",
             Who::RkvMutex => "rkv-mutex",
             Who::RkvRw => "rkv-rwlock",
             Who::KvIndex => "kv-index",
@@ -35,15 +38,25 @@ impl Who {
         }
     }
     pub fn from_key(k: &str) -> Option<Who> {
-        [Who::Rkv, Who::RkvMutex, Who::RkvRw, Who::KvIndex, Who::DynRt, Who::DynCrtc, Who::BlockMap]
-            .into_iter()
-            .find(|w| w.key() == k)
+        [
+            Who::Rkv,
+            Who::RkvRuns,
+            Who::RkvMutex,
+            Who::RkvRw,
+            Who::KvIndex,
+            Who::DynRt,
+            Who::DynCrtc,
+            Who::BlockMap,
+        ]
+        .into_iter()
+        .find(|w| w.key() == k)
     }
     /// `pipelined`: stores need not be visible to the next lookup at once (dynamo's
     /// concurrent tree then sends its events without waiting for each).
     pub fn build(self, page: usize, pipelined: bool) -> Built {
         match self {
             Who::Rkv => Built::Shared(Box::new(Rkv::new(page))),
+            Who::RkvRuns => Built::Shared(Box::new(RkvRuns::new(page))),
             Who::RkvMutex => Built::Shared(Box::new(RkvMutex::new(page))),
             Who::RkvRw => Built::Shared(Box::new(RkvRw::new(page))),
             Who::KvIndex => Built::Shared(Box::new(KvIndex::new(page))),
@@ -153,6 +166,7 @@ impl Who {
     pub fn name(self) -> &'static str {
         match self {
             Who::Rkv => "radixkv RadixTree (lock-free)",
+            Who::RkvRuns => "radixkv RadixTree (lock-free), slots as runs",
             Who::RkvMutex => "Mutex<radixkv RadixTree>",
             Who::RkvRw => "RwLock<radixkv RadixTree>",
             Who::KvIndex => "kv-index 2.0.0 TokenTree",
