@@ -517,6 +517,26 @@ pub unsafe extern "C" fn rkv_match_lock(
     })
 }
 
+/// The checked cache, query and run buffer of `rkv_match_runs` and `rkv_match_lock_runs`.
+///
+/// # Safety
+/// `cache` is NULL or live and not freed during `'a`; `tokens[0..n_tokens]` readable (or
+/// NULL) and not written during `'a`.
+unsafe fn runs_args<'a>(
+    cache: *const rkv_cache,
+    tokens: *const u32,
+    n_tokens: usize,
+    out_runs: *mut rkv_slot_run,
+    out_cap: usize,
+) -> Res<(&'a rkv_cache, &'a [u32])> {
+    // SAFETY: the caller passes NULL or a live cache that is not being freed.
+    let c = unsafe { cache_ref(cache) }?;
+    // SAFETY: the caller guarantees tokens[0..n_tokens] is readable (or NULL).
+    let t = unsafe { input(tokens, n_tokens) }?;
+    check_out_array(out_runs, out_cap)?;
+    Ok((c, t))
+}
+
 /// `rkv_match` writing the slots as runs of consecutive slots (an extension of version 1):
 /// `out_runs[0..*out_n_runs]` name the match's slots in token order, neighbours that
 /// continue one another joined, so their lengths add up to `*out_len`; O(runs) to write
@@ -542,11 +562,8 @@ pub unsafe extern "C" fn rkv_match_runs(
     out_len: *mut usize,
 ) -> rkv_status {
     boundary(|| {
-        // SAFETY: the caller passes NULL or a live cache that is not being freed.
-        let c = unsafe { cache_ref(cache) }?;
-        // SAFETY: the caller guarantees tokens[0..n_tokens] is readable (or NULL).
-        let t = unsafe { input(tokens, n_tokens) }?;
-        check_out_array(out_runs, out_cap)?;
+        // SAFETY: the caller's contract for these arguments is `runs_args`'.
+        let (c, t) = unsafe { runs_args(cache, tokens, n_tokens, out_runs, out_cap) }?;
         check_out(out_n_runs)?;
         check_out(out_len)?;
         let mut runs = Vec::new();
@@ -588,11 +605,8 @@ pub unsafe extern "C" fn rkv_match_lock_runs(
     out_lock: *mut rkv_lock,
 ) -> rkv_status {
     boundary(|| {
-        // SAFETY: the caller passes NULL or a live cache that is not being freed.
-        let c = unsafe { cache_ref(cache) }?;
-        // SAFETY: the caller guarantees tokens[0..n_tokens] is readable (or NULL).
-        let t = unsafe { input(tokens, n_tokens) }?;
-        check_out_array(out_runs, out_cap)?;
+        // SAFETY: the caller's contract for these arguments is `runs_args`'.
+        let (c, t) = unsafe { runs_args(cache, tokens, n_tokens, out_runs, out_cap) }?;
         check_out(out_n_runs)?;
         check_out(out_len)?;
         check_out(out_lock)?;
