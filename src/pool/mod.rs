@@ -598,7 +598,7 @@ impl SlotPool {
     }
 
     /// The first slot of `a..e` (non-empty) whose state is not `from`, if any.
-    #[cfg(test)]
+    #[cfg(all(test, not(loom)))] // used by the unit tests, not the loom models
     fn first_not(&self, a: usize, e: usize, from: u8) -> Option<usize> {
         let want = ONES * from as u64;
         let (first, last) = (a / PER_WORD, (e - 1) / PER_WORD);
