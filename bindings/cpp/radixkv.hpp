@@ -93,7 +93,8 @@ class Lock {
       : cache_(std::exchange(o.cache_, nullptr)),
         handle_(std::exchange(o.handle_, 0)),
         length_(std::exchange(o.length_, 0)),
-        slots_(std::move(o.slots_)) {}
+        slots_(std::move(o.slots_)),
+        runs_(std::move(o.runs_)) {}
   Lock &operator=(Lock &&o) noexcept {
     if (this != &o) {
       drop();
@@ -101,6 +102,7 @@ class Lock {
       handle_ = std::exchange(o.handle_, 0);
       length_ = std::exchange(o.length_, 0);
       slots_ = std::move(o.slots_);
+      runs_ = std::move(o.runs_);
     }
     return *this;
   }
@@ -113,8 +115,11 @@ class Lock {
   rkv_lock handle() const noexcept { return handle_; }
   /// Tokens pinned.
   std::size_t length() const noexcept { return length_; }
-  /// The slots of the matched prefix (match_lock only; empty for insert_lock).
+  /// The slots of the matched prefix (match_lock only; empty for insert_lock and
+  /// match_lock_runs).
   const std::vector<std::uint32_t> &slots() const noexcept { return slots_; }
+  /// The slots of the matched prefix as runs of consecutive slots (match_lock_runs only).
+  const std::vector<rkv_slot_run> &runs() const noexcept { return runs_; }
 
   /// Releases the pin now. Throws rkv::Error(RKV_INVALID_LOCK) on an empty Lock (for
   /// instance a second release) or a handle the cache refuses.
@@ -124,6 +129,7 @@ class Lock {
     rkv_lock h = std::exchange(handle_, 0);
     length_ = 0;
     slots_.clear();
+    runs_.clear();
     detail::check(rkv_release(c, h), "rkv_release");
   }
 
@@ -133,13 +139,15 @@ class Lock {
     cache_ = nullptr;
     length_ = 0;
     slots_.clear();
+    runs_.clear();
     return std::exchange(handle_, 0);
   }
 
  private:
   friend class Cache;
-  Lock(const rkv_cache *c, rkv_lock h, std::size_t len, std::vector<std::uint32_t> slots) noexcept
-      : cache_(c), handle_(h), length_(len), slots_(std::move(slots)) {}
+  Lock(const rkv_cache *c, rkv_lock h, std::size_t len, std::vector<std::uint32_t> slots,
+       std::vector<rkv_slot_run> runs = {}) noexcept
+      : cache_(c), handle_(h), length_(len), slots_(std::move(slots)), runs_(std::move(runs)) {}
   void drop() noexcept {
     if (cache_ != nullptr) {
       (void)rkv_release(cache_, handle_);
@@ -152,6 +160,7 @@ class Lock {
   rkv_lock handle_ = 0;
   std::size_t length_ = 0;
   std::vector<std::uint32_t> slots_;
+  std::vector<rkv_slot_run> runs_;
 };
 
 /// Result of insert_lock.
@@ -225,6 +234,18 @@ class Cache {
         "rkv_match_lock");
     out.resize(len);
     return Lock(cache_, h, len, std::move(out));
+  }
+  /// `match_lock` whose Lock carries the matched slots as runs (`runs()`; `slots()` stays
+  /// empty), as `match_runs` returns them.
+  Lock match_lock_runs(std::uint64_t ns, Span tokens) const {
+    std::vector<rkv_slot_run> out(tokens.size);
+    std::size_t n_runs = 0, len = 0;
+    rkv_lock h = 0;
+    detail::check(rkv_match_lock_runs(cache_, ns, tokens.data, tokens.size, out.data(),
+                                      out.size(), &n_runs, &len, &h),
+                  "rkv_match_lock_runs");
+    out.resize(n_runs);
+    return Lock(cache_, h, len, {}, std::move(out));
   }
 
   /// Insert; returns how many leading tokens were cached already. `slots` must have one

@@ -74,6 +74,15 @@ void caller_managed() {
     CHECK(m.size() == 2 && m[0].start == 100 && m[0].len == 3 && m[1].start == 200 &&
           m[1].len == 1);
     CHECK(c.match_runs(6, std::vector<std::uint32_t>{1, 2}).empty());
+    {
+      rkv::Lock l = c.match_lock_runs(5, std::vector<std::uint32_t>{1, 2, 3, 4, 9});
+      CHECK(l && l.length() == 4 && l.slots().empty() && l.runs().size() == 2);
+      CHECK(l.runs()[1].start == 200 && l.runs()[1].len == 1);
+      CHECK(c.stats().protected_tokens == 4);
+      rkv::Lock moved_lock = std::move(l);
+      CHECK(moved_lock.runs().size() == 2 && l.runs().empty());  // NOLINT(bugprone-use-after-move)
+    }  // released by the destructor
+    CHECK(c.stats().protected_tokens == 0);
     CHECK(c.evict(SIZE_MAX, [](const std::uint32_t *, std::size_t) {}) == 5);
   }
   {

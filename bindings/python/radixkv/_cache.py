@@ -213,15 +213,25 @@ class Lock:
     """A pin on a matched or inserted prefix (``rkv_lock``). Release it with
     :meth:`release`, or use it as a context manager; a lock that is garbage-collected
     unreleased is released then. ``slots`` are the matched slots (``array('I')``; empty for
-    :meth:`Cache.insert_lock`), ``length`` the tokens pinned."""
+    :meth:`Cache.insert_lock` and :meth:`Cache.match_lock_runs`), ``runs`` the matched slots
+    as ``(start, length)`` runs (:meth:`Cache.match_lock_runs` only; else empty), ``length``
+    the tokens pinned."""
 
-    __slots__ = ("_cache", "handle", "length", "slots", "_released")
+    __slots__ = ("_cache", "handle", "length", "slots", "runs", "_released")
 
-    def __init__(self, cache: "Cache", handle: int, length: int, slots: array):
+    def __init__(
+        self,
+        cache: "Cache",
+        handle: int,
+        length: int,
+        slots: array,
+        runs: Optional[List[Tuple[int, int]]] = None,
+    ):
         self._cache = cache
         self.handle = handle
         self.length = length
         self.slots = slots
+        self.runs: List[Tuple[int, int]] = runs if runs is not None else []
         self._released = False
 
     @property
@@ -431,6 +441,34 @@ class Cache:
                 "rkv_match_runs",
             )
         return [(out[i].start, out[i].len) for i in range(n_runs.value)]
+
+    def match_lock_runs(self, tokens: U32Array, ns: Namespace = 0) -> Lock:
+        """:meth:`match_lock` whose :class:`Lock` carries the matched slots as ``runs``
+        (``(start, length)`` pairs, as :meth:`match_runs` returns them; ``slots`` stays
+        empty)."""
+        nsid = self.namespace_id(ns)
+        t = as_u32(tokens, "tokens")
+        out = (_native.rkv_slot_run * max(t.n, 1))()
+        n_runs = c_size_t()
+        n = c_size_t()
+        h = _native.rkv_lock()
+        with self._call() as c:
+            _check(
+                lib.rkv_match_lock_runs(
+                    c,
+                    nsid,
+                    t.ptr,
+                    t.n,
+                    ctypes.addressof(out),
+                    t.n,
+                    byref(n_runs),
+                    byref(n),
+                    byref(h),
+                ),
+                "rkv_match_lock_runs",
+            )
+        runs = [(out[i].start, out[i].len) for i in range(n_runs.value)]
+        return Lock(self, h.value, n.value, array("I"), runs)
 
     def match_lock(self, tokens: U32Array, ns: Namespace = 0) -> Lock:
         """Match and pin atomically; the :class:`Lock` has ``slots`` and ``length``."""

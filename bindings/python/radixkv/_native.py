@@ -128,6 +128,20 @@ def _declare(lib: ctypes.CDLL) -> None:
                 POINTER(rkv_lock),
             ],
         ),
+        "rkv_match_lock_runs": (
+            _status,
+            [
+                c_void_p,
+                c_uint64,
+                c_void_p,
+                c_size_t,
+                c_void_p,
+                c_size_t,
+                POINTER(c_size_t),
+                POINTER(c_size_t),
+                POINTER(rkv_lock),
+            ],
+        ),
         "rkv_insert": (
             _status,
             [c_void_p, c_uint64, c_void_p, c_void_p, c_size_t, POINTER(c_size_t)],

@@ -180,6 +180,11 @@ def test_match_runs_names_the_match_as_runs():
             c.match([1, 2, 3, 4, 5, 6])
         )
         assert c.stats().protected_tokens == 0  # pins nothing
+        with c.match_lock_runs([1, 2, 3, 4, 5, 99]) as lock:
+            assert lock.runs == [(100, 4), (200, 1)] and lock.length == 5
+            assert len(lock.slots) == 0 and c.stats().protected_tokens == 5
+        assert lock.released and c.stats().protected_tokens == 0
+        assert c.match_lock([1, 2]).runs == []
         with pytest.raises(TypeError):
             c.match_runs(["a"])
 
