@@ -73,6 +73,31 @@ impl Targets {
         }
     }
 
+    /// A target row "kv-index's time / `who`'s ≥ `times`", with the memory floor's note
+    /// (`f`: 0 for one thread, 1 for N).
+    fn vs_kv_index(
+        &self,
+        target: &str,
+        who: &str,
+        k: f64,
+        r: f64,
+        times: f64,
+        f: usize,
+    ) -> Vec<String> {
+        let suffix = if who == "radixkv" { String::new() } else { format!(", {who}") };
+        vec![
+            format!("{target}{suffix}"),
+            format!(
+                "kv-index {} / {who} {} = {:.2}×{}",
+                secs(k),
+                secs(r),
+                k / r,
+                self.floor_note(k / times, f)
+            ),
+            verdict(k / r, times),
+        ]
+    }
+
     pub fn table(&self) -> Table {
         let mut t = Table::new(
             "Targets of the issue, checked on the medians above",
@@ -80,31 +105,11 @@ impl Targets {
         );
         let x = |a: f64| format!("{a:.2}×");
         for (i, page) in [1, 16].into_iter().enumerate() {
-            if let (Some(r), Some(k)) = self.replay[i] {
-                t.row(vec![
-                    format!("replay ≥ 3× faster than kv-index TokenTree (page {page})"),
-                    format!(
-                        "kv-index {} / radixkv {} = {}{}",
-                        secs(k),
-                        secs(r),
-                        x(k / r),
-                        self.floor_note(k / 3.0, 0)
-                    ),
-                    verdict(k / r, 3.0),
-                ]);
-                if let Some(rr) = self.replay_runs[i] {
-                    t.row(vec![
-                        format!(
-                            "replay ≥ 3× kv-index (page {page}), radixkv matching slots as runs"
-                        ),
-                        format!(
-                            "kv-index {} / radixkv (runs) {} = {}",
-                            secs(k),
-                            secs(rr),
-                            x(k / rr)
-                        ),
-                        verdict(k / rr, 3.0),
-                    ]);
+            let (r, k) = self.replay[i];
+            let target = format!("replay ≥ 3× faster than kv-index TokenTree (page {page})");
+            for (who, r) in [("radixkv", r), ("radixkv (slots as runs)", self.replay_runs[i])] {
+                if let (Some(r), Some(k)) = (r, k) {
+                    t.row(self.vs_kv_index(&target, who, k, r, 3.0, 0));
                 }
             }
         }
@@ -143,31 +148,11 @@ impl Targets {
                 (0, "1 thread", &self.match1[i], self.match1_runs[i]),
                 (1, &*format!("{} threads", self.threads), &self.matchn[i], self.matchn_runs[i]),
             ] {
-                if let (Some(rr), (_, Some(k))) = (runs, *m) {
-                    t.row(vec![
-                        format!("match-only ≥ 2× kv-index (page {page}, {label}), slots as runs"),
-                        format!(
-                            "kv-index {} / radixkv (runs) {} = {}{}",
-                            secs(k),
-                            secs(rr),
-                            x(k / rr),
-                            self.floor_note(k / 2.0, f)
-                        ),
-                        verdict(k / rr, 2.0),
-                    ]);
-                }
-                if let (Some(r), Some(k)) = *m {
-                    t.row(vec![
-                        format!("match-only ≥ 2× kv-index (page {page}, {label})"),
-                        format!(
-                            "kv-index {} / radixkv {} = {}{}",
-                            secs(k),
-                            secs(r),
-                            x(k / r),
-                            self.floor_note(k / 2.0, f)
-                        ),
-                        verdict(k / r, 2.0),
-                    ]);
+                let target = format!("match-only ≥ 2× kv-index (page {page}, {label})");
+                for (who, r) in [("radixkv", m.0), ("radixkv (slots as runs)", runs)] {
+                    if let (Some(r), Some(k)) = (r, m.1) {
+                        t.row(self.vs_kv_index(&target, who, k, r, 2.0, f));
+                    }
                 }
             }
         }
