@@ -78,7 +78,7 @@ mod stripes;
 
 use std::fmt;
 
-use evict_index::EvictIndex;
+use evict_index::{EvictIndex, Evicted};
 use node::{ChildTable, DEAD, Node, PIN_MASK, REPLACED, node_ref};
 use slot_sink::SlotSink;
 use stripes::MatchCounters;
@@ -1034,30 +1034,54 @@ impl RadixTree {
 
     /// The eviction loop: `hand` gets each evicted leaf, unlinked and not yet retired, to
     /// hand its slots over.
+    ///
+    /// Per leaf it takes the index lock once ([`EvictIndex::pop_after`] retires the leaf
+    /// evicted before, queues its parent if that became a leaf, and pops the next), and the
+    /// shared counters move once per call, not per leaf: locked instructions are most of
+    /// what a leaf costs.
     fn evict_with(&self, k: usize, hand: &mut dyn FnMut(&Node)) -> usize {
         let lru = self.cfg.policy == EvictionPolicy::Lru;
-        let mut freed = 0;
+        let (mut freed, mut leaves) = (0, 0u64);
         let mut g = self.domain.pin();
         let mut since_repin = 0;
-        while freed < k {
-            let Some(x) = self.index.pop(lru, &g) else {
+        let mut done = None;
+        loop {
+            let next = freed < k;
+            let popped = self.index.pop_after(done.take(), next, lru, &g);
+            let Some(x) = popped else {
                 break;
             };
-            if let Some(len) = self.evict_leaf(x, hand, &g) {
+            if let Some((len, parent)) = self.evict_leaf(x, hand, &g) {
                 freed += len;
+                leaves += 1;
+                done = Some(Evicted { node: x as *const Node as *mut Node, parent });
             }
             since_repin += 1;
             if since_repin == 64 {
                 since_repin = 0;
+                // Nothing may stay pending across the repin (`done` names nodes by the guard).
+                self.index.pop_after(done.take(), false, lru, &g);
                 g.repin();
             }
         }
+        let f = freed as u64;
+        self.evictable.fetch_sub(f, Ordering::Relaxed);
+        self.cached.fetch_sub(f, Ordering::Relaxed);
+        self.nodes.fetch_sub(leaves, Ordering::Relaxed);
+        self.evicted.fetch_add(f, Ordering::Relaxed);
         freed
     }
 
     /// Evicts `x` if it is still an unpinned leaf, then lets `hand` hand its slots over
-    /// (no lock held); returns its length.
-    fn evict_leaf(&self, x: &Node, hand: &mut dyn FnMut(&Node), g: &Guard) -> Option<usize> {
+    /// (no lock held); returns its length and the parent to queue (null if none: still
+    /// has children, is the root, or is pinned). The caller retires `x` and queues the
+    /// parent ([`EvictIndex::pop_after`]) and moves the counters.
+    fn evict_leaf(
+        &self,
+        x: &Node,
+        hand: &mut dyn FnMut(&Node),
+        g: &Guard,
+    ) -> Option<(usize, *const Node)> {
         let x_ptr = x as *const Node as *mut Node;
         loop {
             let pp = x.parent.load(Ordering::SeqCst);
@@ -1085,23 +1109,15 @@ impl RadixTree {
             }
             // SAFETY: swapped out under the parent's lock; readers hold guards.
             unsafe { g.defer_destroy(old) };
-            let len = x.len();
-            self.evictable.fetch_sub(len as u64, Ordering::Relaxed);
-            self.cached.fetch_sub(len as u64, Ordering::Relaxed);
-            self.nodes.fetch_sub(1, Ordering::Relaxed);
-            self.evicted.fetch_add(len as u64, Ordering::Relaxed);
             let is_root = parent.len() == 0;
             drop(xl);
             drop(pl);
-            if parent_now_leaf
+            let queue_parent = parent_now_leaf
                 && !is_root
-                && parent.state.load(Ordering::SeqCst) & (PIN_MASK | DEAD | REPLACED) == 0
-            {
-                self.index.push(parent);
-            }
+                && parent.state.load(Ordering::SeqCst) & (PIN_MASK | DEAD | REPLACED) == 0;
             hand(x);
-            self.index.retire(x_ptr, g);
-            return Some(len);
+            let parent = if queue_parent { parent as *const Node } else { std::ptr::null() };
+            return Some((x.len(), parent));
         }
     }
 
