@@ -501,6 +501,18 @@ enum rkv_status rkv_cache_stats(const struct rkv_cache *cache,
  */
 enum rkv_status rkv_cache_reset(const struct rkv_cache *cache);
 
+/**
+ * Frees memory the index unlinked earlier (split, evicted or replaced nodes and tables)
+ * once no reader can hold it, a bounded batch per call. Never needed for correctness: the
+ * same work otherwise runs inside whichever call next pins the thread (every 128th), which
+ * then takes tens of microseconds longer. Call it where latency does not matter, e.g. once
+ * per scheduler step after launching the batch. Thread-safe; an extension of ABI version 1.
+ *
+ * # Safety
+ * `cache` is NULL or live.
+ */
+enum rkv_status rkv_reclaim(const struct rkv_cache *cache);
+
 #ifdef __cplusplus
 }  // extern "C"
 #endif  // __cplusplus

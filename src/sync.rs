@@ -50,6 +50,13 @@ pub(crate) mod epoch {
             }
         }
 
+        /// Runs the garbage that is safe to free now (a bounded batch: crossbeam collects
+        /// up to 8 bags of up to 64 deferred frees per call), after handing this thread's
+        /// own pending garbage to the collector.
+        pub(crate) fn reclaim(&self) {
+            self.pin().flush();
+        }
+
         /// Pins the current thread.
         #[inline]
         pub(crate) fn pin(&self) -> Guard {

@@ -3,6 +3,7 @@
 //! counting global allocator (this test binary only).
 
 use std::alloc::{GlobalAlloc, Layout, System};
+use std::sync::Mutex;
 use std::sync::atomic::{AtomicIsize, Ordering};
 
 use radixkv::{RadixTree, TreeConfig};
@@ -27,6 +28,9 @@ unsafe impl GlobalAlloc for Counting {
 #[global_allocator]
 static A: Counting = Counting;
 
+/// The tests count the process's live bytes: one at a time.
+static SERIAL: Mutex<()> = Mutex::new(());
+
 fn collect_garbage() {
     for _ in 0..256 {
         crossbeam_epoch::pin().flush();
@@ -35,6 +39,7 @@ fn collect_garbage() {
 
 #[test]
 fn split_nodes_are_freed_without_eviction() {
+    let _one = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     let n = 1_000_000u32;
     let toks: Vec<u32> = (0..n).collect();
     let mut out = Vec::with_capacity(n as usize);
@@ -58,4 +63,31 @@ fn split_nodes_are_freed_without_eviction() {
         "{live} bytes live for a tree of {} heap bytes",
         census.heap_bytes
     );
+}
+
+#[test]
+fn reclaim_frees_what_eviction_unlinked() {
+    let _one = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let t = RadixTree::new(TreeConfig::default()).unwrap();
+    collect_garbage();
+    let before = LIVE.load(Ordering::Relaxed);
+    // 2,000 leaves of 1,000 tokens under the root: 8 MB of tokens (the slots are runs).
+    for i in 0..2_000u32 {
+        let toks: Vec<u32> = (i * 1_000..(i + 1) * 1_000).collect();
+        t.insert(0, &toks, &toks).unwrap();
+    }
+    let full = LIVE.load(Ordering::Relaxed) - before;
+    assert!(full > 8_000_000, "{full} bytes for 2M tokens (slots stored as runs)");
+    assert_eq!(t.evict(usize::MAX, &mut |_| {}), 2_000_000);
+    // Nothing else pins this thread from here: only `reclaim` can free the unlinked nodes
+    // and tables (each call runs a bounded batch, so it takes a few).
+    let live = || LIVE.load(Ordering::Relaxed) - before;
+    let mut calls = 0;
+    while live() > full / 32 && calls < 1_000 {
+        t.reclaim();
+        calls += 1;
+    }
+    assert!(live() <= full / 32, "{} of {full} bytes still live after {calls} reclaims", live());
+    assert!(calls > 0);
+    assert_eq!(t.stats().cached_tokens, 0);
 }

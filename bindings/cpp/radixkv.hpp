@@ -334,6 +334,10 @@ class Cache {
   /// Drop every unpinned page.
   void reset() const { detail::check(rkv_cache_reset(cache_), "rkv_cache_reset"); }
 
+  /// Free memory the index unlinked earlier, off the latency-critical calls (see
+  /// rkv_reclaim): call it once per scheduler step, where latency does not matter.
+  void reclaim() const { detail::check(rkv_reclaim(cache_), "rkv_reclaim"); }
+
  private:
   // `evict` and `evict_runs`: calls `c_evict` with a trampoline that passes each array of
   // `T` (slots or runs) to `on_free`; an exception from `on_free` stops later calls of it

@@ -319,6 +319,12 @@ impl Cache {
         self.pool.as_ref().ok_or(Error::NoPool)?.free(slots)
     }
 
+    /// Frees memory the index unlinked earlier, off the latency-critical calls: see
+    /// [`RadixTree::reclaim`]. Call it once per scheduler step or between requests.
+    pub fn reclaim(&self) {
+        self.tree.reclaim();
+    }
+
     /// Counts and counters; exact at quiescence.
     pub fn stats(&self) -> CacheStats {
         CacheStats {

@@ -68,6 +68,11 @@
 //! swaps the parent's table for one without it, frees its slots and retires it. A parent
 //! that became an unpinned leaf is queued.
 //!
+//! **Memory reclamation.** Unlinked nodes and replaced child tables go to crossbeam-epoch,
+//! which frees them once no guard that could see them is left. That work runs inside
+//! whichever call pins a thread after every 128 pins, unless the caller runs it first with
+//! [`RadixTree::reclaim`] at a moment of its choosing.
+//!
 //! Locks are always taken parent before child, and node locks before the eviction index's
 //! lock, so writers cannot deadlock. Inserts into different subtrees lock different nodes.
 
@@ -1125,6 +1130,23 @@ impl RadixTree {
     /// to `free` once. Returns the tokens freed. Counters are cumulative and not cleared.
     pub fn reset(&self, free: &mut dyn FnMut(&[u32])) -> usize {
         self.evict(usize::MAX, free)
+    }
+
+    // ---------------------------------------------------------------- memory
+
+    /// Frees the memory of nodes and child tables that splits, evictions and inserts (of
+    /// this tree or any other) unlinked earlier, once no reader can still hold them: a
+    /// bounded batch per call (crossbeam-epoch runs up to 8 bags of 64 deferred frees).
+    ///
+    /// Never needed for correctness: the same work runs anyway inside whichever call next
+    /// pins the thread after every 128 pins, so now and then one `match_prefix`, `insert`
+    /// or `evict` pays for freeing hundreds of objects (tens of µs on the Mooncake trace,
+    /// most of the evict calls above the 99th percentile there; see BENCHMARKS.md). An
+    /// engine that calls `reclaim` where latency does not matter (once per scheduler step,
+    /// after launching the batch, or between requests) keeps that work off its
+    /// latency-critical calls. Lock-free; thread-safe; cheap when there is nothing to free.
+    pub fn reclaim(&self) {
+        self.domain.reclaim();
     }
 
     // ---------------------------------------------------------------- stats

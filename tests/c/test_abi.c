@@ -198,6 +198,7 @@ static void test_lifecycle(void) {
     ST(rkv_free(NULL, out, 0), RKV_NULL_ARGUMENT);
     ST(rkv_cache_stats(NULL, &s), RKV_NULL_ARGUMENT);
     ST(rkv_cache_reset(NULL), RKV_NULL_ARGUMENT);
+    ST(rkv_reclaim(NULL), RKV_NULL_ARGUMENT);
     CHECK(n == SENTINEL_LEN && l == SENTINEL_LOCK);
   }
 }
@@ -356,6 +357,12 @@ static void test_caller_managed_p1(void) {
   ST(rkv_cache_reset(c), RKV_OK);
   s = stats(c);
   CHECK(s.cached_tokens == 0 && s.nodes == 0);
+  /* reclaim frees unlinked memory only: what is cached and the counters stay as they are. */
+  ST(rkv_reclaim(c), RKV_OK);
+  {
+    rkv_stats s2 = stats(c);
+    CHECK(s2.cached_tokens == 0 && s2.nodes == 0 && s2.evicted_tokens == s.evicted_tokens);
+  }
 
   /* No pool: the pool calls say so; evict needs a callback. */
   ST(rkv_alloc(c, 4, out), RKV_NO_POOL);

@@ -110,9 +110,14 @@ void caller_managed() {
       threw_runs = std::string(e.what()) == "boom";
     }
     CHECK(threw_runs && c.stats().cached_tokens == 0);
+    // reclaim frees unlinked memory only: the counters stay.
+    const std::uint64_t evicted = c.stats().evicted_tokens;
+    c.reclaim();
+    CHECK(c.stats().evicted_tokens == evicted && c.stats().nodes == 0);
   }
   rkv::Cache moved = std::move(c);
   CHECK_THROWS(c.stats(), RKV_NULL_ARGUMENT);  // NOLINT(bugprone-use-after-move)
+  CHECK_THROWS(c.reclaim(), RKV_NULL_ARGUMENT);  // NOLINT(bugprone-use-after-move)
   CHECK(moved.stats().cached_tokens == 0);
 }
 

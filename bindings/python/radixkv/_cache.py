@@ -589,6 +589,14 @@ class Cache:
         with self._call() as c:
             _check(lib.rkv_cache_reset(c), "rkv_cache_reset")
 
+    def reclaim(self) -> None:
+        """Frees memory the index unlinked earlier (evicted or split nodes), a bounded
+        batch per call. Never needed for correctness: otherwise the same work runs inside
+        whichever call next pins the thread. Call it where latency does not matter, e.g.
+        once per scheduler step."""
+        with self._call() as c:
+            _check(lib.rkv_reclaim(c), "rkv_reclaim")
+
     def __repr__(self) -> str:
         state = "closed" if self._ptr is None else "open"
         return (

@@ -166,6 +166,7 @@ def _declare(lib: ctypes.CDLL) -> None:
         "rkv_free": (_status, [c_void_p, c_void_p, c_size_t]),
         "rkv_cache_stats": (_status, [c_void_p, POINTER(rkv_stats)]),
         "rkv_cache_reset": (_status, [c_void_p]),
+        "rkv_reclaim": (_status, [c_void_p]),
     }
     for name, (restype, argtypes) in sigs.items():
         fn = getattr(lib, name)

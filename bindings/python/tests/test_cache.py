@@ -129,6 +129,18 @@ def test_reset_keeps_pinned():
         assert c.stats().cached_tokens == 0
 
 
+def test_reclaim_changes_nothing_cached():
+    with Cache() as c:
+        c.insert([1, 2, 3], [1, 2, 3])
+        c.insert([1, 2, 9], [4, 5, 6])  # splits [1, 2, 3]: the old node is garbage
+        before = c.stats()
+        c.reclaim()
+        assert c.stats() == before
+        assert list(c.match([1, 2, 9])) == [1, 2, 6]
+    with pytest.raises(radixkv.CacheClosedError):
+        c.reclaim()
+
+
 def test_caller_managed_evict_returns_each_slot_once():
     with Cache() as c:
         c.insert([1, 2, 3, 4], [10, 11, 12, 13])
