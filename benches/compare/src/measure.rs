@@ -175,8 +175,10 @@ pub fn measure(ctx: &Ctx, spec: &[String]) -> Value {
         "w4a" => {
             let (reqs, _) = mooncake(ctx, 1);
             let f: fn(&[Req], usize) -> EvictRun = match spec[1].as_str() {
-                "cache" => evict_replay_rkv,
-                "tree" => evict_replay_tree,
+                "cache" => |r, c| evict_replay_rkv(r, c, true),
+                "cache-inline" => |r, c| evict_replay_rkv(r, c, false),
+                "tree" => |r, c| evict_replay_tree(r, c, true),
+                "tree-inline" => |r, c| evict_replay_tree(r, c, false),
                 "kvi" => evict_replay_kvi,
                 k => panic!("unknown w4a contestant {k}"),
             };

@@ -203,7 +203,7 @@ pub struct EvictRun {
 
 /// The request cycle on a pooled cache of `cap` slots (page 1), evicting explicitly (and
 /// timing each call) when the pool is short: match_and_lock, evict, alloc, insert, release.
-pub fn evict_replay_rkv(reqs: &[Req], cap: usize) -> EvictRun {
+pub fn evict_replay_rkv(reqs: &[Req], cap: usize, reclaim: bool) -> EvictRun {
     let cache =
         Cache::new(CacheOptions { page_size: 1, policy: EvictionPolicy::Lru, pool_slots: cap })
             .unwrap();
@@ -231,6 +231,9 @@ pub fn evict_replay_rkv(reqs: &[Req], cap: usize) -> EvictRun {
         cache.alloc(need, &mut slots).expect("the pool holds every request");
         cache.insert(r.ns, &r.tokens, &slots).unwrap();
         cache.release(lock).unwrap();
+        if reclaim {
+            cache.reclaim(); // between requests, as an engine would once per step
+        }
     }
     let secs = t0.elapsed().as_secs_f64();
     let evicted = cache.stats().tree.evicted_tokens;
@@ -314,7 +317,7 @@ impl RunFreeList {
 
 /// The tree alone with caller-managed slots: a free list of slot runs stands in for the
 /// pool (`evict_runs` hands evicted runs to it, allocations take from it).
-pub fn evict_replay_tree(reqs: &[Req], cap: usize) -> EvictRun {
+pub fn evict_replay_tree(reqs: &[Req], cap: usize, reclaim: bool) -> EvictRun {
     let tree = RadixTree::new(TreeConfig { page_size: 1, policy: EvictionPolicy::Lru }).unwrap();
     let mut free = RunFreeList::new(cap);
     let mut slots = Vec::new();
@@ -341,6 +344,9 @@ pub fn evict_replay_tree(reqs: &[Req], cap: usize) -> EvictRun {
         let existing = tree.insert(r.ns, &r.tokens, &slots).unwrap();
         debug_assert_eq!(existing, m);
         tree.release(lock).unwrap();
+        if reclaim {
+            tree.reclaim();
+        }
     }
     let secs = t0.elapsed().as_secs_f64();
     let evicted = tree.stats().evicted_tokens;
