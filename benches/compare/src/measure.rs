@@ -75,6 +75,42 @@ pub fn measure(ctx: &Ctx, spec: &[String]) -> Value {
             }
             json!({ "times": times, "hits": hits })
         }
+        "w1-floor" => {
+            // The least a replay can take in any index that keeps the tokens it caches (as
+            // every exact peer does): read every query token once, and copy every token not
+            // cached yet (past the request's cached prefix in file order, found by an untimed
+            // radixkv replay) into memory kept until the end. No lookup, no structure.
+            let (reqs, slots) = mooncake(ctx, 1);
+            let tree = radixkv::RadixTree::new(radixkv::TreeConfig::default()).unwrap();
+            let mut out = Vec::new();
+            let cached: Vec<usize> = reqs
+                .iter()
+                .map(|r| {
+                    let m = tree.match_prefix(r.ns, &r.tokens, &mut out);
+                    tree.insert(r.ns, &r.tokens, r.slots(&slots)).unwrap();
+                    m
+                })
+                .collect();
+            drop(tree);
+            let mut times = Vec::new();
+            for run in 0..=ctx.runs {
+                let (kept, s) = time(|| {
+                    let mut kept: Vec<Vec<u32>> = Vec::with_capacity(reqs.len());
+                    let mut sum = 0u32;
+                    for (r, &m) in reqs.iter().zip(&cached) {
+                        sum = r.tokens.iter().fold(sum, |a, &x| a.wrapping_add(x));
+                        kept.push(r.tokens[m..].to_vec());
+                    }
+                    std::hint::black_box(sum);
+                    kept
+                });
+                drop(kept);
+                if run > 0 {
+                    times.push(s);
+                }
+            }
+            json!({ "times": times })
+        }
         "w2-spin" => {
             let iters: u64 = spec[1].parse().unwrap();
             let spin_run = |threads: usize| -> f64 {
