@@ -2,12 +2,14 @@
 //! plus explicit evictions) on one pooled cache small enough to evict all the time.
 //! Checks that no slot is ever held by two requests at once, that every request sees the
 //! slots of its cached prefix unchanged while it runs, and at quiescence that
-//! `free + cached == N` (nothing held) with the tree's counters equal to a walk of it.
+//! `free + cached == N` (nothing held) with the tree's counters equal to a walk of it. A
+//! third of the cycles pass slots as runs end to end (`match_and_lock_runs`, `alloc_runs`,
+//! `insert_runs`, `free_runs`) instead of the `Request` API.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, Ordering};
 
-use radixkv::{Cache, CacheOptions, Error, EvictionPolicy, Request};
+use radixkv::{Cache, CacheOptions, Error, EvictionPolicy, Request, SlotRun};
 
 struct Owners(Vec<AtomicU32>);
 
@@ -69,6 +71,10 @@ fn run(page: usize, pool: usize, threads: usize, cycles: usize) {
                             }
                         })
                         .collect();
+                    if rng.below(3) == 0 {
+                        runs_cycle(&cache, &owners, who, ns, &prompt, rng.below(8) != 0, page);
+                        continue;
+                    }
                     let mut r = match cache.admit(ns, &prompt) {
                         Ok(r) => r,
                         Err(Error::OutOfSlots { .. }) => continue, // everything pinned by others
@@ -133,6 +139,51 @@ fn run(page: usize, pool: usize, threads: usize, cycles: usize) {
     cache.alloc(pool, &mut all).unwrap();
     all.sort();
     assert_eq!(all, (0..pool as u32).collect::<Vec<_>>());
+}
+
+/// One request with slots as runs end to end: pin the cached prefix, allocate the rest as
+/// runs, then insert the prompt (`finish`) or give the slots back.
+fn runs_cycle(
+    cache: &Cache,
+    owners: &Owners,
+    who: u32,
+    ns: u64,
+    prompt: &[u32],
+    finish: bool,
+    page: usize,
+) {
+    let mut runs = Vec::new();
+    let lock = cache.match_and_lock_runs(ns, prompt, &mut runs);
+    let m = lock.len();
+    let need = (prompt.len() - m).div_ceil(page) * page;
+    match cache.alloc_runs(need, &mut runs) {
+        Ok(()) => {}
+        Err(Error::OutOfSlots { .. }) => return, // everything pinned by others
+        Err(e) => panic!("alloc_runs: {e}"),
+    }
+    let all: Vec<u32> = runs.iter().flat_map(|r| r.slots()).collect();
+    assert_eq!(all.len(), m + need);
+    owners.claim(who, &all[m..]);
+    // The pinned prefix is still cached with the slots the match returned.
+    let mut out = Vec::new();
+    assert!(cache.match_prefix(ns, prompt, &mut out) >= m, "a pinned prefix went away");
+    assert_eq!(out[..m], all[..m]);
+    owners.unclaim(who, &all[m..]);
+    let runs_of = |s: &[u32]| {
+        let mut r = Vec::new();
+        SlotRun::push_runs_of(s, &mut r);
+        r
+    };
+    if finish {
+        // The insert adopts or frees the prompt's slots; the page-rounding spare is ours.
+        cache.insert_runs(ns, prompt, &runs_of(&all[..prompt.len()])).unwrap();
+        if all.len() > prompt.len() {
+            cache.free_runs(&runs_of(&all[prompt.len()..])).unwrap();
+        }
+    } else {
+        cache.free_runs(&runs_of(&all[m..])).unwrap();
+    }
+    drop(lock);
 }
 
 fn threads() -> usize {

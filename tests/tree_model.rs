@@ -189,11 +189,32 @@ fn insert(
     *next_slot += t.len().div_ceil(p) as u32 * p as u32;
     let n = t.len() / p * p;
     let (want, _) = model.matched(ns, &t[..n]);
+    // Half the inserts pass the slots as runs: maximal ones, or cut into pieces of at most
+    // 3 (runs need not be maximal).
+    let by_runs = (base as usize / 4 + t.len()) % 2 == 1;
+    let mut runs = Vec::new();
+    SlotRun::push_runs_of(&slots, &mut runs);
+    if base % 3 == 0 {
+        runs = runs
+            .iter()
+            .flat_map(|r| {
+                (0..r.len)
+                    .step_by(3)
+                    .map(|o| SlotRun { start: r.start + o, len: (r.len - o).min(3) })
+            })
+            .collect();
+    }
     let e = if lock {
-        let (e, l) = tree.insert_and_lock_raw(ns, &t, &slots).unwrap();
+        let (e, l) = if by_runs {
+            tree.insert_and_lock_runs_raw(ns, &t, &runs).unwrap()
+        } else {
+            tree.insert_and_lock_raw(ns, &t, &slots).unwrap()
+        };
         prop_assert_eq!(l.len(), n);
         locks.push((l, ns, t[..n].to_vec()));
         e
+    } else if by_runs {
+        tree.insert_runs(ns, &t, &runs).unwrap()
     } else {
         tree.insert(ns, &t, &slots).unwrap()
     };

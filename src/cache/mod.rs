@@ -22,7 +22,10 @@ pub use request::Request;
 use crate::error::{Error, Result, invalid};
 use crate::pool::SlotPool;
 use crate::slot_run::SlotRun;
-use crate::tree::{EvictionPolicy, LockGuard, PrefixLock, RadixTree, TreeConfig, TreeStats};
+use crate::tree::{
+    EvictionPolicy, LockGuard, PrefixLock, RadixTree, SlotSource, TreeConfig, TreeStats, cut_runs,
+    push_differing,
+};
 
 /// A callback receiving slots the cache lets go of (evicted slots).
 pub type FreeFn<'a> = &'a mut dyn FnMut(&[u32]);
@@ -183,7 +186,8 @@ impl Cache {
         cached: Option<&mut Vec<u32>>,
     ) -> Result<(usize, Option<PrefixLock>)> {
         let Some(pool) = &self.pool else {
-            return self.tree.insert_with(ns, tokens, slots, pin, cached, &mut |_, _| Ok(()));
+            let src = SlotSource::List(slots);
+            return self.tree.insert_with(ns, tokens, src, pin, cached, &mut |_, _| Ok(()));
         };
         if tokens.len() != slots.len() {
             return Err(invalid(format!(
@@ -196,7 +200,7 @@ impl Cache {
         let mut scratch = Vec::new();
         let cached = cached.unwrap_or(&mut scratch);
         let mut release = Vec::new();
-        let mut prepare = |existing: usize, have: &[u32]| -> Result<()> {
+        let mut prepare = |existing: usize, have: &Vec<u32>| -> Result<()> {
             // Adopted: slots[existing..n], passed as is. Freed: the given slots that differ
             // from the cached ones, and the unaligned tail.
             let dup = &slots[..existing];
@@ -210,7 +214,66 @@ impl Cache {
             };
             pool.settle(&slots[existing..n], release)
         };
-        self.tree.insert_with(ns, tokens, slots, pin, Some(cached), &mut prepare)
+        self.tree.insert_with(ns, tokens, SlotSource::List(slots), pin, Some(cached), &mut prepare)
+    }
+
+    /// [`Cache::insert`] with the slots given as runs of consecutive slots ([`SlotRun`], in
+    /// token order, their lengths adding up to `tokens.len()`; `InvalidArgument` otherwise,
+    /// or for an empty run), as [`Cache::alloc_runs`] hands them out: the pool step and the
+    /// new leaf take O(runs) instead of O(tokens). The same rules otherwise: with a pool, the
+    /// runs past `existing` (up to `n`) are adopted, and the given slots of the cached prefix
+    /// that differ from the cached ones, and those past `n`, go back to the pool.
+    pub fn insert_runs(&self, ns: u64, tokens: &[u32], runs: &[SlotRun]) -> Result<usize> {
+        self.insert_runs_impl(ns, tokens, runs, false).map(|(e, _)| e)
+    }
+
+    /// [`Cache::insert_and_lock`] with the slots given as runs (see [`Cache::insert_runs`]).
+    pub fn insert_and_lock_runs(
+        &self,
+        ns: u64,
+        tokens: &[u32],
+        runs: &[SlotRun],
+    ) -> Result<(usize, LockGuard<'_>)> {
+        let (e, l) = self.insert_and_lock_runs_raw(ns, tokens, runs)?;
+        Ok((e, self.tree.guard(l)))
+    }
+
+    /// [`Cache::insert_and_lock_runs`] returning a detached lock.
+    pub fn insert_and_lock_runs_raw(
+        &self,
+        ns: u64,
+        tokens: &[u32],
+        runs: &[SlotRun],
+    ) -> Result<(usize, PrefixLock)> {
+        let (e, l) = self.insert_runs_impl(ns, tokens, runs, true)?;
+        Ok((e, l.expect("a pinning insert returns a lock")))
+    }
+
+    fn insert_runs_impl(
+        &self,
+        ns: u64,
+        tokens: &[u32],
+        runs: &[SlotRun],
+        pin: bool,
+    ) -> Result<(usize, Option<PrefixLock>)> {
+        let src = SlotSource::runs(runs, tokens.len())?;
+        let Some(pool) = &self.pool else {
+            return self
+                .tree
+                .insert_with::<Vec<u32>>(ns, tokens, src, pin, None, &mut |_, _| Ok(()));
+        };
+        let n = tokens.len() / self.opts.page_size * self.opts.page_size;
+        let mut cached: Vec<SlotRun> = Vec::new();
+        let (mut adopt, mut release) = (Vec::new(), Vec::new());
+        let mut prepare = |existing: usize, have: &Vec<SlotRun>| -> Result<()> {
+            adopt.clear();
+            release.clear();
+            cut_runs(runs, existing, n, &mut adopt);
+            push_differing(runs, have, existing, &mut release);
+            cut_runs(runs, n, tokens.len(), &mut release);
+            pool.settle_runs(&adopt, &release)
+        };
+        self.tree.insert_with(ns, tokens, src, pin, Some(&mut cached), &mut prepare)
     }
 
     /// Unpins a detached lock. `InvalidLock` for another cache's lock.
@@ -289,9 +352,26 @@ impl Cache {
     /// evictable slots fails at once, evicting nothing). `n` must be a multiple of the page
     /// size (`InvalidArgument`). `NoPool` without a pool.
     pub fn alloc(&self, n: usize, out: &mut Vec<u32>) -> Result<()> {
+        self.alloc_with(n, &mut |pool| pool.try_alloc(n, out))
+    }
+
+    /// [`Cache::alloc`] appending the slots to `out` as runs of consecutive slots (joined to
+    /// `out`'s last run where they continue it): O(runs) instead of O(slots); pass them to
+    /// [`Cache::insert_runs`] or [`Cache::free_runs`].
+    pub fn alloc_runs(&self, n: usize, out: &mut Vec<SlotRun>) -> Result<()> {
+        self.alloc_with(n, &mut |pool| pool.try_alloc_runs(n, out))
+    }
+
+    /// The allocation loop: `try_alloc` (all or nothing) until it succeeds, evicting what is
+    /// short in between.
+    fn alloc_with(
+        &self,
+        n: usize,
+        try_alloc: &mut dyn FnMut(&SlotPool) -> Result<bool>,
+    ) -> Result<()> {
         let pool = self.pool.as_ref().ok_or(Error::NoPool)?;
         loop {
-            if pool.try_alloc(n, out)? {
+            if try_alloc(pool)? {
                 return Ok(());
             }
             let short = n.saturating_sub(pool.allocatable()).max(self.opts.page_size);
@@ -301,7 +381,7 @@ impl Cache {
                 || self.evict_to_pool(pool, short, None) == 0
             {
                 // Nothing left to evict; a last try in case a concurrent free landed.
-                if pool.try_alloc(n, out)? {
+                if try_alloc(pool)? {
                     return Ok(());
                 }
                 return Err(Error::OutOfSlots {
@@ -310,6 +390,11 @@ impl Cache {
                 });
             }
         }
+    }
+
+    /// [`Cache::free`] for slots given as runs (an empty run is `InvalidArgument`).
+    pub fn free_runs(&self, runs: &[SlotRun]) -> Result<()> {
+        self.pool.as_ref().ok_or(Error::NoPool)?.free_runs(runs)
     }
 
     /// Returns allocated, never adopted slots to the pool: refused whole, changing nothing,

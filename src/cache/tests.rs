@@ -134,6 +134,108 @@ fn evict_runs_hands_runs_in_both_modes() {
     conserved(&c, 8);
 }
 
+fn expand(runs: &[SlotRun]) -> Vec<u32> {
+    runs.iter().flat_map(|r| r.slots()).collect()
+}
+
+/// The first `n` slots of `runs`, as runs.
+fn first(runs: &[SlotRun], n: usize) -> Vec<SlotRun> {
+    let mut out = Vec::new();
+    crate::tree::cut_runs(runs, 0, n, &mut out);
+    out
+}
+
+#[test]
+fn insert_runs_settles_the_pool_as_insert_does() {
+    // Two caches given the same requests: one passes slot lists, the other runs.
+    for p in [1, 4] {
+        let (a, b) = (pooled(512, p), pooled(512, p));
+        let reqs: Vec<Vec<u32>> = vec![
+            (0..40).collect(),
+            (0..20).chain(100..131).collect(),
+            (0..40).chain(200..203).collect(),
+            (0..18).collect(),
+            (0..20).chain(100..140).collect(),
+            (7..60).collect(),
+        ];
+        for (i, t) in reqs.iter().enumerate() {
+            let (mut sa, mut rb) = (Vec::new(), Vec::new());
+            // Even requests reuse the cached prefix's slots (match first); odd ones bring
+            // fresh slots for every token, so the cached prefix's given slots differ and go
+            // back to the pool.
+            let (la, lb) = if i % 2 == 0 {
+                (Some(a.match_and_lock(0, t, &mut sa)), Some(b.match_and_lock_runs(0, t, &mut rb)))
+            } else {
+                (None, None)
+            };
+            assert_eq!(expand(&rb), sa);
+            let need = (t.len() - sa.len()).div_ceil(p) * p;
+            a.alloc(need, &mut sa).unwrap();
+            b.alloc_runs(need, &mut rb).unwrap();
+            assert_eq!(expand(&rb), sa, "p {p} request {i}");
+            let ea = a.insert(0, t, &sa[..t.len()]).unwrap();
+            let eb = b.insert_runs(0, t, &first(&rb, t.len())).unwrap();
+            assert_eq!(ea, eb, "p {p} request {i}");
+            a.free(&sa[t.len()..]).unwrap();
+            let mut spare = Vec::new();
+            crate::tree::cut_runs(&rb, t.len(), sa.len(), &mut spare);
+            b.free_runs(&spare).unwrap();
+            drop((la, lb));
+            conserved(&a, 0);
+            conserved(&b, 0);
+            let (pa, pb) = (a.pool().unwrap(), b.pool().unwrap());
+            for s in 0..512 {
+                assert_eq!(pa.state(s), pb.state(s), "p {p} request {i} slot {s}");
+            }
+            let mut out = Vec::new();
+            for t in &reqs {
+                assert_eq!(a.match_prefix(0, t, &mut sa), b.match_prefix(0, t, &mut out));
+                assert_eq!(sa, out);
+            }
+        }
+    }
+}
+
+#[test]
+fn bad_runs_are_refused_whole() {
+    let c = pooled(16, 1);
+    let mut a = Vec::new();
+    c.alloc_runs(4, &mut a).unwrap();
+    assert_eq!(a.len(), 1, "a fresh pool hands out one run");
+    let b = a[0].start;
+    assert_eq!(a[0].len, 4);
+    let r = |start: u32, len: u32| SlotRun { start, len };
+    c.insert_runs(0, &[1, 2], &[r(b, 2)]).unwrap();
+    let before = c.stats();
+    let free_slot = (0..16u32).find(|s| !(b..b + 4).contains(s)).unwrap();
+    let bad: [(&[SlotRun], &str); 7] = [
+        (&[r(b + 2, 1), r(999, 1)], "outside the pool"),
+        (&[r(b + 2, 1), r(free_slot, 1)], "a free slot"),
+        (&[r(b + 2, 1), r(b, 1)], "a slot the tree caches"),
+        (&[r(b + 2, 1), r(b + 2, 1)], "the same slot twice"),
+        (&[r(b + 2, 1)], "fewer slots than tokens"),
+        (&[r(b + 2, 1), r(b + 3, 0), r(b + 3, 1)], "an empty run"),
+        (&[r(b + 2, 3)], "more slots than tokens"),
+    ];
+    for (runs, why) in bad {
+        assert!(matches!(c.insert_runs(0, &[5, 6], runs), Err(Error::InvalidArgument(_))), "{why}");
+        assert_eq!(c.stats(), before, "{why}");
+    }
+    assert_eq!(c.pool().unwrap().state(b + 2), Some(SlotState::Held));
+    conserved(&c, 2);
+    assert_eq!(c.free_runs(&[r(b, 1)]), Err(Error::DoubleFree { slot: b }));
+    c.free_runs(&[r(b + 2, 2)]).unwrap();
+    conserved(&c, 0);
+    let no_pool = Cache::new(CacheOptions::default()).unwrap();
+    assert_eq!(no_pool.alloc_runs(1, &mut Vec::new()), Err(Error::NoPool));
+    assert_eq!(no_pool.free_runs(&[r(0, 1)]), Err(Error::NoPool));
+    // Caller-managed mode indexes the runs as given.
+    assert_eq!(no_pool.insert_runs(0, &[1, 2, 3], &[r(7, 2), r(50, 1)]).unwrap(), 0);
+    let mut out = Vec::new();
+    assert_eq!(no_pool.match_prefix(0, &[1, 2, 3], &mut out), 3);
+    assert_eq!(out, [7, 8, 50]);
+}
+
 #[test]
 fn caller_managed_mode_needs_a_callback_and_has_no_pool() {
     let c = Cache::new(CacheOptions::default()).unwrap();

@@ -315,22 +315,8 @@ impl SlotPool {
             return Ok(false);
         }
         out.reserve(n);
-        // Reserve k pages (Acquire: pairs with the Release increment of the frees whose pages
-        // we count, so their pushes happen before our pops).
-        let mut cur = self.free_pages.load(Ordering::Relaxed);
-        loop {
-            if cur < k {
-                return Ok(false);
-            }
-            match self.free_pages.compare_exchange_weak(
-                cur,
-                cur - k,
-                Ordering::Acquire,
-                Ordering::Relaxed,
-            ) {
-                Ok(_) => break,
-                Err(now) => cur = now,
-            }
+        if !self.reserve(k) {
+            return Ok(false);
         }
         let mut runs = Vec::new();
         self.pop_pages(k, &mut runs);
@@ -342,6 +328,61 @@ impl SlotPool {
             out.extend(a as u32..=(e - 1) as u32);
         }
         Ok(true)
+    }
+
+    /// [`SlotPool::try_alloc`] appending the slots to `out` as runs of consecutive slots
+    /// (ascending within a run; neighbours that continue one another are joined, also with
+    /// the run `out` ends with): O(runs) to hand out instead of O(slots). A pool hands out
+    /// long runs (a fresh pool one run per shard it takes from).
+    pub fn try_alloc_runs(&self, n: usize, out: &mut Vec<SlotRun>) -> Result<bool> {
+        let p = self.page_size;
+        if n % p != 0 {
+            return Err(invalid(format!(
+                "cannot allocate {n} slots: not a multiple of the page size {p}"
+            )));
+        }
+        if n == 0 {
+            return Ok(true);
+        }
+        let k = n / p;
+        if k > self.num_pages || !self.reserve(k) {
+            return Ok(false);
+        }
+        let mut runs = Vec::new();
+        self.pop_pages(k, &mut runs);
+        for r in runs {
+            let (a, e) = (r.start as usize * p, (r.start as usize + r.len as usize) * p);
+            self.store_range(a, e, FREE, HELD);
+            // Runs of at most 2^31 slots, so that `len` fits and joins stay in range.
+            let mut at = a;
+            while at < e {
+                let m = (e - at).min(1 << 31);
+                SlotRun::push_joined(out, at as u32, m as u32);
+                at += m;
+            }
+        }
+        Ok(true)
+    }
+
+    /// Takes `k` pages off `free_pages` (all or none); false if fewer are there.
+    fn reserve(&self, k: usize) -> bool {
+        // Acquire: pairs with the Release increment of the frees whose pages we count, so
+        // their pushes happen before our pops.
+        let mut cur = self.free_pages.load(Ordering::Relaxed);
+        loop {
+            if cur < k {
+                return false;
+            }
+            match self.free_pages.compare_exchange_weak(
+                cur,
+                cur - k,
+                Ordering::Acquire,
+                Ordering::Relaxed,
+            ) {
+                Ok(_) => return true,
+                Err(now) => cur = now,
+            }
+        }
     }
 
     /// Returns Held slots to the pool (`Held -> Free`). A page goes back to the free list once
@@ -393,8 +434,38 @@ impl SlotPool {
     /// come in any order.
     pub fn release_cached_runs(&self, runs: &[SlotRun]) -> Result<()> {
         let mut own = Vec::with_capacity(runs.len());
+        let ascending = self.take_runs(runs, FREE, &mut own)?;
+        self.apply_runs(own, ascending, CACHED)
+            .map_err(|(slot, why)| self.refusal(slot, why, "cached"))
+    }
+
+    /// [`SlotPool::free`] for slots given as runs (as [`SlotPool::try_alloc_runs`] hands
+    /// them out): O(runs + slots / 32), the same refusals (a slot in two runs is listed
+    /// twice; an empty run is `InvalidArgument`).
+    pub fn free_runs(&self, runs: &[SlotRun]) -> Result<()> {
+        let mut own = Vec::with_capacity(runs.len());
+        let ascending = self.take_runs(runs, FREE, &mut own)?;
+        self.apply_runs(own, ascending, HELD).map_err(|(slot, why)| match why {
+            Refusal::OutOfRange => self.out_of_range(slot),
+            Refusal::Twice | Refusal::State(_) => Error::DoubleFree { slot },
+        })
+    }
+
+    /// [`SlotPool::settle`] for slots given as runs: the same all-or-nothing step and
+    /// refusals, O(runs + slots / 32).
+    pub fn settle_runs(&self, adopt: &[SlotRun], free: &[SlotRun]) -> Result<()> {
+        let mut own = Vec::with_capacity(adopt.len() + free.len());
+        let a = self.take_runs(adopt, CACHED, &mut own)?;
+        let b = self.take_runs(free, FREE, &mut own)?;
+        self.apply_runs(own, a && b, HELD).map_err(|(slot, why)| self.refusal(slot, why, "held"))
+    }
+
+    /// Appends `runs` to `own`, all going to `to`: `InvalidArgument` for an empty run or one
+    /// reaching past the pool. Returns whether `own` still ascends (each run starting past
+    /// the end of the one before), so that sorting can be skipped.
+    fn take_runs(&self, runs: &[SlotRun], to: u8, own: &mut Vec<Run>) -> Result<bool> {
         let mut ascending = true;
-        let mut prev_end = 0;
+        let mut prev_end = own.last().map_or(0, |r| r.end);
         for r in runs {
             let (start, end) = (r.start as usize, r.start as usize + r.len as usize);
             if r.len == 0 {
@@ -406,10 +477,9 @@ impl SlotPool {
             }
             ascending &= start >= prev_end;
             prev_end = end;
-            own.push(Run { start, end, to: FREE });
+            own.push(Run { start, end, to });
         }
-        self.apply_runs(own, ascending, CACHED)
-            .map_err(|(slot, why)| self.refusal(slot, why, "cached"))
+        Ok(ascending)
     }
 
     /// The pool half of an insert, as one all-or-nothing step: `adopt` go to the tree

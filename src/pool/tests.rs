@@ -330,6 +330,81 @@ fn release_cached_runs_frees_runs_in_any_order_and_refuses_whole() {
 }
 
 #[test]
+fn alloc_runs_hands_out_what_alloc_would_as_runs() {
+    for p in [1, 4] {
+        // Two pools taking the same calls: one lists slots, the other hands out runs.
+        let a = SlotPool::with_shards(64 * p, p, 2).unwrap();
+        let b = SlotPool::with_shards(64 * p, p, 2).unwrap();
+        if p > 1 {
+            assert!(is_invalid(b.try_alloc_runs(p + 1, &mut Vec::new())), "not whole pages");
+        }
+        let mut runs = vec![SlotRun { start: 9999, len: 1 }];
+        assert_eq!(b.try_alloc_runs(0, &mut runs), Ok(true));
+        assert_eq!(runs.len(), 1, "n = 0 appends nothing");
+        runs.clear();
+        let mut want = Vec::new();
+        for n in [3 * p, 40 * p, 21 * p] {
+            assert_eq!(a.try_alloc(n, &mut want), Ok(true));
+            // Appended, and joined to the run before where they continue it.
+            assert_eq!(b.try_alloc_runs(n, &mut runs), Ok(true));
+            let got: Vec<u32> = runs.iter().flat_map(|r| r.slots()).collect();
+            assert_eq!(got, want, "p {p} n {n}");
+            assert!(runs.windows(2).all(|w| w[0].start + w[0].len != w[1].start), "{runs:?}");
+            assert_eq!(snapshot(&a), snapshot(&b));
+        }
+        // Exhausted: nothing appended, nothing changed.
+        let before = snapshot(&b);
+        let len = runs.len();
+        assert_eq!(b.try_alloc_runs(p, &mut runs), Ok(false));
+        assert_eq!((runs.len(), snapshot(&b)), (len, before));
+        b.free_runs(&runs).unwrap();
+        assert_eq!(b.available(), 64 * p);
+    }
+}
+
+#[test]
+fn free_runs_and_settle_runs_refuse_whole() {
+    let p = 2;
+    let pool = SlotPool::with_shards(32, p, 1).unwrap();
+    let mut runs = Vec::new();
+    assert_eq!(pool.try_alloc_runs(16, &mut runs), Ok(true));
+    assert_eq!(runs, [SlotRun { start: 0, len: 16 }]);
+    let r = |start: u32, len: u32| SlotRun { start, len };
+    let before = snapshot(&pool);
+    let bad_free: [(Vec<SlotRun>, &str); 5] = [
+        (vec![r(0, 4), r(2, 4)], "a slot in two runs"),
+        (vec![r(14, 4)], "runs into Free slots"),
+        (vec![r(0, 2), r(40, 1)], "out of range"),
+        (vec![r(0, 2), r(4, 0)], "empty run"),
+        (vec![r(u32::MAX, 1)], "out of range, at the top"),
+    ];
+    for (runs, why) in &bad_free {
+        assert!(pool.free_runs(runs).is_err(), "{why}");
+        assert_eq!(snapshot(&pool), before, "{why} changed something");
+    }
+    assert_eq!(pool.free_runs(&[r(14, 4)]), Err(Error::DoubleFree { slot: 16 }));
+    // settle: adopt and free in one step, or nothing.
+    assert!(is_invalid(pool.settle_runs(&[r(0, 4)], &[r(2, 2)])), "a slot in both lists");
+    assert!(is_invalid(pool.settle_runs(&[r(0, 4)], &[r(16, 2)])), "freeing a Free slot");
+    assert!(is_invalid(pool.settle_runs(&[r(0, 4)], &[r(8, 0)])), "empty run");
+    assert_eq!(snapshot(&pool), before);
+    pool.settle_runs(&[r(8, 4), r(0, 4)], &[r(12, 4), r(4, 2)]).unwrap();
+    let st = snapshot(&pool);
+    for (i, s) in st.iter().enumerate() {
+        let want = match i {
+            0..4 | 8..12 => SlotState::Cached,
+            6..8 => SlotState::Held,
+            _ => SlotState::Free,
+        };
+        assert_eq!(*s, want, "slot {i}");
+    }
+    assert!(is_invalid(pool.settle_runs(&[r(0, 2)], &[])), "adopting a Cached slot");
+    pool.free_runs(&[r(6, 2)]).unwrap();
+    pool.release_cached_runs(&[r(0, 4), r(8, 4)]).unwrap();
+    assert_eq!(pool.available(), 32);
+}
+
+#[test]
 fn free_pages_are_kept_as_runs_and_popped_ascending() {
     let pool = SlotPool::with_shards(256, 1, 1).unwrap();
     let all = alloc(&pool, 256);

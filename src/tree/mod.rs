@@ -79,6 +79,7 @@
 mod evict_index;
 mod node;
 mod slot_sink;
+mod slot_source;
 mod stripes;
 
 use std::fmt;
@@ -86,6 +87,7 @@ use std::fmt;
 use evict_index::{EvictIndex, Evicted};
 use node::{ChildTable, DEAD, Node, PIN_MASK, REPLACED, node_ref};
 use slot_sink::SlotSink;
+pub(crate) use slot_source::{SlotSource, cut_runs, push_differing};
 use stripes::MatchCounters;
 
 use crate::error::{Error, Result, invalid};
@@ -800,7 +802,41 @@ impl RadixTree {
     /// of insertion: the slots `slots[..existing]` are not adopted (the tree keeps its
     /// own), nor are `slots[n..]`; the caller owns every slot not adopted.
     pub fn insert(&self, ns: u64, tokens: &[u32], slots: &[u32]) -> Result<usize> {
-        self.insert_with(ns, tokens, slots, false, None, &mut |_, _| Ok(())).map(|(e, _)| e)
+        self.insert_plain(ns, tokens, SlotSource::List(slots), false).map(|(e, _)| e)
+    }
+
+    /// [`RadixTree::insert`] with the slots given as runs of consecutive slots, in token
+    /// order (their lengths must add up to `tokens.len()`; `InvalidArgument` otherwise, or
+    /// for an empty run or one past slot id `u32::MAX`): the new leaf stores the runs as
+    /// they are, O(runs) instead of scanning every slot. The runs `slots[..existing]` and
+    /// past `n` cover are not adopted, as in `insert`.
+    pub fn insert_runs(&self, ns: u64, tokens: &[u32], runs: &[SlotRun]) -> Result<usize> {
+        let src = SlotSource::runs(runs, tokens.len())?;
+        self.insert_plain(ns, tokens, src, false).map(|(e, _)| e)
+    }
+
+    /// [`RadixTree::insert_and_lock_raw`] with the slots given as runs (as in
+    /// [`RadixTree::insert_runs`]).
+    pub fn insert_and_lock_runs_raw(
+        &self,
+        ns: u64,
+        tokens: &[u32],
+        runs: &[SlotRun],
+    ) -> Result<(usize, PrefixLock)> {
+        let src = SlotSource::runs(runs, tokens.len())?;
+        let (e, l) = self.insert_plain(ns, tokens, src, true)?;
+        Ok((e, l.expect("a pinning insert returns a lock")))
+    }
+
+    /// An insert with nothing to collect or prepare.
+    fn insert_plain(
+        &self,
+        ns: u64,
+        tokens: &[u32],
+        slots: SlotSource<'_>,
+        pin: bool,
+    ) -> Result<(usize, Option<PrefixLock>)> {
+        self.insert_with::<Vec<u32>>(ns, tokens, slots, pin, None, &mut |_, _| Ok(()))
     }
 
     /// Insert and pin `tokens[..n]` atomically (chunked prefill, or a request that keeps
@@ -822,7 +858,7 @@ impl RadixTree {
         tokens: &[u32],
         slots: &[u32],
     ) -> Result<(usize, PrefixLock)> {
-        let (e, l) = self.insert_with(ns, tokens, slots, true, None, &mut |_, _| Ok(()))?;
+        let (e, l) = self.insert_plain(ns, tokens, SlotSource::List(slots), true)?;
         Ok((e, l.expect("a pinning insert returns a lock")))
     }
 
@@ -839,17 +875,17 @@ impl RadixTree {
     /// The insert behind every public variant. `prepare(existing, cached)` runs once, at
     /// the moment the outcome is fixed and before anything changes (for a new leaf: under
     /// its parent's lock, so the cached path cannot change); `cached` holds the slots of
-    /// `tokens[..existing]` when `collect` is given. If it fails, nothing changes (a pin
-    /// taken on the way is undone) and its error is returned. With `pin`, the second value
-    /// is the lock on `tokens[..n]`.
-    pub(crate) fn insert_with(
+    /// `tokens[..existing]` when `collect` is given (one per token or as runs, by `S`). If
+    /// it fails, nothing changes (a pin taken on the way is undone) and its error is
+    /// returned. With `pin`, the second value is the lock on `tokens[..n]`.
+    pub(crate) fn insert_with<S: SlotSink + Default>(
         &self,
         ns: u64,
         tokens: &[u32],
-        slots: &[u32],
+        slots: SlotSource<'_>,
         pin: bool,
-        mut collect: Option<&mut Vec<u32>>,
-        prepare: &mut dyn FnMut(usize, &[u32]) -> Result<()>,
+        mut collect: Option<&mut S>,
+        prepare: &mut dyn FnMut(usize, &S) -> Result<()>,
     ) -> Result<(usize, Option<PrefixLock>)> {
         if tokens.len() != slots.len() {
             return Err(invalid(format!(
@@ -860,13 +896,13 @@ impl RadixTree {
         }
         let p = self.cfg.page_size;
         let n = self.aligned(tokens.len());
-        let (key, vals) = (&tokens[..n], &slots[..n]);
+        let key = &tokens[..n];
         let g = self.domain.pin();
         let root = self.root_or_create(ns, &g);
         let now = self.clock.fetch_add(1, Ordering::Relaxed) + 1;
         let want = collect.is_some();
-        let mut scratch = Vec::new();
-        let cached: &mut Vec<u32> = match collect.as_mut() {
+        let mut scratch = S::default();
+        let cached: &mut S = match collect.as_mut() {
             Some(v) => v,
             None => &mut scratch,
         };
@@ -903,7 +939,7 @@ impl RadixTree {
                             }
                         }
                         if want {
-                            c.extend_slots(cached, 0, c.len());
+                            cached.take(c, c.len());
                         }
                         self.touch(c, now);
                         pos += k;
@@ -917,7 +953,7 @@ impl RadixTree {
                                 continue 'step;
                             };
                             if want {
-                                u.extend_slots(cached, 0, u.len());
+                                cached.take(u, u.len());
                             }
                             self.touch(u, now);
                             pos = n;
@@ -925,7 +961,7 @@ impl RadixTree {
                             continue 'step;
                         }
                         if want {
-                            c.extend_slots(cached, 0, k);
+                            cached.take(c, k);
                         }
                         self.touch(c, now);
                         if let Err(e) = prepare(n, cached) {
@@ -941,7 +977,7 @@ impl RadixTree {
             // No live child for this page: hang a new leaf under `cur`. The leaf is built
             // (its tokens and slots copied) before the lock, so the parent's lock is held
             // only to check, settle and publish; if the check fails the leaf is dropped.
-            let built = Box::new(Node::new(&key[pos..], &vals[pos..], pin as u64, now, p));
+            let built = Box::new(slots.leaf(&key[pos..], pos, pin as u64, now, p));
             let guard = lock(&cur.lock);
             let s = cur.state.load(Ordering::SeqCst);
             if s & (DEAD | REPLACED) != 0 {

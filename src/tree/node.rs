@@ -183,6 +183,38 @@ impl Node {
         Node::from_data(data, len, 0, pins, stamp)
     }
 
+    /// [`Node::new`] for slots given as runs (non-empty, none wrapping, their lengths adding
+    /// up to `tokens.len()`): stored as those runs when that is as compact as [`Node::new`]
+    /// would store them (one run; or `k` runs in `2k - 1` words where one per page or per
+    /// token would take at least `2k`), without looking at each slot; otherwise expanded and
+    /// stored as [`Node::new`] decides. The runs need not be maximal.
+    pub(crate) fn from_runs(
+        tokens: &[u32],
+        runs: &[SlotRun],
+        pins: u64,
+        stamp: u64,
+        page: usize,
+    ) -> Node {
+        let len = tokens.len();
+        let k = runs.len();
+        debug_assert_eq!(runs.iter().map(|r| r.len as usize).sum::<usize>(), len);
+        let paged = page > 1 && len > 0 && len % page == 0;
+        let limit = if paged { len / page } else { len };
+        if k > 0 && ((k == 1 && len > 1) || 2 * k <= limit) {
+            let mut data = Vec::with_capacity(len + 2 * k - 1);
+            data.extend_from_slice(tokens);
+            let mut at = 0u32;
+            for r in &runs[..k - 1] {
+                at += r.len;
+                data.push(at);
+            }
+            data.extend(runs.iter().map(|r| r.start));
+            return Node::from_data(data, len, k as u32, pins, stamp);
+        }
+        let slots: Vec<u32> = runs.iter().flat_map(|r| r.slots()).collect();
+        Node::new(tokens, &slots, pins, stamp, page)
+    }
+
     /// The node for tokens `start..end` of `a`, with their slots kept in `a`'s encoding, as
     /// a split builds its two halves: nothing is checked or expanded again. `start` and
     /// `end` must fall on page boundaries.
