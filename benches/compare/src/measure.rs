@@ -48,6 +48,9 @@ fn slot_array(ctx: &Ctx, reqs: &mut [Req], page: usize) -> Vec<u32> {
             }
         }
     }
+    for r in reqs.iter_mut() {
+        r.set_runs(&slots);
+    }
     slots
 }
 
@@ -211,8 +214,9 @@ pub fn measure(ctx: &Ctx, spec: &[String]) -> Value {
         "w4a" => {
             let (reqs, _) = mooncake(ctx, 1);
             let f: fn(&[Req], usize) -> EvictRun = match spec[1].as_str() {
-                "cache" => |r, c| evict_replay_rkv(r, c, true),
-                "cache-inline" => |r, c| evict_replay_rkv(r, c, false),
+                "cache" => |r, c| evict_replay_rkv(r, c, CacheCycle::Lists),
+                "cache-inline" => |r, c| evict_replay_rkv(r, c, CacheCycle::ListsInline),
+                "cache-runs" => |r, c| evict_replay_rkv(r, c, CacheCycle::Runs),
                 "tree" => |r, c| evict_replay_tree(r, c, true),
                 "tree-inline" => |r, c| evict_replay_tree(r, c, false),
                 "kvi" => evict_replay_kvi,
@@ -286,6 +290,7 @@ pub fn measure(ctx: &Ctx, spec: &[String]) -> Value {
             let threads: usize = spec[2].parse().unwrap();
             let f: fn(&[Req], usize, usize) -> MixRun = match spec[1].as_str() {
                 "cache" => mix_rkv,
+                "cache-runs" => mix_rkv_runs,
                 "cache-mutex" => mix_rkv_mutex,
                 "tree" => mix_tree,
                 "kvi" => mix_kvi,

@@ -682,6 +682,10 @@ pub fn w4a(
     let contestants = [
         ("cache", "radixkv Cache (its slot pool), reclaim() between requests"),
         ("cache-inline", "radixkv Cache (its slot pool), no reclaim()"),
+        (
+            "cache-runs",
+            "radixkv Cache (its slot pool), slots as runs end to end, reclaim() between requests",
+        ),
         ("tree", "radixkv RadixTree (caller's free list of slot runs), reclaim() between requests"),
         ("tree-inline", "radixkv RadixTree (caller's free list of slot runs), no reclaim()"),
         ("kvi", "kv-index 2.0.0 TokenTree (evict_tenant_by_size)"),
@@ -742,7 +746,8 @@ pub fn w4a(
         "{runs} timed runs after one warm-up. radixkv Cache: per request match_and_lock, then `evict(short)` when \
          the pool has fewer free slots than the request needs (that call is timed; it returns every evicted slot to \
          the pool), alloc, insert, release. radixkv RadixTree: the same cycle on the bare tree, slots from the caller's \
-         free list of slot runs, which `evict_runs` refills (one run per evicted run of slots). kv-index: per request match, then `evict_tenant_by_size(cap - \
+         free list of slot runs, which `evict_runs` refills (one run per evicted run of slots). Slots as runs end \
+         to end: `match_and_lock_runs`, `alloc_runs`, `insert_runs` instead of the slot-list calls. kv-index: per request match, then `evict_tenant_by_size(cap - \
          new)` when the tree would exceed the capacity (timed), insert. Tokens asked: the call's `k` (the request's \
          shortfall; for kv-index, by how much the tree would exceed the capacity); freed: what the call removed \
          (radixkv frees whole leaves, so at least `k`). Percentiles are per run (nearest rank), then \
@@ -829,6 +834,7 @@ pub fn w5(run: Run, runs: usize, threads: &[usize]) -> Table {
     );
     let contestants = [
         ("cache", "radixkv Cache (lock-free tree + sharded pool)"),
+        ("cache-runs", "radixkv Cache, slots as runs end to end"),
         ("cache-mutex", "Mutex<radixkv Cache>"),
         ("tree", "radixkv RadixTree + Mutex'd free list of slot runs"),
         ("kvi", "kv-index 2.0.0 TokenTree (no slots, no pins)"),
@@ -881,7 +887,8 @@ pub fn w5(run: Run, runs: usize, threads: &[usize]) -> Table {
         "{runs} timed runs per point after one warm-up. {} Mooncake requests, taken in trace order from one shared \
          counter by all threads; op j of one shared op counter is an explicit `evict({EVICT_OP_TOKENS})` when j mod \
          10 = 9, else the next request's cycle; the allocator also evicts when the pool is short. radixkv Cache: \
-         match_and_lock_raw, alloc, insert, release. Mutex<Cache>: the same under one lock taken twice per request \
+         match_and_lock_raw, alloc, insert, release; slots as runs end to end: match_and_lock_runs_raw, alloc_runs, \
+         insert_runs, release. Mutex<Cache>: the same under one lock taken twice per request \
          (admit = match_and_lock + alloc; finish = insert + release). Bare tree: the same cycle with a Mutex'd \
          free list of slot runs that `evict_runs` refills (no per-slot state). kv-index: match, `evict_tenant_by_size` when over capacity, \
          insert (no slots, no pins). Hit ratios vary with the interleaving.",

@@ -13,6 +13,9 @@ pub struct Req {
     pub fork: usize,
     /// Offset of this request's fresh slots in the array from [`slot_array`].
     pub slot: usize,
+    /// The same slots as runs of consecutive slots, as a pool hands them out (set with
+    /// [`Req::set_runs`], outside every timing).
+    pub runs: Vec<radixkv::SlotRun>,
 }
 
 /// One fresh slot per token of every request (`slots[r.slot..r.slot + len]`), made once,
@@ -34,6 +37,15 @@ impl Req {
     pub fn slots<'a>(&self, all: &'a [u32]) -> &'a [u32] {
         &all[self.slot..self.slot + self.tokens.len()]
     }
+
+    /// Sets [`Req::runs`] from this request's slots in `all`.
+    pub fn set_runs(&mut self, all: &[u32]) {
+        self.runs.clear();
+        radixkv::SlotRun::push_runs_of(
+            &all[self.slot..self.slot + self.tokens.len()],
+            &mut self.runs,
+        );
+    }
 }
 
 /// The Mooncake trace: `tokens = concat over h in hash_ids of [h*512+i for i in 0..512]`,
@@ -51,7 +63,7 @@ pub fn mooncake(path: &str) -> Vec<Req> {
             t.extend((0..512).map(|i| h * 512 + i));
         }
         t.truncate(n);
-        out.push(Req { ns: 0, tokens: t, fork: 0, slot: 0 });
+        out.push(Req { ns: 0, tokens: t, fork: 0, slot: 0, runs: Vec::new() });
     }
     out
 }
@@ -114,7 +126,7 @@ pub fn branching(b: Branching) -> Vec<Req> {
             let new_steps = 1 + rng.below(4) as usize;
             tokens.extend(fresh(new_steps * b.step));
             hist[t].push(out.len());
-            out.push(Req { ns: t as u64 + 1, tokens, fork, slot: 0 });
+            out.push(Req { ns: t as u64 + 1, tokens, fork, slot: 0, runs: Vec::new() });
         }
     }
     out

@@ -203,19 +203,36 @@ pub struct EvictRun {
 
 /// The request cycle on a pooled cache of `cap` slots (page 1), evicting explicitly (and
 /// timing each call) when the pool is short: match_and_lock, evict, alloc, insert, release.
-pub fn evict_replay_rkv(reqs: &[Req], cap: usize, reclaim: bool) -> EvictRun {
+/// How the Cache contestant of workload 4a passes slots.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub enum CacheCycle {
+    /// Slot lists, `reclaim()` between requests.
+    Lists,
+    /// Slot lists, no `reclaim()`: the epoch's frees run inside whichever call pins.
+    ListsInline,
+    /// Runs end to end (`match_and_lock_runs`, `alloc_runs`, `insert_runs`), `reclaim()`
+    /// between requests.
+    Runs,
+}
+
+pub fn evict_replay_rkv(reqs: &[Req], cap: usize, cycle: CacheCycle) -> EvictRun {
     let cache =
         Cache::new(CacheOptions { page_size: 1, policy: EvictionPolicy::Lru, pool_slots: cap })
             .unwrap();
     let pool = cache.pool().unwrap();
     let mut slots = Vec::new();
+    let mut runs = Vec::new();
     let mut calls = Vec::new();
     let mut sizes = Vec::new();
     let mut nodes_evicted = 0u64;
     let mut hits = 0u64;
     let t0 = std::time::Instant::now();
     for r in reqs {
-        let lock = cache.tree().match_and_lock_raw(r.ns, &r.tokens, &mut slots);
+        let lock = if cycle == CacheCycle::Runs {
+            cache.tree().match_and_lock_runs_raw(r.ns, &r.tokens, &mut runs)
+        } else {
+            cache.tree().match_and_lock_raw(r.ns, &r.tokens, &mut slots)
+        };
         let m = lock.len();
         hits += m as u64;
         let need = r.tokens.len() - m;
@@ -228,10 +245,15 @@ pub fn evict_replay_rkv(reqs: &[Req], cap: usize, reclaim: bool) -> EvictRun {
             sizes.push((short as f64, n as f64));
             nodes_evicted += n0 - cache.tree().stats().nodes;
         }
-        cache.alloc(need, &mut slots).expect("the pool holds every request");
-        cache.insert(r.ns, &r.tokens, &slots).unwrap();
+        if cycle == CacheCycle::Runs {
+            cache.alloc_runs(need, &mut runs).expect("the pool holds every request");
+            cache.insert_runs(r.ns, &r.tokens, &runs).unwrap();
+        } else {
+            cache.alloc(need, &mut slots).expect("the pool holds every request");
+            cache.insert(r.ns, &r.tokens, &slots).unwrap();
+        }
         cache.release(lock).unwrap();
-        if reclaim {
+        if cycle != CacheCycle::ListsInline {
             cache.reclaim(); // between requests, as an engine would once per step
         }
     }
@@ -459,6 +481,19 @@ fn rkv_cycle(cache: &Cache, r: &Req, slots: &mut Vec<u32>) -> u64 {
     m as u64
 }
 
+/// [`rkv_cycle`] with slots as runs end to end.
+fn rkv_cycle_runs(cache: &Cache, r: &Req, runs: &mut Vec<SlotRun>) -> u64 {
+    let lock = cache.tree().match_and_lock_runs_raw(r.ns, &r.tokens, runs);
+    let m = lock.len();
+    if cache.alloc_runs(r.tokens.len() - m, runs).is_err() {
+        cache.release(lock).unwrap();
+        return 0;
+    }
+    cache.insert_runs(r.ns, &r.tokens, runs).unwrap();
+    cache.release(lock).unwrap();
+    m as u64
+}
+
 pub const EVICT_OP_TOKENS: usize = 16_384;
 
 /// The bare tree with caller-managed slots: a `Mutex<RunFreeList>` stands in for the pool
@@ -507,6 +542,24 @@ pub fn mix_rkv(reqs: &[Req], threads: usize, cap: usize) -> MixRun {
             .unwrap();
     mix_driver(reqs, threads, &|r, slots| match r {
         Some(r) => rkv_cycle(&cache, r, slots),
+        None => {
+            cache.evict(EVICT_OP_TOKENS, None).unwrap();
+            0
+        }
+    })
+}
+
+/// [`mix_rkv`] with slots as runs end to end (`match_and_lock_runs`, `alloc_runs`,
+/// `insert_runs`).
+pub fn mix_rkv_runs(reqs: &[Req], threads: usize, cap: usize) -> MixRun {
+    let cache =
+        Cache::new(CacheOptions { page_size: 1, policy: EvictionPolicy::Lru, pool_slots: cap })
+            .unwrap();
+    thread_local! {
+        static RUNS: std::cell::RefCell<Vec<SlotRun>> = const { std::cell::RefCell::new(Vec::new()) };
+    }
+    mix_driver(reqs, threads, &|r, _| match r {
+        Some(r) => RUNS.with_borrow_mut(|runs| rkv_cycle_runs(&cache, r, runs)),
         None => {
             cache.evict(EVICT_OP_TOKENS, None).unwrap();
             0
