@@ -390,6 +390,46 @@ enum rkv_status rkv_insert_lock(const struct rkv_cache *cache,
                                 rkv_lock *out_lock);
 
 /**
+ * `rkv_insert` with the slots given as runs of consecutive slots (an extension of version
+ * 1): `runs[0..n_runs]` name the tokens' slots in token order (their lengths must add up to
+ * `n_tokens`, and no run may be empty or reach past slot id 2^32 - 1: else
+ * `RKV_INVALID_ARGUMENT`, changing nothing). As `rkv_alloc_runs` hands them out, so the
+ * pool step and the new leaf take O(runs) instead of O(tokens). Everything else as
+ * `rkv_insert`: in pool mode the runs past `*out_existing` (up to n) are adopted and the
+ * other given slots go back to the pool, except those equal to the cached slot at their
+ * position. Arrays stay owned by the caller; either may be NULL when its count is 0.
+ * Thread-safe.
+ *
+ * # Safety
+ * `cache` is NULL or live; `tokens` NULL or readable for `n_tokens` values; `runs` NULL
+ * or readable for `n_runs` runs; `out_existing` NULL or writable.
+ */
+enum rkv_status rkv_insert_runs(const struct rkv_cache *cache,
+                                uint64_t ns,
+                                const uint32_t *tokens,
+                                size_t n_tokens,
+                                const struct rkv_slot_run *runs,
+                                size_t n_runs,
+                                size_t *out_existing);
+
+/**
+ * `rkv_insert_lock` with the slots given as runs, as in `rkv_insert_runs` (an extension of
+ * version 1). The lock goes to `*out_lock` (required), owned by the caller, to be released
+ * once with `rkv_release`. Thread-safe.
+ *
+ * # Safety
+ * As `rkv_insert_runs`; `out_lock` NULL or writable.
+ */
+enum rkv_status rkv_insert_lock_runs(const struct rkv_cache *cache,
+                                     uint64_t ns,
+                                     const uint32_t *tokens,
+                                     size_t n_tokens,
+                                     const struct rkv_slot_run *runs,
+                                     size_t n_runs,
+                                     size_t *out_existing,
+                                     rkv_lock *out_lock);
+
+/**
  * Writes to `*out_len` (required) the number of tokens `lock` pins. `RKV_INVALID_LOCK` for
  * an unknown, released or foreign handle. Thread-safe.
  *
@@ -478,6 +518,41 @@ enum rkv_status rkv_alloc(const struct rkv_cache *cache,
 enum rkv_status rkv_free(const struct rkv_cache *cache,
                          const uint32_t *slots,
                          size_t n_slots);
+
+/**
+ * `rkv_alloc` handing the slots out as runs of consecutive slots (an extension of version
+ * 1): `out_runs[0..*out_n_runs]` (`*out_n_runs` required), ascending within each run, their
+ * lengths adding up to `n_slots`; O(runs) instead of O(slots). Pass them to
+ * `rkv_insert_runs` or `rkv_free_runs`. A pool hands out long runs, so a few runs usually
+ * suffice; `out_cap = n_slots / page_size` always does. With a smaller `out_cap` than the
+ * allocation's runs, the slots go straight back to the pool, `*out_n_runs` gets the number
+ * of runs that allocation came in (another may differ) and the call returns
+ * `RKV_BUFFER_TOO_SMALL` (what was evicted to make room stays evicted). `out_runs` may be
+ * NULL only when `out_cap == 0`. Pool mode only (`RKV_NO_POOL`); the other refusals as
+ * `rkv_alloc`. Thread-safe.
+ *
+ * # Safety
+ * `cache` is NULL or live; `out_runs` NULL or writable for `out_cap` runs; `out_n_runs`
+ * NULL or writable.
+ */
+enum rkv_status rkv_alloc_runs(const struct rkv_cache *cache,
+                               size_t n_slots,
+                               struct rkv_slot_run *out_runs,
+                               size_t out_cap,
+                               size_t *out_n_runs);
+
+/**
+ * `rkv_free` for slots given as runs (an extension of version 1): returns the slots of
+ * `runs[0..n_runs]` (allocated and never adopted) to the pool, refused whole as `rkv_free`
+ * is (an empty run is `RKV_INVALID_ARGUMENT`). The array stays owned by the caller (NULL
+ * allowed when `n_runs == 0`). Pool mode only (`RKV_NO_POOL`). Thread-safe.
+ *
+ * # Safety
+ * `cache` is NULL or live; `runs` NULL or readable for `n_runs` runs.
+ */
+enum rkv_status rkv_free_runs(const struct rkv_cache *cache,
+                              const struct rkv_slot_run *runs,
+                              size_t n_runs);
 
 /**
  * Writes the cache's counts and counters to `*out_stats` (required, owned by the caller).

@@ -21,6 +21,7 @@
 #ifndef RADIXKV_HPP
 #define RADIXKV_HPP
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <exception>
@@ -258,6 +259,32 @@ class Cache {
     return existing;
   }
 
+  /// Insert with the slots given as runs of consecutive slots (run `r` is slots `r.start ..
+  /// r.start + r.len - 1`, in token order; their lengths must add up to the token count),
+  /// as `alloc_runs` hands them out: the pool step and the new leaf take O(runs) instead of
+  /// O(tokens). Returns how many leading tokens were cached already, as `insert`.
+  std::size_t insert_runs(std::uint64_t ns, Span tokens,
+                          const std::vector<rkv_slot_run> &runs) const {
+    std::size_t existing = 0;
+    detail::check(rkv_insert_runs(cache_, ns, tokens.data, tokens.size, runs.data(),
+                                  runs.size(), &existing),
+                  "rkv_insert_runs");
+    return existing;
+  }
+
+  /// `insert_runs` and pin atomically, as `insert_lock`.
+  InsertLock insert_lock_runs(std::uint64_t ns, Span tokens,
+                              const std::vector<rkv_slot_run> &runs) const {
+    std::size_t existing = 0;
+    rkv_lock h = 0;
+    detail::check(rkv_insert_lock_runs(cache_, ns, tokens.data, tokens.size, runs.data(),
+                                       runs.size(), &existing, &h),
+                  "rkv_insert_lock_runs");
+    std::size_t len = 0;
+    if (rkv_lock_len(cache_, h, &len) != RKV_OK) len = 0;
+    return InsertLock{existing, Lock(cache_, h, len, {})};
+  }
+
   /// Insert and pin atomically.
   InsertLock insert_lock(std::uint64_t ns, Span tokens, Span slots) const {
     same_size(tokens, slots, "rkv_insert_lock");
@@ -314,6 +341,28 @@ class Cache {
 
   /// Pool mode: return allocated, never adopted slots.
   void free(Span slots) const { detail::check(rkv_free(cache_, slots.data, slots.size), "rkv_free"); }
+
+  /// Pool mode: `n` slots as runs of consecutive slots, all or nothing (evicts when short);
+  /// O(runs) instead of O(slots). Pass them to `insert_runs` or `free_runs`.
+  std::vector<rkv_slot_run> alloc_runs(std::size_t n) const {
+    std::vector<rkv_slot_run> out(8);
+    for (;;) {
+      std::size_t n_runs = 0;
+      rkv_status s = rkv_alloc_runs(cache_, n, out.data(), out.size(), &n_runs);
+      if (s == RKV_BUFFER_TOO_SMALL) {  // the slots went back; retry with room for them
+        out.resize(std::max(n_runs, 2 * out.size()));
+        continue;
+      }
+      detail::check(s, "rkv_alloc_runs");
+      out.resize(n_runs);
+      return out;
+    }
+  }
+
+  /// Pool mode: return allocated, never adopted slots given as runs.
+  void free_runs(const std::vector<rkv_slot_run> &runs) const {
+    detail::check(rkv_free_runs(cache_, runs.data(), runs.size()), "rkv_free_runs");
+  }
 
   /// Tokens pinned by a raw handle.
   std::size_t lock_len(rkv_lock h) const {

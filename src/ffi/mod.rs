@@ -222,19 +222,29 @@ unsafe fn cache_ref<'a>(p: *const rkv_cache) -> Res<&'a rkv_cache> {
 /// # Safety
 /// When `len > 0` and `p` is non-NULL, `p[0..len]` is readable and not written during
 /// `'a`.
-unsafe fn input<'a>(p: *const u32, len: usize) -> Res<&'a [u32]> {
+unsafe fn input<'a, T>(p: *const T, len: usize) -> Res<&'a [T]> {
     if len == 0 {
         return Ok(&[]);
     }
     if p.is_null() {
         return Err(rkv_status::RKV_NULL_ARGUMENT);
     }
-    if !p.is_aligned() || len > isize::MAX as usize / size_of::<u32>() {
+    if !p.is_aligned() || len > isize::MAX as usize / size_of::<T>() {
         return Err(rkv_status::RKV_INVALID_ARGUMENT);
     }
-    // SAFETY: non-null, aligned, `len * 4 <= isize::MAX`, and by the caller's contract
-    // `p[0..len]` is initialized memory that nobody writes during 'a.
+    // SAFETY: non-null, aligned, `len * size_of::<T>() <= isize::MAX`, and by the caller's
+    // contract `p[0..len]` is initialized memory that nobody writes during 'a.
     Ok(unsafe { std::slice::from_raw_parts(p, len) })
+}
+
+/// An input array of `len` slot runs as `SlotRun`s; NULL is allowed when `len == 0`.
+///
+/// # Safety
+/// As [`input`].
+unsafe fn input_runs<'a>(p: *const rkv_slot_run, len: usize) -> Res<&'a [SlotRun]> {
+    // SAFETY: `rkv_slot_run` has `SlotRun`'s layout (asserted above); the caller's contract
+    // is `input`'s.
+    unsafe { input(p.cast::<SlotRun>(), len) }
 }
 
 /// Checks an output array of capacity `cap`: NULL is allowed when `cap == 0`.
@@ -708,6 +718,77 @@ pub unsafe extern "C" fn rkv_insert_lock(
     })
 }
 
+/// `rkv_insert` with the slots given as runs of consecutive slots (an extension of version
+/// 1): `runs[0..n_runs]` name the tokens' slots in token order (their lengths must add up to
+/// `n_tokens`, and no run may be empty or reach past slot id 2^32 - 1: else
+/// `RKV_INVALID_ARGUMENT`, changing nothing). As `rkv_alloc_runs` hands them out, so the
+/// pool step and the new leaf take O(runs) instead of O(tokens). Everything else as
+/// `rkv_insert`: in pool mode the runs past `*out_existing` (up to n) are adopted and the
+/// other given slots go back to the pool, except those equal to the cached slot at their
+/// position. Arrays stay owned by the caller; either may be NULL when its count is 0.
+/// Thread-safe.
+///
+/// # Safety
+/// `cache` is NULL or live; `tokens` NULL or readable for `n_tokens` values; `runs` NULL
+/// or readable for `n_runs` runs; `out_existing` NULL or writable.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn rkv_insert_runs(
+    cache: *const rkv_cache,
+    ns: u64,
+    tokens: *const u32,
+    n_tokens: usize,
+    runs: *const rkv_slot_run,
+    n_runs: usize,
+    out_existing: *mut usize,
+) -> rkv_status {
+    boundary(|| {
+        // SAFETY: the caller passes NULL or a live cache that is not being freed.
+        let c = unsafe { cache_ref(cache) }?;
+        // SAFETY: the caller guarantees both arrays are readable for their counts (or NULL).
+        let (t, r) = unsafe { (input(tokens, n_tokens)?, input_runs(runs, n_runs)?) };
+        check_out(out_existing)?;
+        let existing = c.cache.insert_runs(ns, t, r).map_err(st)?;
+        // SAFETY: `out_existing` passed `check_out`; writable by the caller's contract.
+        unsafe { out_existing.write(existing) };
+        Ok(())
+    })
+}
+
+/// `rkv_insert_lock` with the slots given as runs, as in `rkv_insert_runs` (an extension of
+/// version 1). The lock goes to `*out_lock` (required), owned by the caller, to be released
+/// once with `rkv_release`. Thread-safe.
+///
+/// # Safety
+/// As `rkv_insert_runs`; `out_lock` NULL or writable.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn rkv_insert_lock_runs(
+    cache: *const rkv_cache,
+    ns: u64,
+    tokens: *const u32,
+    n_tokens: usize,
+    runs: *const rkv_slot_run,
+    n_runs: usize,
+    out_existing: *mut usize,
+    out_lock: *mut rkv_lock,
+) -> rkv_status {
+    boundary(|| {
+        // SAFETY: the caller passes NULL or a live cache that is not being freed.
+        let c = unsafe { cache_ref(cache) }?;
+        // SAFETY: the caller guarantees both arrays are readable for their counts (or NULL).
+        let (t, r) = unsafe { (input(tokens, n_tokens)?, input_runs(runs, n_runs)?) };
+        check_out(out_existing)?;
+        check_out(out_lock)?;
+        let (existing, guard) = c.cache.insert_and_lock_runs(ns, t, r).map_err(st)?;
+        let handle = publish(c, guard.into_raw())?;
+        // SAFETY: both passed `check_out`; writable by the caller's contract.
+        unsafe {
+            out_existing.write(existing);
+            out_lock.write(handle);
+        }
+        Ok(())
+    })
+}
+
 // ---------------------------------------------------------------------------------------
 // Locks.
 
@@ -915,6 +996,84 @@ pub unsafe extern "C" fn rkv_free(
         // SAFETY: the caller guarantees slots[0..n_slots] is readable (or NULL).
         let s = unsafe { input(slots, n_slots) }?;
         c.cache.free(s).map_err(st)
+    })
+}
+
+/// `rkv_alloc` handing the slots out as runs of consecutive slots (an extension of version
+/// 1): `out_runs[0..*out_n_runs]` (`*out_n_runs` required), ascending within each run, their
+/// lengths adding up to `n_slots`; O(runs) instead of O(slots). Pass them to
+/// `rkv_insert_runs` or `rkv_free_runs`. A pool hands out long runs, so a few runs usually
+/// suffice; `out_cap = n_slots / page_size` always does. With a smaller `out_cap` than the
+/// allocation's runs, the slots go straight back to the pool, `*out_n_runs` gets the number
+/// of runs that allocation came in (another may differ) and the call returns
+/// `RKV_BUFFER_TOO_SMALL` (what was evicted to make room stays evicted). `out_runs` may be
+/// NULL only when `out_cap == 0`. Pool mode only (`RKV_NO_POOL`); the other refusals as
+/// `rkv_alloc`. Thread-safe.
+///
+/// # Safety
+/// `cache` is NULL or live; `out_runs` NULL or writable for `out_cap` runs; `out_n_runs`
+/// NULL or writable.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn rkv_alloc_runs(
+    cache: *const rkv_cache,
+    n_slots: usize,
+    out_runs: *mut rkv_slot_run,
+    out_cap: usize,
+    out_n_runs: *mut usize,
+) -> rkv_status {
+    boundary(|| {
+        // SAFETY: the caller passes NULL or a live cache that is not being freed.
+        let c = unsafe { cache_ref(cache) }?;
+        check_out_array(out_runs, out_cap)?;
+        check_out(out_n_runs)?;
+        if !c.cache.has_pool() {
+            return Err(rkv_status::RKV_NO_POOL);
+        }
+        if n_slots > c.cache.options().pool_slots {
+            return Err(rkv_status::RKV_OUT_OF_SLOTS);
+        }
+        let mut runs = Vec::new();
+        c.cache.alloc_runs(n_slots, &mut runs).map_err(st)?;
+        if runs.iter().map(|r| r.len as usize).sum::<usize>() != n_slots {
+            // Not the contract of `Cache::alloc_runs`: give them back and report the bug.
+            let _ = c.cache.free_runs(&runs);
+            return Err(rkv_status::RKV_INTERNAL_ERROR);
+        }
+        if runs.len() > out_cap {
+            c.cache.free_runs(&runs).map_err(|_| rkv_status::RKV_INTERNAL_ERROR)?;
+            // SAFETY: passed `check_out`; writable by the caller's contract.
+            unsafe { out_n_runs.write(runs.len()) };
+            return Err(rkv_status::RKV_BUFFER_TOO_SMALL);
+        }
+        // SAFETY: `out_runs` passed `check_out_array` with `out_cap >= runs.len()` and has
+        // `SlotRun`'s layout; `out_n_runs` passed `check_out`.
+        unsafe {
+            write_array(out_runs.cast::<SlotRun>(), &runs);
+            out_n_runs.write(runs.len());
+        }
+        Ok(())
+    })
+}
+
+/// `rkv_free` for slots given as runs (an extension of version 1): returns the slots of
+/// `runs[0..n_runs]` (allocated and never adopted) to the pool, refused whole as `rkv_free`
+/// is (an empty run is `RKV_INVALID_ARGUMENT`). The array stays owned by the caller (NULL
+/// allowed when `n_runs == 0`). Pool mode only (`RKV_NO_POOL`). Thread-safe.
+///
+/// # Safety
+/// `cache` is NULL or live; `runs` NULL or readable for `n_runs` runs.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn rkv_free_runs(
+    cache: *const rkv_cache,
+    runs: *const rkv_slot_run,
+    n_runs: usize,
+) -> rkv_status {
+    boundary(|| {
+        // SAFETY: the caller passes NULL or a live cache that is not being freed.
+        let c = unsafe { cache_ref(cache) }?;
+        // SAFETY: the caller guarantees runs[0..n_runs] is readable (or NULL).
+        let r = unsafe { input_runs(runs, n_runs) }?;
+        c.cache.free_runs(r).map_err(st)
     })
 }
 

@@ -470,6 +470,135 @@ static void test_match_runs(void) {
   rkv_cache_free(c);
 }
 
+/* ---- the engine cycle by runs: alloc_runs, insert_runs, free_runs (extensions) ---- */
+
+static size_t expand(const rkv_slot_run *runs, size_t n_runs, uint32_t *out) {
+  size_t i, k = 0;
+  uint32_t j;
+  for (i = 0; i < n_runs; i++)
+    for (j = 0; j < runs[i].len; j++) out[k++] = runs[i].start + j;
+  return k;
+}
+
+static void test_runs_cycle(void) {
+  enum { N = 64, P = 4 };
+  rkv_cache *c = make(P, N), *no_pool = make(1, 0);
+  uint32_t toks[24], all[N], got[N];
+  rkv_slot_run runs[N], a[N], bad[3];
+  size_t n_runs = SENTINEL_LEN, n, len, existing = SENTINEL_LEN;
+  rkv_lock lk = SENTINEL_LOCK;
+  rkv_stats s;
+  int i;
+  for (i = 0; i < 24; i++) toks[i] = (uint32_t)(700 + i);
+  for (i = 0; i < N; i++) runs[i].start = runs[i].len = SENTINEL_SLOT;
+
+  /* alloc_runs: bad arguments are refused with nothing written or allocated. */
+  ST(rkv_alloc_runs(NULL, 8, runs, N, &n_runs), RKV_NULL_ARGUMENT);
+  ST(rkv_alloc_runs(c, 8, runs, N, NULL), RKV_NULL_ARGUMENT);
+  ST(rkv_alloc_runs(c, 8, NULL, 4, &n_runs), RKV_NULL_ARGUMENT);
+  ST(rkv_alloc_runs(c, 6, runs, N, &n_runs), RKV_INVALID_ARGUMENT); /* not whole pages */
+  ST(rkv_alloc_runs(c, N + P, runs, N, &n_runs), RKV_OUT_OF_SLOTS);
+  ST(rkv_alloc_runs(no_pool, 4, runs, N, &n_runs), RKV_NO_POOL);
+  CHECK(n_runs == SENTINEL_LEN && runs[0].start == SENTINEL_SLOT && stats(c).free_slots == N);
+  ST(rkv_alloc_runs(c, 0, NULL, 0, &n_runs), RKV_OK);
+  CHECK(n_runs == 0);
+  /* A fresh pool hands out one run: too small a buffer gives the slots back and says so. */
+  ST(rkv_alloc_runs(c, 16, NULL, 0, &n_runs), RKV_BUFFER_TOO_SMALL);
+  CHECK(n_runs == 1 && stats(c).free_slots == N);
+  ST(rkv_alloc_runs(c, 24, a, N, &n_runs), RKV_OK);
+  CHECK(n_runs >= 1 && expand(a, n_runs, all) == 24 && stats(c).free_slots == N - 24);
+  for (i = 0; i < 24; i++) CHECK(all[i] < N);
+
+  /* insert_runs: bad runs are refused whole. */
+  bad[0].start = all[0];
+  bad[0].len = 4;
+  bad[1].start = all[4];
+  bad[1].len = 0; /* empty */
+  ST(rkv_insert_runs(c, 0, toks, 4, bad, 2, &existing), RKV_INVALID_ARGUMENT);
+  ST(rkv_insert_runs(c, 0, toks, 8, bad, 1, &existing), RKV_INVALID_ARGUMENT); /* 4 != 8 */
+  bad[0].start = N;
+  ST(rkv_insert_runs(c, 0, toks, 4, bad, 1, &existing), RKV_INVALID_ARGUMENT); /* outside */
+  ST(rkv_insert_runs(c, 0, toks, 4, NULL, 1, &existing), RKV_NULL_ARGUMENT);
+  ST(rkv_insert_runs(c, 0, toks, 4, a, 1, NULL), RKV_NULL_ARGUMENT);
+  CHECK(existing == SENTINEL_LEN && stats(c).cached_tokens == 0 && stats(c).free_slots == N - 24);
+
+  /* A request of 16 tokens: adopt 16 slots; 8 stay ours. */
+  {
+    rkv_slot_run first[N];
+    size_t k = 0, left = 16;
+    for (i = 0; left > 0; i++) {
+      first[k] = a[i];
+      if (first[k].len > left) first[k].len = (uint32_t)left;
+      left -= first[k].len;
+      k++;
+    }
+    ST(rkv_insert_runs(c, 0, toks, 16, first, k, &existing), RKV_OK);
+    CHECK(existing == 0);
+  }
+  s = stats(c);
+  CHECK(s.cached_tokens == 16 && s.free_slots == N - 24);
+  /* The next request pins the 16 by runs, then inserts 22 tokens (20 whole pages' worth,
+     2 unaligned) with the pinned runs plus its own 8 slots: the tail goes back. */
+  ST(rkv_match_lock_runs(c, 0, toks, 22, runs, N, &n, &len, &lk), RKV_OK);
+  CHECK(len == 16 && expand(runs, n, got) == 16);
+  for (i = 0; i < 16; i++) CHECK(got[i] == all[i]);
+  {
+    rkv_slot_run mine[N];
+    size_t k = 0;
+    for (i = 0; i < (int)n; i++) mine[k++] = runs[i];
+    /* our 8 slots all[16..24] as one-slot runs, 6 of them for tokens 16..22 */
+    for (i = 16; i < 22; i++) {
+      mine[k].start = all[i];
+      mine[k].len = 1;
+      k++;
+    }
+    ST(rkv_insert_lock_runs(c, 0, toks, 22, mine, k, &existing, NULL), RKV_NULL_ARGUMENT);
+    ST(rkv_insert_runs(c, 0, toks, 22, mine, k, &existing), RKV_OK);
+    CHECK(existing == 16);
+  }
+  ST(rkv_release(c, lk), RKV_OK);
+  s = stats(c);
+  /* cached 20; all[20..22] (the unaligned tail) freed by the insert; all[22..24] ours. */
+  CHECK(s.cached_tokens == 20 && s.free_slots == N - 22);
+  check_quiescent_sums(c);
+
+  /* free_runs: refused whole (double free, outside, empty run); then back to the pool. */
+  bad[0].start = all[22];
+  bad[0].len = 2;
+  bad[1].start = all[20];
+  bad[1].len = 1; /* free already */
+  ST(rkv_free_runs(c, bad, 2), RKV_DOUBLE_FREE);
+  bad[1].start = all[0]; /* cached by the tree */
+  ST(rkv_free_runs(c, bad, 2), RKV_DOUBLE_FREE);
+  bad[1].start = N + 5;
+  ST(rkv_free_runs(c, bad, 2), RKV_INVALID_ARGUMENT);
+  bad[1].start = all[22];
+  bad[1].len = 0;
+  ST(rkv_free_runs(c, bad, 2), RKV_INVALID_ARGUMENT);
+  ST(rkv_free_runs(c, NULL, 1), RKV_NULL_ARGUMENT);
+  ST(rkv_free_runs(no_pool, bad, 1), RKV_NO_POOL);
+  CHECK(stats(c).free_slots == N - 22);
+  ST(rkv_free_runs(c, NULL, 0), RKV_OK);
+  ST(rkv_free_runs(c, bad, 1), RKV_OK);
+  CHECK(stats(c).free_slots == N - 20);
+
+  /* insert_lock_runs pins what it inserted; caller-managed mode indexes runs as given. */
+  ST(rkv_alloc_runs(c, 8, a, N, &n_runs), RKV_OK);
+  ST(rkv_insert_lock_runs(c, 3, toks, 8, a, n_runs, &existing, &lk), RKV_OK);
+  CHECK(existing == 0 && stats(c).protected_tokens == 8);
+  ST(rkv_release(c, lk), RKV_OK);
+  bad[0].start = 40;
+  bad[0].len = 2;
+  bad[1].start = 9;
+  bad[1].len = 1;
+  ST(rkv_insert_runs(no_pool, 0, toks, 3, bad, 2, &existing), RKV_OK);
+  ST(rkv_match(no_pool, 0, toks, 3, got, N, &len), RKV_OK);
+  CHECK(len == 3 && got[0] == 40 && got[1] == 41 && got[2] == 9);
+  check_quiescent_sums(c);
+  rkv_cache_free(c);
+  rkv_cache_free(no_pool);
+}
+
 /* ---- caller-managed mode, page size 16 ------------------------------------------ */
 
 static void test_caller_managed_p16(void) {
@@ -791,6 +920,7 @@ int main(void) {
   test_caller_managed_p1();
   test_caller_managed_p16();
   test_match_runs();
+  test_runs_cycle();
   test_pool_p1();
   test_pool_p16();
   test_threads();

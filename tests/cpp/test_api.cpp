@@ -140,6 +140,38 @@ void pooled_pages() {
   c.free(all);
   CHECK_THROWS(c.free(all), RKV_DOUBLE_FREE);
   CHECK(c.stats().free_slots == 256);
+  // Slots as runs end to end: alloc_runs, insert_runs, free_runs.
+  std::vector<rkv_slot_run> runs = c.alloc_runs(48);
+  std::vector<std::uint32_t> got;
+  for (const rkv_slot_run &r : runs)
+    for (std::uint32_t i = 0; i < r.len; ++i) got.push_back(r.start + i);
+  CHECK(got.size() == 48 && got[0] % 16 == 0 && c.stats().free_slots == 256 - 48);
+  CHECK_THROWS(c.alloc_runs(5), RKV_INVALID_ARGUMENT);
+  CHECK_THROWS(c.insert_runs(0, toks, runs), RKV_INVALID_ARGUMENT);  // 40 tokens, 48 slots
+  std::vector<rkv_slot_run> first;
+  std::size_t left = 40;
+  for (rkv_slot_run r : runs) {
+    if (left == 0) break;
+    r.len = static_cast<std::uint32_t>(std::min<std::size_t>(r.len, left));
+    left -= r.len;
+    first.push_back(r);
+  }
+  CHECK(c.insert_runs(0, toks, first) == 0);  // 32 adopted, the unaligned 8 freed
+  CHECK(c.stats().cached_tokens == 32 && c.stats().free_slots == 256 - 40);
+  CHECK(c.match(0, toks) == std::vector<std::uint32_t>(got.begin(), got.begin() + 32));
+  rkv_slot_run spare{got[40], 8};
+  CHECK_THROWS(c.free_runs({rkv_slot_run{got[0], 1}}), RKV_DOUBLE_FREE);  // cached
+  c.free_runs({spare});
+  CHECK(c.stats().free_slots == 256 - 32);
+  {
+    std::vector<rkv_slot_run> more = c.alloc_runs(16);
+    rkv::InsertLock il = c.insert_lock_runs(1, std::vector<std::uint32_t>(toks.begin(), toks.begin() + 16), more);
+    CHECK(il.existing == 0 && il.lock.length() == 16 && c.stats().protected_tokens == 16);
+  }
+  CHECK(c.stats().protected_tokens == 0);
+  rkv::Cache no_pool;
+  CHECK_THROWS(no_pool.alloc_runs(1), RKV_NO_POOL);
+  CHECK_THROWS(no_pool.free_runs({rkv_slot_run{0, 1}}), RKV_NO_POOL);
   CHECK_THROWS(rkv::Cache(rkv::Options{0, rkv::Policy::lru, 0}), RKV_INVALID_ARGUMENT);
   CHECK_THROWS(rkv::Cache(rkv::Options{16, rkv::Policy::lru, 100}), RKV_INVALID_ARGUMENT);
 }

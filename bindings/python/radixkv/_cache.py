@@ -22,6 +22,7 @@ INTERNED_BASE = 1 << 63
 
 Namespace = Union[int, str, bytes, None]
 U32Array = Any  # list / tuple / array('I') / numpy uint32 array / any buffer or iterable
+Runs = Any  # an iterable of (start, length) pairs
 
 
 class Status(enum.IntEnum):
@@ -519,6 +520,40 @@ class Cache:
             _check(lib.rkv_lock_len(c, h.value, byref(n)), "rkv_lock_len")
         return e.value, Lock(self, h.value, n.value, array("I"))
 
+    def insert_runs(self, tokens: U32Array, runs: Runs, ns: Namespace = 0) -> int:
+        """:meth:`insert` with the slots given as runs of consecutive slots: ``(start,
+        length)`` pairs in token order, their lengths adding up to the token count (as
+        :meth:`alloc_runs` hands them out). The pool step and the new leaf take O(runs)
+        instead of O(tokens). Returns how many leading tokens were cached already."""
+        nsid = self.namespace_id(ns)
+        t = as_u32(tokens, "tokens")
+        r = _runs_in(runs)
+        e = c_size_t()
+        with self._call() as c:
+            _check(
+                lib.rkv_insert_runs(c, nsid, t.ptr, t.n, r.ptr, r.n, byref(e)),
+                "rkv_insert_runs",
+            )
+        return e.value
+
+    def insert_lock_runs(self, tokens: U32Array, runs: Runs, ns: Namespace = 0) -> Tuple[int, Lock]:
+        """:meth:`insert_runs` and pin the inserted prefix atomically: ``(existing, lock)``."""
+        nsid = self.namespace_id(ns)
+        t = as_u32(tokens, "tokens")
+        r = _runs_in(runs)
+        e = c_size_t()
+        h = _native.rkv_lock()
+        n = c_size_t()
+        with self._call() as c:
+            _check(
+                lib.rkv_insert_lock_runs(
+                    c, nsid, t.ptr, t.n, r.ptr, r.n, byref(e), byref(h)
+                ),
+                "rkv_insert_lock_runs",
+            )
+            _check(lib.rkv_lock_len(c, h.value, byref(n)), "rkv_lock_len")
+        return e.value, Lock(self, h.value, n.value, array("I"))
+
     # -- eviction and the pool --
 
     def evict(self, n_tokens: int) -> List[int]:
@@ -569,6 +604,31 @@ class Cache:
             _check(lib.rkv_alloc(c, n, _addr(out)), "rkv_alloc")
         return out
 
+    def alloc_runs(self, n: int) -> List[Tuple[int, int]]:
+        """Pool mode: ``n`` slots as runs of consecutive slots (``(start, length)`` pairs),
+        all or nothing, evicting when short. Pass them to :meth:`insert_runs` or
+        :meth:`free_runs`."""
+        n = _size(n, "n")
+        cap = 8
+        while True:
+            out = (_native.rkv_slot_run * cap)()
+            n_runs = c_size_t()
+            with self._call() as c:
+                status = lib.rkv_alloc_runs(c, n, ctypes.addressof(out), cap, byref(n_runs))
+            if status == Status.BUFFER_TOO_SMALL:
+                # The slots went back to the pool; retry with room for as many runs.
+                cap = max(n_runs.value, 2 * cap)
+                continue
+            _check(status, "rkv_alloc_runs")
+            return [(out[i].start, out[i].len) for i in range(n_runs.value)]
+
+    def free_runs(self, runs: Runs) -> None:
+        """Pool mode: returns allocated, never adopted slots given as ``(start, length)``
+        runs to the pool (refused whole, as :meth:`free`)."""
+        r = _runs_in(runs)
+        with self._call() as c:
+            _check(lib.rkv_free_runs(c, r.ptr, r.n), "rkv_free_runs")
+
     def free(self, slots: U32Array) -> None:
         """Pool mode: returns allocated, never adopted slots to the pool (refused whole,
         with :class:`DoubleFreeError`, if one is free already or held by the tree)."""
@@ -603,6 +663,20 @@ class Cache:
             f"<radixkv.Cache page_size={self.page_size} pool_slots={self.pool_slots} "
             f"policy={self.policy!r} {state}>"
         )
+
+
+def _runs_in(runs: Runs) -> _In:
+    """``(start, length)`` pairs as a C array of ``rkv_slot_run`` (range-checked)."""
+    pairs = list(runs)
+    if not pairs:
+        return _In(None, 0, None)
+    out = (_native.rkv_slot_run * len(pairs))()
+    for i, pair in enumerate(pairs):
+        start, length = pair
+        if not (0 <= start < 2**32 and 0 <= length < 2**32):
+            raise ValueError(f"runs[{i}]: start and length must be in [0, 2**32)")
+        out[i].start, out[i].len = start, length
+    return _In(ctypes.addressof(out), len(pairs), out)
 
 
 def _addr(a: array) -> Optional[int]:

@@ -251,6 +251,63 @@ def test_pool_request_flow(page):
         assert s.cached_tokens == 48 + page and s.free_slots == 256 - 48 - page
 
 
+def _expand(runs):
+    return [start + i for start, n in runs for i in range(n)]
+
+
+@pytest.mark.parametrize("page", [1, 4])
+def test_pool_request_flow_by_runs(page):
+    with Cache(page_size=page, pool_slots=256) as c:
+        toks = list(range(48))
+        runs = c.alloc_runs(48)
+        assert len(_expand(runs)) == 48 and c.stats().free_slots == 256 - 48
+        assert c.insert_runs(toks, runs) == 0
+        assert list(c.match(toks)) == _expand(runs)
+        # The next request pins the 48 by runs, then inserts them plus its own page.
+        with c.match_lock_runs(toks + [99] * page) as hit:
+            assert hit.length == 48 and _expand(hit.runs) == _expand(runs)
+            more = c.alloc_runs(page)
+            assert c.insert_runs(toks + [99] * page, list(hit.runs) + more) == 48
+        s = c.stats()
+        assert s.cached_tokens == 48 + page and s.free_slots == 256 - 48 - page
+        # insert_lock_runs pins what it inserted.
+        fresh = c.alloc_runs(8 * page)
+        e, lock = c.insert_lock_runs([7] * 8 * page, fresh, ns="other")
+        assert e == 0 and lock.length == 8 * page and c.stats().protected_tokens == 8 * page
+        lock.release()
+        # free_runs: spare slots back; refused whole for cached or free slots.
+        spare = c.alloc_runs(page)
+        with pytest.raises(radixkv.DoubleFreeError):
+            c.free_runs(spare + [(runs[0][0], 1)])  # the tree holds that one
+        c.free_runs(spare)
+        with pytest.raises(radixkv.DoubleFreeError):
+            c.free_runs(spare)
+        s = c.stats()
+        assert s.free_slots + s.cached_tokens == 256
+
+
+def test_bad_runs_change_nothing():
+    with Cache(pool_slots=16) as c:
+        (start, n), = c.alloc_runs(4)
+        assert n == 4
+        before = c.stats()
+        for bad in ([(start, 3)], [(start, 2), (start + 2, 0), (start + 2, 2)], [(1000, 4)]):
+            with pytest.raises(radixkv.InvalidArgumentError):
+                c.insert_runs([1, 2, 3, 4], bad)
+            assert c.stats() == before
+        with pytest.raises(ValueError):
+            c.insert_runs([1], [(-1, 1)])
+        with pytest.raises(radixkv.InvalidArgumentError):
+            c.free_runs([(start, 0)])  # an empty run
+        c.free_runs([(start, 4)])
+        assert c.stats().free_slots == 16
+    with Cache() as c:
+        with pytest.raises(radixkv.NoPoolError):
+            c.alloc_runs(1)
+        assert c.insert_runs([1, 2, 3], [(40, 2), (9, 1)]) == 0
+        assert list(c.match([1, 2, 3])) == [40, 41, 9]
+
+
 def test_namespaces_are_exact():
     with Cache() as c:
         c.insert([1, 2], [10, 11], ns=0)
