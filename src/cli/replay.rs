@@ -4,7 +4,9 @@
 //! uncached page-aligned rest (pool mode: evict the shortfall, then `alloc`; unlimited
 //! capacity: fresh slot numbers from a counter), `insert`, release the lock. With
 //! `with_output`, the prompt is inserted with `insert_and_lock` instead, and the prompt plus
-//! `output_length` fresh token ids (unique across the run) is inserted after it.
+//! `output_length` fresh token ids (unique across the run) is inserted after it. Slots are
+//! passed as runs end to end (`match_and_lock_runs`, `alloc_runs`, `insert_runs`), as an
+//! engine using the pool would: no call lists them one by one.
 //!
 //! N worker threads share the cache and pull from one [`WindowQueue`].
 
@@ -12,7 +14,7 @@ use super::report::{Latencies, Report, peak_rss_bytes};
 use indicatif::{ProgressBar, ProgressStyle};
 use radixkv::sched::{PrefixOracle, Schedule, Scheduler, WindowQueue};
 use radixkv::trace::Trace;
-use radixkv::{Cache, CacheOptions, Error, EvictionPolicy};
+use radixkv::{Cache, CacheOptions, Error, EvictionPolicy, SlotRun};
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
@@ -92,17 +94,22 @@ fn cache_err(what: &str, e: Error) -> String {
 }
 
 impl Shared<'_> {
-    /// Appends `n` slots to `slots`. `Ok(false)`: the pool stayed short (every slot pinned).
-    fn take_slots(&self, n: usize, slots: &mut Vec<u32>, c: &mut Counts) -> Result<bool, String> {
+    /// Appends `n` slots to `runs`. `Ok(false)`: the pool stayed short (every slot pinned).
+    fn take_slots(
+        &self,
+        n: usize,
+        runs: &mut Vec<SlotRun>,
+        c: &mut Counts,
+    ) -> Result<bool, String> {
         if n == 0 {
             return Ok(true);
         }
         if self.pool == 0 {
             let start = self.next_slot.fetch_add(n as u64, Ordering::Relaxed);
-            if start + n as u64 > u32::MAX as u64 + 1 {
+            if start + n as u64 > 1 << 32 || n as u64 > u32::MAX as u64 {
                 return Err("more than 2^32 slots handed out: slot ids exhausted".into());
             }
-            slots.extend(start as u32..=(start + n as u64 - 1) as u32);
+            runs.push(SlotRun { start: start as u32, len: n as u32 });
             return Ok(true);
         }
         let mut attempt = 0;
@@ -113,7 +120,7 @@ impl Shared<'_> {
                 self.cache.evict(n - free, None).map_err(|e| cache_err("evict", e))?;
                 c.lat.evict.push(t.elapsed());
             }
-            match self.cache.alloc(n, slots) {
+            match self.cache.alloc_runs(n, runs) {
                 Ok(()) => return Ok(true),
                 Err(Error::OutOfSlots { .. }) if attempt < ALLOC_RETRIES => {
                     // Other threads pin what is left; wait for them to release.
@@ -146,7 +153,7 @@ impl Shared<'_> {
         ns: u64,
         tokens: &[u32],
         output_length: usize,
-        slots: &mut Vec<u32>,
+        runs: &mut Vec<SlotRun>,
         c: &mut Counts,
     ) -> Result<(), String> {
         let page = self.cfg.page_size;
@@ -160,17 +167,17 @@ impl Shared<'_> {
             return Ok(());
         }
         let t = Instant::now();
-        let guard = self.cache.match_and_lock(ns, tokens, slots);
+        let guard = self.cache.match_and_lock_runs(ns, tokens, runs);
         c.lat.matching.push(t.elapsed());
         let m = guard.len();
-        if slots.len() != m || m > n || m % page != 0 {
+        let got = runs.iter().map(|r| r.len as usize).sum::<usize>();
+        if got != m || m > n || m % page != 0 {
             return Err(format!(
-                "cache match_and_lock returned {} slots for a {m}-token lock (aligned query {n})",
-                slots.len()
+                "cache match_and_lock_runs returned {got} slots for a {m}-token lock (aligned query {n})"
             ));
         }
         c.hit_tokens += m as u64;
-        if !self.take_slots(n - m, slots, c)? {
+        if !self.take_slots(n - m, runs, c)? {
             c.out_of_slots += 1;
             return Ok(());
         }
@@ -181,16 +188,18 @@ impl Shared<'_> {
             if with_output {
                 let (_, l) = self
                     .cache
-                    .insert_and_lock(ns, &tokens[..n], slots)
-                    .map_err(|e| cache_err("insert_and_lock", e))?;
+                    .insert_and_lock_runs(ns, &tokens[..n], runs)
+                    .map_err(|e| cache_err("insert_and_lock_runs", e))?;
                 input_lock = Some(l);
             } else {
-                self.cache.insert(ns, &tokens[..n], slots).map_err(|e| cache_err("insert", e))?;
+                self.cache
+                    .insert_runs(ns, &tokens[..n], runs)
+                    .map_err(|e| cache_err("insert_runs", e))?;
             }
             c.lat.insert.push(t.elapsed());
         }
         if with_output {
-            self.run_output(ns, tokens, n, output_length, slots, c)?;
+            self.run_output(ns, tokens, n, output_length, runs, c)?;
         }
         drop(input_lock);
         drop(guard);
@@ -207,7 +216,7 @@ impl Shared<'_> {
         tokens: &[u32],
         n: usize,
         out_len: usize,
-        slots: &mut Vec<u32>,
+        runs: &mut Vec<SlotRun>,
         c: &mut Counts,
     ) -> Result<(), String> {
         let page = self.cfg.page_size;
@@ -222,18 +231,18 @@ impl Shared<'_> {
         let mut full = Vec::with_capacity(tokens.len() + out_len);
         full.extend_from_slice(tokens);
         full.extend(self.fresh_tokens(out_len)?);
-        let got = self.cache.match_prefix(ns, &tokens[..n], slots);
+        let got = self.cache.match_prefix_runs(ns, &tokens[..n], runs);
         if got != n {
             return Err(format!(
                 "cache lost a pinned prefix: {got} of {n} pinned tokens still match"
             ));
         }
-        if !self.take_slots(nf - n, slots, c)? {
+        if !self.take_slots(nf - n, runs, c)? {
             c.out_of_slots += 1;
             return Ok(());
         }
         let t = Instant::now();
-        self.cache.insert(ns, &full[..nf], slots).map_err(|e| cache_err("insert", e))?;
+        self.cache.insert_runs(ns, &full[..nf], runs).map_err(|e| cache_err("insert_runs", e))?;
         c.lat.insert.push(t.elapsed());
         c.output_tokens += out_len as u64;
         Ok(())
@@ -287,7 +296,7 @@ pub fn replay(trace: &Trace, cfg: &Config) -> Result<Report, String> {
             .map(|_| {
                 s.spawn(|| {
                     let mut c = Counts::default();
-                    let mut slots = Vec::new();
+                    let mut runs = Vec::new();
                     while !abort.load(Ordering::Relaxed) {
                         let next = queue
                             .lock()
@@ -299,7 +308,7 @@ pub fn replay(trace: &Trace, cfg: &Config) -> Result<Report, String> {
                             r.namespace,
                             &r.tokens,
                             r.output_length,
-                            &mut slots,
+                            &mut runs,
                             &mut c,
                         ) {
                             abort.store(true, Ordering::Relaxed);
