@@ -558,13 +558,13 @@ fn runs_sort_merge_and_find_the_lowest_duplicate() {
 /// spanning many stripes locks each once, and two runs sharing a stripe lock it once.
 #[test]
 fn stripes_hold_whole_pages() {
-    assert_eq!(STRIPE_SLOTS, 1024);
-    for (p, stripe) in [(1, 1024), (3, 1023), (16, 1024), (48, 1008), (1024, 1024), (2048, 2048)] {
-        let pool = SlotPool::new(p * 2048, p).unwrap();
+    assert_eq!(STRIPE_SLOTS, 4096);
+    for (p, stripe) in [(1, 4096), (3, 4095), (16, 4096), (48, 4080), (4096, 4096), (8192, 8192)] {
+        let pool = SlotPool::new(p * 8192, p).unwrap();
         assert_eq!(pool.stripe_slots, stripe, "page size {p}");
-        assert_eq!(pool.stripe_lock.len(), (p * 2048).div_ceil(stripe));
+        assert_eq!(pool.stripe_lock.len(), (p * 8192).div_ceil(stripe));
         assert_eq!(pool.stripe_shift.is_some(), stripe.is_power_of_two());
-        for s in [0, stripe - 1, stripe, p * 2048 - 1] {
+        for s in [0, stripe - 1, stripe, p * 8192 - 1] {
             assert_eq!(pool.stripe_of(s), s / stripe);
         }
     }
