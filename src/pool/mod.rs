@@ -304,30 +304,11 @@ impl SlotPool {
     /// allocated (see [`SlotPool::allocatable`]). `n == 0` is `Ok(true)`. `InvalidArgument`
     /// when `n` is not a multiple of the page size.
     pub fn try_alloc(&self, n: usize, out: &mut Vec<u32>) -> Result<bool> {
-        let p = self.page_size;
-        if n % p != 0 {
-            return Err(invalid(format!(
-                "cannot allocate {n} slots: not a multiple of the page size {p}"
-            )));
-        }
-        if n == 0 {
-            return Ok(true);
-        }
-        let k = n / p;
-        if k > self.num_pages {
+        let Some(pages) = self.alloc_pages(n, |n| out.reserve(n))? else {
             return Ok(false);
-        }
-        out.reserve(n);
-        if !self.reserve(k) {
-            return Ok(false);
-        }
-        let mut runs = Vec::new();
-        self.pop_pages(k, &mut runs);
-        debug_assert_eq!(runs.iter().map(|r| r.len as usize).sum::<usize>(), k);
-        // Mark each run of pages' slots Held, and hand the slots out.
-        for r in runs {
-            let (a, e) = (r.start as usize * p, (r.start as usize + r.len as usize) * p);
-            self.store_range(a, e, FREE, HELD);
+        };
+        for r in pages {
+            let (a, e) = self.slots_of(r);
             out.extend(a as u32..=(e - 1) as u32);
         }
         Ok(true)
@@ -338,24 +319,11 @@ impl SlotPool {
     /// the run `out` ends with): O(runs) to hand out instead of O(slots). A pool hands out
     /// long runs (a fresh pool one run per shard it takes from).
     pub fn try_alloc_runs(&self, n: usize, out: &mut Vec<SlotRun>) -> Result<bool> {
-        let p = self.page_size;
-        if n % p != 0 {
-            return Err(invalid(format!(
-                "cannot allocate {n} slots: not a multiple of the page size {p}"
-            )));
-        }
-        if n == 0 {
-            return Ok(true);
-        }
-        let k = n / p;
-        if k > self.num_pages || !self.reserve(k) {
+        let Some(pages) = self.alloc_pages(n, |_| {})? else {
             return Ok(false);
-        }
-        let mut runs = Vec::new();
-        self.pop_pages(k, &mut runs);
-        for r in runs {
-            let (a, e) = (r.start as usize * p, (r.start as usize + r.len as usize) * p);
-            self.store_range(a, e, FREE, HELD);
+        };
+        for r in pages {
+            let (a, e) = self.slots_of(r);
             // Runs of at most 2^31 slots, so that `len` fits and joins stay in range.
             let mut at = a;
             while at < e {
@@ -365,6 +333,44 @@ impl SlotPool {
             }
         }
         Ok(true)
+    }
+
+    /// The allocation behind both variants: checks `n`, calls `prepare(n)` (to make room
+    /// before anything changes), reserves and pops `n / P` pages and marks their slots Held.
+    /// Returns the runs of pages popped, in order, or `None` (nothing changed) when fewer
+    /// pages are allocatable.
+    fn alloc_pages(&self, n: usize, prepare: impl FnOnce(usize)) -> Result<Option<Vec<PageRun>>> {
+        let p = self.page_size;
+        if n % p != 0 {
+            return Err(invalid(format!(
+                "cannot allocate {n} slots: not a multiple of the page size {p}"
+            )));
+        }
+        if n == 0 {
+            return Ok(Some(Vec::new()));
+        }
+        let k = n / p;
+        if k > self.num_pages {
+            return Ok(None);
+        }
+        prepare(n);
+        if !self.reserve(k) {
+            return Ok(None);
+        }
+        let mut pages = Vec::new();
+        self.pop_pages(k, &mut pages);
+        debug_assert_eq!(pages.iter().map(|r| r.len as usize).sum::<usize>(), k);
+        for &r in &pages {
+            let (a, e) = self.slots_of(r);
+            self.store_range(a, e, FREE, HELD);
+        }
+        Ok(Some(pages))
+    }
+
+    /// The slots `a..e` of a run of pages.
+    fn slots_of(&self, r: PageRun) -> (usize, usize) {
+        let p = self.page_size;
+        (r.start as usize * p, (r.start as usize + r.len as usize) * p)
     }
 
     /// Takes `k` pages off `free_pages` (all or none); false if fewer are there.
