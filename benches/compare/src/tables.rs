@@ -206,7 +206,8 @@ impl Targets {
         }
         if let Some(p) = self.p99_cache_runs {
             t.row(vec![
-                "same, slots as runs end to end (match_and_lock_runs, alloc_runs, insert_runs)".into(),
+                "same, slots as runs end to end (match_and_lock_runs, alloc_runs, insert_runs)"
+                    .into(),
                 secs(p),
                 verdict(10e-6 / p, 1.0),
             ]);
