@@ -4,9 +4,9 @@
 //! target directory, so as not to rebuild everyone else's).
 //!
 //! The protocols modelled: stripe locks taken in ascending order, waiting (two calls whose
-//! runs share stripes, one stripe per slot or one for all); slot states packed in words, so
-//! that calls under different stripe locks and allocations (no lock) write bytes of one word
-//! at once; per-page counts under a stripe lock; the reservation counter; a refused call's
+//! runs share stripes, one stripe per slot or one for all); slot states in bit-plane words,
+//! so that calls under different stripe locks and allocations (no lock) write bits of one
+//! word at once; per-page counts under a stripe lock; the reservation counter; a refused call's
 //! undo of what its one-pass check-and-change already changed.
 
 use std::sync::Arc;
@@ -171,9 +171,10 @@ fn settle_and_free_have_one_winner() {
     });
 }
 
-/// Slots of one state word, on different stripes, change at once: an adopt of one and a
-/// release of another (each a `fetch_xor` of its byte) and an allocation of a third (a
-/// `fetch_or`, no lock): no change is lost.
+/// Slots of one plane word, on different stripes, change at once: an adopt of one (clears
+/// its Held bit, sets its Cached bit) and a release of another (clears its Cached bit) and
+/// an allocation of a third (sets its Held bit, no lock), each a `fetch_and` / `fetch_or` of
+/// its own bits: no change is lost.
 #[test]
 fn one_word_many_writers() {
     loom::model(|| {
@@ -219,7 +220,7 @@ fn pages_sharing_a_stripe_return_once() {
 /// A refused call changes a slot before it meets the refusing one, then undoes the change
 /// before it unlocks: a reader taking the slot's stripe lock never sees the change, and a
 /// neighbour's change to another slot of the same state word (another stripe) survives the
-/// undo's `fetch_xor`.
+/// undo's `fetch_and` / `fetch_or`.
 #[test]
 fn a_refused_call_undoes_invisibly() {
     loom::model(|| {

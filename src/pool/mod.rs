@@ -3,7 +3,8 @@
 //!
 //! # Slot states
 //!
-//! Every slot has one owner, kept in two bits per slot (packed 32 to an atomic word):
+//! Every slot has one owner, kept in two bits per slot (one in each of two bit planes; see
+//! "States in two bit planes" below):
 //!
 //! | value | state                 | owner                                             |
 //! |-------|-----------------------|---------------------------------------------------|
@@ -36,11 +37,16 @@
 //!   shards number at least `free_pages` plus the pages reserved and not yet popped. So an
 //!   allocation is all or nothing and never fails for want of pages that merely sat on
 //!   another shard.
-//! * **Packed states.** The states are 2-bit fields packed 32 to an `AtomicU64`, so a run
-//!   of consecutive slots is checked and changed a word (32 slots) at a time. A word may
-//!   hold slots of several owners: a write to part of a word is an atomic `fetch_xor` of its
-//!   own slots' bits only, and a plain store writes only a word whose 32 slots all belong
-//!   to the writing call, so calls on neighbouring slots never lose each other's writes.
+//! * **States in two bit planes.** A slot's state is its bit in two bitmaps of `AtomicU64`
+//!   words, 64 slots a word: the Held plane and the Cached plane (Free: neither; a slot is
+//!   never in both). A run of consecutive slots is checked and changed a word (64 slots) at
+//!   a time, and a change touches only the planes whose bit changes: an eviction's
+//!   `Cached -> Free` reads and writes the Cached plane alone (half the cache lines of
+//!   2-bit fields, which is what a large eviction call mostly spends its pool time on). A
+//!   word may hold slots of several owners: a write to part of a word is an atomic
+//!   `fetch_or` / `fetch_and` of its own slots' bits only, and a plain store writes only a
+//!   word whose 64 slots all belong to the writing call, so calls on neighbouring slots
+//!   never lose each other's writes.
 //! * **Stripe locks for state changes.** `free`, `adopt`, `release_cached` and `settle`
 //!   change slot states under per-stripe locks (one `AtomicU8` spin lock, a test-and-set,
 //!   per stripe of `4096 / P` whole pages, at least one page), by strict two-phase locking:
@@ -49,7 +55,7 @@
 //!   stripe lock sees the changes it undid), change the page counts, then unlock. A call's lists become maximal runs of consecutive
 //!   slots; if the runs do not already ascend they are sorted (two runs sharing a slot: a
 //!   slot listed twice) and neighbours merged. So a run of `n` slots costs about `n / 4096`
-//!   locks and `n / 32` word reads and writes, whatever the page size (eviction hands the
+//!   locks and `n / 64` word reads and writes per plane, whatever the page size (eviction hands the
 //!   pool runs directly: [`SlotPool::release_cached_runs`]). Every call locks its
 //!   stripes in ascending order, each once, waiting for each: a call waits only for a stripe
 //!   above every stripe it holds, so every chain of waiting ends: there is no deadlock.
@@ -150,13 +156,15 @@ enum Refusal {
 /// A concurrent pool of KV slots; see the [module docs](self) for the design and what is
 /// linearizable. `Send + Sync`: share it by reference or in an `Arc`.
 pub struct SlotPool {
-    /// One owner per slot (the values of [`SlotState`]), packed 32 to a word: slot `s` is
-    /// bits `2 * (s % 32) ..+ 2` (from the low end) of word `s / 32`. Changed under the
-    /// slot's stripe lock, except `Free -> Held` by the allocation that popped the page. A
-    /// word may hold slots of several owners, so a write to part of a word is an atomic
-    /// `fetch_xor` of those slots' bits only; a plain store only writes a word whose 32
+    /// One owner per slot (the values of [`SlotState`]) as bit planes: `planes[0]` has slot
+    /// `s`'s bit (bit `s % 64` of word `s / 64`) set while it is Held, `planes[1]` while it
+    /// is Cached; Free is neither, and never both (so one plane's bit tells Held, or Cached,
+    /// exactly). Bit `i` of a state's value is its bit in plane `i`. Changed under the slot's
+    /// stripe lock, except `Free -> Held` by the allocation that popped the page. A word may
+    /// hold slots of several owners, so a write to part of a word is an atomic `fetch_or` /
+    /// `fetch_and` of those slots' bits only; a plain store only writes a word whose 64
     /// slots all belong to the writing call.
-    states: Box<[AtomicU64]>,
+    planes: [Box<[AtomicU64]>; 2],
     /// Number of slots `N`.
     num_slots: usize,
     /// One spin lock per stripe of `stripe_slots` slots (0 unlocked, 1 locked).
@@ -234,7 +242,8 @@ impl SlotPool {
         }
         let num_pages = num_slots / page_size;
         let k = shards.max(1).next_power_of_two();
-        let states = (0..num_slots.div_ceil(PER_WORD)).map(|_| AtomicU64::new(0)).collect();
+        let plane = || (0..num_slots.div_ceil(PER_WORD)).map(|_| AtomicU64::new(0)).collect();
+        let planes = [plane(), plane()];
         let stripe_slots = (stripe_max / page_size).max(1) * page_size;
         let stripe_lock = (0..num_slots.div_ceil(stripe_slots)).map(|_| AtomicU8::new(0)).collect();
         let page_free = if page_size == 1 {
@@ -253,7 +262,7 @@ impl SlotPool {
             })
             .collect();
         Ok(SlotPool {
-            states,
+            planes,
             num_slots,
             stripe_lock,
             stripe_slots,
@@ -673,34 +682,22 @@ impl SlotPool {
 
     /// The state of slot `s`, read without locks.
     fn load_state(&self, s: usize, order: Ordering) -> u8 {
-        (self.states[s / PER_WORD].load(order) >> (s % PER_WORD * BITS)) as u8 & FIELD
+        let bit =
+            |p: usize| ((self.planes[p][s / PER_WORD].load(order) >> (s % PER_WORD)) & 1) as u8;
+        bit(0) | bit(1) << 1
     }
 
     /// The first slot of `a..e` (non-empty) whose state is not `from`, if any.
     #[cfg(all(test, not(loom)))] // used by the unit tests, not the loom models
     fn first_not(&self, a: usize, e: usize, from: u8) -> Option<usize> {
-        let want = ONES * from as u64;
-        let (first, last) = (a / PER_WORD, (e - 1) / PER_WORD);
-        let bad = |w: usize, mask: u64| {
-            let x = (self.states[w].load(Ordering::Relaxed) ^ want) & mask;
-            (x != 0).then(|| w * PER_WORD + x.trailing_zeros() as usize / BITS)
-        };
-        if first == last {
-            return bad(first, field_mask(a % PER_WORD, (e - 1) % PER_WORD + 1));
-        }
-        if let Some(s) = bad(first, field_mask(a % PER_WORD, PER_WORD)) {
-            return Some(s);
-        }
-        let mid = &self.states[first + 1..last];
-        if let Some(i) = mid.iter().position(|w| w.load(Ordering::Relaxed) != want) {
-            return bad(first + 1 + i, !0);
-        }
-        bad(last, field_mask(0, (e - 1) % PER_WORD + 1))
+        (a..e).find(|&s| self.load_state(s, Ordering::Relaxed) != from)
     }
 
     /// With the stripes of `a..e` (non-empty) locked: checks and moves its slots from `from`
-    /// to `to` a word at a time, in one pass (whole words by a store, the partial words at
-    /// either end by a `fetch_xor` of their slots' bits). At the first slot that is not
+    /// (Held or Cached) to `to` a word at a time, in one pass. The check reads `from`'s plane
+    /// only (its bit alone tells the state, as no slot is in both); the change clears that
+    /// plane's bits and sets `to`'s (whole words by a store, the partial words at either end
+    /// by a `fetch_and` / `fetch_or` of their slots' bits). At the first slot that is not
     /// `from` it stops with that slot and the end of what it changed (`a..changed_to`, for
     /// the caller to undo).
     fn swap_range(
@@ -710,20 +707,28 @@ impl SlotPool {
         from: u8,
         to: u8,
     ) -> std::result::Result<(), (usize, usize)> {
-        let want = ONES * from as u64;
-        let flip = ONES * (from ^ to) as u64;
+        debug_assert!(from == HELD || from == CACHED, "checked moves start Held or Cached");
+        debug_assert_ne!(from, to);
+        let check = &self.planes[(from >> 1) as usize];
+        let set = (to != FREE).then(|| &self.planes[(to >> 1) as usize]);
         let (first, last) = (a / PER_WORD, (e - 1) / PER_WORD);
         // Checks and changes the slots of word `w` under `mask`; `done` is where the
         // changes made so far end.
         let part = |w: usize, mask: u64, done: usize| {
-            let x = (self.states[w].load(Ordering::Relaxed) ^ want) & mask;
+            let x = !check[w].load(Ordering::Relaxed) & mask;
             if x != 0 {
-                return Err((w * PER_WORD + x.trailing_zeros() as usize / BITS, done));
+                return Err((w * PER_WORD + x.trailing_zeros() as usize, done));
             }
             if mask == !0 {
-                self.states[w].store(ONES * to as u64, Ordering::Release);
+                check[w].store(0, Ordering::Release);
+                if let Some(p) = set {
+                    p[w].store(!0, Ordering::Release);
+                }
             } else {
-                self.states[w].fetch_xor(flip & mask, Ordering::Release);
+                check[w].fetch_and(!mask, Ordering::Release);
+                if let Some(p) = set {
+                    p[w].fetch_or(mask, Ordering::Release);
+                }
             }
             Ok(())
         };
@@ -737,27 +742,36 @@ impl SlotPool {
         part(last, field_mask(0, (e - 1) % PER_WORD + 1), last * PER_WORD)
     }
 
-    /// Moves the slots `a..e` (non-empty), all `from` and all the caller's, to `to`: whole
-    /// words by a store, the partial words at either end by a `fetch_xor` of their slots' bits
-    /// (other calls may be changing the word's other slots).
+    /// Moves the slots `a..e` (non-empty), all `from` and all the caller's, to `to`: in each
+    /// plane whose bit differs between the two, whole words by a store, the partial words at
+    /// either end by a `fetch_and` / `fetch_or` of their slots' bits (other calls may be
+    /// changing the word's other slots).
     fn store_range(&self, a: usize, e: usize, from: u8, to: u8) {
-        let flip = ONES * (from ^ to) as u64;
         let (first, last) = (a / PER_WORD, (e - 1) / PER_WORD);
-        let part = |w: usize, mask: u64| {
-            if mask == !0 {
-                self.states[w].store(ONES * to as u64, Ordering::Release);
-            } else {
-                self.states[w].fetch_xor(flip & mask, Ordering::Release);
+        for (i, plane) in self.planes.iter().enumerate() {
+            let (f, t) = ((from >> i) & 1, (to >> i) & 1);
+            if f == t {
+                continue;
             }
-        };
-        if first == last {
-            return part(first, field_mask(a % PER_WORD, (e - 1) % PER_WORD + 1));
+            let part = |w: usize, mask: u64| {
+                if mask == !0 {
+                    plane[w].store(if t == 1 { !0 } else { 0 }, Ordering::Release);
+                } else if t == 1 {
+                    plane[w].fetch_or(mask, Ordering::Release);
+                } else {
+                    plane[w].fetch_and(!mask, Ordering::Release);
+                }
+            };
+            if first == last {
+                part(first, field_mask(a % PER_WORD, (e - 1) % PER_WORD + 1));
+                continue;
+            }
+            part(first, field_mask(a % PER_WORD, PER_WORD));
+            for w in first + 1..last {
+                part(w, !0);
+            }
+            part(last, field_mask(0, (e - 1) % PER_WORD + 1));
         }
-        part(first, field_mask(a % PER_WORD, PER_WORD));
-        for w in &self.states[first + 1..last] {
-            w.store(ONES * to as u64, Ordering::Release);
-        }
-        part(last, field_mask(0, (e - 1) % PER_WORD + 1));
     }
 
     /// With the stripes of `runs` (ascending, disjoint) locked and the slots of the runs
@@ -951,21 +965,14 @@ fn push_pages_below(v: &mut Vec<PageRun>, start: usize, mut n: usize) {
     }
 }
 
-/// Bits per slot state.
-const BITS: usize = 2;
-/// The bits of one slot's state, at the low end.
-const FIELD: u8 = 0b11;
-/// Slot states per word.
-const PER_WORD: usize = 64 / BITS;
-/// A one in the low bit of every slot's field.
-const ONES: u64 = 0x5555_5555_5555_5555;
+/// Slots per word of a plane.
+const PER_WORD: usize = 64;
 
-const _: () = assert!(HELD <= FIELD && CACHED <= FIELD);
-const _: () = assert!(ONES.count_ones() as usize == PER_WORD && ONES & (ONES << 1) == 0);
+const _: () = assert!(HELD == 1 && CACHED == 2 && FREE == 0, "bit i of a state is plane i");
 
-/// The fields of slots `lo..hi` of a word (`lo < hi <= 32`), all ones.
+/// The bits of slots `lo..hi` of a plane word (`lo < hi <= 64`), all ones.
 fn field_mask(lo: usize, hi: usize) -> u64 {
-    (!0u64 >> (64 - BITS * (hi - lo))) << (BITS * lo)
+    (!0u64 >> (64 - (hi - lo))) << lo
 }
 
 /// A run of consecutive slots `start .. end`, all going to state `to`.

@@ -493,14 +493,27 @@ fn run_len_counts_consecutive_ids() {
     assert_eq!(run_len(&[u32::MAX, 0]), 1);
 }
 
-/// Slot states packed 32 to a word: runs that start and end inside words change only their
-/// own fields, and checks see only their own fields.
+/// Slot states in two bit planes of 64 slots a word: runs that start and end inside words,
+/// or straddle them, change only their own bits, and checks see only their own bits (a
+/// slot in both planes would make `snapshot` panic).
 #[test]
 fn packed_states_change_only_their_fields() {
-    let pool = SlotPool::with_shards(160, 1, 1).unwrap();
-    let all = alloc(&pool, 160);
-    let mut want = vec![SlotState::Held; 160];
-    for (a, e) in [(3, 5), (7, 8), (8, 12), (13, 30), (31, 33), (40, 41), (44, 64), (70, 150)] {
+    let pool = SlotPool::with_shards(320, 1, 1).unwrap();
+    let all = alloc(&pool, 320);
+    let mut want = vec![SlotState::Held; 320];
+    let adopted = [
+        (3, 5),
+        (7, 8),
+        (8, 12),
+        (13, 30),
+        (31, 33),
+        (40, 41),
+        (44, 64),
+        (70, 150),
+        (190, 260),
+        (300, 301),
+    ];
+    for (a, e) in adopted {
         pool.adopt(&all[a..e]).unwrap();
         want[a..e].fill(SlotState::Cached);
         assert_eq!(snapshot(&pool), want, "{a}..{e}");
@@ -522,19 +535,23 @@ fn packed_states_change_only_their_fields() {
     pool.release_cached(&all[40..41]).unwrap();
     want[13..30].fill(SlotState::Free);
     want[40] = SlotState::Free;
-    let held: Vec<u32> = (0..160u32).filter(|&s| want[s as usize] == SlotState::Held).collect();
+    pool.release_cached(&all[190..260]).unwrap();
+    want[190..260].fill(SlotState::Free);
+    assert_eq!(snapshot(&pool), want);
+    let held: Vec<u32> = (0..320u32).filter(|&s| want[s as usize] == SlotState::Held).collect();
     pool.free(&held).unwrap();
     for &s in &held {
         want[s as usize] = SlotState::Free;
     }
     assert_eq!(snapshot(&pool), want);
-    let cached: Vec<u32> = (0..160u32).filter(|&s| want[s as usize] == SlotState::Cached).collect();
+    let cached: Vec<u32> = (0..320u32).filter(|&s| want[s as usize] == SlotState::Cached).collect();
     pool.release_cached(&cached).unwrap();
     assert!(snapshot(&pool).iter().all(|&s| s == SlotState::Free));
-    assert_eq!((pool.available(), pool.allocatable()), (160, 160));
-    assert_eq!(field_mask(0, 32), !0);
-    assert_eq!(field_mask(1, 3), 0b11_1100);
-    assert_eq!(field_mask(31, 32), 0b11 << 62);
+    assert_eq!((pool.available(), pool.allocatable()), (320, 320));
+    assert!(pool.planes.iter().all(|p| p.iter().all(|w| w.load(Ordering::Relaxed) == 0)));
+    assert_eq!(field_mask(0, 64), !0);
+    assert_eq!(field_mask(1, 3), 0b110);
+    assert_eq!(field_mask(63, 64), 1 << 63);
 }
 
 #[test]
