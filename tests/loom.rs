@@ -142,6 +142,45 @@ fn pin_racing_a_split() {
     });
 }
 
+/// An eviction pass that empties a parent (its two leaves go, then the parent, queued and
+/// popped within the same pass, one index step per leaf) racing a pin of that parent: the
+/// pin lands first and the parent stays (its children go), or the pass takes the parent
+/// too and the pin finds nothing; every freed slot is handed out once, the counts end exact.
+#[test]
+fn pin_racing_an_eviction_pass_that_empties_the_parent() {
+    model(|| {
+        let t = Arc::new(tree());
+        t.insert(0, &[1, 2], &[10, 20]).unwrap();
+        t.insert(0, &[1, 3], &[10, 30]).unwrap(); // [1] -> {[2], [3]}
+        let t2 = t.clone();
+        let evictor = thread::spawn(move || {
+            let mut freed = Vec::new();
+            let n = t2.evict(usize::MAX, &mut |s| freed.extend_from_slice(s));
+            assert_eq!(n, freed.len());
+            freed.sort();
+            freed
+        });
+        let mut out = Vec::new();
+        let g = t.match_and_lock(0, &[1], &mut out);
+        let pinned = g.len();
+        let freed = evictor.join().unwrap();
+        match pinned {
+            1 => {
+                assert_eq!(out, vec![10]);
+                assert_eq!(freed, vec![20, 30], "the pinned parent was evicted");
+                assert_eq!(t.stats().protected_tokens, 1);
+            }
+            _ => {
+                assert_eq!(pinned, 0);
+                assert_eq!(freed, vec![10, 20, 30]);
+            }
+        }
+        drop(g);
+        let c = t.check_invariants().unwrap();
+        assert_eq!(c.cached_tokens as usize, 3 - freed.len());
+    });
+}
+
 /// Reclamation: a reader holds nodes that a writer replaces (split) and evicts; the
 /// epoch keeps them alive until the reader is done, and the reader's answer is one the
 /// tree had at some moment.
