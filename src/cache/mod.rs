@@ -21,7 +21,7 @@ pub use request::Request;
 
 use crate::error::{Error, Result, invalid};
 use crate::pool::SlotPool;
-use crate::slot_run::SlotRun;
+use crate::slot_run::{SlotRun, run_len};
 use crate::tree::{
     EvictionPolicy, LockGuard, PrefixLock, RadixTree, SlotSource, TreeConfig, TreeStats, cut_runs,
     push_differing,
@@ -196,6 +196,36 @@ impl Cache {
                 slots.len()
             )));
         }
+        if cached.is_none() {
+            // Slots from a pool mostly come in long runs: one pass turns them into runs, and
+            // the pool step and the new leaf then take O(runs) (`insert_runs`) instead of each
+            // scanning every slot again. Scattered slots (runs under 4 slots on average) keep
+            // the list path; the pass stops as soon as it knows.
+            let limit = slots.len() / 4;
+            let mut runs = Vec::new();
+            let mut i = 0;
+            while i < slots.len() && runs.len() < limit {
+                let len = run_len(&slots[i..]);
+                runs.push(SlotRun { start: slots[i], len: len as u32 });
+                i += len;
+            }
+            if i == slots.len() {
+                return self.insert_runs_impl(ns, tokens, &runs, pin);
+            }
+        }
+        self.insert_list(ns, tokens, slots, pin, cached, pool)
+    }
+
+    /// The pool-mode insert of a slot list, slot by slot.
+    pub(crate) fn insert_list(
+        &self,
+        ns: u64,
+        tokens: &[u32],
+        slots: &[u32],
+        pin: bool,
+        cached: Option<&mut Vec<u32>>,
+        pool: &SlotPool,
+    ) -> Result<(usize, Option<PrefixLock>)> {
         let n = tokens.len() / self.opts.page_size * self.opts.page_size;
         let mut scratch = Vec::new();
         let cached = cached.unwrap_or(&mut scratch);

@@ -147,9 +147,10 @@ fn first(runs: &[SlotRun], n: usize) -> Vec<SlotRun> {
 
 #[test]
 fn insert_runs_settles_the_pool_as_insert_does() {
-    // Two caches given the same requests: one passes slot lists, the other runs.
+    // Three caches given the same requests: one takes slot lists slot by slot (the list
+    // path), one `insert` (which turns slots that come in runs into runs itself), one runs.
     for p in [1, 4] {
-        let (a, b) = (pooled(512, p), pooled(512, p));
+        let (l, a, b) = (pooled(512, p), pooled(512, p), pooled(512, p));
         let reqs: Vec<Vec<u32>> = vec![
             (0..40).collect(),
             (0..20).chain(100..131).collect(),
@@ -159,41 +160,85 @@ fn insert_runs_settles_the_pool_as_insert_does() {
             (7..60).collect(),
         ];
         for (i, t) in reqs.iter().enumerate() {
-            let (mut sa, mut rb) = (Vec::new(), Vec::new());
+            let (mut sl, mut sa, mut rb) = (Vec::new(), Vec::new(), Vec::new());
             // Even requests reuse the cached prefix's slots (match first); odd ones bring
             // fresh slots for every token, so the cached prefix's given slots differ and go
             // back to the pool.
-            let (la, lb) = if i % 2 == 0 {
-                (Some(a.match_and_lock(0, t, &mut sa)), Some(b.match_and_lock_runs(0, t, &mut rb)))
+            let locks = if i % 2 == 0 {
+                Some((
+                    l.match_and_lock(0, t, &mut sl),
+                    a.match_and_lock(0, t, &mut sa),
+                    b.match_and_lock_runs(0, t, &mut rb),
+                ))
             } else {
-                (None, None)
+                None
             };
             assert_eq!(expand(&rb), sa);
+            assert_eq!(sl, sa);
             let need = (t.len() - sa.len()).div_ceil(p) * p;
+            l.alloc(need, &mut sl).unwrap();
             a.alloc(need, &mut sa).unwrap();
             b.alloc_runs(need, &mut rb).unwrap();
             assert_eq!(expand(&rb), sa, "p {p} request {i}");
-            let ea = a.insert(0, t, &sa[..t.len()]).unwrap();
-            let eb = b.insert_runs(0, t, &first(&rb, t.len())).unwrap();
-            assert_eq!(ea, eb, "p {p} request {i}");
-            a.free(&sa[t.len()..]).unwrap();
+            assert_eq!(sl, sa, "p {p} request {i}");
+            let n = t.len();
+            let (el, _) = l.insert_list(0, t, &sl[..n], false, None, l.pool().unwrap()).unwrap();
+            let ea = a.insert(0, t, &sa[..n]).unwrap();
+            let eb = b.insert_runs(0, t, &first(&rb, n)).unwrap();
+            assert_eq!((el, ea), (eb, eb), "p {p} request {i}");
+            l.free(&sl[n..]).unwrap();
+            a.free(&sa[n..]).unwrap();
             let mut spare = Vec::new();
-            crate::tree::cut_runs(&rb, t.len(), sa.len(), &mut spare);
+            crate::tree::cut_runs(&rb, n, sa.len(), &mut spare);
             b.free_runs(&spare).unwrap();
-            drop((la, lb));
-            conserved(&a, 0);
-            conserved(&b, 0);
-            let (pa, pb) = (a.pool().unwrap(), b.pool().unwrap());
+            drop(locks);
+            for c in [&l, &a, &b] {
+                conserved(c, 0);
+            }
+            let (pl, pa, pb) = (l.pool().unwrap(), a.pool().unwrap(), b.pool().unwrap());
             for s in 0..512 {
+                assert_eq!(pl.state(s), pb.state(s), "p {p} request {i} slot {s}");
                 assert_eq!(pa.state(s), pb.state(s), "p {p} request {i} slot {s}");
             }
-            let mut out = Vec::new();
+            let (mut ol, mut oa, mut ob) = (Vec::new(), Vec::new(), Vec::new());
             for t in &reqs {
-                assert_eq!(a.match_prefix(0, t, &mut sa), b.match_prefix(0, t, &mut out));
-                assert_eq!(sa, out);
+                let m = b.match_prefix(0, t, &mut ob);
+                assert_eq!((l.match_prefix(0, t, &mut ol), a.match_prefix(0, t, &mut oa)), (m, m));
+                assert_eq!((&ol, &oa), (&ob, &ob));
             }
         }
     }
+}
+
+/// `insert` of slots that come in runs takes the runs path and of scattered slots the list
+/// path: both refuse bad slots whole, and both cache what they are given.
+#[test]
+fn insert_refuses_bad_slots_on_both_paths() {
+    let c = pooled(64, 1);
+    let mut a = Vec::new();
+    c.alloc(24, &mut a).unwrap();
+    let toks: Vec<u32> = (1..=8).collect();
+    let before = c.stats();
+    // In runs (the runs path) and scattered (the list path), each with one bad slot.
+    let runs_bad = [a[16], a[17], a[18], a[19], a[20], a[21], a[22], 999];
+    let scattered_bad = [a[7], a[0], a[5], a[2], a[9], a[4], a[11], a[11]];
+    for bad in [&runs_bad[..], &scattered_bad[..]] {
+        assert!(matches!(c.insert(0, &toks, bad), Err(Error::InvalidArgument(_))), "{bad:?}");
+        assert_eq!(c.stats(), before);
+    }
+    let scattered = [a[7], a[0], a[5], a[2], a[9], a[4], a[11], a[13]];
+    assert_eq!(c.insert(0, &toks, &scattered).unwrap(), 0);
+    assert_eq!(c.insert(1, &toks, &a[16..24]).unwrap(), 0);
+    let mut out = Vec::new();
+    assert_eq!(c.match_prefix(0, &toks, &mut out), 8);
+    assert_eq!(out, scattered);
+    assert_eq!(c.match_prefix(1, &toks, &mut out), 8);
+    assert_eq!(out, a[16..24]);
+    let held: Vec<u32> =
+        a.iter().copied().filter(|s| !scattered.contains(s) && !a[16..24].contains(s)).collect();
+    conserved(&c, held.len());
+    c.free(&held).unwrap();
+    conserved(&c, 0);
 }
 
 #[test]
