@@ -147,6 +147,10 @@ impl Cache {
     /// where they differ from the cached slot at that position, and `slots[n..]`), and
     /// refuses whole, changing nothing, a slot outside the pool, a free slot, a slot listed
     /// twice, or one the tree caches at another position (`InvalidArgument`).
+    ///
+    /// Cost: slots that come in runs (as [`Cache::alloc`] hands them out) are read once and
+    /// then handled as runs, as [`Cache::insert_runs`] does; scattered slots (runs under 4
+    /// slots on average) are checked and stored one by one.
     pub fn insert(&self, ns: u64, tokens: &[u32], slots: &[u32]) -> Result<usize> {
         self.insert_impl(ns, tokens, slots, false, None).map(|(e, _)| e)
     }
