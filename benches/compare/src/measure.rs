@@ -114,6 +114,40 @@ pub fn measure(ctx: &Ctx, spec: &[String]) -> Value {
             }
             json!({ "times": times })
         }
+        "w2-warm" => {
+            // Diagnostic (not in the tables): how much of a match is waiting for memory. Each
+            // request is looked up twice in a row on a full radixkv tree (slots as runs): the
+            // first time cold, as workload 2 does, the second with its query and edges still in
+            // cache; then its query is summed again, warm. Sums over all requests, per run.
+            let (reqs, slots) = mooncake(ctx, 1);
+            let tree = radixkv::RadixTree::new(radixkv::TreeConfig::default()).unwrap();
+            for r in &reqs {
+                tree.insert(r.ns, &r.tokens, r.slots(&slots)).unwrap();
+            }
+            let mut runs = Vec::new();
+            let (mut cold, mut warm, mut sum_warm) = (Vec::new(), Vec::new(), Vec::new());
+            for run in 0..=ctx.runs {
+                let mut t = [0.0f64; 3];
+                for r in &reqs {
+                    let t0 = std::time::Instant::now();
+                    std::hint::black_box(tree.match_prefix_runs(r.ns, &r.tokens, &mut runs));
+                    let t1 = std::time::Instant::now();
+                    std::hint::black_box(tree.match_prefix_runs(r.ns, &r.tokens, &mut runs));
+                    let t2 = std::time::Instant::now();
+                    std::hint::black_box(r.tokens.iter().fold(0u32, |a, &x| a.wrapping_add(x)));
+                    let t3 = std::time::Instant::now();
+                    t[0] += (t1 - t0).as_secs_f64();
+                    t[1] += (t2 - t1).as_secs_f64();
+                    t[2] += (t3 - t2).as_secs_f64();
+                }
+                if run > 0 {
+                    cold.push(t[0]);
+                    warm.push(t[1]);
+                    sum_warm.push(t[2]);
+                }
+            }
+            json!({ "cold": cold, "warm": warm, "sum_warm_query": sum_warm })
+        }
         "w2-spin" => {
             let iters: u64 = spec[1].parse().unwrap();
             let spin_run = |threads: usize| -> f64 {
