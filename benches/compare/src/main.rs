@@ -71,7 +71,7 @@ fn usage() -> ! {
            --trace FILE       Mooncake trace (default: shared/traces/mooncake_synthetic_trace.jsonl)\n\
            --out FILE         also write the tables (markdown) to FILE\n\
            --quick            1 run, smaller workloads (a smoke test, about 30 s)\n\
-           --who LIST         only these contestants in workloads 1, 2, 3 and 6: rkv, rkv-mutex, rkv-rwlock,\n\
+           --who LIST         only these contestants in workloads 1, 2, 3 and 6: rkv, rkv-runs, rkv-mutex, rkv-rwlock,\n\
                               kv-index, dynamo-rt, dynamo-crtc, vllm-map, each optionally :PAGE (e.g. rkv:16)\n\
            --no-dynamo-page1  skip dynamo's trees with 1-token blocks (workloads 1, 2, 6; about a minute)\n\
            --cold-heap        keep glibc's heap trimming: every run then also pays fresh page faults\n\
