@@ -1,6 +1,6 @@
 //! Multi-threaded stress: random mixes of match / match_and_lock / insert / insert_and_lock
-//! / release / evict across a few namespaces, with 2x the cores in threads (at least 4),
-//! bounded by operation count. Checks, during the run, that every match returns slots that
+//! / release / evict / reclaim across a few namespaces, with 2x the cores in threads (at
+//! least 4), bounded by operation count. Checks, during the run, that every match returns slots that
 //! were inserted for exactly those token positions (same namespace, same preceding tokens)
 //! and that pinned prefixes keep their slots; and at the end that every slot is accounted
 //! for exactly once and the counters equal a walk of the tree.
@@ -232,6 +232,11 @@ fn run(page: usize, threads: usize, ops: usize, policy: EvictionPolicy) {
                                         ledger.free(x, true);
                                     }
                                 });
+                            }
+                            // Now and then the deferred frees run here, racing the others'
+                            // matches, splits and evictions.
+                            if k % 4 == 0 {
+                                tree.reclaim();
                             }
                         }
                     }
