@@ -1082,19 +1082,22 @@ impl RadixTree {
     /// what a leaf costs.
     fn evict_with(&self, k: usize, hand: &mut dyn FnMut(&Node)) -> usize {
         let lru = self.cfg.policy == EvictionPolicy::Lru;
-        let (mut freed, mut leaves) = (0, 0u64);
+        // Moves the counters when the call ends, also if `hand` unwinds: every leaf unlinked
+        // by then is counted out.
+        let mut tally = Tally { tree: self, freed: 0, leaves: 0 };
         let mut g = self.domain.pin();
         let mut since_repin = 0;
         let mut done = None;
         loop {
-            let next = freed < k;
+            let next = tally.freed < k;
             let popped = self.index.pop_after(done.take(), next, lru, &g);
             let Some(x) = popped else {
                 break;
             };
-            if let Some((len, parent)) = self.evict_leaf(x, hand, &g) {
-                freed += len;
-                leaves += 1;
+            if let Some((len, parent)) = self.evict_leaf(x, &g) {
+                tally.freed += len;
+                tally.leaves += 1;
+                hand(x);
                 done = Some(Evicted { node: x as *const Node as *mut Node, parent });
             }
             since_repin += 1;
@@ -1105,24 +1108,14 @@ impl RadixTree {
                 g.repin();
             }
         }
-        let f = freed as u64;
-        self.evictable.fetch_sub(f, Ordering::Relaxed);
-        self.cached.fetch_sub(f, Ordering::Relaxed);
-        self.nodes.fetch_sub(leaves, Ordering::Relaxed);
-        self.evicted.fetch_add(f, Ordering::Relaxed);
-        freed
+        tally.freed
     }
 
-    /// Evicts `x` if it is still an unpinned leaf, then lets `hand` hand its slots over
-    /// (no lock held); returns its length and the parent to queue (null if none: still
-    /// has children, is the root, or is pinned). The caller retires `x` and queues the
-    /// parent ([`EvictIndex::pop_after`]) and moves the counters.
-    fn evict_leaf(
-        &self,
-        x: &Node,
-        hand: &mut dyn FnMut(&Node),
-        g: &Guard,
-    ) -> Option<(usize, *const Node)> {
+    /// Unlinks `x` if it is still an unpinned leaf; returns its length and the parent to
+    /// queue (null if none: still has children, is the root, or is pinned). The caller hands
+    /// its slots over (no lock held), retires it and queues the parent
+    /// ([`EvictIndex::pop_after`]), and moves the counters.
+    fn evict_leaf(&self, x: &Node, g: &Guard) -> Option<(usize, *const Node)> {
         let x_ptr = x as *const Node as *mut Node;
         loop {
             let pp = x.parent.load(Ordering::SeqCst);
@@ -1156,7 +1149,6 @@ impl RadixTree {
             let queue_parent = parent_now_leaf
                 && !is_root
                 && parent.state.load(Ordering::SeqCst) & (PIN_MASK | DEAD | REPLACED) == 0;
-            hand(x);
             let parent = if queue_parent { parent as *const Node } else { std::ptr::null() };
             return Some((x.len(), parent));
         }
@@ -1278,6 +1270,23 @@ impl RadixTree {
     /// Entries in the eviction index (some may be stale); for tests and benches.
     pub fn eviction_queue_len(&self) -> usize {
         self.index.len()
+    }
+}
+
+/// The counters an eviction call moves, applied once when it ends (see `evict_with`).
+struct Tally<'a> {
+    tree: &'a RadixTree,
+    freed: usize,
+    leaves: u64,
+}
+
+impl Drop for Tally<'_> {
+    fn drop(&mut self) {
+        let (t, f) = (self.tree, self.freed as u64);
+        t.evictable.fetch_sub(f, Ordering::Relaxed);
+        t.cached.fetch_sub(f, Ordering::Relaxed);
+        t.nodes.fetch_sub(self.leaves, Ordering::Relaxed);
+        t.evicted.fetch_add(f, Ordering::Relaxed);
     }
 }
 
