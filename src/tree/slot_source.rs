@@ -11,8 +11,9 @@ use crate::slot_run::SlotRun;
 pub(crate) enum SlotSource<'a> {
     /// One slot per token.
     List(&'a [u32]),
-    /// Runs whose lengths add up to the token count (checked by [`SlotSource::runs`]).
-    Runs(&'a [SlotRun]),
+    /// Runs whose lengths add up to the token count (checked by [`SlotSource::runs`]), and
+    /// that count.
+    Runs(&'a [SlotRun], usize),
 }
 
 impl<'a> SlotSource<'a> {
@@ -38,14 +39,14 @@ impl<'a> SlotSource<'a> {
                 "{n_tokens} tokens but {total} slots in runs (one slot per token)"
             )));
         }
-        Ok(SlotSource::Runs(runs))
+        Ok(SlotSource::Runs(runs, total))
     }
 
     /// Slots given (one per token).
     pub(crate) fn len(&self) -> usize {
         match self {
             SlotSource::List(s) => s.len(),
-            SlotSource::Runs(r) => r.iter().map(|r| r.len as usize).sum(),
+            SlotSource::Runs(_, total) => *total,
         }
     }
 
@@ -62,7 +63,7 @@ impl<'a> SlotSource<'a> {
         let to = from + tokens.len();
         match self {
             SlotSource::List(s) => Node::new(tokens, &s[from..to], pins, stamp, page),
-            SlotSource::Runs(r) => {
+            SlotSource::Runs(r, _) => {
                 let mut part = Vec::new();
                 cut_runs(r, from, to, &mut part);
                 Node::from_runs(tokens, &part, pins, stamp, page)
