@@ -114,6 +114,40 @@ pub fn measure(ctx: &Ctx, spec: &[String]) -> Value {
             }
             json!({ "times": times })
         }
+        "w2-floor-edges" => {
+            // Diagnostic (not in the tables): the least an exact match over the full tree must
+            // read, with a perfect cache. Every query token once (the `w2-floor` row), plus
+            // every distinct cached token once: the tokens each request adds to the tree (past
+            // its cached prefix in file order, found by an untimed radixkv replay), copied
+            // into one buffer as an index would store them. Timed: one pass over both, 1
+            // thread. A real match reads a shared prefix's edges again whenever they have
+            // left the cache, so it can only read more than this.
+            let (reqs, slots) = mooncake(ctx, 1);
+            let tree = radixkv::RadixTree::new(radixkv::TreeConfig::default()).unwrap();
+            let mut out = Vec::new();
+            let mut stored: Vec<u32> = Vec::new();
+            for r in &reqs {
+                let m = tree.match_prefix(r.ns, &r.tokens, &mut out);
+                tree.insert(r.ns, &r.tokens, r.slots(&slots)).unwrap();
+                stored.extend_from_slice(&r.tokens[m..]);
+            }
+            drop(tree);
+            let (mut query, mut both) = (Vec::new(), Vec::new());
+            for run in 0..=ctx.runs {
+                let (a, s1) = time(|| read_all(&reqs, 1));
+                let (b, s2) = time(|| {
+                    let q = read_all(&reqs, 1);
+                    let e = stored.iter().fold(0u32, |a, &x| a.wrapping_add(x));
+                    std::hint::black_box(q.wrapping_add(e))
+                });
+                std::hint::black_box((a, b));
+                if run > 0 {
+                    query.push(s1);
+                    both.push(s2);
+                }
+            }
+            json!({ "query": query, "query_and_stored": both, "stored_tokens": stored.len() })
+        }
         "w2-warm" => {
             // Diagnostic (not in the tables): how much of a match is waiting for memory. Each
             // request is looked up twice in a row on a full radixkv tree (slots as runs): the
