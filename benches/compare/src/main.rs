@@ -59,30 +59,46 @@ fn default_trace() -> String {
         .into()
 }
 
+/// The usage text (`--help`).
+const USAGE: &str = "\
+radixkv-compare: radixkv against kv-index, dynamo-kv-router, locked trees and a vLLM-style map
+
+cargo run --release -p radixkv-compare -- [options]
+
+  --runs N           timed runs per figure, after one warm-up (default 5; medians with ranges)
+  --only LIST        workloads to run, e.g. 1,2,6 (default: all of 1..6)
+  --threads N        threads for the match-only workload (default: all CPUs, at least 2)
+  --trace FILE       Mooncake trace (default: shared/traces/mooncake_synthetic_trace.jsonl)
+  --out FILE         also write the tables (markdown) to FILE
+  --quick            1 run, smaller workloads (a smoke test, about 30 s)
+  --who LIST         only these contestants in workloads 1, 2, 3 and 6: rkv, rkv-runs, rkv-mutex, rkv-rwlock,
+                     kv-index, dynamo-rt, dynamo-crtc, vllm-map, each optionally :PAGE (e.g. rkv:16)
+  --no-dynamo-page1  skip dynamo's trees with 1-token blocks (workloads 1, 2, 6; about a minute)
+  --cold-heap        keep glibc's heap trimming: every run then also pays fresh page faults
+  --scatter-slots    give the requests their slots as whole pages in a random order (single slots at
+                     page 1) instead of fresh runs
+  --tenants N, --per-tenant N   size of the branching workload (default 1000 x 200)
+  --mix-requests N   Mooncake requests in the mixed load (default: all)
+  --mix-threads LIST thread counts of the mixed load, e.g. 1,2,4,8,16 (default: 1, 2, 4, ... up to
+                     the CPUs, at least 4; then the CPU count itself if it is no power of two)
+  --sglang-python PY also run SGLang's Python RadixCache (sglang/replay.py) in workloads 1, 2 and 4a,
+                     with the interpreter PY, which must have sglang and torch installed";
+
 fn usage() -> ! {
-    eprintln!(
-        "radixkv-compare: radixkv against kv-index, dynamo-kv-router, locked trees and a vLLM-style map\n\
-         \n\
-         cargo run --release -p radixkv-compare -- [options]\n\
-         \n\
-           --runs N           timed runs per figure, after one warm-up (default 5; medians with ranges)\n\
-           --only LIST        workloads to run, e.g. 1,2,6 (default: all of 1..6)\n\
-           --threads N        threads for the match-only workload (default: all CPUs, at least 2)\n\
-           --trace FILE       Mooncake trace (default: shared/traces/mooncake_synthetic_trace.jsonl)\n\
-           --out FILE         also write the tables (markdown) to FILE\n\
-           --quick            1 run, smaller workloads (a smoke test, about 30 s)\n\
-           --who LIST         only these contestants in workloads 1, 2, 3 and 6: rkv, rkv-runs, rkv-mutex, rkv-rwlock,\n\
-                              kv-index, dynamo-rt, dynamo-crtc, vllm-map, each optionally :PAGE (e.g. rkv:16)\n\
-           --no-dynamo-page1  skip dynamo's trees with 1-token blocks (workloads 1, 2, 6; about a minute)\n\
-           --cold-heap        keep glibc's heap trimming: every run then also pays fresh page faults\n\
-           --scatter-slots    give the requests their slots as whole pages in a random order (single slots at\n\
-                              page 1) instead of fresh runs\n\
-           --tenants N, --per-tenant N   size of the branching workload (default 1000 x 200)\n\
-           --mix-requests N   Mooncake requests in the mixed load (default: all)\n\
-           --sglang-python PY also run SGLang's Python RadixCache (sglang/replay.py) in workloads 1, 2 and 4a,\n\
-                              with the interpreter PY, which must have sglang and torch installed\n"
-    );
+    eprintln!("{USAGE}");
     std::process::exit(2)
+}
+
+/// The mixed load's default thread counts: powers of two up to the CPU count (at least up
+/// to 4, so a 2-CPU machine still shows oversubscription), then the CPU count itself.
+fn mix_threads_for(nproc: usize) -> Vec<usize> {
+    let top = nproc.max(4);
+    let mut v: Vec<usize> =
+        std::iter::successors(Some(1usize), |&t| Some(t * 2)).take_while(|&t| t <= top).collect();
+    if !v.contains(&top) {
+        v.push(top);
+    }
+    v
 }
 
 fn parse() -> Opts {
@@ -95,7 +111,7 @@ fn parse() -> Opts {
         trace: default_trace(),
         out: None,
         branching: Branching::default(),
-        mix_threads: vec![1, 2, 4],
+        mix_threads: mix_threads_for(nproc),
         mix_requests: usize::MAX,
         leaf_sizes: vec![1_000, 10_000, 100_000, 1_000_000],
         kvi_leaf_max: 1_000_000,
@@ -119,7 +135,7 @@ fn parse() -> Opts {
             "--tenants" => o.branching.tenants = num(&mut i),
             "--per-tenant" => o.branching.per_tenant = num(&mut i),
             "--mix-requests" => o.mix_requests = num(&mut i),
-            "--only" | "--trace" | "--out" | "--who" | "--sglang-python" => {
+            "--only" | "--mix-threads" | "--trace" | "--out" | "--who" | "--sglang-python" => {
                 let k = args[i].clone();
                 i += 1;
                 let v = args.get(i).cloned().unwrap_or_else(|| usage());
@@ -128,6 +144,14 @@ fn parse() -> Opts {
                         o.only = v
                             .split(',')
                             .map(|x| x.trim().parse().unwrap_or_else(|_| usage()))
+                            .collect()
+                    }
+                    "--mix-threads" => {
+                        o.mix_threads = v
+                            .split(',')
+                            .map(|x| {
+                                x.trim().parse().ok().filter(|&t| t > 0).unwrap_or_else(|| usage())
+                            })
                             .collect()
                     }
                     "--trace" => o.trace = v,
