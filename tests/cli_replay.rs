@@ -188,7 +188,7 @@ fn bad_inputs_are_clean_errors() {
     let err = run_fail(&["replay", "--trace", ms]);
     assert!(err.contains(ms) && err.contains("cannot read"), "{err}");
 
-    let cases: [(&str, &str, &str); 6] = [
+    let cases: [(&str, &str, &str); 9] = [
         ("malformed.jsonl", "{\"tokens\": [1, 2]}\n{\"tokens\": [1, 2\n", ":2: malformed JSON"),
         (
             "bigtoken.jsonl",
@@ -207,6 +207,18 @@ fn bad_inputs_are_clean_errors() {
             ":1: input_length 99999999999 out of range",
         ),
         (
+            "toolong.jsonl",
+            "{\"input_length\": 1000000000, \"hash_ids\": [0]}\n",
+            ":1: input_length 1000000000 out of range (at most 268435456)",
+        ),
+        (
+            "longoutput.jsonl",
+            "{\"tokens\": [1], \"output_length\": 300000000}\n",
+            ":1: output_length 300000000 out of range (at most 268435456)",
+        ),
+        // One JSON object a line: serde alone would take an array as the fields in order.
+        ("array.jsonl", "[null, 5, 0, [1], null, null]\n", ":1: expected a JSON object"),
+        (
             "overflow.jsonl",
             "{\"input_length\": 10, \"hash_ids\": [9000000]}\n",
             ":1: hash id 9000000 (block 0) gives token id",
@@ -223,6 +235,16 @@ fn bad_inputs_are_clean_errors() {
         assert!(err.contains(&format!("{fs}{want}")), "{name}: {err}");
         let _ = std::fs::remove_file(&f);
     }
+    // The position inside a line is a column (the line is the trace's).
+    let f = temp_file("column.jsonl", "{\"tokens\": [1]}\n{\"tokens\": [1, 2\n");
+    let err = run_fail(&["replay", "--trace", f.to_str().unwrap()]);
+    assert!(err.contains(":2: malformed JSON at column ") && !err.contains("line 1"), "{err}");
+    let _ = std::fs::remove_file(&f);
+    // A UTF-8 byte order mark before the first line is not an error.
+    let f = temp_file("bom.jsonl", "\u{feff}{\"tokens\": [1, 2, 3]}\n{\"tokens\": [1, 2, 3]}\n");
+    let v = run_json(&["replay", "--trace", f.to_str().unwrap(), "--json"]);
+    assert_eq!((u(&v, "requests"), u(&v, "hit_tokens")), (2, 3));
+    let _ = std::fs::remove_file(&f);
     // A block size that does not fit makes the token ids overflow, named with the line.
     let f = temp_file("bs.jsonl", "{\"input_length\": 3, \"hash_ids\": [5]}\n");
     let err = run_fail(&["replay", "--trace", f.to_str().unwrap(), "--block-size", "1000000000"]);
@@ -240,11 +262,22 @@ fn bad_options_are_usage_errors() {
         &["replay", "--schedule", "sjf"],
         &["replay", "--format", "csv"],
         &["replay", "--block-size", "0"],
+        &["replay", "--threads", "5000"],
+        &["replay", "--capacity", "-5"],
+        &["replay", "--page-size", "-1"],
+        &["replay", "--seed", "-1"],
     ] {
         let out = run(args);
         assert_eq!(out.status.code(), Some(2), "{args:?}");
-        assert!(!String::from_utf8_lossy(&out.stderr).contains("panicked"));
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(!err.contains("panicked"), "{err}");
+        // The value reaches its parser, which says what is wrong with it.
+        assert!(err.contains("invalid value"), "{args:?}: {err}");
     }
+    let err = String::from_utf8_lossy(&run(&["replay", "--threads", "5000"]).stderr).into_owned();
+    assert!(err.contains("at most 1024"), "{err}");
+    let err = String::from_utf8_lossy(&run(&["replay", "--capacity", "-5"]).stderr).into_owned();
+    assert!(err.contains("must be at least 1 token"), "{err}");
     // A capacity smaller than one page is a clean error too.
     let err = run_fail(&["replay", "--capacity", "8", "--page-size", "16"]);
     assert!(err.contains("smaller than one page"), "{err}");
@@ -410,6 +443,23 @@ fn every_schedule_and_window_replays_everything() {
     let runs = v["runs"].as_array().unwrap();
     assert_eq!(runs.len(), 4);
     assert!(runs.iter().all(|r| r["hit_tokens"] == runs[0]["hit_tokens"]));
+    // The unlimited reference line says how it was run: any order gives the same hits on
+    // one thread, not on several.
+    for (threads, want) in [("1", "(any schedule, 1 thread)"), ("2", "(fcfs, 2 threads)")] {
+        let out = run(&[
+            "replay",
+            "--trace",
+            fs,
+            "--compare-schedules",
+            "--windows",
+            "1",
+            "--threads",
+            threads,
+        ]);
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        let text = String::from_utf8_lossy(&out.stdout);
+        assert!(text.contains(&format!("unlimited capacity {want}")), "{text}");
+    }
     let _ = std::fs::remove_file(&f);
 }
 
@@ -430,6 +480,13 @@ fn with_output_caches_generated_tokens() {
     assert_eq!((u(&v, "hit_tokens"), u(&v, "cached_tokens")), (20, 20));
     let v = run_json(&["replay", "--trace", fs, "--with-output", "--capacity", "12", "--json"]);
     assert_eq!((u(&v, "hit_tokens"), u(&v, "skipped_outputs")), (20, 2));
+    let _ = std::fs::remove_file(&f);
+    // Whole pages only: a 4-token prompt and 6 generated tokens at page size 4 cache the
+    // prompt and the 4 generated tokens of the second page, not all 6.
+    let f = temp_file("output-pages.jsonl", &tokens_line(0, &[1, 2, 3, 4], 6));
+    let fs = f.to_str().unwrap();
+    let v = run_json(&["replay", "--trace", fs, "--with-output", "--page-size", "4", "--json"]);
+    assert_eq!((u(&v, "cached_tokens"), u(&v, "output_tokens")), (8, 4));
     let _ = std::fs::remove_file(&f);
 }
 

@@ -58,6 +58,13 @@ fn sweep_writes_csv_and_svg() {
     let svg = std::fs::read_to_string(dir.join("sweep.svg")).expect("sweep.svg written");
     assert!(svg.contains("<svg") && svg.contains("</svg>"), "not an SVG");
     assert!(svg.contains("hit ratio") && svg.contains("unlimited capacity"), "labels missing");
+    assert!(svg.contains("hit ratio (LRU eviction)"), "the legend names the policy");
+    // The legend follows --policy.
+    let out =
+        run(&["sweep", "--trace", fs, "--capacities", "150", "--policy", "fifo", "--out-dir", ds]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let svg = std::fs::read_to_string(dir.join("sweep.svg")).expect("sweep.svg written");
+    assert!(svg.contains("hit ratio (FIFO eviction)") && !svg.contains("LRU"), "legend");
     let _ = std::fs::remove_dir_all(&dir);
     let _ = std::fs::remove_file(&f);
 }
@@ -112,5 +119,21 @@ fn sweep_bad_input() {
         "/proc/radixkv/none",
     ]);
     assert!(err.contains("/proc/radixkv/none"), "{err}");
+    // A capacity below one page is an error, not silently dropped from the sweep.
+    let dir = temp_path("sweep-small-cap");
+    let (fs, ds) = (f.to_str().unwrap(), dir.to_str().unwrap());
+    let err = run_fail(&[
+        "sweep",
+        "--trace",
+        fs,
+        "--capacities",
+        "2,8",
+        "--page-size",
+        "4",
+        "--out-dir",
+        ds,
+    ]);
+    assert!(err.contains("capacity 2 is smaller than one page (4 tokens)"), "{err}");
+    assert!(!dir.exists(), "nothing written");
     let _ = std::fs::remove_file(&f);
 }

@@ -45,7 +45,7 @@ struct WorkloadArgs {
     #[arg(long, default_value = "auto", value_name = "FORMAT")]
     format: Format,
     /// Mooncake tokens per hash id.
-    #[arg(long, default_value_t = 512, value_parser = clap::value_parser!(u32).range(1..))]
+    #[arg(long, default_value_t = 512, allow_hyphen_values = true, value_parser = clap::value_parser!(u32).range(1..))]
     block_size: u32,
 }
 
@@ -59,27 +59,27 @@ enum PolicyArg {
 #[derive(Args, Debug, Clone)]
 struct EngineArgs {
     /// Tokens per page (the cache keeps whole pages only).
-    #[arg(long, default_value_t = 1, value_parser = positive)]
+    #[arg(long, default_value_t = 1, allow_hyphen_values = true, value_parser = positive)]
     page_size: usize,
     /// Eviction order.
     #[arg(long, value_enum, default_value = "lru")]
     policy: PolicyArg,
     /// Scheduler threads sharing one cache, pulling from one queue.
-    #[arg(long, default_value_t = 1, value_parser = positive)]
+    #[arg(long, default_value_t = 1, allow_hyphen_values = true, value_parser = thread_count)]
     threads: usize,
     /// Order of each window of waiting requests: fcfs, lpm, dfs-weight or random.
     #[arg(long, default_value = "fcfs", value_name = "SCHEDULE")]
     schedule: Schedule,
     /// Waiting requests ordered together per scheduling round.
-    #[arg(long, default_value_t = 64, value_parser = positive)]
+    #[arg(long, default_value_t = 64, allow_hyphen_values = true, value_parser = positive)]
     window: usize,
     /// In-batch prefix sharing (lpm, dfs-weight, with --threads above 1): defer a request
     /// sharing at least this many uncached tokens with one running alongside it; 0 turns it
     /// off [default: max(32, 2 pages)].
-    #[arg(long, value_name = "TOKENS")]
+    #[arg(long, value_name = "TOKENS", allow_hyphen_values = true)]
     defer_threshold: Option<usize>,
     /// Seed of the random schedule.
-    #[arg(long, default_value_t = 42)]
+    #[arg(long, default_value_t = 42, allow_hyphen_values = true)]
     seed: u64,
     /// Also cache each request's output_length generated tokens (fresh token ids).
     #[arg(long)]
@@ -93,7 +93,7 @@ struct ReplayArgs {
     #[command(flatten)]
     engine: EngineArgs,
     /// KV capacity in tokens (2000000, 2e6, 2M) or inf.
-    #[arg(long, default_value = "inf", value_parser = parse_capacity, value_name = "TOKENS|inf")]
+    #[arg(long, default_value = "inf", allow_hyphen_values = true, value_parser = parse_capacity, value_name = "TOKENS|inf")]
     capacity: Capacity,
     /// Print one JSON object instead of the report.
     #[arg(long)]
@@ -103,7 +103,7 @@ struct ReplayArgs {
     #[arg(long)]
     compare_schedules: bool,
     /// Windows compared by --compare-schedules.
-    #[arg(long, value_delimiter = ',', default_value = "1,16,64,256", value_parser = positive)]
+    #[arg(long, value_delimiter = ',', default_value = "1,16,64,256", allow_hyphen_values = true, value_parser = positive)]
     windows: Vec<usize>,
 }
 
@@ -114,7 +114,7 @@ struct SweepArgs {
     #[command(flatten)]
     engine: EngineArgs,
     /// Capacities in tokens, comma-separated (default: 12 log-spaced up to the trace's total).
-    #[arg(long, value_delimiter = ',', value_parser = parse_capacity, value_name = "LIST")]
+    #[arg(long, value_delimiter = ',', allow_hyphen_values = true, value_parser = parse_capacity, value_name = "LIST")]
     capacities: Vec<Capacity>,
     /// Where sweep.csv and sweep.svg go.
     #[arg(long, default_value = ".", value_name = "DIR")]
@@ -124,6 +124,16 @@ struct SweepArgs {
 /// A capacity: tokens, or unlimited.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 struct Capacity(Option<u64>);
+
+/// Most scheduler threads `--threads` accepts.
+const MAX_THREADS: usize = 1024;
+
+fn thread_count(s: &str) -> Result<usize, String> {
+    match positive(s)? {
+        n if n > MAX_THREADS => Err(format!("at most {MAX_THREADS}")),
+        n => Ok(n),
+    }
+}
 
 fn positive(s: &str) -> Result<usize, String> {
     match s.trim().parse::<usize>() {
@@ -283,7 +293,15 @@ fn compare_schedules(a: &ReplayArgs, trace: &Trace) -> Result<(), String> {
         println!();
     }
     if let Some(u) = &unlimited {
-        println!("  unlimited capacity (any schedule, 1 thread): {:.4}", u.hit_ratio);
+        // One thread: every distinct page misses exactly once, whatever the order. Several
+        // threads: requests running side by side can both miss the same pages, so the
+        // figure is fcfs's at that thread count.
+        let how = if u.threads == 1 {
+            "any schedule, 1 thread".to_string()
+        } else {
+            format!("fcfs, {} threads", u.threads)
+        };
+        println!("  unlimited capacity ({how}): {:.4}", u.hit_ratio);
     }
     Ok(())
 }
@@ -294,9 +312,12 @@ fn run_sweep(a: &SweepArgs) -> Result<(), String> {
     let mut caps: Vec<u64> = if a.capacities.is_empty() {
         sweep::default_capacities(trace.input_tokens(), page)
     } else {
+        // `inf` in the list is the unlimited run every sweep has anyway.
         a.capacities.iter().filter_map(|c| c.0).collect()
     };
-    caps.retain(|&c| c >= page);
+    if let Some(c) = caps.iter().find(|&&c| c < page) {
+        return Err(format!("capacity {c} is smaller than one page ({page} tokens)"));
+    }
     caps.sort_unstable();
     caps.dedup();
     if caps.is_empty() {

@@ -244,7 +244,9 @@ impl Shared<'_> {
         let t = Instant::now();
         self.cache.insert_runs(ns, &full[..nf], runs).map_err(|e| cache_err("insert_runs", e))?;
         c.lat.insert.push(t.elapsed());
-        c.output_tokens += out_len as u64;
+        // Whole pages only: the generated tokens cached are those inside the `nf` aligned
+        // tokens (`nf > n` means `nf` passes the prompt's end).
+        c.output_tokens += (nf - tokens.len()) as u64;
         Ok(())
     }
 }
@@ -292,35 +294,46 @@ pub fn replay(trace: &Trace, cfg: &Config) -> Result<Report, String> {
 
     let start = Instant::now();
     let results: Vec<Counts> = std::thread::scope(|s| {
-        let handles: Vec<_> = (0..threads)
-            .map(|_| {
-                s.spawn(|| {
-                    let mut c = Counts::default();
-                    let mut runs = Vec::new();
-                    while !abort.load(Ordering::Relaxed) {
-                        let next = queue
-                            .lock()
-                            .unwrap_or_else(|e| e.into_inner())
-                            .next(&cache as &dyn PrefixOracle);
-                        let Some(d) = next else { break };
-                        let r = &d.request;
-                        if let Err(e) = shared.run_request(
-                            r.namespace,
-                            &r.tokens,
-                            r.output_length,
-                            &mut runs,
-                            &mut c,
-                        ) {
-                            abort.store(true, Ordering::Relaxed);
-                            first_error.lock().unwrap_or_else(|e| e.into_inner()).get_or_insert(e);
-                            break;
-                        }
-                        bar.inc(1);
+        let mut handles = Vec::with_capacity(threads);
+        for i in 0..threads {
+            let spawned = std::thread::Builder::new().spawn_scoped(s, || {
+                let mut c = Counts::default();
+                let mut runs = Vec::new();
+                while !abort.load(Ordering::Relaxed) {
+                    let next = queue
+                        .lock()
+                        .unwrap_or_else(|e| e.into_inner())
+                        .next(&cache as &dyn PrefixOracle);
+                    let Some(d) = next else { break };
+                    let r = &d.request;
+                    if let Err(e) = shared.run_request(
+                        r.namespace,
+                        &r.tokens,
+                        r.output_length,
+                        &mut runs,
+                        &mut c,
+                    ) {
+                        abort.store(true, Ordering::Relaxed);
+                        first_error.lock().unwrap_or_else(|e| e.into_inner()).get_or_insert(e);
+                        break;
                     }
-                    c
-                })
-            })
-            .collect();
+                    bar.inc(1);
+                }
+                c
+            });
+            match spawned {
+                Ok(h) => handles.push(h),
+                Err(e) => {
+                    // The threads already running stop at their next request.
+                    abort.store(true, Ordering::Relaxed);
+                    first_error
+                        .lock()
+                        .unwrap_or_else(|e| e.into_inner())
+                        .get_or_insert(format!("cannot start thread {} of {threads}: {e}", i + 1));
+                    break;
+                }
+            }
+        }
         handles.into_iter().map(|h| h.join().unwrap_or_default()).collect()
     });
     let wall = start.elapsed();

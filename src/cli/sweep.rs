@@ -121,7 +121,7 @@ pub fn plot(
     let red = RGBColor(214, 39, 40);
     chart
         .draw_series(LineSeries::new(xy.iter().copied(), blue.stroke_width(2)))?
-        .label("hit ratio (LRU eviction)")
+        .label(format!("hit ratio ({} eviction)", unlimited.policy.to_uppercase()))
         .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], blue.stroke_width(2)));
     chart.draw_series(xy.iter().map(|&p| Circle::new(p, 4, blue.filled())))?;
     let u = unlimited.hit_ratio;

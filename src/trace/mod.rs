@@ -24,8 +24,10 @@ use std::str::FromStr;
 /// Default Mooncake block size (tokens per hash id).
 pub const DEFAULT_BLOCK_SIZE: u32 = 512;
 
-/// Largest accepted `input_length` / `output_length` / token count of one request.
-pub const MAX_REQUEST_LEN: u64 = u32::MAX as u64;
+/// Largest accepted `input_length` / `output_length` / token count of one request: 2^28
+/// tokens (1 GiB of token ids once materialized), far beyond any model's context, so that a
+/// typo in a trace is a clear error rather than an allocation that fails or exhausts memory.
+pub const MAX_REQUEST_LEN: u64 = 1 << 28;
 
 /// One request of a trace, materialized.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -205,6 +207,8 @@ impl Trace {
         }
         let mut trace =
             Trace { name: name.to_string(), entries: Vec::new(), input_tokens: 0, max_token: None };
+        // A UTF-8 byte order mark (some editors write one) is not part of the first line.
+        let text = text.strip_prefix('\u{feff}').unwrap_or(text);
         for (i, line) in text.lines().enumerate() {
             let line = line.trim();
             if line.is_empty() {
@@ -318,7 +322,16 @@ impl Trace {
 }
 
 fn parse_line(line: &str, opts: TraceOptions) -> Result<Entry, String> {
-    let raw: RawLine = serde_json::from_str(line).map_err(|e| format!("malformed JSON: {e}"))?;
+    // One JSON object a line: serde would also take an array for the struct's fields in order.
+    if !line.starts_with('{') {
+        return Err("expected a JSON object ('{...}')".into());
+    }
+    let raw: RawLine = serde_json::from_str(line).map_err(|e| {
+        // serde_json says "at line 1 column C": the line is the trace's, named by the caller.
+        let msg = e.to_string();
+        let msg = msg.strip_suffix(&format!(" at line {} column {}", e.line(), e.column()));
+        format!("malformed JSON at column {}: {}", e.column(), msg.unwrap_or(&e.to_string()))
+    })?;
     let format = match opts.format {
         Format::Auto => match (raw.tokens.is_some(), raw.hash_ids.is_some()) {
             (true, false) => Format::Tokens,
