@@ -23,8 +23,8 @@ use crate::error::{Error, Result, invalid};
 use crate::pool::SlotPool;
 use crate::slot_run::{SlotRun, run_len};
 use crate::tree::{
-    EvictionPolicy, LockGuard, PrefixLock, RadixTree, SlotSource, TreeConfig, TreeStats, cut_runs,
-    push_differing,
+    EvictionPolicy, LockGuard, PrefixLock, RadixTree, SlotSource, Stage, TreeConfig, TreeStats,
+    cut_runs, push_differing,
 };
 
 /// A callback receiving slots the cache lets go of (evicted slots).
@@ -191,7 +191,7 @@ impl Cache {
     ) -> Result<(usize, Option<PrefixLock>)> {
         let Some(pool) = &self.pool else {
             let src = SlotSource::List(slots);
-            return self.tree.insert_with(ns, tokens, src, pin, cached, &mut |_, _| Ok(()));
+            return self.tree.insert_with(ns, tokens, src, pin, cached, &mut |_, _, _| Ok(()));
         };
         if tokens.len() != slots.len() {
             return Err(invalid(format!(
@@ -234,7 +234,7 @@ impl Cache {
         let mut scratch = Vec::new();
         let cached = cached.unwrap_or(&mut scratch);
         let mut release = Vec::new();
-        let mut prepare = |existing: usize, have: &Vec<u32>| -> Result<()> {
+        let mut prepare = |existing: usize, have: &Vec<u32>, stage: Stage| -> Result<()> {
             // Adopted: slots[existing..n], passed as is. Freed: the given slots that differ
             // from the cached ones, and the unaligned tail.
             let dup = &slots[..existing];
@@ -246,7 +246,10 @@ impl Cache {
                 release.extend_from_slice(&slots[n..]);
                 &release
             };
-            pool.settle(&slots[existing..n], release)
+            match stage {
+                Stage::Check => pool.check_settle(&slots[existing..n], release),
+                Stage::Commit => pool.settle(&slots[existing..n], release),
+            }
         };
         self.tree.insert_with(ns, tokens, SlotSource::List(slots), pin, Some(cached), &mut prepare)
     }
@@ -292,20 +295,28 @@ impl Cache {
     ) -> Result<(usize, Option<PrefixLock>)> {
         let src = SlotSource::runs(runs, tokens.len())?;
         let Some(pool) = &self.pool else {
-            return self
-                .tree
-                .insert_with::<Vec<u32>>(ns, tokens, src, pin, None, &mut |_, _| Ok(()));
+            return self.tree.insert_with::<Vec<u32>>(
+                ns,
+                tokens,
+                src,
+                pin,
+                None,
+                &mut |_, _, _| Ok(()),
+            );
         };
         let n = tokens.len() / self.opts.page_size * self.opts.page_size;
         let mut cached: Vec<SlotRun> = Vec::new();
         let (mut adopt, mut release) = (Vec::new(), Vec::new());
-        let mut prepare = |existing: usize, have: &Vec<SlotRun>| -> Result<()> {
+        let mut prepare = |existing: usize, have: &Vec<SlotRun>, stage: Stage| -> Result<()> {
             adopt.clear();
             release.clear();
             cut_runs(runs, existing, n, &mut adopt);
             push_differing(runs, have, existing, &mut release);
             cut_runs(runs, n, tokens.len(), &mut release);
-            pool.settle_runs(&adopt, &release)
+            match stage {
+                Stage::Check => pool.check_settle_runs(&adopt, &release),
+                Stage::Commit => pool.settle_runs(&adopt, &release),
+            }
         };
         self.tree.insert_with(ns, tokens, src, pin, Some(&mut cached), &mut prepare)
     }

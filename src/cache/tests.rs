@@ -242,6 +242,65 @@ fn insert_refuses_bad_slots_on_both_paths() {
 }
 
 #[test]
+fn refused_inserts_leave_no_split_and_no_stamp() {
+    // Found by an audit of the C ABI: a refused insert used to split the edge where its key
+    // diverges (or, pinning, ends) and refresh the access stamps of its path before the pool
+    // refused its slots, so a later eviction freed less, or another leaf, than before.
+    let c = pooled(64, 1);
+    let mut a = Vec::new();
+    c.alloc(8, &mut a).unwrap();
+    c.insert(0, &[1, 2, 3, 4], &a[..4]).unwrap(); // the older leaf
+    c.insert(0, &[9, 9, 9, 9], &a[4..]).unwrap(); // the newer
+    let mut h = Vec::new();
+    c.alloc(8, &mut h).unwrap();
+    let before = c.stats();
+    let free_slot = (0..64u32).find(|&s| c.pool().unwrap().state(s) == Some(SlotState::Free));
+    let free_slot = free_slot.unwrap();
+    let r = |start: u32, len: u32| SlotRun { start, len };
+    let key = [1, 2, 7, 8]; // diverges inside the first leaf's edge, after 2 tokens
+    for bad in [999, free_slot, a[5]] {
+        let slots = [h[0], h[1], h[2], bad];
+        assert!(matches!(c.insert(0, &key, &slots), Err(Error::InvalidArgument(_))), "{bad}");
+        assert_eq!(c.stats(), before, "list path, {bad}");
+        let err = c.insert_and_lock_raw(0, &key, &slots);
+        assert!(matches!(err, Err(Error::InvalidArgument(_))), "{bad}");
+        assert_eq!(c.stats(), before, "list path pinning, {bad}");
+        let runs = [r(h[0], 1), r(h[1], 1), r(h[2], 1), r(bad, 1)];
+        assert!(matches!(c.insert_runs(0, &key, &runs), Err(Error::InvalidArgument(_))));
+        assert_eq!(c.stats(), before, "runs path, {bad}");
+        let err = c.insert_and_lock_runs_raw(0, &key, &runs);
+        assert!(matches!(err, Err(Error::InvalidArgument(_))), "{bad}");
+        assert_eq!(c.stats(), before, "runs path pinning, {bad}");
+        // Pinning a prefix that ends inside the edge (the lock would split it), with a
+        // given slot that differs from the cached one and is not the caller's to free.
+        let err = c.insert_and_lock_raw(0, &[1, 2], &[a[0], bad]);
+        assert!(matches!(err, Err(Error::InvalidArgument(_))), "{bad}");
+        assert_eq!(c.stats(), before, "pinned prefix, {bad}");
+        let err = c.insert_and_lock_runs_raw(0, &[1, 2], &[r(a[0], 1), r(bad, 1)]);
+        assert!(matches!(err, Err(Error::InvalidArgument(_))), "{bad}");
+        assert_eq!(c.stats(), before, "pinned prefix by runs, {bad}");
+        // Passing the whole first leaf, then refused where the new leaf would hang.
+        let longer = [1, 2, 3, 4, 5, 6];
+        let slots = [a[0], a[1], a[2], a[3], h[3], bad];
+        assert!(matches!(c.insert(0, &longer, &slots), Err(Error::InvalidArgument(_))));
+        let runs = [r(a[0], 4), r(h[3], 1), r(bad, 1)];
+        assert!(matches!(c.insert_runs(0, &longer, &runs), Err(Error::InvalidArgument(_))));
+        assert_eq!(c.stats(), before, "below a leaf, {bad}");
+    }
+    // The refusals moved no stamp: the older leaf is still the first evicted, whole.
+    let mut seen = Vec::new();
+    c.evict(1, Some(&mut |s: &[u32]| seen.extend_from_slice(s))).unwrap();
+    assert_eq!(seen, a[..4]);
+    conserved(&c, 8);
+    // The same inserts with good slots succeed and split as they should.
+    assert_eq!(c.insert(0, &[9, 9, 1, 1], &h[..4]).unwrap(), 2);
+    assert_eq!(c.stats().tree.nodes, before.tree.nodes + 1, "split 9999, added a leaf");
+    conserved(&c, 4); // h[..2] duplicated cached tokens and went back; h[4..] still held
+    c.free(&h[4..]).unwrap();
+    conserved(&c, 0);
+}
+
+#[test]
 fn bad_runs_are_refused_whole() {
     let c = pooled(16, 1);
     let mut a = Vec::new();

@@ -534,6 +534,55 @@ impl SlotPool {
         Ok(())
     }
 
+    /// [`SlotPool::settle`]'s checks alone, changing nothing (an insert asks this before it
+    /// changes the tree's shape): the error `settle` would give, or `Ok`. Reads without
+    /// locks, as [`SlotPool::check_held`] does.
+    pub fn check_settle(&self, adopt: &[u32], free: &[u32]) -> Result<()> {
+        if free.is_empty() {
+            return self.check_held(adopt);
+        }
+        let mut all = Vec::with_capacity(adopt.len() + free.len());
+        all.extend_from_slice(adopt);
+        all.extend_from_slice(free);
+        self.check_held(&all)
+    }
+
+    /// [`SlotPool::settle_runs`]'s checks alone, changing nothing: O(runs log runs) plus a
+    /// word of the Held plane per 64 slots. Reads without locks, as
+    /// [`SlotPool::check_held`] does.
+    pub fn check_settle_runs(&self, adopt: &[SlotRun], free: &[SlotRun]) -> Result<()> {
+        let mut own = Vec::with_capacity(adopt.len() + free.len());
+        let a = self.take_runs(adopt, CACHED, &mut own)?;
+        let b = self.take_runs(free, FREE, &mut own)?;
+        if !(a && b) {
+            sort_runs(&mut own).map_err(|(slot, why)| self.refusal(slot, why, "held"))?;
+        }
+        for r in &own {
+            if let Some(s) = self.first_not_held(r.start, r.end) {
+                let why = Refusal::State(self.load_state(s, Ordering::Acquire));
+                return Err(self.refusal(s as u32, why, "held"));
+            }
+        }
+        Ok(())
+    }
+
+    /// The first slot of `a..e` (non-empty) that is not Held, by whole words of the Held
+    /// plane (a slot is Held exactly when its bit there is set).
+    fn first_not_held(&self, a: usize, e: usize) -> Option<usize> {
+        let held = &self.planes[(HELD >> 1) as usize];
+        let (first, last) = (a / PER_WORD, (e - 1) / PER_WORD);
+        let miss = |w: usize, mask: u64| {
+            let x = !held[w].load(Ordering::Acquire) & mask;
+            (x != 0).then(|| w * PER_WORD + x.trailing_zeros() as usize)
+        };
+        if first == last {
+            return miss(first, field_mask(a % PER_WORD, (e - 1) % PER_WORD + 1));
+        }
+        miss(first, field_mask(a % PER_WORD, PER_WORD))
+            .or_else(|| (first + 1..last).find_map(|w| miss(w, !0)))
+            .or_else(|| miss(last, field_mask(0, (e - 1) % PER_WORD + 1)))
+    }
+
     fn out_of_range(&self, slot: u32) -> Error {
         invalid(format!("slot {slot} is outside the pool of {} slots", self.capacity()))
     }

@@ -441,6 +441,64 @@ fn check_held_validates_without_changing() {
     assert_eq!(snapshot(&pool), before);
 }
 
+#[test]
+fn check_settle_agrees_with_settle_and_changes_nothing() {
+    // The read-only checks an insert asks before it splits an edge: for every case they
+    // must refuse exactly what settle refuses (or accept what it accepts), changing nothing.
+    let p = 1;
+    let pool = SlotPool::new(256, p).unwrap();
+    let held = alloc(&pool, 140); // spans three words of a plane
+    let cached = alloc(&pool, 8);
+    pool.adopt(&cached).unwrap();
+    let free_slot =
+        (0..pool.capacity() as u32).find(|&s| pool.state(s) == Some(SlotState::Free)).unwrap();
+    let r = |start: u32, len: u32| SlotRun { start, len };
+    // The longest stretch of consecutive held slots (the pool hands out from its top and
+    // wraps): at least 70 of the 140, spanning a word of the planes.
+    let mut sorted = held.clone();
+    sorted.sort_unstable();
+    let starts = (0..sorted.len()).filter(|&i| i == 0 || sorted[i - 1] + 1 != sorted[i]);
+    let (h0, n) = starts
+        .map(|i| (sorted[i], sorted[i..].windows(2).take_while(|w| w[0] + 1 == w[1]).count() + 1))
+        .max_by_key(|&(_, n)| n)
+        .unwrap();
+    assert!(n >= 70, "{sorted:?}");
+    // (adopt, free, valid)
+    let run_cases: Vec<(Vec<SlotRun>, Vec<SlotRun>, bool)> = vec![
+        (vec![r(h0, 70)], vec![], true),
+        (vec![r(h0 + 35, 35)], vec![r(h0, 35)], true),
+        (vec![r(h0 + 2, 68)], vec![r(h0 + 1, 1), r(h0, 1)], true),
+        (vec![r(h0, 69), r(free_slot, 1)], vec![], false),
+        (vec![r(h0, 35)], vec![r(cached[3], 1)], false),
+        (vec![r(h0, 35)], vec![r(h0 + 34, 2)], false),
+        (vec![r(h0 + 1, 69)], vec![r(255, 2)], false),
+        (vec![r(h0, 0)], vec![], false),
+    ];
+    let expanded =
+        |v: &[SlotRun]| -> Vec<u32> { v.iter().flat_map(|x| x.start..x.start + x.len).collect() };
+    let before = snapshot(&pool);
+    for (adopt, free, valid) in &run_cases {
+        let checked = pool.check_settle_runs(adopt, free);
+        assert_eq!(checked.is_ok(), *valid, "{adopt:?} {free:?}: {checked:?}");
+        if adopt.iter().chain(free).all(|x| x.len > 0) {
+            // The same slots as lists (which cannot say "an empty run").
+            let listed = pool.check_settle(&expanded(adopt), &expanded(free));
+            assert_eq!(listed.is_ok(), *valid, "{adopt:?} {free:?}: {listed:?}");
+        }
+        assert_eq!(snapshot(&pool), before, "checks change nothing");
+        if !valid {
+            // settle refuses it with the same error, changing nothing.
+            assert_eq!(pool.settle_runs(adopt, free), checked, "{adopt:?} {free:?}");
+            assert_eq!(snapshot(&pool), before);
+        }
+    }
+    // A valid case then settles as checked.
+    let (adopt, free, _) = &run_cases[1];
+    pool.settle_runs(adopt, free).unwrap();
+    assert!(expanded(adopt).iter().all(|&s| pool.state(s) == Some(SlotState::Cached)));
+    assert!(expanded(free).iter().all(|&s| pool.state(s) == Some(SlotState::Free)));
+}
+
 /// The runs a list becomes: maximal runs of consecutive ids, ascending or not.
 #[test]
 fn lists_become_runs() {

@@ -289,6 +289,16 @@ pub struct RadixTree {
     matches: MatchCounters,
 }
 
+/// What an insert asks of its `prepare` step (see `RadixTree::insert_with`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Stage {
+    /// Validate the outcome so far, changing nothing: the insert is about to change the
+    /// tree's shape (a split or a new namespace root) before its outcome is committed.
+    Check,
+    /// The outcome is fixed: validate and apply (settle the slots), all or nothing.
+    Commit,
+}
+
 /// Length of the common prefix of `a` and `b`.
 #[inline]
 pub(crate) fn common_prefix(a: &[u32], b: &[u32]) -> usize {
@@ -836,7 +846,7 @@ impl RadixTree {
         slots: SlotSource<'_>,
         pin: bool,
     ) -> Result<(usize, Option<PrefixLock>)> {
-        self.insert_with::<Vec<u32>>(ns, tokens, slots, pin, None, &mut |_, _| Ok(()))
+        self.insert_with::<Vec<u32>>(ns, tokens, slots, pin, None, &mut |_, _, _| Ok(()))
     }
 
     /// Insert and pin `tokens[..n]` atomically (chunked prefill, or a request that keeps
@@ -872,12 +882,22 @@ impl RadixTree {
         PrefixLock { tree_id: self.id, ns, tokens: key.into() }
     }
 
-    /// The insert behind every public variant. `prepare(existing, cached)` runs once, at
-    /// the moment the outcome is fixed and before anything changes (for a new leaf: under
-    /// its parent's lock, so the cached path cannot change); `cached` holds the slots of
-    /// `tokens[..existing]` when `collect` is given (one per token or as runs, by `S`). If
-    /// it fails, nothing changes (a pin taken on the way is undone) and its error is
-    /// returned. With `pin`, the second value is the lock on `tokens[..n]`.
+    /// The insert behind every public variant. `prepare(existing, cached, Stage::Commit)`
+    /// runs once, at the moment the outcome is fixed and before anything changes (for a new
+    /// leaf: under its parent's lock, so the cached path cannot change); `cached` holds the
+    /// slots of `tokens[..existing]` when `collect` is given (one per token or as runs, by
+    /// `S`). If it fails, nothing changes (a pin taken on the way is undone) and its error
+    /// is returned. With `pin`, the second value is the lock on `tokens[..n]`.
+    ///
+    /// Some inserts change the tree's shape before that moment: a new namespace gets its
+    /// root, and an edge where the key diverges (or, with `pin`, where it ends) is split.
+    /// Before the first such change, `prepare(existing, cached, Stage::Check)` is asked,
+    /// once, with the outcome as it stands then; it must change nothing, and if it fails the
+    /// insert returns its error with the tree untouched. So an insert that would be refused
+    /// (a pool-mode insert with a bad slot) leaves no split behind and moves no access stamp
+    /// (the path's stamps are refreshed only once the insert has succeeded). Only a race
+    /// that changes the outcome between the check and the commit can still leave a split
+    /// behind a refusal; a split changes no cached token or slot.
     pub(crate) fn insert_with<S: SlotSink + Default>(
         &self,
         ns: u64,
@@ -885,7 +905,7 @@ impl RadixTree {
         slots: SlotSource<'_>,
         pin: bool,
         mut collect: Option<&mut S>,
-        prepare: &mut dyn FnMut(usize, &S) -> Result<()>,
+        prepare: &mut dyn FnMut(usize, &S, Stage) -> Result<()>,
     ) -> Result<(usize, Option<PrefixLock>)> {
         if tokens.len() != slots.len() {
             return Err(invalid(format!(
@@ -898,7 +918,14 @@ impl RadixTree {
         let n = self.aligned(tokens.len());
         let key = &tokens[..n];
         let g = self.domain.pin();
-        let root = self.root_or_create(ns, &g);
+        let root = match self.root(ns, &g) {
+            Some(r) => r,
+            None => {
+                // A new namespace: nothing of the key is cached.
+                prepare(0, &S::default(), Stage::Check)?;
+                self.root_or_create(ns, &g)
+            }
+        };
         let now = self.clock.fetch_add(1, Ordering::Relaxed) + 1;
         let want = collect.is_some();
         let mut scratch = S::default();
@@ -909,11 +936,20 @@ impl RadixTree {
         cached.clear();
         let mut cur = root;
         let mut pos = 0;
+        // The nodes whose access stamps the insert refreshes, once it has succeeded.
+        let mut path: Vec<&Node> = Vec::new();
+        // Whether `prepare` has checked the outcome before a change to the tree's shape.
+        let mut checked = false;
         let fail = |e: Error, pos: usize| {
             if pin {
                 self.unpin_path(root, &key[..pos], &g);
             }
             Err(e)
+        };
+        let done = |path: &[&Node]| {
+            for n in path {
+                self.touch(n, now);
+            }
         };
         'step: loop {
             if pin {
@@ -921,9 +957,10 @@ impl RadixTree {
             }
             if pos == n {
                 // Everything is cached already and the path ends on a node boundary.
-                if let Err(e) = prepare(n, cached) {
+                if let Err(e) = prepare(n, cached, Stage::Commit) {
                     return fail(e, pos);
                 }
+                done(&path);
                 return Ok((n, pin.then(|| self.lock_of(ns, key))));
             }
             let page = &key[pos..pos + p];
@@ -941,10 +978,21 @@ impl RadixTree {
                         if want {
                             cached.take(c, c.len());
                         }
-                        self.touch(c, now);
+                        path.push(c);
                         pos += k;
                         cur = c;
                         continue 'step;
+                    }
+                    if (pin || pos + k < n) && !checked {
+                        // A split comes next: check the outcome first (`existing = pos + k`).
+                        checked = true;
+                        let mark = cached.mark();
+                        cached.take(c, k);
+                        let r = prepare(pos + k, cached, Stage::Check);
+                        cached.rewind(mark);
+                        if let Err(e) = r {
+                            return fail(e, pos);
+                        }
                     }
                     if pos + k == n {
                         // Ends inside this edge: all of it is cached.
@@ -955,7 +1003,7 @@ impl RadixTree {
                             if want {
                                 cached.take(u, u.len());
                             }
-                            self.touch(u, now);
+                            path.push(u);
                             pos = n;
                             cur = u;
                             continue 'step;
@@ -963,10 +1011,11 @@ impl RadixTree {
                         if want {
                             cached.take(c, k);
                         }
-                        self.touch(c, now);
-                        if let Err(e) = prepare(n, cached) {
+                        if let Err(e) = prepare(n, cached, Stage::Commit) {
                             return fail(e, pos);
                         }
+                        path.push(c);
+                        done(&path);
                         return Ok((n, None));
                     }
                     // Diverges inside the edge: split it, then look again.
@@ -987,13 +1036,14 @@ impl RadixTree {
                     cur = root;
                     pos = 0;
                     cached.clear();
+                    path.clear();
                 }
                 continue 'step;
             }
             if cur.child(page, &g).is_some() {
                 continue 'step; // someone else added it (live: the parent is locked)
             }
-            if let Err(e) = prepare(pos, cached) {
+            if let Err(e) = prepare(pos, cached, Stage::Commit) {
                 drop(guard);
                 return fail(e, pos);
             }
@@ -1025,6 +1075,7 @@ impl RadixTree {
             if !pin {
                 self.index.push(ln);
             }
+            done(&path);
             return Ok((pos, pin.then(|| self.lock_of(ns, key))));
         }
     }

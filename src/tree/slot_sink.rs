@@ -11,6 +11,18 @@ pub(crate) trait SlotSink {
     fn clear(&mut self);
     /// Appends the slots of `node`'s first `k` tokens.
     fn take(&mut self, node: &Node, k: usize);
+    /// Where the output stands now, for [`SlotSink::rewind`].
+    fn mark(&self) -> Mark;
+    /// Forgets what was written since `mark` was taken.
+    fn rewind(&mut self, mark: Mark);
+}
+
+/// A point in a sink's output: its length, and the length of its last run (a `take` may
+/// extend the last run instead of pushing a new one).
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Mark {
+    len: usize,
+    last: u32,
 }
 
 impl SlotSink for Vec<u32> {
@@ -21,6 +33,12 @@ impl SlotSink for Vec<u32> {
     fn take(&mut self, node: &Node, k: usize) {
         node.extend_slots(self, 0, k);
     }
+    fn mark(&self) -> Mark {
+        Mark { len: self.len(), last: 0 }
+    }
+    fn rewind(&mut self, mark: Mark) {
+        self.truncate(mark.len);
+    }
 }
 
 impl SlotSink for Vec<SlotRun> {
@@ -30,5 +48,14 @@ impl SlotSink for Vec<SlotRun> {
     #[inline]
     fn take(&mut self, node: &Node, k: usize) {
         node.push_runs(self, k);
+    }
+    fn mark(&self) -> Mark {
+        Mark { len: self.len(), last: self.last().map_or(0, |r| r.len) }
+    }
+    fn rewind(&mut self, mark: Mark) {
+        self.truncate(mark.len);
+        if let Some(r) = self.last_mut() {
+            r.len = mark.last;
+        }
     }
 }

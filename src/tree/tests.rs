@@ -549,3 +549,29 @@ fn a_panicking_free_callback_leaves_the_counts_exact() {
     assert_eq!(drain(&t).len(), 6);
     t.check_invariants().unwrap();
 }
+
+#[test]
+fn slot_sinks_rewind_to_a_mark() {
+    // An insert checks its outcome with an edge's slots appended, then rewinds: the sink
+    // must be exactly as before, also when the edge's first run continued the sink's last.
+    let node = Node::new(&[1, 2, 3, 4], &[10, 11, 12, 40], 0, 0, 1);
+    let mut runs = vec![SlotRun { start: 5, len: 1 }, SlotRun { start: 8, len: 2 }];
+    let before = runs.clone();
+    let m = runs.mark();
+    runs.take(&node, 4);
+    assert_eq!(runs[1], SlotRun { start: 8, len: 5 }, "10, 11, 12 continue 8, 9");
+    assert_eq!(runs.len(), 3);
+    runs.rewind(m);
+    assert_eq!(runs, before);
+    let mut empty: Vec<SlotRun> = Vec::new();
+    let m = empty.mark();
+    empty.take(&node, 2);
+    empty.rewind(m);
+    assert!(empty.is_empty());
+    let mut list = vec![7u32, 9];
+    let m = list.mark();
+    list.take(&node, 3);
+    assert_eq!(list, [7, 9, 10, 11, 12]);
+    list.rewind(m);
+    assert_eq!(list, [7, 9]);
+}
