@@ -67,8 +67,9 @@ typedef enum rkv_status {
    */
   RKV_DEVICE_ERROR = 8,
   /**
-   * A bug: a Rust panic caught at the boundary, or an internal limit (more than 16.7
-   * million live locks on one cache).
+   * A bug: a Rust panic caught at the boundary; or an internal limit, refused before
+   * anything changes: more than 16.7 million live locks on one cache, or more than
+   * 2^20 - 1 live caches in the process.
    */
   RKV_INTERNAL_ERROR = 9,
 } rkv_status;
@@ -290,9 +291,9 @@ enum rkv_status rkv_match(const struct rkv_cache *cache,
  * the same slots until the lock written to `*out_lock` (required) is released with
  * `rkv_release` (or the cache is freed). `out_cap` must be >= the match (pass `n_tokens` to
  * be safe); `out_slots` may be NULL only when `out_cap == 0`. On `RKV_BUFFER_TOO_SMALL`
- * nothing is pinned and only `*out_len` is written. Always yields a lock on `RKV_OK`, also
- * for a match of length 0; the caller owns it and must release it exactly once.
- * Thread-safe.
+ * nothing is pinned, no edge is split, and only `*out_len` is written. Always yields a lock
+ * on `RKV_OK`, also for a match of length 0; the caller owns it and must release it exactly
+ * once. Thread-safe.
  *
  * # Safety
  * As `rkv_match`; `out_lock` NULL or writable.
@@ -334,7 +335,8 @@ enum rkv_status rkv_match_runs(const struct rkv_cache *cache,
  * `rkv_match_lock` writing the slots as runs, as `rkv_match_runs` does (an extension of
  * version 1): `out_cap` must be >= the number of runs (pass `n_tokens` to be safe);
  * `out_runs` may be NULL only when `out_cap == 0`. On `RKV_BUFFER_TOO_SMALL` nothing is
- * pinned and only `*out_n_runs` and `*out_len` are written. Always yields a lock on
+ * pinned, no edge is split, and only `*out_n_runs` and `*out_len` are written. Always
+ * yields a lock on
  * `RKV_OK`, also for a match of length 0; the caller owns it and must release it exactly
  * once with `rkv_release`. Thread-safe.
  *

@@ -14,11 +14,15 @@
 //! of its shard, and the entry's generation equals the handle's. So an unknown, released or
 //! foreign handle is refused (never undefined behavior), with two documented limits:
 //!
-//! - tags come from a process-wide counter modulo `2^20 - 1`; two live caches share a tag
-//!   only if more than a million caches were created in between;
+//! - tags are unique among live tables (a process-wide registry hands out the next tag not
+//!   in use), so another live cache's handle is always refused; a freed cache's tag is
+//!   reused by later caches, and more than `2^20 - 1` live tables at once is refused;
 //! - a vacated entry is reused only after [`QUARANTINE`] other entries of its shard were
 //!   vacated after it, so a generation comes back (a stale handle aliasing a new lock) only
 //!   after `2^20 * 1024` (about 10^9) releases in that shard.
+//!
+//! A handle is reserved before the operation that takes the lock ([`LockTable::reserve`]),
+//! so an FFI call that could not hand out a handle fails before it changes anything.
 //!
 //! Each thread inserts into its own shard (assigned round-robin on first use), so threads
 //! taking locks at once mostly take different mutexes; a release goes to the shard named by
@@ -27,9 +31,9 @@
 
 use std::cell::Cell;
 use std::collections::VecDeque;
-// The FFI layer is outside the loom models (`crate::sync`): these two process-wide counters
-// need `const` constructors, which loom's atomics do not have.
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+// The FFI layer is outside the loom models (`crate::sync`): these process-wide statics need
+// `const` constructors, which loom's types do not have.
+use std::sync::atomic::{AtomicUsize, Ordering};
 
 use crossbeam_utils::CachePadded;
 
@@ -58,8 +62,33 @@ const MAX_PER_SHARD: usize = 1 << INDEX_BITS;
 /// Vacated entries a shard keeps aside before reusing the oldest of them.
 pub(crate) const QUARANTINE: usize = 1024;
 
-/// Source of per-cache tags.
-static NEXT_TAG: AtomicU64 = AtomicU64::new(0);
+/// The tags of live tables (a bit per tag, allocated on first use) and where the search
+/// for a free one starts.
+static TAGS: std::sync::Mutex<(Vec<u64>, u64)> = std::sync::Mutex::new((Vec::new(), 0));
+
+/// A tag no live table has, or `None` when all `2^20 - 1` are in use.
+fn acquire_tag() -> Option<u64> {
+    let mut g = TAGS.lock().unwrap_or_else(|e| e.into_inner());
+    let (live, next) = &mut *g;
+    if live.is_empty() {
+        live.resize(((TAG_MASK + 1) / 64) as usize, 0);
+    }
+    for k in 0..TAG_MASK {
+        let tag = (*next + k) % TAG_MASK + 1; // 1..=TAG_MASK: never 0
+        let (w, b) = ((tag / 64) as usize, tag % 64);
+        if live[w] & (1 << b) == 0 {
+            live[w] |= 1 << b;
+            *next = tag; // the next search starts after it: tags come back as late as possible
+            return Some(tag);
+        }
+    }
+    None
+}
+
+fn release_tag(tag: u64) {
+    let mut g = TAGS.lock().unwrap_or_else(|e| e.into_inner());
+    g.0[(tag / 64) as usize] &= !(1 << (tag % 64));
+}
 /// Source of per-thread shard hints.
 static NEXT_SHARD: AtomicUsize = AtomicUsize::new(0);
 
@@ -122,11 +151,12 @@ pub(crate) struct LockTable<T> {
 }
 
 impl<T> LockTable<T> {
-    /// An empty table with a fresh tag.
-    pub(crate) fn new() -> Self {
-        let tag = NEXT_TAG.fetch_add(1, Ordering::Relaxed) % TAG_MASK + 1;
+    /// An empty table with a tag no other live table has; `None` when `2^20 - 1` tables
+    /// are live.
+    pub(crate) fn new() -> Option<Self> {
+        let tag = acquire_tag()?;
         let shards = (0..SHARDS).map(|_| CachePadded::new(Mutex::new(Shard::default()))).collect();
-        LockTable { tag, shards }
+        Some(LockTable { tag, shards })
     }
 
     fn decode(&self, handle: u64) -> Option<(usize, usize, u64)> {
@@ -139,22 +169,27 @@ impl<T> LockTable<T> {
     }
 
     /// Stores `lock` and returns its handle (never 0); gives the lock back when every
-    /// shard is full.
+    /// shard is full. (The C ABI reserves first; the tests use this shorthand.)
+    #[cfg(test)]
     pub(crate) fn insert(&self, lock_: T) -> Result<u64, T> {
+        match self.reserve() {
+            Some(r) => Ok(r.fill(lock_)),
+            None => Err(lock_),
+        }
+    }
+
+    /// Sets an entry aside for a lock about to be taken; `None` when every shard is full.
+    /// The entry is empty until [`Reserved::fill`] (its handle is refused until then), and
+    /// goes back unused if the reservation is dropped unfilled.
+    pub(crate) fn reserve(&self) -> Option<Reserved<'_, T>> {
         let home = home_shard();
         for k in 0..SHARDS {
             let s = (home + k) % SHARDS;
-            let mut shard = lock(&self.shards[s]);
-            if let Some(i) = shard.take_vacant() {
-                let e = &mut shard.entries[i];
-                e.lock = Some(lock_);
-                return Ok((self.tag << TAG_SHIFT)
-                    | ((s as u64) << SHARD_SHIFT)
-                    | ((i as u64) << INDEX_SHIFT)
-                    | (e.generation << GEN_SHIFT));
+            if let Some(i) = lock(&self.shards[s]).take_vacant() {
+                return Some(Reserved { table: self, shard: s, index: i, filled: false });
             }
         }
-        Err(lock_)
+        None
     }
 
     /// Removes and returns the lock of `handle`; `None` for an unknown, released or
@@ -201,6 +236,44 @@ impl<T> LockTable<T> {
     }
 }
 
+impl<T> Drop for LockTable<T> {
+    fn drop(&mut self) {
+        release_tag(self.tag);
+    }
+}
+
+/// An entry of a [`LockTable`] set aside by [`LockTable::reserve`].
+pub(crate) struct Reserved<'a, T> {
+    table: &'a LockTable<T>,
+    shard: usize,
+    index: usize,
+    filled: bool,
+}
+
+impl<T> Reserved<'_, T> {
+    /// Stores `lock` in the reserved entry and returns its handle (never 0).
+    pub(crate) fn fill(mut self, lock_: T) -> u64 {
+        let t = self.table;
+        let mut shard = lock(&t.shards[self.shard]);
+        let e = &mut shard.entries[self.index];
+        e.lock = Some(lock_);
+        self.filled = true;
+        (t.tag << TAG_SHIFT)
+            | ((self.shard as u64) << SHARD_SHIFT)
+            | ((self.index as u64) << INDEX_SHIFT)
+            | (e.generation << GEN_SHIFT)
+    }
+}
+
+impl<T> Drop for Reserved<'_, T> {
+    fn drop(&mut self) {
+        if !self.filled {
+            // Never handed out: its generation is unchanged, and it is reused first.
+            lock(&self.table.shards[self.shard]).vacant.push_front(self.index as u32);
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -212,7 +285,7 @@ mod tests {
 
     #[test]
     fn handles_are_nonzero_unique_and_single_use() {
-        let t = LockTable::<Vec<u32>>::new();
+        let t = LockTable::<Vec<u32>>::new().unwrap();
         let a = t.insert(fake(1)).unwrap();
         let b = t.insert(fake(2)).unwrap();
         assert_ne!(a, 0);
@@ -229,8 +302,8 @@ mod tests {
 
     #[test]
     fn foreign_handles_are_refused() {
-        let t1 = LockTable::<Vec<u32>>::new();
-        let t2 = LockTable::<Vec<u32>>::new();
+        let t1 = LockTable::<Vec<u32>>::new().unwrap();
+        let t2 = LockTable::<Vec<u32>>::new().unwrap();
         let h = t1.insert(fake(3)).unwrap();
         // Same shard, index and generation, other tag.
         let forged = (h & !(TAG_MASK << TAG_SHIFT)) | (t2.tag << TAG_SHIFT);
@@ -243,7 +316,7 @@ mod tests {
 
     #[test]
     fn stale_handles_stay_stale_across_reuse() {
-        let t = LockTable::<Vec<u32>>::new();
+        let t = LockTable::<Vec<u32>>::new().unwrap();
         let first = t.insert(fake(1)).unwrap();
         assert!(t.remove(first).is_some());
         // Cycle more than the quarantine through one thread's shard: the first entry gets
@@ -264,7 +337,7 @@ mod tests {
 
     #[test]
     fn drain_takes_every_live_lock() {
-        let mut t = LockTable::<Vec<u32>>::new();
+        let mut t = LockTable::<Vec<u32>>::new().unwrap();
         let hs: Vec<u64> = (0..10).map(|i| t.insert(fake(i)).unwrap()).collect();
         assert!(t.remove(hs[3]).is_some());
         let drained = t.drain();
@@ -276,7 +349,7 @@ mod tests {
 
     #[test]
     fn many_threads_share_one_table() {
-        let t = LockTable::<Vec<u32>>::new();
+        let t = LockTable::<Vec<u32>>::new().unwrap();
         std::thread::scope(|s| {
             for _ in 0..8 {
                 s.spawn(|| {
@@ -297,5 +370,42 @@ mod tests {
         });
         let mut t = t;
         assert!(t.drain().is_empty());
+    }
+
+    #[test]
+    fn live_tables_never_share_a_tag() {
+        // Found by an audit: tags came from a counter modulo 2^20 - 1, so after a million
+        // caches a new one could share a live one's tag and accept its handles.
+        let a = LockTable::<Vec<u32>>::new().unwrap();
+        let h = a.insert(fake(1)).unwrap();
+        for _ in 0..(TAG_MASK + 10) {
+            let tag = acquire_tag().unwrap();
+            assert_ne!(tag, a.tag);
+            release_tag(tag);
+        }
+        let b = LockTable::<Vec<u32>>::new().unwrap();
+        assert_ne!(b.tag, a.tag);
+        assert!(b.remove(h).is_none(), "a live table's handle");
+        assert!(a.remove(h).is_some());
+    }
+
+    #[test]
+    fn reservations_fill_or_give_the_entry_back() {
+        let t = LockTable::<Vec<u32>>::new().unwrap();
+        let r = t.reserve().unwrap();
+        let (s, i) = (r.shard, r.index);
+        let h = r.fill(fake(2));
+        assert_eq!(t.with(h, |l| l.len()), Some(2));
+        let r = t.reserve().unwrap();
+        let (s2, i2) = (r.shard, r.index);
+        assert_ne!((s, i), (s2, i2), "a filled entry is not handed out again");
+        // The handle it would have had is refused while empty, and after the drop.
+        let would =
+            (t.tag << TAG_SHIFT) | ((s2 as u64) << SHARD_SHIFT) | ((i2 as u64) << INDEX_SHIFT);
+        assert!(t.with(would, |l| l.len()).is_none());
+        drop(r);
+        assert!(t.remove(would).is_none());
+        assert_eq!(lock(&t.shards[s2]).vacant.front(), Some(&(i2 as u32)), "given back first");
+        assert_eq!(t.remove(h).map(|l| l.len()), Some(2));
     }
 }

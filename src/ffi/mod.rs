@@ -24,7 +24,7 @@ use crate::error::Error;
 use crate::slot_run::SlotRun;
 use crate::tree::{EvictionPolicy, PrefixLock};
 
-use handles::LockTable;
+use handles::{LockTable, Reserved};
 
 /// ABI version of this header; `rkv_abi_version()` returns the same number of the library
 /// actually loaded (compare the two to detect a mismatched library).
@@ -56,8 +56,9 @@ pub enum rkv_status {
     /// KV storage / CUDA failure (not produced by this ABI's functions, which do not touch
     /// KV storage; reserved for the functions that will).
     RKV_DEVICE_ERROR = 8,
-    /// A bug: a Rust panic caught at the boundary, or an internal limit (more than 16.7
-    /// million live locks on one cache).
+    /// A bug: a Rust panic caught at the boundary; or an internal limit, refused before
+    /// anything changes: more than 16.7 million live locks on one cache, or more than
+    /// 2^20 - 1 live caches in the process.
     RKV_INTERNAL_ERROR = 9,
 }
 
@@ -286,16 +287,11 @@ unsafe fn write_array<T: Copy>(dst: *mut T, src: &[T]) {
     unsafe { std::ptr::copy_nonoverlapping(src.as_ptr(), dst, src.len()) }
 }
 
-/// Stores a detached lock and returns its handle; on the (16.7 million live locks)
-/// capacity limit it releases the lock and fails.
-fn publish(c: &rkv_cache, lock: PrefixLock) -> Res<rkv_lock> {
-    match c.locks.insert(lock) {
-        Ok(h) => Ok(h),
-        Err(lock) => {
-            let _ = c.cache.release(lock);
-            Err(rkv_status::RKV_INTERNAL_ERROR)
-        }
-    }
+/// Sets aside the handle of a lock about to be taken, before anything changes: at the
+/// capacity limit (16.7 million live locks per cache) the call fails with
+/// `RKV_INTERNAL_ERROR` having changed nothing.
+fn reserve_handle(c: &rkv_cache) -> Res<Reserved<'_, PrefixLock>> {
+    c.locks.reserve().ok_or(rkv_status::RKV_INTERNAL_ERROR)
 }
 
 // ---------------------------------------------------------------------------------------
@@ -393,7 +389,9 @@ pub unsafe extern "C" fn rkv_cache_new(
         let cache =
             Cache::new(CacheOptions { page_size: o.page_size as usize, policy, pool_slots })
                 .map_err(st)?;
-        let raw = Box::into_raw(Box::new(rkv_cache { cache, locks: LockTable::new() }));
+        // `None` only with 2^20 - 1 caches live at once (see `handles`).
+        let locks = LockTable::new().ok_or(rkv_status::RKV_INTERNAL_ERROR)?;
+        let raw = Box::into_raw(Box::new(rkv_cache { cache, locks }));
         // SAFETY: `out_cache` passed `check_out` (non-null, aligned) and the caller
         // guarantees it is writable.
         unsafe { out_cache.write(raw) };
@@ -481,9 +479,9 @@ pub unsafe extern "C" fn rkv_match(
 /// the same slots until the lock written to `*out_lock` (required) is released with
 /// `rkv_release` (or the cache is freed). `out_cap` must be >= the match (pass `n_tokens` to
 /// be safe); `out_slots` may be NULL only when `out_cap == 0`. On `RKV_BUFFER_TOO_SMALL`
-/// nothing is pinned and only `*out_len` is written. Always yields a lock on `RKV_OK`, also
-/// for a match of length 0; the caller owns it and must release it exactly once.
-/// Thread-safe.
+/// nothing is pinned, no edge is split, and only `*out_len` is written. Always yields a lock
+/// on `RKV_OK`, also for a match of length 0; the caller owns it and must release it exactly
+/// once. Thread-safe.
 ///
 /// # Safety
 /// As `rkv_match`; `out_lock` NULL or writable.
@@ -507,15 +505,27 @@ pub unsafe extern "C" fn rkv_match_lock(
         check_out(out_len)?;
         check_out(out_lock)?;
         let mut slots = Vec::new();
+        // A buffer that may be too small: measure first with a plain match, so a refusal
+        // splits no edge (the locking match splits where the match ends).
+        if out_cap < t.len() {
+            let m = c.cache.tree().match_unrecorded(ns, t, &mut slots);
+            if m > out_cap {
+                // SAFETY: `out_len` passed `check_out`; the caller guarantees it is writable.
+                unsafe { out_len.write(m) };
+                return Err(rkv_status::RKV_BUFFER_TOO_SMALL);
+            }
+        }
+        let handle = reserve_handle(c)?;
         let guard = c.cache.match_and_lock(ns, t, &mut slots);
         let m = slots.len();
         if m > out_cap {
-            drop(guard); // releases: nothing stays pinned
+            // Grown since the check (a racing insert): nothing stays pinned.
+            drop(guard);
             // SAFETY: `out_len` passed `check_out`; the caller guarantees it is writable.
             unsafe { out_len.write(m) };
             return Err(rkv_status::RKV_BUFFER_TOO_SMALL);
         }
-        let handle = publish(c, guard.into_raw())?;
+        let handle = handle.fill(guard.into_raw());
         // SAFETY: `out_slots` passed `check_out_array` with `out_cap >= m`; `t` is not used
         // after this; `out_len`, `out_lock` passed `check_out` and are writable by contract.
         unsafe {
@@ -596,7 +606,8 @@ pub unsafe extern "C" fn rkv_match_runs(
 /// `rkv_match_lock` writing the slots as runs, as `rkv_match_runs` does (an extension of
 /// version 1): `out_cap` must be >= the number of runs (pass `n_tokens` to be safe);
 /// `out_runs` may be NULL only when `out_cap == 0`. On `RKV_BUFFER_TOO_SMALL` nothing is
-/// pinned and only `*out_n_runs` and `*out_len` are written. Always yields a lock on
+/// pinned, no edge is split, and only `*out_n_runs` and `*out_len` are written. Always
+/// yields a lock on
 /// `RKV_OK`, also for a match of length 0; the caller owns it and must release it exactly
 /// once with `rkv_release`. Thread-safe.
 ///
@@ -621,10 +632,25 @@ pub unsafe extern "C" fn rkv_match_lock_runs(
         check_out(out_len)?;
         check_out(out_lock)?;
         let mut runs = Vec::new();
+        // As in `rkv_match_lock`: a buffer that may be too small is checked with a plain
+        // match first, so a refusal splits no edge.
+        if out_cap < t.len() {
+            let m = c.cache.tree().match_unrecorded(ns, t, &mut runs);
+            if runs.len() > out_cap {
+                // SAFETY: both passed `check_out`; the caller guarantees they are writable.
+                unsafe {
+                    out_n_runs.write(runs.len());
+                    out_len.write(m);
+                }
+                return Err(rkv_status::RKV_BUFFER_TOO_SMALL);
+            }
+        }
+        let handle = reserve_handle(c)?;
         let guard = c.cache.match_and_lock_runs(ns, t, &mut runs);
         let m = guard.len();
         if runs.len() > out_cap {
-            drop(guard); // releases: nothing stays pinned
+            // Grown since the check (a racing insert): nothing stays pinned.
+            drop(guard);
             // SAFETY: both passed `check_out`; the caller guarantees they are writable.
             unsafe {
                 out_n_runs.write(runs.len());
@@ -632,7 +658,7 @@ pub unsafe extern "C" fn rkv_match_lock_runs(
             }
             return Err(rkv_status::RKV_BUFFER_TOO_SMALL);
         }
-        let handle = publish(c, guard.into_raw())?;
+        let handle = handle.fill(guard.into_raw());
         // SAFETY: `out_runs` passed `check_out_array` with `out_cap >= runs.len()` and has
         // `SlotRun`'s layout; `t` is not used after this; the three single outputs passed
         // `check_out` and are writable by contract.
@@ -707,8 +733,9 @@ pub unsafe extern "C" fn rkv_insert_lock(
         let (t, s) = unsafe { (input(tokens, n_tokens)?, input(slots, n_tokens)?) };
         check_out(out_existing)?;
         check_out(out_lock)?;
+        let handle = reserve_handle(c)?;
         let (existing, guard) = c.cache.insert_and_lock(ns, t, s).map_err(st)?;
-        let handle = publish(c, guard.into_raw())?;
+        let handle = handle.fill(guard.into_raw());
         // SAFETY: both passed `check_out`; writable by the caller's contract.
         unsafe {
             out_existing.write(existing);
@@ -778,8 +805,9 @@ pub unsafe extern "C" fn rkv_insert_lock_runs(
         let (t, r) = unsafe { (input(tokens, n_tokens)?, input_runs(runs, n_runs)?) };
         check_out(out_existing)?;
         check_out(out_lock)?;
+        let handle = reserve_handle(c)?;
         let (existing, guard) = c.cache.insert_and_lock_runs(ns, t, r).map_err(st)?;
-        let handle = publish(c, guard.into_raw())?;
+        let handle = handle.fill(guard.into_raw());
         // SAFETY: both passed `check_out`; writable by the caller's contract.
         unsafe {
             out_existing.write(existing);

@@ -86,7 +86,7 @@ use std::fmt;
 
 use evict_index::{EvictIndex, Evicted};
 use node::{ChildTable, DEAD, Node, PIN_MASK, REPLACED, node_ref};
-use slot_sink::SlotSink;
+pub(crate) use slot_sink::SlotSink;
 pub(crate) use slot_source::{SlotSource, cut_runs, push_differing};
 use stripes::MatchCounters;
 
@@ -654,10 +654,24 @@ impl RadixTree {
     }
 
     fn match_into<S: SlotSink>(&self, ns: u64, tokens: &[u32], out: &mut S) -> usize {
+        let m = self.match_unrecorded(ns, tokens, out);
+        self.matches.record(tokens.len(), m);
+        m
+    }
+
+    /// A match that the statistics do not count (the C ABI's size check before a locking
+    /// match, which counts itself): otherwise [`RadixTree::match_prefix`] /
+    /// [`RadixTree::match_prefix_runs`], access stamps included.
+    pub(crate) fn match_unrecorded<S: SlotSink>(
+        &self,
+        ns: u64,
+        tokens: &[u32],
+        out: &mut S,
+    ) -> usize {
         out.clear();
         let n = self.aligned(tokens.len());
         let g = self.domain.pin();
-        let m = match self.root(ns, &g) {
+        match self.root(ns, &g) {
             None => 0,
             Some(root) => loop {
                 if let Some(m) = self.try_match(root, &tokens[..n], out, &g) {
@@ -665,9 +679,7 @@ impl RadixTree {
                 }
                 out.clear();
             },
-        };
-        self.matches.record(tokens.len(), m);
-        m
+        }
     }
 
     /// One optimistic descent; `None` if a racing split or eviction invalidated it.

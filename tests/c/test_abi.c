@@ -863,6 +863,57 @@ typedef struct {
   int errors;
 } worker_arg;
 
+/* Refused calls change nothing, the tree's shape included (found by an audit): a match_lock
+ * whose buffer is too small splits no edge, and a pool-mode insert refused for a bad slot
+ * leaves no split and refreshes no access stamp. */
+static void test_refusals_keep_the_shape(void) {
+  rkv_cache *c = make(1, 0);
+  const uint32_t a[4] = {1, 2, 3, 4}, a_slots[4] = {10, 11, 12, 13};
+  const uint32_t q[3] = {1, 2, 9};
+  uint32_t out[4];
+  rkv_slot_run runs[4];
+  size_t n = 0, n_runs = 0, existing = 0, evicted = 0;
+  rkv_lock lk = SENTINEL_LOCK;
+  ST(rkv_insert(c, 0, a, a_slots, 4, &existing), RKV_OK);
+  uint64_t nodes = stats(c).nodes;
+  ST(rkv_match_lock(c, 0, q, 3, out, 1, &n, &lk), RKV_BUFFER_TOO_SMALL);
+  CHECK(n == 2 && lk == SENTINEL_LOCK && stats(c).nodes == nodes);
+  ST(rkv_match_lock_runs(c, 0, q, 3, runs, 0, &n_runs, &n, &lk), RKV_BUFFER_TOO_SMALL);
+  CHECK(n_runs == 1 && n == 2 && lk == SENTINEL_LOCK && stats(c).nodes == nodes);
+  CHECK(stats(c).protected_tokens == 0);
+  /* With room, the lock splits the edge where the match ends. */
+  ST(rkv_match_lock(c, 0, q, 3, out, 2, &n, &lk), RKV_OK);
+  CHECK(n == 2 && out[0] == 10 && out[1] == 11 && stats(c).nodes == nodes + 1);
+  ST(rkv_release(c, lk), RKV_OK);
+  rkv_cache_free(c);
+
+  c = make(1, 16);
+  uint32_t s[12];
+  ST(rkv_alloc(c, 12, s), RKV_OK);
+  const uint32_t b[4] = {9, 9, 9, 9}, key[4] = {1, 2, 7, 8};
+  ST(rkv_insert(c, 0, a, s, 4, &existing), RKV_OK);     /* the older leaf */
+  ST(rkv_insert(c, 0, b, s + 4, 4, &existing), RKV_OK); /* the newer */
+  rkv_stats before = stats(c);
+  lk = SENTINEL_LOCK;
+  const uint32_t bad[4] = {s[8], s[9], s[10], 999};
+  ST(rkv_insert(c, 0, key, bad, 4, &existing), RKV_INVALID_ARGUMENT);
+  ST(rkv_insert_lock(c, 0, key, bad, 4, &existing, &lk), RKV_INVALID_ARGUMENT);
+  const uint32_t longer[6] = {1, 2, 3, 4, 5, 6};
+  const uint32_t bad_longer[6] = {s[0], s[1], s[2], s[3], s[8], 999};
+  ST(rkv_insert(c, 0, longer, bad_longer, 6, &existing), RKV_INVALID_ARGUMENT);
+  rkv_stats after = stats(c);
+  CHECK(after.nodes == before.nodes && after.cached_tokens == before.cached_tokens);
+  CHECK(after.free_slots == before.free_slots && lk == SENTINEL_LOCK);
+  /* The older leaf is still evicted first, whole. */
+  collector *k = new_collector();
+  ST(rkv_evict(c, 1, collect, k, &evicted), RKV_OK);
+  CHECK(evicted == 4 && k->total == 4 && k->seen[s[0]] == 1 && k->seen[s[3]] == 1);
+  free(k);
+  ST(rkv_free(c, s + 8, 4), RKV_OK);
+  check_quiescent_sums(c);
+  rkv_cache_free(c);
+}
+
 static void *worker(void *p) {
   worker_arg *w = (worker_arg *)p;
   uint32_t toks[32], slots[32];
@@ -923,6 +974,7 @@ int main(void) {
   test_runs_cycle();
   test_pool_p1();
   test_pool_p16();
+  test_refusals_keep_the_shape();
   test_threads();
 
   for (i = 0; i <= 9; i++) {
