@@ -309,7 +309,9 @@ class Cache {
   /// Evict at least `n` tokens; `on_free(const uint32_t *slots, size_t n)` is called with
   /// every freed slot exactly once (in caller-managed mode the slots are then the
   /// caller's; in pool mode they are back in the pool already). An exception thrown by
-  /// `on_free` stops later calls of it (the eviction itself completes) and is rethrown.
+  /// `on_free` does not stop the eviction or the later calls of `on_free` (each of them is
+  /// still handed its slots, which would otherwise be lost in caller-managed mode); the
+  /// first exception is rethrown once the eviction is complete.
   template <class F>
   std::size_t evict(std::size_t n, F &&on_free) const {
     return evict_via<std::uint32_t>(n, on_free, rkv_evict, "rkv_evict");
@@ -318,8 +320,8 @@ class Cache {
   /// Evict at least `n` tokens, handing the freed slots over as runs of consecutive slots:
   /// `on_free(const rkv_slot_run *runs, size_t n_runs)` (run `r` is slots `r.start ..
   /// r.start + r.len - 1`), once per evicted leaf, every freed slot in exactly one run.
-  /// O(runs) per leaf where `evict` lists every slot. Otherwise as `evict` (exceptions from
-  /// `on_free` are rethrown after the eviction completes).
+  /// O(runs) per leaf where `evict` lists every slot. Otherwise as `evict` (the first
+  /// exception from `on_free` is rethrown after the eviction and every call of it).
   template <class F>
   std::size_t evict_runs(std::size_t n, F &&on_free) const {
     return evict_via<rkv_slot_run>(n, on_free, rkv_evict_runs, "rkv_evict_runs");
@@ -332,8 +334,14 @@ class Cache {
     return freed;
   }
 
-  /// Pool mode: `n` slots, all or nothing (evicts when short).
+  /// Pool mode: `n` slots, all or nothing (evicts when short). `Error(RKV_OUT_OF_SLOTS)`
+  /// for more than the pool has, before sizing the output.
   std::vector<std::uint32_t> alloc(std::size_t n) const {
+    if (n > (std::size_t{1} << 16)) {  // cheap for small requests; stops absurd ones
+      const Stats s = stats();
+      if (s.pool_slots == 0) throw Error(RKV_NO_POOL, "rkv_alloc");
+      if (n > s.pool_slots) throw Error(RKV_OUT_OF_SLOTS, "rkv_alloc");
+    }
     std::vector<std::uint32_t> out(n);
     detail::check(rkv_alloc(cache_, n, out.data()), "rkv_alloc");
     return out;
@@ -389,8 +397,8 @@ class Cache {
 
  private:
   // `evict` and `evict_runs`: calls `c_evict` with a trampoline that passes each array of
-  // `T` (slots or runs) to `on_free`; an exception from `on_free` stops later calls of it
-  // (the eviction itself completes) and is rethrown.
+  // `T` (slots or runs) to `on_free`; an exception from `on_free` is kept (the first one),
+  // the later arrays are still passed on, and it is rethrown once the eviction completes.
   template <class T, class F, class CEvict>
   std::size_t evict_via(std::size_t n, F &on_free, CEvict c_evict, const char *what) const {
     struct Ctx {
@@ -399,11 +407,10 @@ class Cache {
     } ctx{&on_free, nullptr};
     void (*tramp)(void *, const T *, std::size_t) = [](void *p, const T *xs, std::size_t k) {
       Ctx *c = static_cast<Ctx *>(p);
-      if (c->error) return;
       try {
         (*c->f)(xs, k);
       } catch (...) {
-        c->error = std::current_exception();
+        if (!c->error) c->error = std::current_exception();
       }
     };
     std::size_t evicted = 0;

@@ -67,6 +67,28 @@ void caller_managed() {
   CHECK(c.stats().cached_tokens == 0);
   CHECK(freed.size() < 5);  // the throwing call freed at least 1
   {
+    // A callback that throws is still handed every freed slot (caller-managed slots would
+    // otherwise be lost), and the first exception comes out after the eviction.
+    CHECK(c.insert(9, std::vector<std::uint32_t>{1, 2}, std::vector<std::uint32_t>{50, 51}) == 0);
+    CHECK(c.insert(9, std::vector<std::uint32_t>{3, 4}, std::vector<std::uint32_t>{52, 53}) == 0);
+    CHECK(c.insert(9, std::vector<std::uint32_t>{5, 6}, std::vector<std::uint32_t>{54, 55}) == 0);
+    std::vector<std::uint32_t> handed;
+    int calls = 0;
+    std::string what;
+    try {
+      c.evict(SIZE_MAX, [&](const std::uint32_t *s, std::size_t k) {
+        handed.insert(handed.end(), s, s + k);
+        throw std::runtime_error("boom " + std::to_string(++calls));
+      });
+    } catch (const std::runtime_error &e) {
+      what = e.what();
+    }
+    std::sort(handed.begin(), handed.end());
+    CHECK(calls == 3 && what == "boom 1");
+    CHECK((handed == std::vector<std::uint32_t>{50, 51, 52, 53, 54, 55}));
+    CHECK(c.stats().cached_tokens == 0);
+  }
+  {
     // match_runs: the matched slots as runs, in token order, a cut inside the second.
     CHECK(c.insert(5, std::vector<std::uint32_t>{1, 2, 3, 4, 5},
                    std::vector<std::uint32_t>{100, 101, 102, 200, 201}) == 0);
@@ -133,6 +155,10 @@ void pooled_pages() {
   CHECK(c.match(0, toks) == s);
   CHECK_THROWS(c.free(s), RKV_DOUBLE_FREE);  // held by the tree
   CHECK_THROWS(c.alloc(272), RKV_OUT_OF_SLOTS);
+  // An absurd size is refused as the C call would refuse it, before sizing the output
+  // (it used to throw std::length_error from the vector).
+  CHECK_THROWS(c.alloc(SIZE_MAX / 2), RKV_OUT_OF_SLOTS);
+  CHECK_THROWS(rkv::Cache().alloc(SIZE_MAX / 2), RKV_NO_POOL);
   std::vector<std::uint32_t> all = c.alloc(256);  // evicts the cached 32
   CHECK(all.size() == 256 && c.stats().cached_tokens == 0 && c.stats().free_slots == 0);
   std::set<std::uint32_t> distinct(all.begin(), all.end());
