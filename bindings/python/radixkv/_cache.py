@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import ctypes
 import enum
+import operator
 import sys
 import threading
 from array import array
@@ -153,11 +154,12 @@ def as_u32(obj: U32Array, what: str = "array") -> _In:
             n = mv.shape[0]
             if n == 0:
                 return _In(None, 0, None)
-            if mv.readonly:
+            buf = None if mv.readonly else (c_uint32 * n).from_buffer(mv)
+            if buf is None or ctypes.addressof(buf) % 4:
+                # Read-only, or not 4-byte aligned (a NumPy view at an odd byte offset, say),
+                # which the library refuses: copied.
                 buf = (c_uint32 * n).from_buffer_copy(mv)
-            else:
-                buf = (c_uint32 * n).from_buffer(mv)  # borrowed: no copy
-            return _In(ctypes.addressof(buf), n, buf)
+            return _In(ctypes.addressof(buf), n, buf)  # else borrowed: no copy
         mv.release()
         if hasattr(obj, "tolist"):
             obj = obj.tolist()
@@ -178,9 +180,21 @@ def _out(n: int) -> array:
 
 
 def _size(n: int, what: str) -> int:
-    n = int(n)
+    """``n`` as a non-negative int: an integer type (``int``, NumPy integers), not a float,
+    a string or a bool, which would otherwise be truncated or read as a count."""
+    if isinstance(n, bool):
+        raise TypeError(f"{what} must be an int, not bool")
+    try:
+        n = operator.index(n)
+    except TypeError:
+        raise TypeError(f"{what} must be an int, not {type(n).__name__}") from None
     if n < 0:
         raise ValueError(f"{what} must be >= 0")
+    return n
+
+
+def _c_size(n: int) -> int:
+    """A count for a ``size_t`` argument: beyond ``SIZE_MAX`` means as many as there are."""
     return min(n, SIZE_MAX)
 
 
@@ -245,13 +259,13 @@ class Lock:
         cache = self._cache
         if self._released:
             # Ask the library anyway: a released handle is refused there, by contract.
-            if cache._ptr is not None:
+            if cache._ptr is not None and not cache._closing:
                 with cache._call() as c:
                     _check(lib.rkv_release(c, self.handle), "rkv_release")
             raise InvalidLockError("rkv_release: lock already released", Status.INVALID_LOCK)
         self._released = True
-        if cache._ptr is None:
-            return  # closing the cache released it
+        if cache._ptr is None or cache._closing:
+            return  # closing the cache releases it
         with cache._call() as c:
             _check(lib.rkv_release(c, self.handle), "rkv_release")
 
@@ -264,13 +278,22 @@ class Lock:
 
     def __del__(self) -> None:
         try:
-            if not self._released and self._cache._ptr is not None:
+            if not self._released and self._cache._ptr is not None and not self._cache._closing:
                 self.release()
         except Exception:
             pass
 
     def __len__(self) -> int:
         return self.length
+
+    def __copy__(self) -> "Lock":
+        raise TypeError("a radixkv.Lock is released once: share the object, do not copy it")
+
+    def __deepcopy__(self, memo: Any) -> "Lock":
+        raise TypeError("a radixkv.Lock is released once: share the object, do not copy it")
+
+    def __reduce__(self) -> Any:
+        raise TypeError("a radixkv.Lock cannot be pickled")
 
     def __repr__(self) -> str:
         state = "released" if self._released else "held"
@@ -291,7 +314,7 @@ class _Call:
     def __enter__(self) -> int:
         cache = self.cache
         with cache._cond:
-            if cache._ptr is None:
+            if cache._ptr is None or cache._closing:
                 raise CacheClosedError("the cache is closed")
             cache._inflight += 1
             return cache._ptr
@@ -316,9 +339,16 @@ class Cache:
     :meth:`insert` frees what it does not adopt). ``policy``: ``"lru"`` or ``"fifo"``.
 
     Token and slot arrays may be lists, tuples, ``array('I')``, NumPy ``uint32`` arrays
-    (borrowed without a copy), or any iterable of ints. Namespaces may be ``int``
+    (borrowed without a copy when C-contiguous, writable and 4-byte aligned; else copied),
+    or any iterable of ints. Counts (``page_size``, ``n_tokens``, ``n``) must be integers:
+    a float, a string or a bool is refused rather than truncated. Namespaces may be ``int``
     (``0 <= ns < 2**63``), ``str`` or ``bytes``: strings and bytes are interned per cache to
     distinct ids (never hashed), so isolation between namespaces is exact; ``None`` is 0.
+    An interned name is kept for the cache's lifetime: for per-request salts, which never
+    repeat, pass int ids instead.
+
+    A cache cannot be copied or pickled (it owns a native cache): share the object.
+    :meth:`close` refuses new calls at once and waits for the running ones.
     """
 
     def __init__(self, page_size: int = 1, pool_slots: int = 0, policy: str = "lru"):
@@ -327,6 +357,9 @@ class Cache:
         # thread holds the condition's lock (a collection can run at any allocation).
         self._cond = threading.Condition(threading.RLock())
         self._inflight = 0
+        # Set by close(): calls are refused from then on, so close() cannot be starved by
+        # threads that keep calling while it waits for the running ones.
+        self._closing = False
         self._names: Dict[Tuple[type, Any], int] = {}
         try:
             pol = _POLICIES[policy.lower()]
@@ -334,7 +367,9 @@ class Cache:
             raise InvalidArgumentError(
                 f"policy must be one of {sorted(_POLICIES)}, got {policy!r}", Status.INVALID_ARGUMENT
             ) from None
-        if not (0 <= int(page_size) < 1 << 32) or not (0 <= int(pool_slots) <= U64_MAX):
+        page_size = _size(page_size, "page_size")
+        pool_slots = _size(pool_slots, "pool_slots")
+        if not page_size < 1 << 32 or not pool_slots <= U64_MAX:
             raise InvalidArgumentError("page_size or pool_slots out of range", Status.INVALID_ARGUMENT)
         opts = lib.rkv_options_default()
         opts.page_size = int(page_size)
@@ -356,8 +391,9 @@ class Cache:
         """Frees the cache (waiting for calls running in other threads); its outstanding
         locks are released. Further calls raise :class:`CacheClosedError`. Idempotent."""
         with self._cond:
-            if self._ptr is None:
+            if self._ptr is None or self._closing:
                 return
+            self._closing = True
             while self._inflight:
                 self._cond.wait()
             ptr, self._ptr = self._ptr, None
@@ -378,6 +414,15 @@ class Cache:
             self.close()
         except Exception:
             pass
+
+    def __copy__(self) -> "Cache":
+        raise TypeError("a radixkv.Cache owns a native cache: share the object, do not copy it")
+
+    def __deepcopy__(self, memo: Any) -> "Cache":
+        raise TypeError("a radixkv.Cache owns a native cache: share the object, do not copy it")
+
+    def __reduce__(self) -> Any:
+        raise TypeError("a radixkv.Cache owns a native cache and cannot be pickled")
 
     # -- namespaces --
 
@@ -569,7 +614,7 @@ class Cache:
         cb = _native.FREE_FN(on_free)
         evicted = c_size_t()
         with self._call() as c:
-            _check(lib.rkv_evict(c, n, cb, None, byref(evicted)), "rkv_evict")
+            _check(lib.rkv_evict(c, _c_size(n), cb, None, byref(evicted)), "rkv_evict")
         return freed
 
     def evict_runs(self, n_tokens: int) -> List[Tuple[int, int]]:
@@ -586,7 +631,7 @@ class Cache:
         cb = _native.FREE_RUNS_FN(on_free)
         evicted = c_size_t()
         with self._call() as c:
-            _check(lib.rkv_evict_runs(c, n, cb, None, byref(evicted)), "rkv_evict_runs")
+            _check(lib.rkv_evict_runs(c, _c_size(n), cb, None, byref(evicted)), "rkv_evict_runs")
         return freed
 
     def alloc(self, n: int) -> array:
@@ -614,7 +659,7 @@ class Cache:
             out = (_native.rkv_slot_run * cap)()
             n_runs = c_size_t()
             with self._call() as c:
-                status = lib.rkv_alloc_runs(c, n, ctypes.addressof(out), cap, byref(n_runs))
+                status = lib.rkv_alloc_runs(c, _c_size(n), ctypes.addressof(out), cap, byref(n_runs))
             if status == Status.BUFFER_TOO_SMALL:
                 # The slots went back to the pool; retry with room for as many runs.
                 cap = max(n_runs.value, 2 * cap)

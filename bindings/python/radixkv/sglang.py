@@ -80,8 +80,9 @@ class RadixCache:
     """SGLang's ``RadixCache`` interface over a :class:`radixkv.Cache`.
 
     ``pool_slots=0`` (SGLang's setting: the scheduler owns a ``token_to_kv_pool_allocator``):
-    ``evict`` hands the freed slots to ``free_slots(list_of_slots)``. With ``pool_slots=N``
-    the cache owns the slots (use ``cache.alloc`` / ``cache.free``).
+    ``evict`` hands the freed slots to ``free_slots(list_of_slots)``, which it then requires
+    (``ValueError`` otherwise, before evicting: the slots would be lost). With
+    ``pool_slots=N`` the cache owns the slots (use ``cache.alloc`` / ``cache.free``).
     """
 
     def __init__(
@@ -133,6 +134,13 @@ class RadixCache:
         back to the pool). Returns the number of tokens evicted."""
         if self.disable:
             return 0
+        if self.cache.pool_slots == 0 and self._free_slots is None:
+            # SGLang frees evicted slots through its allocator; without one they would be
+            # lost. Refused before anything is evicted.
+            raise ValueError(
+                "evict needs free_slots (the allocator's free) when the slots are the caller's "
+                "(pool_slots=0): the evicted slots would be lost"
+            )
         freed = self.cache.evict(num_tokens)
         if freed and self._free_slots is not None and self.cache.pool_slots == 0:
             self._free_slots(freed)

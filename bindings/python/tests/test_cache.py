@@ -396,3 +396,93 @@ def test_loading_honours_radixkv_lib(tmp_path):
     r = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
     assert r.returncode == 0, r.stderr
     assert r.stdout.strip() == radixkv.library_path()
+
+
+# ---- found by an audit of the package ----------------------------------------------
+
+
+def test_cache_and_lock_cannot_be_copied_or_pickled():
+    # A shallow copy used to share the native pointer: the first to close freed it under
+    # the other (a use after free, then a crash).
+    import copy
+    import pickle
+
+    c = Cache()
+    lock = c.match_lock([1, 2])
+    for make in (copy.copy, copy.deepcopy, pickle.dumps):
+        with pytest.raises(TypeError):
+            make(c)
+        with pytest.raises(TypeError):
+            make(lock)
+    lock.release()
+    c.insert([1, 2], [5, 6])
+    assert list(c.match([1, 2])) == [5, 6]
+    c.close()
+
+
+def test_close_is_not_starved_by_busy_threads():
+    # close() used to wait for running calls while admitting new ones, so threads calling in
+    # a loop kept it waiting for ever; now it refuses new calls at once.
+    import threading
+
+    c = Cache()
+    c.insert(list(range(64)), list(range(64)))
+    started = threading.Barrier(3)
+    errors = []
+
+    def busy():
+        started.wait()
+        try:
+            while True:
+                c.match(list(range(64)))
+        except radixkv.CacheClosedError:
+            pass
+        except Exception as e:  # anything else is a failure
+            errors.append(e)
+
+    threads = [threading.Thread(target=busy, daemon=True) for _ in range(2)]
+    for t in threads:
+        t.start()
+    started.wait()
+    closer = threading.Thread(target=c.close, daemon=True)
+    closer.start()
+    closer.join(timeout=60)
+    assert not closer.is_alive(), "close() is starved by the busy threads"
+    for t in threads:
+        t.join(timeout=60)
+        assert not t.is_alive()
+    assert c.closed and not errors
+
+
+def test_counts_must_be_integers():
+    c = Cache(pool_slots=8)
+    for bad in (2.5, "2", True, None):
+        with pytest.raises(TypeError):
+            c.alloc(bad)
+        with pytest.raises(TypeError):
+            c.evict(bad)
+    for bad in (1.7, True):
+        with pytest.raises(TypeError):
+            Cache(page_size=bad)
+        with pytest.raises(TypeError):
+            Cache(pool_slots=bad)
+    assert c.stats().free_slots == 8
+    # Integer types other than int are fine.
+    if np is not None:
+        assert len(c.alloc(np.int64(2))) == 2
+    # The count in an error is the one asked for, not a clamped one.
+    with pytest.raises(radixkv.OutOfSlotsError, match=str(2**70)):
+        c.alloc(2**70)
+    assert c.evict(2**70) == []  # "as many as there are": nothing cached
+
+
+@needs_numpy
+def test_misaligned_numpy_arrays_are_copied():
+    raw = np.zeros(4 * 9, dtype=np.uint8)
+    view = raw[1 : 1 + 4 * 8].view(np.uint32)  # contiguous, writable, at an odd address
+    view[:] = np.arange(8, dtype=np.uint32)
+    assert view.flags.c_contiguous and view.flags.writeable
+    assert view.ctypes.data % 4 != 0
+    c = Cache()
+    c.insert(view, view + 100)
+    assert list(c.match(view)) == list(range(100, 108))

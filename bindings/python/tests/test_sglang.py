@@ -79,3 +79,17 @@ def test_pool_mode_and_disable():
     assert off.insert([1, 2], [1, 2]) == 0
     assert len(off.match_prefix([1, 2]).device_indices) == 0
     assert off.evict(10) == 0
+
+
+def test_evict_needs_somewhere_for_caller_managed_slots():
+    # Found by an audit: with the slots the caller's (pool_slots=0) and no free_slots, evict
+    # used to drop the freed slots silently.
+    cache = RadixCache()
+    cache.insert([1, 2, 3, 4], [100, 101, 102, 103])
+    with pytest.raises(ValueError, match="free_slots"):
+        cache.evict(4)
+    assert cache.total_size() == 4, "refused before evicting"
+    pooled = RadixCache(pool_slots=16)
+    slots = pooled.cache.alloc(4)
+    pooled.insert([1, 2, 3, 4], slots)
+    assert pooled.evict(4) == 4  # the pool takes them back
