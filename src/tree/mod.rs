@@ -903,8 +903,9 @@ impl RadixTree {
     ///
     /// Some inserts change the tree's shape before that moment: a new namespace gets its
     /// root, and an edge where the key diverges (or, with `pin`, where it ends) is split.
-    /// Before the first such change, `prepare(existing, cached, Stage::Check)` is asked,
-    /// once, with the outcome as it stands then; it must change nothing, and if it fails the
+    /// Before the first such change, `prepare(existing, cached, Stage::Check)` is asked (when
+    /// `collect` is given: without the cached slots there is nothing to check), once, with
+    /// the outcome as it stands then; it must change nothing, and if it fails the
     /// insert returns its error with the tree untouched. So an insert that would be refused
     /// (a pool-mode insert with a bad slot) leaves no split behind and moves no access stamp
     /// (the path's stamps are refreshed only once the insert has succeeded). Only a race
@@ -995,8 +996,10 @@ impl RadixTree {
                         cur = c;
                         continue 'step;
                     }
-                    if (pin || pos + k < n) && !checked {
+                    if want && (pin || pos + k < n) && !checked {
                         // A split comes next: check the outcome first (`existing = pos + k`).
+                        // Only a caller that collects the cached slots can check anything
+                        // (the pool's inserts); the others would only pay for the copy.
                         checked = true;
                         let mark = cached.mark();
                         cached.take(c, k);
