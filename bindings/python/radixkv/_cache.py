@@ -224,7 +224,25 @@ class Stats:
 # ---- locks ----------------------------------------------------------------------------
 
 
-class Lock:
+class _Unique:
+    """An object that owns a native resource (a cache, a lock handle): a copy would free or
+    release it twice, so copying and pickling raise ``TypeError``; share the object."""
+
+    __slots__ = ()
+
+    def __copy__(self) -> Any:
+        name = type(self).__name__
+        raise TypeError(f"a radixkv.{name} owns a native resource: share it, do not copy it")
+
+    def __deepcopy__(self, memo: Any) -> Any:
+        self.__copy__()
+
+    def __reduce__(self) -> Any:
+        name = type(self).__name__
+        raise TypeError(f"a radixkv.{name} owns a native resource and cannot be pickled")
+
+
+class Lock(_Unique):
     """A pin on a matched or inserted prefix (``rkv_lock``). Release it with
     :meth:`release`, or use it as a context manager; a lock that is garbage-collected
     unreleased is released then. ``slots`` are the matched slots (``array('I')``; empty for
@@ -286,15 +304,6 @@ class Lock:
     def __len__(self) -> int:
         return self.length
 
-    def __copy__(self) -> "Lock":
-        raise TypeError("a radixkv.Lock is released once: share the object, do not copy it")
-
-    def __deepcopy__(self, memo: Any) -> "Lock":
-        raise TypeError("a radixkv.Lock is released once: share the object, do not copy it")
-
-    def __reduce__(self) -> Any:
-        raise TypeError("a radixkv.Lock cannot be pickled")
-
     def __repr__(self) -> str:
         state = "released" if self._released else "held"
         return f"<radixkv.Lock {self.handle:#x} length={self.length} {state}>"
@@ -330,7 +339,7 @@ class _Call:
 _POLICIES = {"lru": 0, "fifo": 1}
 
 
-class Cache:
+class Cache(_Unique):
     """A radix prefix cache (``rkv_cache``). Every method may be called from many threads
     at once; the GIL is released inside the library.
 
@@ -415,14 +424,7 @@ class Cache:
         except Exception:
             pass
 
-    def __copy__(self) -> "Cache":
-        raise TypeError("a radixkv.Cache owns a native cache: share the object, do not copy it")
 
-    def __deepcopy__(self, memo: Any) -> "Cache":
-        raise TypeError("a radixkv.Cache owns a native cache: share the object, do not copy it")
-
-    def __reduce__(self) -> Any:
-        raise TypeError("a radixkv.Cache owns a native cache and cannot be pickled")
 
     # -- namespaces --
 
