@@ -336,9 +336,8 @@ enum rkv_status rkv_match_runs(const struct rkv_cache *cache,
  * version 1): `out_cap` must be >= the number of runs (pass `n_tokens` to be safe);
  * `out_runs` may be NULL only when `out_cap == 0`. On `RKV_BUFFER_TOO_SMALL` nothing is
  * pinned, no edge is split, and only `*out_n_runs` and `*out_len` are written. Always
- * yields a lock on
- * `RKV_OK`, also for a match of length 0; the caller owns it and must release it exactly
- * once with `rkv_release`. Thread-safe.
+ * yields a lock on `RKV_OK`, also for a match of length 0; the caller owns it and must
+ * release it exactly once with `rkv_release`. Thread-safe.
  *
  * # Safety
  * As `rkv_match_runs`; `out_lock` NULL or writable.

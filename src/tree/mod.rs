@@ -903,10 +903,11 @@ impl RadixTree {
     ///
     /// Some inserts change the tree's shape before that moment: a new namespace gets its
     /// root, and an edge where the key diverges (or, with `pin`, where it ends) is split.
-    /// Before the first such change, `prepare(existing, cached, Stage::Check)` is asked (when
-    /// `collect` is given: without the cached slots there is nothing to check), once, with
-    /// the outcome as it stands then; it must change nothing, and if it fails the
-    /// insert returns its error with the tree untouched. So an insert that would be refused
+    /// Before the first such change, `prepare(existing, cached, Stage::Check)` is asked,
+    /// once, with the outcome as it stands then (before a split only when `collect` is
+    /// given: without the cached slots there is nothing to check; before a new root always,
+    /// as nothing is cached there); it must change nothing, and if it fails the insert
+    /// returns its error with the tree untouched. So an insert that would be refused
     /// (a pool-mode insert with a bad slot) leaves no split behind and moves no access stamp
     /// (the path's stamps are refreshed only once the insert has succeeded). Only a race
     /// that changes the outcome between the check and the commit can still leave a split
