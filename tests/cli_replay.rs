@@ -240,6 +240,15 @@ fn bad_inputs_are_clean_errors() {
     let err = run_fail(&["replay", "--trace", f.to_str().unwrap()]);
     assert!(err.contains(":2: malformed JSON at column ") && !err.contains("line 1"), "{err}");
     let _ = std::fs::remove_file(&f);
+    // An integer beyond u64 (which serde_json reads as a float) says what the field takes.
+    let f = temp_file("bigns.jsonl", "{\"tokens\": [1], \"namespace\": 18446744073709551616}\n");
+    let err = run_fail(&["replay", "--trace", f.to_str().unwrap()]);
+    assert!(
+        err.contains(":1: malformed JSON at column ")
+            && err.contains("expected an integer in [0, 2^64)"),
+        "{err}"
+    );
+    let _ = std::fs::remove_file(&f);
     // A UTF-8 byte order mark before the first line is not an error.
     let f = temp_file("bom.jsonl", "\u{feff}{\"tokens\": [1, 2, 3]}\n{\"tokens\": [1, 2, 3]}\n");
     let v = run_json(&["replay", "--trace", f.to_str().unwrap(), "--json"]);

@@ -328,9 +328,11 @@ fn parse_line(line: &str, opts: TraceOptions) -> Result<Entry, String> {
     }
     let raw: RawLine = serde_json::from_str(line).map_err(|e| {
         // serde_json says "at line 1 column C": the line is the trace's, named by the caller.
-        let msg = e.to_string();
-        let msg = msg.strip_suffix(&format!(" at line {} column {}", e.line(), e.column()));
-        format!("malformed JSON at column {}: {}", e.column(), msg.unwrap_or(&e.to_string()))
+        let full = e.to_string();
+        let msg = full.strip_suffix(&format!(" at line {} column {}", e.line(), e.column()));
+        // serde_json reads an integer beyond u64 as a float: say what the field takes.
+        let msg = msg.unwrap_or(&full).replace("expected u64", "expected an integer in [0, 2^64)");
+        format!("malformed JSON at column {}: {msg}", e.column())
     })?;
     let format = match opts.format {
         Format::Auto => match (raw.tokens.is_some(), raw.hash_ids.is_some()) {
