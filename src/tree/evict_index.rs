@@ -92,7 +92,7 @@ impl Queue {
             // SAFETY: a node named by a ticket is not retired yet (retire cuts the ticket
             // first, under the lock the caller holds), so it is live; its data is immutable.
             if let Some(n) = unsafe { node.as_ref() } {
-                prefetch(n.slots_ptr().cast());
+                prefetch(n.edge.slots_ptr().cast());
             }
         }
     }

@@ -554,7 +554,7 @@ fn a_panicking_free_callback_leaves_the_counts_exact() {
 fn slot_sinks_rewind_to_a_mark() {
     // An insert checks its outcome with an edge's slots appended, then rewinds: the sink
     // must be exactly as before, also when the edge's first run continued the sink's last.
-    let node = Node::new(&[1, 2, 3, 4], &[10, 11, 12, 40], 0, 0, 1);
+    let node = Node::new(super::slots::Edge::new(&[1, 2, 3, 4], &[10, 11, 12, 40], 1), 0, 0);
     let mut runs = vec![SlotRun { start: 5, len: 1 }, SlotRun { start: 8, len: 2 }];
     let before = runs.clone();
     let m = runs.mark();

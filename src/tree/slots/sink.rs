@@ -1,8 +1,8 @@
 //! Where a match writes the slots of the edges it passes: one slot per token (`Vec<u32>`)
 //! or runs of consecutive slots (`Vec<SlotRun>`, O(runs) to write instead of O(tokens)).
 
-use super::node::Node;
 use crate::slot_run::SlotRun;
+use crate::tree::node::Node;
 
 /// A match's output: cleared when a descent starts over, then given each matched edge's
 /// leading tokens in order.
@@ -31,7 +31,7 @@ impl SlotSink for Vec<u32> {
     }
     #[inline]
     fn take(&mut self, node: &Node, k: usize) {
-        node.extend_slots(self, 0, k);
+        node.edge.extend_slots(self, 0, k);
     }
     fn mark(&self) -> Mark {
         Mark { len: self.len(), last: 0 }
@@ -47,7 +47,7 @@ impl SlotSink for Vec<SlotRun> {
     }
     #[inline]
     fn take(&mut self, node: &Node, k: usize) {
-        node.push_runs(self, k);
+        node.edge.push_runs(self, k);
     }
     fn mark(&self) -> Mark {
         Mark { len: self.len(), last: self.last().map_or(0, |r| r.len) }

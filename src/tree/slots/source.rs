@@ -2,9 +2,10 @@
 //! consecutive slots (`&[SlotRun]`, as a pool hands them out: O(runs) to pass and to store
 //! instead of O(tokens) to scan).
 
-use super::node::Node;
+use super::Edge;
 use crate::error::{Result, invalid};
 use crate::slot_run::SlotRun;
+use crate::tree::node::Node;
 
 /// The slots of an insert's tokens, in token order.
 #[derive(Clone, Copy)]
@@ -62,11 +63,11 @@ impl<'a> SlotSource<'a> {
     ) -> Node {
         let to = from + tokens.len();
         match self {
-            SlotSource::List(s) => Node::new(tokens, &s[from..to], pins, stamp, page),
+            SlotSource::List(s) => Node::new(Edge::new(tokens, &s[from..to], page), pins, stamp),
             SlotSource::Runs(r, _) => {
                 let mut part = Vec::new();
                 cut_runs(r, from, to, &mut part);
-                Node::from_runs(tokens, &part, pins, stamp, page)
+                Node::new(Edge::from_runs(tokens, &part, page), pins, stamp)
             }
         }
     }

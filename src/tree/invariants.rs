@@ -1,0 +1,95 @@
+//! The quiescent walk that checks the tree's structure and counters (for tests).
+
+use super::*;
+
+/// What a quiescent walk of the tree found (see [`RadixTree::check_invariants`]).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct TreeCensus {
+    /// Tokens in reachable nodes.
+    pub cached_tokens: u64,
+    /// Tokens in reachable nodes with a pin count above zero.
+    pub pinned_tokens: u64,
+    /// Reachable nodes, roots excluded.
+    pub nodes: u64,
+    /// Reachable leaves, roots excluded.
+    pub leaves: u64,
+    /// Heap bytes of nodes, child tables and the eviction index.
+    pub heap_bytes: u64,
+}
+
+impl RadixTree {
+    /// Walks the whole tree and checks its structure: no dead or replaced node reachable,
+    /// edges non-empty page multiples, children keyed by distinct first pages in sorted
+    /// order, parent pointers right, and the counters equal to what the walk finds
+    /// (`cached == evictable + protected`). Meant for tests at quiescence; concurrent
+    /// writers make it report spurious differences.
+    pub fn check_invariants(&self) -> std::result::Result<TreeCensus, String> {
+        let g = self.domain.pin();
+        let p = self.cfg.page_size;
+        let mut census = TreeCensus::default();
+        let t = self.roots.load(Ordering::SeqCst, &g);
+        // SAFETY: as in `root`.
+        if let Some(t) = unsafe { t.as_ref() } {
+            for &r in t.roots.iter() {
+                // SAFETY: roots live as long as the tree.
+                let root = unsafe { node_ref(r, &g) }.expect("roots are not null");
+                census.heap_bytes += root.heap_bytes() as u64;
+                let mut stack = vec![root];
+                while let Some(n) = stack.pop() {
+                    let Some(table) = n.table(&g) else { continue };
+                    census.heap_bytes += table.heap_bytes() as u64;
+                    let mut prev: Option<&[u32]> = None;
+                    for c in table.nodes() {
+                        // SAFETY: reachable under `g`.
+                        let c = unsafe { node_ref(c, &g) }.expect("tables hold no null");
+                        let s = c.state.load(Ordering::SeqCst);
+                        if s & (DEAD | REPLACED) != 0 {
+                            return Err(format!("reachable node in state {s:#x}"));
+                        }
+                        if c.len() == 0 || c.len() % p != 0 {
+                            return Err(format!("edge of length {} with page size {p}", c.len()));
+                        }
+                        if !std::ptr::eq(c.parent.load(Ordering::SeqCst), n) {
+                            return Err("wrong parent pointer".into());
+                        }
+                        let first = &c.key()[..p];
+                        if let Some(pf) = prev {
+                            if pf[0] > first[0] || pf == first {
+                                return Err("child table not sorted or first pages repeat".into());
+                            }
+                        }
+                        prev = Some(first);
+                        census.nodes += 1;
+                        census.cached_tokens += c.len() as u64;
+                        if s & PIN_MASK != 0 {
+                            census.pinned_tokens += c.len() as u64;
+                        }
+                        if c.is_leaf(&g) {
+                            census.leaves += 1;
+                        }
+                        census.heap_bytes += c.heap_bytes() as u64;
+                        stack.push(c);
+                    }
+                }
+            }
+        }
+        census.heap_bytes += self.index.heap_bytes() as u64;
+        let st = self.stats();
+        if st.cached_tokens != census.cached_tokens
+            || st.protected_tokens != census.pinned_tokens
+            || st.evictable_tokens != census.cached_tokens - census.pinned_tokens
+            || st.nodes != census.nodes
+        {
+            return Err(format!("counters {st:?} disagree with the tree {census:?}"));
+        }
+        if st.cached_tokens != st.evictable_tokens + st.protected_tokens {
+            return Err(format!("cached != evictable + protected: {st:?}"));
+        }
+        Ok(census)
+    }
+
+    /// Entries in the eviction index (some may be stale); for tests and benches.
+    pub fn eviction_queue_len(&self) -> usize {
+        self.index.len()
+    }
+}
