@@ -72,6 +72,45 @@ pub(crate) mod epoch {
     }
 }
 
+/// The clock of access stamps (LRU order and FIFO creation order): each read is later
+/// than every earlier read of the same thread (strictly), and than every read of another
+/// thread that happens before it as far as a monotonic OS clock orders them (reads more than
+/// its resolution apart: 1 ns for Linux's `CLOCK_MONOTONIC`). Reading it writes no shared
+/// memory (a vDSO clock read and a thread-local): matches stay read-only for shared state.
+///
+/// Values are nanoseconds since a process-wide origin, so the stamps of all trees share one
+/// scale (the thread-local keeps a thread's stamps strictly increasing across trees too).
+/// Under loom it is a logical counter instead (deterministic for a given schedule, which
+/// loom needs; not part of any modelled protocol).
+pub(crate) mod clock {
+    #[cfg(not(loom))]
+    thread_local! {
+        static LAST: std::cell::Cell<u64> = const { std::cell::Cell::new(0) };
+    }
+
+    /// The current stamp (see the module docs).
+    #[cfg(not(loom))]
+    #[inline]
+    pub(crate) fn now() -> u64 {
+        static ORIGIN: std::sync::OnceLock<std::time::Instant> = std::sync::OnceLock::new();
+        let origin = *ORIGIN.get_or_init(std::time::Instant::now);
+        // +1: stamp 0 stays older than any access (nodes are built with stamps from here).
+        let t = origin.elapsed().as_nanos() as u64 + 1;
+        LAST.with(|last| {
+            let s = t.max(last.get() + 1);
+            last.set(s);
+            s
+        })
+    }
+
+    /// The current stamp (loom: a logical counter).
+    #[cfg(loom)]
+    pub(crate) fn now() -> u64 {
+        static TICKS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
+        TICKS.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+    }
+}
+
 /// A process-wide unique id (for telling one tree's locks from another's). Not part of any
 /// concurrent protocol, so it uses `std` directly even under loom.
 pub(crate) fn next_id() -> u64 {

@@ -277,3 +277,83 @@ proptest! {
         run(2, ops)?;
     }
 }
+
+/// Eviction order against a sequential model of the policy: keys with distinct first tokens
+/// (each its own leaf edge: no splits, no shared parents), random inserts, matches (whole
+/// or partial, plain or locking-and-released) and `evict(1)` calls. Each eviction must take
+/// exactly the key the model names: the least recently accessed (LRU: an insert or a match
+/// that reaches the key is an access) or the first inserted (FIFO).
+fn run_order(policy: EvictionPolicy, ops: Vec<(u8, u32, usize)>) -> Result<(), TestCaseError> {
+    let tree = RadixTree::new(TreeConfig { page_size: 1, policy }).unwrap();
+    let key = |i: u32| -> Vec<u32> { (0..4).map(|j| 10 * i + j).collect() };
+    // Cached keys -> (last access, creation), both in operation order.
+    let mut model: HashMap<u32, (usize, usize)> = HashMap::new();
+    let mut out = Vec::new();
+    for (step, (kind, i, len)) in ops.into_iter().enumerate() {
+        match kind {
+            0 => {
+                let slots: Vec<u32> = key(i).iter().map(|t| t + 1000).collect();
+                let existing = tree.insert(0, &key(i), &slots).unwrap();
+                let e = model.entry(i).or_insert((step, step));
+                prop_assert_eq!(existing, if e.1 == step { 0 } else { 4 });
+                e.0 = step;
+            }
+            1 | 2 => {
+                // Partial matches stop inside the edge; a locking one would split it, so
+                // locking matches take the whole key.
+                let q = if kind == 1 { &key(i)[..len] } else { &key(i)[..] };
+                let m = if kind == 1 {
+                    tree.match_prefix(0, q, &mut out)
+                } else {
+                    let g = tree.match_and_lock(0, q, &mut out);
+                    g.len()
+                };
+                match model.get_mut(&i) {
+                    Some(e) => {
+                        prop_assert_eq!(m, q.len());
+                        e.0 = step;
+                    }
+                    None => prop_assert_eq!(m, 0),
+                }
+            }
+            _ => {
+                let mut freed = Vec::new();
+                tree.evict(1, &mut |s| freed.extend_from_slice(s));
+                let by = |e: &(usize, usize)| match policy {
+                    EvictionPolicy::Fifo => e.1,
+                    _ => e.0,
+                };
+                let want = model.iter().min_by_key(|(_, e)| by(e)).map(|(&i, _)| i);
+                match want {
+                    None => prop_assert!(freed.is_empty()),
+                    Some(w) => {
+                        let slots: Vec<u32> = key(w).iter().map(|t| t + 1000).collect();
+                        prop_assert_eq!(&freed, &slots, "step {}: evicted the wrong key", step);
+                        model.remove(&w);
+                    }
+                }
+            }
+        }
+    }
+    prop_assert_eq!(tree.stats().cached_tokens as usize, 4 * model.len());
+    tree.check_invariants().map_err(TestCaseError::fail)?;
+    Ok(())
+}
+
+fn order_op() -> impl Strategy<Value = (u8, u32, usize)> {
+    (0u8..5, 1u32..6, 1usize..5)
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 256, ..ProptestConfig::default() })]
+
+    #[test]
+    fn lru_order_matches_the_sequential_model(ops in prop::collection::vec(order_op(), 1..80)) {
+        run_order(EvictionPolicy::Lru, ops)?;
+    }
+
+    #[test]
+    fn fifo_order_matches_the_sequential_model(ops in prop::collection::vec(order_op(), 1..80)) {
+        run_order(EvictionPolicy::Fifo, ops)?;
+    }
+}

@@ -1,26 +1,76 @@
 //! Descent: the shared step every walker takes from a node to the child that holds the
-//! next page, and the lock-free match built on it.
+//! next page ([`RadixTree::step`] for walkers that compare the key, [`RadixTree::next`] for
+//! walkers that follow a path known to be cached), and the lock-free match built on it.
+//!
+//! # Following `forward`
+//!
+//! A node reached through a child table loaded under a guard `g` (or a root) was reachable
+//! at a moment after `g` was pinned. If it is `REPLACED`, its `forward` (U) was published
+//! in the parent's table by the same store that unlinked it, so U too was reachable at a
+//! moment after `g` was pinned, and the epoch keeps it for `g` whatever is retired first:
+//! U may be split or evicted, and retired, before the node it replaced is (the split
+//! retires A only after dropping its locks). The argument applies again along a chain of
+//! `forward` pointers. It does *not* hold for a node known only from an eviction ticket
+//! (it may have been unlinked before `g` was pinned): no code follows `forward`, or reads
+//! the child table, of such a node before checking that it is neither `DEAD` nor
+//! `REPLACED` (see `evict_index::pop_locked`).
 
 use super::*;
 
 impl RadixTree {
-    /// The node that replaced `n`'s beginning, following `forward` while `REPLACED`.
+    /// The node that replaced `n`'s beginning, following `forward` while `REPLACED`. `n`
+    /// must have been reachable through tables (or be a root, or a `forward` target of such
+    /// a node) at a moment after `g` was pinned; so is the result (see the module docs).
     #[inline]
     pub(super) fn resolve<'g>(&self, mut n: &'g Node, g: &'g Guard) -> &'g Node {
-        while n.state.load(Ordering::SeqCst) & REPLACED != 0 {
-            let f = n.forward.load(Ordering::SeqCst);
-            // SAFETY: `forward` is stored before REPLACED is set, and U is retired no
-            // earlier than A (its own split or eviction comes after A's retirement), so
-            // U is valid for any guard under which A is.
+        // Acquire: pairs with the split's Release CAS that set REPLACED, so `forward` and
+        // the node it names (built before that CAS) are visible.
+        while n.state.load(Ordering::Acquire) & REPLACED != 0 {
+            // Relaxed: ordered after the store of `forward` by the Acquire load above.
+            let f = n.forward.load(Ordering::Relaxed);
+            // SAFETY: `n` was reachable at a moment after `g` was pinned (the contract), and
+            // U = `forward` was published by the store that unlinked `n`, so U was reachable
+            // at a later moment, also after `g` was pinned: U is not freed while `g` lives,
+            // whatever is retired first (see the module docs).
             n = unsafe { node_ref(f, g) }.expect("REPLACED implies forward");
         }
         n
     }
 
+    /// The shared descent step on a path known to be cached (pinned pages, or pages re-read
+    /// to check they still are): the child of `cur` whose first page is `page`, resolved
+    /// through splits; `None` if there is none. `cur` must satisfy [`RadixTree::resolve`]'s
+    /// contract.
+    #[inline]
+    pub(super) fn next<'g>(&self, cur: &'g Node, page: &[u32], g: &'g Guard) -> Option<&'g Node> {
+        cur.child(page, g).map(|c| self.resolve(c, g))
+    }
+
+    /// The shared descent step of the walkers that compare the key (match, locking match,
+    /// insert): the child of `cur` holding `rest`'s first page (`rest` is at least a page),
+    /// resolved through splits, and how many of its tokens match `rest`, cut to a page
+    /// multiple (at least one page). `None` when no child holds that page. It does not check
+    /// `DEAD`: what a node being evicted means is the walker's choice.
+    #[inline]
+    pub(super) fn step<'g>(
+        &self,
+        cur: &'g Node,
+        rest: &[u32],
+        g: &'g Guard,
+    ) -> Option<(&'g Node, usize)> {
+        let p = self.cfg.page_size;
+        // The candidate skips comparing the rest of the first page when one child alone
+        // starts with its first token; the comparison below covers it.
+        let c = self.resolve(cur.child_candidate(&rest[..p], g)?, g);
+        let k = common_prefix(c.key(), rest) / p * p;
+        (k > 0).then_some((c, k))
+    }
+
     /// For a node this thread has pinned (so its pages stay cached): the current node that
     /// ends where `n` ends (after splits of `n`, the last of its replacements).
     pub(super) fn last_of<'g>(&self, n: &'g Node, g: &'g Guard) -> &'g Node {
-        if n.state.load(Ordering::SeqCst) & REPLACED == 0 {
+        // Acquire: as in `resolve`.
+        if n.state.load(Ordering::Acquire) & REPLACED == 0 {
             return n;
         }
         let key = n.key();
@@ -28,8 +78,7 @@ impl RadixTree {
         let mut x = self.resolve(n, g);
         let mut off = x.len();
         while off < key.len() {
-            let c = x.child(&key[off..off + p], g).expect("pinned pages stay cached");
-            x = self.resolve(c, g);
+            x = self.next(x, &key[off..off + p], g).expect("pinned pages stay cached");
             off += x.len();
         }
         debug_assert_eq!(off, key.len());
@@ -40,18 +89,19 @@ impl RadixTree {
     pub(super) fn is_live(&self, n: &Node, k: usize, g: &Guard) -> bool {
         let p = self.cfg.page_size;
         let key = &n.key()[..k];
+        let mut x = self.resolve(n, g);
         let mut off = 0;
-        let mut x = n;
         loop {
-            x = self.resolve(x, g);
-            if x.state.load(Ordering::SeqCst) & DEAD != 0 {
+            // Acquire: pairs with the evictor's AcqRel CAS that set DEAD, so an eviction
+            // that happened before this load is seen.
+            if x.state.load(Ordering::Acquire) & DEAD != 0 {
                 return false;
             }
             off += x.len();
             if off >= key.len() {
                 return true;
             }
-            match x.child(&key[off..off + p], g) {
+            match self.next(x, &key[off..off + p], g) {
                 Some(c) => x = c,
                 None => return false,
             }
@@ -105,7 +155,14 @@ impl RadixTree {
         }
     }
 
-    /// One optimistic descent; `None` if a racing split or eviction invalidated it.
+    /// One optimistic descent; `None` if a racing split invalidated it, or if the last edge
+    /// it used was evicted before it finished (then it starts over).
+    ///
+    /// The slots it writes are valid memory whatever happens meanwhile (the guard keeps
+    /// every node it read), and a match is only an estimate once it returns. The closing
+    /// `is_live` re-check is a freshness choice: it makes the answer one the tree held at a
+    /// moment after the descent read its last edge (the linearization point), never slots
+    /// of an edge whose eviction completed before the match did.
     pub(super) fn try_match<S: SlotSink>(
         &self,
         root: &Node,
@@ -113,25 +170,21 @@ impl RadixTree {
         out: &mut S,
         g: &Guard,
     ) -> Option<usize> {
-        let p = self.cfg.page_size;
         let now = self.now();
         let mut cur = root;
         let mut pos = 0;
         let mut last: Option<(&Node, usize)> = None;
         while pos < key.len() {
-            if cur.state.load(Ordering::SeqCst) & REPLACED != 0 {
+            // Acquire: as in `resolve`.
+            if cur.state.load(Ordering::Acquire) & REPLACED != 0 {
                 return None; // cur's table is frozen: start over on the current tree
             }
-            let Some(c) = cur.child_candidate(&key[pos..pos + p], g) else {
-                break;
+            let Some((c, k)) = self.step(cur, &key[pos..], g) else {
+                break; // no child holds the next page
             };
-            let c = self.resolve(c, g);
-            if c.state.load(Ordering::SeqCst) & DEAD != 0 {
+            // Acquire: as in `is_live`.
+            if c.state.load(Ordering::Acquire) & DEAD != 0 {
                 break; // being evicted: absent
-            }
-            let k = common_prefix(c.key(), &key[pos..]) / p * p;
-            if k == 0 {
-                break; // the candidate differs within the first page: no child matches
             }
             out.take(c, k);
             self.touch(c, now);

@@ -21,7 +21,7 @@ use std::collections::{BinaryHeap, VecDeque};
 
 use super::node::{DEAD, Node, PIN_MASK, REPLACED, node_ref};
 use crate::sync::epoch::{Guard, Shared};
-use crate::sync::{Mutex, Ordering, lock};
+use crate::sync::{Mutex, Ordering, lock, yield_now};
 
 /// What a queue entry names: the node, or null once the node was unlinked. Owned by its
 /// entry; read and written only under the index lock.
@@ -127,7 +127,9 @@ impl EvictIndex {
     }
 
     /// Queues `node` if it is live and not queued already. The caller decided it is an
-    /// unpinned leaf; `pop` re-checks.
+    /// unpinned leaf; `pop` re-checks. `node` must be valid for the caller's guard and
+    /// not yet retired (the caller reached it under its guard and it is still linked, or
+    /// was until the caller unlinked it and has not retired it yet).
     pub(crate) fn push(&self, node: &Node) {
         push_locked(&mut lock(&self.queue), node);
     }
@@ -141,9 +143,12 @@ impl EvictIndex {
             // since only this function and `pop_after` hand nodes to the epoch.
             cut_ticket(unsafe { node_ref(node, guard) }.expect("retire of null"));
         }
-        // SAFETY: `node` is unlinked (no table, root or forward pointer published after now
-        // leads to it, except a forward pointer of a node retired no later than it) and no
-        // queue entry names it any more, so no thread pinned after this can reach it.
+        // SAFETY: `node` is unlinked: no child table, parent field or (now) ticket names
+        // it, so a thread pinned after this cannot reach it that way. A `forward` pointer
+        // may still name it (the node it replaced may be retired later), but `forward` is
+        // followed only from a node that was reachable after the follower's guard was
+        // pinned, and then this node was too (see the `descent` module), so the epoch
+        // keeps it for every guard that can still reach it.
         unsafe { guard.defer_destroy(Shared::from(node.cast_const())) };
     }
 
@@ -164,13 +169,30 @@ impl EvictIndex {
             // SAFETY: `d.node` was unlinked by the caller under `guard`, and not handed to
             // the epoch: only this call does that (below), so it is alive.
             cut_ticket(unsafe { node_ref(d.node, guard) }.expect("retire of null"));
-            // SAFETY: the parent was the evicted node's parent under `guard` (read under its
-            // lock), so it was reachable then and the epoch keeps it for the guard.
+            // SAFETY: the parent was read from the evicted node's parent field under
+            // `guard`, under the parent's lock, while the node was linked below it: it was
+            // linked then, after `guard` was pinned, so the epoch keeps it for `guard`
+            // (another pass may have evicted and retired it since: `push_locked` then sees
+            // DEAD and skips it).
             if let Some(parent) = unsafe { node_ref(d.parent.cast_mut(), guard) } {
                 push_locked(&mut q, parent);
             }
         }
-        let popped = if next { pop_locked(&mut q, lru, guard) } else { None };
+        let popped = loop {
+            if !next {
+                break None;
+            }
+            match pop_locked(&mut q, lru, guard) {
+                Popped::Leaf(n) => break Some(n),
+                Popped::Empty => break None,
+                Popped::Busy => {
+                    // Bound the time a waiting split or release spends on this lock.
+                    drop(q);
+                    yield_now();
+                    q = lock(&self.queue);
+                }
+            }
+        };
         drop(q);
         if let Some(d) = done {
             // SAFETY: as in `retire`: unlinked, and its ticket is cut.
@@ -201,19 +223,26 @@ pub(crate) struct Evicted {
 
 /// [`EvictIndex::push`] with the lock held.
 fn push_locked(q: &mut Queue, node: &Node) {
-    if node.state.load(Ordering::SeqCst) & (DEAD | REPLACED) != 0 {
+    // Relaxed: a filter only (`pop_locked` re-checks with Acquire). Memory safety does not
+    // depend on it: a node retired before this lock was taken had its DEAD or REPLACED
+    // set before that retire's ticket cut, under this lock, so the lock makes the bit
+    // visible here; one retired later has its ticket (this one too) cut after us.
+    if node.state.load(Ordering::Relaxed) & (DEAD | REPLACED) != 0 {
         return;
     }
+    // Relaxed (`evq`, here and below): read and written only under the index lock.
     if !node.evq.load(Ordering::Relaxed).is_null() {
         return;
     }
     let t = Box::into_raw(Box::new(Ticket { node: node as *const Node as *mut Node }));
     node.evq.store(t, Ordering::Relaxed);
+    // Relaxed: a stamp is an eviction-order hint (re-read at pop).
     q.push(node.stamp.load(Ordering::Relaxed), t);
 }
 
 /// With the index lock held: cuts the queue entry of `n` (if any) loose from it.
 fn cut_ticket(n: &Node) {
+    // Relaxed: `evq` is read and written only under the index lock.
     let t = n.evq.swap(std::ptr::null_mut(), Ordering::Relaxed);
     if !t.is_null() {
         // SAFETY: a node's ticket is owned by its queue entry and is freed only by
@@ -222,11 +251,29 @@ fn cut_ticket(n: &Node) {
     }
 }
 
+/// Stale entries `pop_locked` may drop or re-queue per lock hold: past it, the pass lets
+/// the lock go (a split queueing its lower half, or a release whose unpin made a leaf
+/// evictable, waits on this lock) and takes it again.
+const STALE_PER_HOLD: usize = 32;
+
+/// What [`pop_locked`] found.
+enum Popped<'g> {
+    /// A live, unpinned leaf carrying its current stamp.
+    Leaf(&'g Node),
+    /// The queue is empty.
+    Empty,
+    /// [`STALE_PER_HOLD`] stale entries were handled; more may follow.
+    Busy,
+}
+
 /// With the index lock held: pops the best candidate, a live, unpinned leaf whose entry
 /// carries its current stamp. With `lru`, an entry older than its node's stamp is re-queued
-/// with the newer stamp.
-fn pop_locked<'g>(q: &mut Queue, lru: bool, guard: &'g Guard) -> Option<&'g Node> {
-    while let Some((stamp, _, addr)) = q.pop() {
+/// with the newer stamp. Handles at most [`STALE_PER_HOLD`] stale entries per call.
+fn pop_locked<'g>(q: &mut Queue, lru: bool, guard: &'g Guard) -> Popped<'g> {
+    for _ in 0..STALE_PER_HOLD {
+        let Some((stamp, _, addr)) = q.pop() else {
+            return Popped::Empty;
+        };
         let t = addr as *mut Ticket;
         // SAFETY: tickets are freed only here (or in Drop), under the lock.
         let ptr = unsafe { (*t).node };
@@ -236,28 +283,40 @@ fn pop_locked<'g>(q: &mut Queue, lru: bool, guard: &'g Guard) -> Option<&'g Node
             continue;
         }
         // SAFETY: a node named by a ticket is not retired yet (retire cuts the ticket
-        // first, under this lock), so it is live; `guard` keeps it so after we unlock.
+        // first, under this lock), so its memory is valid; `guard` keeps it so after we
+        // unlock. It may have been unlinked before `guard` was pinned, though: until the
+        // state check below says it is live, only its own fields may be read (not its
+        // table, which L of a split took over and may have retired, nor `forward`).
         let n = unsafe { node_ref(ptr, guard) }.expect("checked non-null");
-        let s = n.state.load(Ordering::SeqCst);
-        if s & (DEAD | REPLACED) != 0 || s & PIN_MASK != 0 || !n.is_leaf(guard) {
+        // Acquire: pairs with the Release of the CAS that set DEAD or REPLACED (and of the
+        // table stores, for `is_leaf` below).
+        let s = n.state.load(Ordering::Acquire);
+        // Memory safety depends on this order: the state first. Neither bit set means the
+        // node is linked now (both are set before it is unlinked), so it was reachable
+        // after `guard` was pinned and its table is valid for `guard`.
+        let stale =
+            if s & (DEAD | REPLACED) != 0 { true } else { s & PIN_MASK != 0 || !n.is_leaf(guard) };
+        if stale {
             // No longer a candidate; re-queued by its next transition.
             n.evq.store(std::ptr::null_mut(), Ordering::Relaxed);
             // SAFETY: as above; the node no longer names it.
             drop(unsafe { Box::from_raw(t) });
             continue;
         }
+        // Relaxed: a stamp is an eviction-order hint.
         let now = n.stamp.load(Ordering::Relaxed);
         if lru && now > stamp {
             q.push(now, t); // same ticket, newer stamp
             continue;
         }
+        // Relaxed: `evq` is read and written only under the index lock.
         n.evq.store(std::ptr::null_mut(), Ordering::Relaxed);
         // SAFETY: as above.
         drop(unsafe { Box::from_raw(t) });
         q.prefetch_ahead();
-        return Some(n);
+        return Popped::Leaf(n);
     }
-    None
+    Popped::Busy
 }
 
 impl Drop for EvictIndex {

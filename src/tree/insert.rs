@@ -87,6 +87,12 @@ impl RadixTree {
     /// (the path's stamps are refreshed only once the insert has succeeded). Only a race
     /// that changes the outcome between the check and the commit can still leave a split
     /// behind a refusal; a split changes no cached token or slot.
+    ///
+    /// Where it linearizes: an insert that hangs a new leaf, at the store that publishes it
+    /// (under the parent's lock); an insert whose whole key is cached already, at the read
+    /// that found its last edge, and its `Commit` step (the pool's settle) then runs under
+    /// no node lock; the pool step is all or nothing by itself, and pinned (with `pin`) or
+    /// not, what it settles against is what the tree held at that read.
     pub(crate) fn insert_with<S: SlotSink + Default>(
         &self,
         ns: u64,
@@ -103,9 +109,7 @@ impl RadixTree {
                 slots.len()
             )));
         }
-        let p = self.cfg.page_size;
-        let n = self.aligned(tokens.len());
-        let key = &tokens[..n];
+        let key = &tokens[..self.aligned(tokens.len())];
         let g = self.domain.pin();
         let root = match self.root(ns, &g) {
             Some(r) => r,
@@ -115,159 +119,232 @@ impl RadixTree {
                 self.root_or_create(ns, &g)
             }
         };
-        let now = self.clock.fetch_add(1, Ordering::Relaxed) + 1;
-        let want = collect.is_some();
         let mut scratch = S::default();
+        let want = collect.is_some();
         let cached: &mut S = match collect.as_mut() {
             Some(v) => v,
             None => &mut scratch,
         };
         cached.clear();
-        let mut cur = root;
+        let mut ins = Insert {
+            tree: self,
+            ns,
+            key,
+            slots,
+            pin,
+            want,
+            now: self.now(),
+            g: &g,
+            root,
+            cached,
+            prepare,
+            path: Vec::new(),
+            checked: false,
+        };
+        ins.run()
+    }
+}
+
+/// One insert under way (see [`RadixTree::insert_with`]): the descent, the check before a
+/// change of shape, the new leaf, and the finish, each a method.
+struct Insert<'a, 'g, S> {
+    tree: &'a RadixTree,
+    ns: u64,
+    /// The key, cut to a page multiple.
+    key: &'a [u32],
+    slots: SlotSource<'a>,
+    pin: bool,
+    /// Whether the caller collects the cached slots (and so can check them).
+    want: bool,
+    now: u64,
+    g: &'g Guard,
+    root: &'g Node,
+    /// The slots of the cached part of the path so far (when `want`).
+    cached: &'a mut S,
+    prepare: &'a mut dyn FnMut(usize, &S, Stage) -> Result<()>,
+    /// The nodes whose access stamps the insert refreshes, once it has succeeded.
+    path: Vec<&'g Node>,
+    /// Whether `prepare` has checked the outcome before a change to the tree's shape.
+    checked: bool,
+}
+
+/// What one step of an insert's descent leads to.
+enum Next<'g> {
+    /// Go on below this node, at this position.
+    Down(&'g Node, usize),
+    /// Look at the same node again (a racing change, or after a split).
+    Again,
+    /// Start over from the root (the node to hang the leaf under was evicted or split).
+    Restart,
+    /// Finished.
+    Done(usize),
+}
+
+impl<'g, S: SlotSink> Insert<'_, 'g, S> {
+    fn run(&mut self) -> Result<(usize, Option<PrefixLock>)> {
+        let n = self.key.len();
+        let mut cur = self.root;
         let mut pos = 0;
-        // The nodes whose access stamps the insert refreshes, once it has succeeded.
-        let mut path: Vec<&Node> = Vec::new();
-        // Whether `prepare` has checked the outcome before a change to the tree's shape.
-        let mut checked = false;
-        let fail = |e: Error, pos: usize| {
-            if pin {
-                self.unpin_path(root, &key[..pos], &g);
+        loop {
+            if self.pin {
+                // `cur` is pinned by this insert (or is the root): after a split of it, go
+                // on from the node that now ends where it ended.
+                cur = self.tree.last_of(cur, self.g);
             }
-            Err(e)
-        };
-        let done = |path: &[&Node]| {
-            for n in path {
-                self.touch(n, now);
-            }
-        };
-        'step: loop {
-            if pin {
-                cur = self.last_of(cur, &g);
-            }
-            if pos == n {
+            let next = if pos == n {
                 // Everything is cached already and the path ends on a node boundary.
-                if let Err(e) = prepare(n, cached, Stage::Commit) {
-                    return fail(e, pos);
-                }
-                done(&path);
-                return Ok((n, pin.then(|| self.lock_of(ns, key))));
-            }
-            let page = &key[pos..pos + p];
-            if let Some(c) = cur.child(page, &g) {
-                let c = self.resolve(c, &g);
-                if c.state.load(Ordering::SeqCst) & DEAD == 0 {
-                    let k = common_prefix(c.key(), &key[pos..]) / p * p;
-                    if k == c.len() {
-                        if pin {
-                            match self.try_pin(c) {
-                                Pin::Pinned => {}
-                                Pin::Dead | Pin::Replaced => continue 'step,
-                            }
-                        }
-                        if want {
-                            cached.take(c, c.len());
-                        }
-                        path.push(c);
-                        pos += k;
-                        cur = c;
-                        continue 'step;
-                    }
-                    if want && (pin || pos + k < n) && !checked {
-                        // A split comes next: check the outcome first (`existing = pos + k`).
-                        // Only a caller that collects the cached slots can check anything
-                        // (the pool's inserts); the others would only pay for the copy.
-                        checked = true;
-                        let mark = cached.mark();
-                        cached.take(c, k);
-                        let r = prepare(pos + k, cached, Stage::Check);
-                        cached.rewind(mark);
-                        if let Err(e) = r {
-                            return fail(e, pos);
-                        }
-                    }
-                    if pos + k == n {
-                        // Ends inside this edge: all of it is cached.
-                        if pin {
-                            let Some(u) = self.split(c, k, true, &g) else {
-                                continue 'step;
-                            };
-                            if want {
-                                cached.take(u, u.len());
-                            }
-                            path.push(u);
-                            pos = n;
-                            cur = u;
-                            continue 'step;
-                        }
-                        if want {
-                            cached.take(c, k);
-                        }
-                        if let Err(e) = prepare(n, cached, Stage::Commit) {
-                            return fail(e, pos);
-                        }
-                        path.push(c);
-                        done(&path);
-                        return Ok((n, None));
-                    }
-                    // Diverges inside the edge: split it, then look again.
-                    self.split(c, k, false, &g);
-                    continue 'step;
-                }
-            }
-            // No live child for this page: hang a new leaf under `cur`. The leaf is built
-            // (its tokens and slots copied) before the lock, so the parent's lock is held
-            // only to check, settle and publish; if the check fails the leaf is dropped.
-            let built = Box::new(slots.leaf(&key[pos..], pos, pin as u64, now, p));
-            let guard = lock(&cur.lock);
-            let s = cur.state.load(Ordering::SeqCst);
-            if s & (DEAD | REPLACED) != 0 {
-                drop(guard);
-                if !pin {
-                    // `cur` was evicted or split under us: start over.
-                    cur = root;
-                    pos = 0;
-                    cached.clear();
-                    path.clear();
-                }
-                continue 'step;
-            }
-            if cur.child(page, &g).is_some() {
-                continue 'step; // someone else added it (live: the parent is locked)
-            }
-            if let Err(e) = prepare(pos, cached, Stage::Commit) {
-                drop(guard);
-                return fail(e, pos);
-            }
-            let len = n - pos;
-            let leaf = Box::into_raw(built);
-            // SAFETY: just allocated, not shared yet.
-            let ln = unsafe { &*leaf };
-            ln.parent.store(cur as *const Node as *mut Node, Ordering::SeqCst);
-            if pin {
-                self.protected.fetch_add(len as u64, Ordering::Relaxed);
+                self.commit(n, pos)?;
+                Next::Done(n)
             } else {
-                self.evictable.fetch_add(len as u64, Ordering::Relaxed);
-            }
-            self.cached.fetch_add(len as u64, Ordering::Relaxed);
-            self.nodes.fetch_add(1, Ordering::Relaxed);
-            self.inserted.fetch_add(len as u64, Ordering::Relaxed);
-            let old = cur.children.load(Ordering::SeqCst, &g);
-            // SAFETY: `cur` is locked, so `old` is its current table and not retired.
-            let table = match unsafe { old.as_ref() } {
-                Some(t) => t.with_added(page[0], leaf),
-                None => ChildTable::single(page[0], leaf),
+                match self.tree.step(cur, &self.key[pos..], self.g) {
+                    // Acquire: as in `is_live`. A child being evicted counts as absent: the
+                    // leaf path below waits (under `cur`'s lock) until it is unlinked.
+                    Some((c, k)) if c.state.load(Ordering::Acquire) & DEAD == 0 => {
+                        self.through(c, k, pos)?
+                    }
+                    _ => self.hang(cur, pos)?,
+                }
             };
-            cur.children.store(Owned::new(table), Ordering::SeqCst);
-            if !old.is_null() {
-                // SAFETY: swapped out under `cur`'s lock; readers hold guards.
-                unsafe { g.defer_destroy(old) };
+            match next {
+                Next::Down(c, p) => (cur, pos) = (c, p),
+                Next::Again => {}
+                Next::Restart => {
+                    (cur, pos) = (self.root, 0);
+                    self.cached.clear();
+                    self.path.clear();
+                }
+                Next::Done(existing) => {
+                    for x in &self.path {
+                        self.tree.touch(x, self.now);
+                    }
+                    let lock = self.pin.then(|| self.tree.lock_of(self.ns, self.key));
+                    return Ok((existing, lock));
+                }
             }
-            drop(guard);
-            if !pin {
-                self.index.push(ln);
-            }
-            done(&path);
-            return Ok((pos, pin.then(|| self.lock_of(ns, key))));
         }
+    }
+
+    /// Undoes the pins taken on `key[..pos]` and returns `e`.
+    fn fail(&self, e: Error, pos: usize) -> Error {
+        if self.pin {
+            self.tree.unpin_path(self.root, &self.key[..pos], self.g);
+        }
+        e
+    }
+
+    /// The outcome is fixed at `existing`: `prepare(Commit)`, undoing the pins on failure.
+    fn commit(&mut self, existing: usize, pos: usize) -> Result<()> {
+        (self.prepare)(existing, &*self.cached, Stage::Commit).map_err(|e| self.fail(e, pos))
+    }
+
+    /// The key's next `k` tokens (at `pos`) match the live edge `c`.
+    fn through(&mut self, c: &'g Node, k: usize, pos: usize) -> Result<Next<'g>> {
+        let n = self.key.len();
+        if k == c.len() {
+            // The whole edge is cached: go on below it.
+            if self.pin && !matches!(self.tree.try_pin(c), Pin::Pinned) {
+                return Ok(Next::Again); // evicted or split meanwhile: look again
+            }
+            if self.want {
+                self.cached.take(c, k);
+            }
+            self.path.push(c);
+            return Ok(Next::Down(c, pos + k));
+        }
+        if self.want && (self.pin || pos + k < n) && !self.checked {
+            // A split comes next: check the outcome first (`existing = pos + k`). Only a
+            // caller that collects the cached slots can check anything (the pool's
+            // inserts); the others would only pay for the copy.
+            self.checked = true;
+            let mark = self.cached.mark();
+            self.cached.take(c, k);
+            let r = (self.prepare)(pos + k, &*self.cached, Stage::Check);
+            self.cached.rewind(mark);
+            r.map_err(|e| self.fail(e, pos))?;
+        }
+        if pos + k < n {
+            // Diverges inside the edge: split it, then look again.
+            self.tree.split(c, k, false, self.g);
+            return Ok(Next::Again);
+        }
+        // Ends inside this edge: all of the key is cached.
+        if self.pin {
+            let Some(u) = self.tree.split(c, k, true, self.g) else {
+                return Ok(Next::Again);
+            };
+            if self.want {
+                self.cached.take(u, u.len());
+            }
+            self.path.push(u);
+            return Ok(Next::Down(u, n));
+        }
+        if self.want {
+            self.cached.take(c, k);
+        }
+        self.commit(n, pos)?;
+        self.path.push(c);
+        Ok(Next::Done(n))
+    }
+
+    /// No live child of `cur` holds the key's page at `pos`: hang a new leaf with the rest
+    /// of the key under `cur`. The leaf is built (its tokens and slots copied) before the
+    /// lock, so `cur`'s lock is held only to check, settle and publish; if the check fails
+    /// the leaf is dropped.
+    ///
+    /// Order: lock `cur`, re-check that it is live (an eviction or a split of `cur` sets
+    /// its bit under this lock, so a live `cur` stays live until unlocked) and that no
+    /// child holds the page (one may have been added, or one being evicted is not unlinked
+    /// yet), `prepare(Commit)`, move the counters, publish the new table (Release), unlock,
+    /// queue the leaf.
+    fn hang(&mut self, cur: &'g Node, pos: usize) -> Result<Next<'g>> {
+        let (tree, p) = (self.tree, self.tree.cfg.page_size);
+        let page = &self.key[pos..pos + p];
+        let built = Box::new(self.slots.leaf(&self.key[pos..], pos, self.pin as u64, self.now, p));
+        let guard = lock(&cur.lock);
+        // Relaxed: DEAD and REPLACED are set only under `cur`'s lock, which we hold.
+        if cur.state.load(Ordering::Relaxed) & (DEAD | REPLACED) != 0 {
+            drop(guard);
+            // Pinned, `cur` cannot be evicted, only split: `last_of` finds its successor.
+            // Not pinned, it may be gone: start over.
+            return Ok(if self.pin { Next::Again } else { Next::Restart });
+        }
+        if cur.child(page, self.g).is_some() {
+            return Ok(Next::Again); // someone else added it (live: `cur` is locked)
+        }
+        self.commit(pos, pos)?;
+        let len = (self.key.len() - pos) as u64;
+        let leaf = Box::into_raw(built);
+        // SAFETY: just allocated, not shared yet.
+        let ln = unsafe { &*leaf };
+        // Relaxed: the leaf is published by the Release store of the table below.
+        ln.parent.store(cur as *const Node as *mut Node, Ordering::Relaxed);
+        // Relaxed: statistics, exact at quiescence.
+        if self.pin {
+            tree.protected.fetch_add(len, Ordering::Relaxed);
+        } else {
+            tree.evictable.fetch_add(len, Ordering::Relaxed);
+        }
+        tree.cached.fetch_add(len, Ordering::Relaxed);
+        tree.nodes.fetch_add(1, Ordering::Relaxed);
+        tree.inserted.fetch_add(len, Ordering::Relaxed);
+        // Relaxed: `cur` is locked: this is its current table, ordered by the lock.
+        let old = cur.children.load(Ordering::Relaxed, self.g);
+        // SAFETY: `cur` is locked, so `old` is its current table and not retired.
+        let table = match unsafe { old.as_ref() } {
+            Some(t) => t.with_added(page[0], leaf),
+            None => ChildTable::single(page[0], leaf),
+        };
+        // Release: publishes the leaf and the table to readers that Acquire-load it.
+        cur.children.store(Owned::new(table), Ordering::Release);
+        if !old.is_null() {
+            // SAFETY: swapped out under `cur`'s lock, so no thread pinned from now on can
+            // load it; the epoch frees it after every guard that could have is gone.
+            unsafe { self.g.defer_destroy(old) };
+        }
+        drop(guard);
+        if !self.pin {
+            tree.index.push(ln);
+        }
+        Ok(Next::Done(pos))
     }
 }

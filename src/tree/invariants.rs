@@ -27,7 +27,9 @@ impl RadixTree {
         let g = self.domain.pin();
         let p = self.cfg.page_size;
         let mut census = TreeCensus::default();
-        let t = self.roots.load(Ordering::SeqCst, &g);
+        // Acquire (all loads of this walk): it dereferences what it loads; at quiescence
+        // the orderings matter only if a writer was not joined.
+        let t = self.roots.load(Ordering::Acquire, &g);
         // SAFETY: as in `root`.
         if let Some(t) = unsafe { t.as_ref() } {
             for &r in t.roots.iter() {
@@ -42,14 +44,14 @@ impl RadixTree {
                     for c in table.nodes() {
                         // SAFETY: reachable under `g`.
                         let c = unsafe { node_ref(c, &g) }.expect("tables hold no null");
-                        let s = c.state.load(Ordering::SeqCst);
+                        let s = c.state.load(Ordering::Acquire);
                         if s & (DEAD | REPLACED) != 0 {
                             return Err(format!("reachable node in state {s:#x}"));
                         }
                         if c.len() == 0 || c.len() % p != 0 {
                             return Err(format!("edge of length {} with page size {p}", c.len()));
                         }
-                        if !std::ptr::eq(c.parent.load(Ordering::SeqCst), n) {
+                        if !std::ptr::eq(c.parent.load(Ordering::Acquire), n) {
                             return Err("wrong parent pointer".into());
                         }
                         let first = &c.key()[..p];

@@ -14,44 +14,75 @@
 //! Every operation is linearizable with respect to the sequential model of `SEMANTICS.md`
 //! (a prefix-closed map from pages to slots with pin counts):
 //!
-//! - [`RadixTree::match_prefix`] is lock-free and writes no structure (only access stamps,
-//!   and only when the clock moved). It linearizes at the moment it observed the end of the
-//!   match (a missing child); before returning it re-checks that the last node it used is
-//!   still live, so it never returns a slot that was evicted before that moment, and it
-//!   retries (rarely) when that check fails.
+//! - [`RadixTree::match_prefix`] is lock-free and writes no structure (only access stamps
+//!   of the edges it passes). It linearizes at the moment it observed the end of the match
+//!   (a missing child, or the last edge it read). The slots it writes are valid memory
+//!   whatever races it (the epoch keeps every node it read); before returning it re-checks
+//!   that the last edge it used is still cached, a freshness choice that keeps its answer
+//!   one the tree held after the descent's last read (never slots of an edge whose eviction
+//!   completed first), and retries (rarely) when that check fails.
 //! - [`RadixTree::match_and_lock`] pins each node as it descends (a CAS that succeeds only
-//!   from a live state). Where its match ends inside an edge it splits the edge, holding
-//!   only that edge's and its parent's locks, and pins the upper half as part of the split.
-//!   Pinned pages stay cached with the same slots until the lock is released.
-//! - [`RadixTree::insert`] linearizes when its new leaf is published (one atomic store of
-//!   the parent's new child table, under the parent's lock); `existing` is the match length
-//!   at that moment. [`RadixTree::insert_and_lock`] pins as it descends, like
-//!   `match_and_lock`, and creates its leaf already pinned, so the pin is atomic with the
-//!   insertion.
-//! - [`RadixTree::evict`] removes only unpinned leaves, LRU first. A node is marked `DEAD`
-//!   with a CAS from exactly "0 pins, live" before it is unlinked, so a racing pin either
-//!   lands first (and the eviction skips the node) or fails and treats the node as absent.
+//!   from a live state). Where its match ends inside an edge it splits the edge (see the
+//!   locks below) and pins the upper half as part of the split. Pinned pages stay cached
+//!   with the same slots until the lock is released.
+//! - [`RadixTree::insert`] that adds pages linearizes when its new leaf is published (one
+//!   atomic store of the parent's new child table, under the parent's lock); `existing` is
+//!   the match length at that moment. One whose whole key is cached already linearizes at
+//!   the read that found its last edge, and its pool step (`Cache`'s settle of the given
+//!   slots) runs after that read under no node lock. [`RadixTree::insert_and_lock`] pins as
+//!   it descends, like `match_and_lock`, and creates its leaf already pinned, so the pin is
+//!   atomic with the insertion.
+//! - [`RadixTree::evict`] removes only unpinned leaves, in policy order. A node is marked
+//!   `DEAD` with a CAS from exactly "0 pins, live" before it is unlinked, so a racing pin
+//!   either lands first (and the eviction skips the node) or fails and treats the node as
+//!   absent.
+//! - Access stamps come from a clock that is strictly increasing in each thread and
+//!   monotonic across threads (`sync::clock`; reading it writes no shared
+//!   memory), so LRU and FIFO order are exact in any sequential history and between
+//!   operations ordered by happens-before; between racing accesses they are approximate
+//!   (a racing access may land on an edge after an eviction pass compared its stamp).
 //! - `stats()` counts are exact at quiescence (`cached == evictable + protected`); under
-//!   concurrency they are sums of counters updated at slightly different moments. Access
-//!   stamps are approximate under concurrency (LRU order between racing accesses is not
-//!   promised).
+//!   concurrency they are sums of counters updated at slightly different moments.
+//!
+//! **Locks.** Matches take none. A split holds the edge's parent's lock, the edge's lock,
+//! and the new lower half's lock (uncontended), and takes the eviction index's mutex twice
+//! (to queue the lower half if it is an unpinned leaf, and to retire the old edge). A
+//! release takes that mutex when an unpin takes a leaf from 1 pin to 0 (to queue it). An
+//! insert that adds a leaf holds the parent's lock and then takes the mutex (to queue the
+//! leaf); one that splits holds a split's locks. An eviction pass holds the mutex for one
+//! index step per leaf (retire the last leaf, queue its parent, pop the next) and lets it
+//! go after at most 32 stale entries (`evict_index::STALE_PER_HOLD`), so a split or a
+//! release waits on it for a bounded time; the leaf's own unlink holds the parent's and
+//! the leaf's locks, never the mutex. Locks are always taken parent before child, and node
+//! locks before the mutex, so writers cannot deadlock. Inserts into different subtrees lock
+//! different nodes.
 //!
 //! # Protocols
 //!
-//! **Copy-on-split** (edge A at offset k, holding A's parent's lock and A's lock; see
-//! `RadixTree::split`): (1) build U = A's first k tokens and L = the rest, L taking A's
-//! child table; neither is reachable yet. (2) store `A.forward = U`; read A's pin count v,
-//! store it into U and L, and CAS A's state from `v` to `v | REPLACED`, retrying with the
-//! new count if a pin or unpin landed meanwhile: from that CAS on, A's count is frozen and
-//! every holder of a pin on A holds one on U and on L. (3) publish U in the parent's table
-//! with one atomic store: readers see A or U->L, never a half-split edge (A's content is
-//! immutable, so a reader still on A reads valid data and, meeting `REPLACED`, moves to U).
-//! (4) point A's children's parent pointers at L, queue L for eviction if A was an
-//! unpinned leaf, and retire A through the epoch (the old parent table too). L is locked
-//! from before (3) until after (4) (it is new, so the lock is uncontended): a writer that
-//! reaches L through U and wants to change L's table or split L waits until every child of
-//! L names L as its parent, so no child is ever left naming a node that was replaced.
-//! Nothing a reader may hold is freed before every guard that could see it is gone.
+//! Each protocol is written down next to its code, with the order of its publishes and
+//! retires and the reason for each atomic access's ordering:
+//!
+//! - descent and following `forward` after a split: `descent.rs` (module docs);
+//! - copy-on-split: `split.rs` (`RadixTree::split`; summary below);
+//! - pins, and the unpin/evict pair: `pins.rs` (`try_pin`, `try_unpin`);
+//! - insert: `insert.rs` (`Insert::hang`);
+//! - eviction of one leaf and the pass: `evict.rs` (`evict_leaf`, `evict_with`), and the
+//!   index's tickets: `evict_index.rs`;
+//! - the namespace table: `namespace.rs`; node and child-table memory: `node.rs`
+//!   (`node_ref`'s contract).
+//!
+//! **Copy-on-split** (edge A at offset k, holding A's parent's lock and A's lock): (1) build
+//! U = A's first k tokens and L = the rest, L taking A's child table; neither is reachable
+//! yet. (2) store `A.forward = U`; read A's pin count v, store it into U and L, and CAS A's
+//! state from `v` to `v | REPLACED` (Release), retrying with the new count if a pin or
+//! unpin landed meanwhile: from that CAS on, A's count is frozen and every holder of a pin
+//! on A holds one on U and on L. (3) publish U in the parent's table with one atomic store
+//! (Release): readers see A or U->L, never a half-split edge (A's content is immutable, so
+//! a reader still on A reads valid data and, meeting `REPLACED`, moves to U). (4) point A's
+//! children's parent pointers at L, queue L for eviction if A was an unpinned leaf, drop
+//! the locks and retire A through the epoch (the old parent table too). L is locked from
+//! before (3) until after (4): a writer that reaches L through U and wants to change L's
+//! table or split L waits until every child of L names L as its parent.
 //!
 //! **Pins** are path pins, like SGLang's `lock_ref`: a lock on `t[0..m]` adds one to every
 //! node on that path. The count goes up only from a live state (no `DEAD`, no `REPLACED`
@@ -60,21 +91,21 @@
 //! could be freed; the walk decrements every node on the current path, which, because U
 //! and L inherited A's frozen count, is exactly the set of nodes the lock pinned. The
 //! `evictable`/`protected` counters move on 0->1 and 1->0 transitions, by the edge length;
-//! a split moves nothing.
+//! a split moves nothing. **The unpin/evict pair** (an unpin to 0 racing the eviction of
+//! the node's last child; each must see the other, or the node is never queued) is an RMW
+//! on the node's state word on both sides (see `try_unpin`), not a SeqCst store/load pair.
 //!
 //! **Eviction** keeps evictable leaves in a lazy priority queue (`evict_index`), O(log n)
 //! per leaf, O(1) for leaves queued in stamp order (most of them). To evict, it locks the
 //! parent, then the leaf, re-checks it is an unpinned leaf, CASes its state `0 -> DEAD`,
-//! swaps the parent's table for one without it, frees its slots and retires it. A parent
-//! that became an unpinned leaf is queued.
+//! swaps the parent's table for one without it, hands its slots over and retires it. A
+//! parent that became an unpinned leaf is queued. A `free` callback that panics leaves
+//! nothing behind: the pending leaf is retired and its parent queued on unwind.
 //!
 //! **Memory reclamation.** Unlinked nodes and replaced child tables go to crossbeam-epoch,
 //! which frees them once no guard that could see them is left. That work runs inside
 //! whichever call pins a thread after every 128 pins, unless the caller runs it first with
 //! [`RadixTree::reclaim`] at a moment of its choosing.
-//!
-//! Locks are always taken parent before child, and node locks before the eviction index's
-//! lock, so writers cannot deadlock. Inserts into different subtrees lock different nodes.
 
 mod descent;
 mod evict;
@@ -252,8 +283,6 @@ pub struct RadixTree {
     domain: Domain,
     roots: Atomic<NsTable>,
     roots_lock: Mutex<()>,
-    /// Logical clock for access stamps: bumped by inserts, read by matches.
-    clock: AtomicU64,
     index: EvictIndex,
     cached: AtomicU64,
     evictable: AtomicU64,
@@ -309,7 +338,6 @@ impl RadixTree {
             domain: Domain::new(),
             roots: Atomic::null(),
             roots_lock: Mutex::new(()),
-            clock: AtomicU64::new(1),
             index: EvictIndex::new(),
             cached: AtomicU64::new(0),
             evictable: AtomicU64::new(0),
@@ -338,14 +366,19 @@ impl RadixTree {
 
     // ---------------------------------------------------------------- the clock
 
+    /// The access stamp of an operation starting now (see [`crate::sync::clock`]): later
+    /// than every earlier operation's in the same thread, so LRU order is exact in one
+    /// thread, and across threads wherever one operation happens before the other.
     #[inline]
     pub(super) fn now(&self) -> u64 {
-        self.clock.load(Ordering::Relaxed)
+        crate::sync::clock::now()
     }
 
-    /// Refreshes `n`'s access stamp (LRU only), writing only when the clock moved.
+    /// Refreshes `n`'s access stamp (LRU only), writing only when it is older than `now`
+    /// (a racing access may have stored a newer one: stamps only grow).
     #[inline]
     pub(super) fn touch(&self, n: &Node, now: u64) {
+        // Relaxed: a stamp is an eviction-order hint; no data depends on it.
         if self.cfg.policy == EvictionPolicy::Lru && n.stamp.load(Ordering::Relaxed) < now {
             n.stamp.store(now, Ordering::Relaxed);
         }
@@ -374,6 +407,7 @@ impl RadixTree {
     /// value of its own counter.
     pub fn stats(&self) -> TreeStats {
         let (calls, query, hit) = self.matches.sum();
+        // Relaxed: statistics, each a recent value of its own counter (exact at quiescence).
         let get = |a: &AtomicU64| (a.load(Ordering::Relaxed) as i64).max(0) as u64;
         TreeStats {
             cached_tokens: get(&self.cached),
@@ -400,7 +434,8 @@ impl Drop for RadixTree {
         let g = self.domain.pin();
         // Exclusive access: free every reachable node and table. Retired nodes and tables
         // were handed to the epoch, which frees them; the eviction index frees its tickets.
-        let t = self.roots.load(Ordering::SeqCst, &g);
+        // Relaxed (both loads): exclusive access, ordered by whatever gave us `&mut self`.
+        let t = self.roots.load(Ordering::Relaxed, &g);
         if !t.is_null() {
             // SAFETY: exclusive access (`&mut self`): nothing else can reach these.
             let t = unsafe { t.into_owned() };
@@ -409,7 +444,7 @@ impl Drop for RadixTree {
                 while let Some(n) = stack.pop() {
                     // SAFETY: each reachable node is owned by the tree and visited once.
                     let node = unsafe { Box::from_raw(n) };
-                    let table = node.children.load(Ordering::SeqCst, &g);
+                    let table = node.children.load(Ordering::Relaxed, &g);
                     if !table.is_null() {
                         // SAFETY: a reachable table is owned by its node alone.
                         let table = unsafe { table.into_owned() };

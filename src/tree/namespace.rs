@@ -17,7 +17,8 @@ unsafe impl Sync for NsTable {}
 
 impl RadixTree {
     pub(super) fn root<'g>(&self, ns: u64, g: &'g Guard) -> Option<&'g Node> {
-        let t = self.roots.load(Ordering::SeqCst, g);
+        // Acquire: pairs with the Release store that published the table (and new roots).
+        let t = self.roots.load(Ordering::Acquire, g);
         // SAFETY: namespace tables are retired through the epoch only after being swapped
         // out, so one loaded under `g` is valid for 'g.
         let t = unsafe { t.as_ref() }?;
@@ -35,7 +36,8 @@ impl RadixTree {
             return r;
         }
         let root = Box::into_raw(Box::new(Node::new(Edge::new(&[], &[], 1), 0, 0)));
-        let old = self.roots.load(Ordering::SeqCst, g);
+        // Relaxed: under the roots lock this is the current table, ordered by the lock.
+        let old = self.roots.load(Ordering::Relaxed, g);
         // SAFETY: as in `root`.
         let (mut ids, mut roots) = match unsafe { old.as_ref() } {
             Some(t) => (t.ids.to_vec(), t.roots.to_vec()),
@@ -45,7 +47,8 @@ impl RadixTree {
         ids.insert(i, ns);
         roots.insert(i, root);
         let new = Owned::new(NsTable { ids: ids.into(), roots: roots.into() });
-        self.roots.store(new, Ordering::SeqCst);
+        // Release: publishes the table and the new root to readers that Acquire-load it.
+        self.roots.store(new, Ordering::Release);
         if !old.is_null() {
             // SAFETY: `old` was just swapped out under the roots lock; no new reader can
             // load it, and current readers hold guards the epoch waits for.

@@ -45,6 +45,27 @@ pub(crate) struct Node {
     pub(crate) lock: Mutex<()>,
     /// Its entry in the eviction index (null: not queued); under the index's lock only.
     pub(crate) evq: AtomicPtr<Ticket>,
+    /// Under loom only: [`ALIVE`] until the node is dropped, then [`POISON`], so a model in
+    /// which a node is used after it was freed fails (the loom test binary's allocator
+    /// keeps freed memory unused for a while, so the poison stays readable). Plain std
+    /// atomic: not part of any protocol, and invisible to the model.
+    #[cfg(loom)]
+    canary: std::sync::atomic::AtomicU64,
+}
+
+/// A live node's canary (loom only).
+#[cfg(loom)]
+const ALIVE: u64 = 0xA11E_A11E_A11E_A11E;
+/// A dropped node's canary (loom only).
+#[cfg(loom)]
+const POISON: u64 = 0xDEAD_DEAD_DEAD_DEAD;
+
+#[cfg(loom)]
+impl Drop for Node {
+    fn drop(&mut self) {
+        // Relaxed: a test aid outside every protocol (see `canary`).
+        self.canary.store(POISON, std::sync::atomic::Ordering::Relaxed);
+    }
 }
 
 impl Node {
@@ -59,18 +80,33 @@ impl Node {
             stamp: AtomicU64::new(stamp),
             lock: Mutex::new(()),
             evq: AtomicPtr::new(std::ptr::null_mut()),
+            #[cfg(loom)]
+            canary: std::sync::atomic::AtomicU64::new(ALIVE),
         }
+    }
+
+    /// Under loom: panics if this node was freed (see `canary`).
+    #[cfg(loom)]
+    #[inline]
+    pub(crate) fn check_alive(&self) {
+        // Relaxed: as in `drop`.
+        let c = self.canary.load(std::sync::atomic::Ordering::Relaxed);
+        assert!(c == ALIVE, "use of a freed node (canary {c:#x}): reclaimed too early");
     }
 
     /// Edge length in tokens.
     #[inline]
     pub(crate) fn len(&self) -> usize {
+        #[cfg(loom)]
+        self.check_alive();
         self.edge.len()
     }
 
     /// The edge's tokens.
     #[inline]
     pub(crate) fn key(&self) -> &[u32] {
+        #[cfg(loom)]
+        self.check_alive();
         self.edge.key()
     }
 
@@ -82,7 +118,11 @@ impl Node {
     /// The child table, or `None` for a node without children.
     #[inline]
     pub(crate) fn table<'g>(&self, guard: &'g Guard) -> Option<&'g ChildTable> {
-        let t = self.children.load(Ordering::SeqCst, guard);
+        #[cfg(loom)]
+        self.check_alive();
+        // Acquire: pairs with the Release store that published the table, so its entries
+        // and the nodes they name are seen as built.
+        let t = self.children.load(Ordering::Acquire, guard);
         // SAFETY: tables are only freed through the epoch after being unlinked (swapped
         // out), and `guard` pins the epoch, so a table loaded under it stays valid for 'g.
         unsafe { t.as_ref() }
@@ -110,14 +150,28 @@ impl Node {
 /// Turns a node pointer read from the tree into a reference bounded by the guard.
 ///
 /// # Safety
-/// `p` must be null or point to a node that was reachable from the tree (or from a table,
-/// `forward` pointer or eviction entry) at some moment after `guard` was pinned, or be a
-/// root (roots live as long as the tree). Nodes are only freed through the epoch after
-/// they are unlinked (see the module docs of `tree`), so such a node outlives the guard.
+/// `p` must be null, a root (roots live as long as the tree), or a pointer read under
+/// `guard` from a place that keeps the node from being retired while the pointer can still
+/// be read there:
+/// * a child table loaded under `guard`, a node's `parent` field, or the namespace table:
+///   a node is retired only after every store that removes it from those places (its
+///   parent's table swapped, its children re-parented), so a pointer read from them after
+///   `guard` was pinned names a node that was reachable then, which the epoch keeps;
+/// * an eviction ticket, read under the index lock: a ticket is cut (under that lock)
+///   before its node is retired;
+/// * the `forward` field of a node that was itself reachable through tables at a moment
+///   after `guard` was pinned (see the `descent` module: `forward` is never cleared, so
+///   this does not hold for a node known only from a ticket, which may have been unlinked
+///   before `guard` was pinned).
 #[inline]
 pub(crate) unsafe fn node_ref(p: *mut Node, _guard: &Guard) -> Option<&Node> {
     // SAFETY: the caller guarantees `p` is null or valid for the guard's lifetime.
-    unsafe { p.cast_const().as_ref() }
+    let n = unsafe { p.cast_const().as_ref() };
+    #[cfg(loom)]
+    if let Some(n) = n {
+        n.check_alive();
+    }
+    n
 }
 
 /// An immutable, sorted table of a node's children keyed by their first page.
@@ -242,24 +296,33 @@ impl ChildTable {
         ChildTable { entries }
     }
 
-    /// A copy without `old`, whose first token is `first`, or `None` if that leaves it
-    /// empty. Finds it among the entries for `first` (a binary search, then the few that
-    /// share that first token), not by scanning the table.
-    pub(crate) fn without(&self, first: u32, old: *mut Node) -> Option<ChildTable> {
+    /// The table without `old`, whose first token is `first`: [`Without::Rest`] with a copy
+    /// of the other entries, [`Without::Empty`] if `old` was the only one, `None` if `old` is
+    /// not in the table. Finds it among the entries for `first` (a binary search, then the
+    /// few that share that first token), not by scanning the table.
+    pub(crate) fn without(&self, first: u32, old: *mut Node) -> Option<Without> {
         let from = self.lower_bound(first);
         let i = from + self.entries[from..].iter().position(|c| c.node == old)?;
         debug_assert_eq!(self.entries[i].first, first);
         if self.len() == 1 {
-            return None;
+            return Some(Without::Empty);
         }
         let mut entries = Vec::with_capacity(self.len() - 1);
         entries.extend_from_slice(&self.entries[..i]);
         entries.extend_from_slice(&self.entries[i + 1..]);
-        Some(ChildTable { entries: entries.into_boxed_slice() })
+        Some(Without::Rest(ChildTable { entries: entries.into_boxed_slice() }))
     }
 
     /// Heap bytes of this table.
     pub(crate) fn heap_bytes(&self) -> usize {
         std::mem::size_of::<ChildTable>() + self.len() * std::mem::size_of::<Child>()
     }
+}
+
+/// What is left of a table once a child is taken out ([`ChildTable::without`]).
+pub(crate) enum Without {
+    /// The other children.
+    Rest(ChildTable),
+    /// None: the table had only that child (an empty table is stored as null).
+    Empty,
 }

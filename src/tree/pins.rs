@@ -11,20 +11,28 @@ pub(super) enum Pin {
 }
 
 impl RadixTree {
+    /// Moves `len` tokens from evictable to protected (a node's 0 -> 1).
     pub(super) fn on_pinned(&self, len: usize) {
+        // Relaxed: statistics, exact at quiescence (joining the threads orders them).
         self.evictable.fetch_sub(len as u64, Ordering::Relaxed);
         self.protected.fetch_add(len as u64, Ordering::Relaxed);
     }
 
+    /// Moves `len` tokens from protected to evictable (a node's 1 -> 0).
     pub(super) fn on_unpinned(&self, len: usize) {
+        // Relaxed: as in `on_pinned`.
         self.protected.fetch_sub(len as u64, Ordering::Relaxed);
         self.evictable.fetch_add(len as u64, Ordering::Relaxed);
     }
 
-    /// Adds one pin to `n` if it is live (crossbeam-skiplist's `try_increment`).
+    /// Adds one pin to `n` if it is live (crossbeam-skiplist's `try_increment`): the count
+    /// goes up only from a state with neither `DEAD` nor `REPLACED`, so a pin racing an
+    /// eviction (CAS `0 -> DEAD`) or a split (CAS `v -> v | REPLACED`) either lands first
+    /// or fails cleanly.
     #[inline]
     pub(super) fn try_pin(&self, n: &Node) -> Pin {
-        let mut s = n.state.load(Ordering::SeqCst);
+        // Relaxed: only the CAS's expected value; the CAS re-reads the word.
+        let mut s = n.state.load(Ordering::Relaxed);
         loop {
             if s & DEAD != 0 {
                 return Pin::Dead;
@@ -33,7 +41,11 @@ impl RadixTree {
                 return Pin::Replaced;
             }
             assert!(s & PIN_MASK < PIN_MASK, "pin count overflow");
-            match n.state.compare_exchange_weak(s, s + 1, Ordering::SeqCst, Ordering::SeqCst) {
+            // AcqRel on success: Acquire so the pinned node's content and table are seen as
+            // of the last writer; Release pairs with the evictor's Acquire CAS (a pin it
+            // sees keeps the node). Acquire on failure: the value read may carry REPLACED,
+            // and the caller then follows `forward` (as in `resolve`).
+            match n.state.compare_exchange_weak(s, s + 1, Ordering::AcqRel, Ordering::Acquire) {
                 Ok(_) => {
                     if s & PIN_MASK == 0 {
                         self.on_pinned(n.len());
@@ -47,15 +59,31 @@ impl RadixTree {
 
     /// Removes one pin from `n`; `false` if `n` was replaced (the pin lives on in its
     /// replacements). Queues `n` for eviction when it becomes an unpinned leaf.
+    ///
+    /// **The unpin/evict pair.** This 1 -> 0 CAS followed by the `is_leaf` load races an
+    /// eviction of `n`'s last child, which stores `n`'s table without the child and then
+    /// reads `n`'s state (`evict_leaf`). At least one of the two must see the other, or `n`
+    /// becomes an unpinned leaf that is never queued (and `evict`/`reset` never free it).
+    /// The evictor reads the state with an RMW (`fetch_or(0, AcqRel)`), so the two
+    /// accesses to `n.state` are ordered in its modification order: if the evictor's RMW
+    /// comes after this CAS it reads the count 0 and queues `n`; if it comes before, this
+    /// CAS (Acquire) reads from it (Release), so the evictor's table store happens before
+    /// the `is_leaf` load below, which then sees `n` as a leaf and queues it. No SeqCst
+    /// total order is relied on (loom checks this pair exactly; it models SeqCst loads
+    /// and stores only as Acquire/Release).
     #[inline]
     pub(super) fn try_unpin(&self, n: &Node, g: &Guard) -> bool {
-        let mut s = n.state.load(Ordering::SeqCst);
+        // Relaxed: only the CAS's expected value.
+        let mut s = n.state.load(Ordering::Relaxed);
         loop {
             if s & REPLACED != 0 {
                 return false;
             }
             assert!(s & PIN_MASK > 0 && s & DEAD == 0, "unpin of a node this lock did not pin");
-            match n.state.compare_exchange_weak(s, s - 1, Ordering::SeqCst, Ordering::SeqCst) {
+            // AcqRel on success: Acquire for the unpin/evict pair above; Release so what the
+            // lock's holder did with the slots happens before an eviction that sees the 0.
+            // Acquire on failure: as in `try_pin`.
+            match n.state.compare_exchange_weak(s, s - 1, Ordering::AcqRel, Ordering::Acquire) {
                 Ok(_) => {
                     if s & PIN_MASK == 1 {
                         self.on_unpinned(n.len());
@@ -77,8 +105,7 @@ impl RadixTree {
         let mut cur = root;
         let mut pos = 0;
         while pos < key.len() {
-            let c = cur.child(&key[pos..pos + p], g).expect("pinned pages stay cached");
-            let mut x = self.resolve(c, g);
+            let mut x = self.next(cur, &key[pos..pos + p], g).expect("pinned pages stay cached");
             while !self.try_unpin(x, g) {
                 x = self.resolve(x, g);
             }
@@ -149,43 +176,37 @@ impl RadixTree {
         out: &mut S,
         g: &Guard,
     ) -> usize {
-        let p = self.cfg.page_size;
         let now = self.now();
         let mut cur = root;
         let mut pos = 0;
-        'step: while pos < key.len() {
+        while pos < key.len() {
+            // `cur` is pinned by this descent (or is the root): after a split of it, go on
+            // from the node that now ends where it ended.
             cur = self.last_of(cur, g);
-            let Some(c) = cur.child_candidate(&key[pos..pos + p], g) else {
-                break;
+            let Some((c, k)) = self.step(cur, &key[pos..], g) else {
+                break; // no child holds the next page
             };
-            let mut c = self.resolve(c, g);
-            loop {
-                let k = common_prefix(c.key(), &key[pos..]) / p * p;
-                if k == 0 {
-                    break 'step; // the candidate differs within the first page
-                }
-                if k < c.len() {
-                    match self.split(c, k, true, g) {
-                        Some(u) => {
-                            out.take(u, u.len());
-                            self.touch(u, now);
-                            pos += k;
-                            break 'step;
-                        }
-                        None => continue 'step,
-                    }
-                }
-                match self.try_pin(c) {
-                    Pin::Pinned => {
-                        out.take(c, c.len());
-                        self.touch(c, now);
+            if k < c.len() {
+                // Ends inside this edge: split it, pinning the upper half.
+                match self.split(c, k, true, g) {
+                    Some(u) => {
+                        out.take(u, u.len());
+                        self.touch(u, now);
                         pos += k;
-                        cur = c;
-                        continue 'step;
+                        break;
                     }
-                    Pin::Dead => break 'step,
-                    Pin::Replaced => c = self.resolve(c, g),
+                    None => continue, // replaced or evicted meanwhile: look again
                 }
+            }
+            match self.try_pin(c) {
+                Pin::Pinned => {
+                    out.take(c, c.len());
+                    self.touch(c, now);
+                    pos += k;
+                    cur = c;
+                }
+                Pin::Dead => break,        // being evicted: absent
+                Pin::Replaced => continue, // split meanwhile: look again
             }
         }
         pos

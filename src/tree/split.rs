@@ -17,21 +17,30 @@ impl RadixTree {
         debug_assert!(k > 0 && k < a.len() && k % self.cfg.page_size == 0);
         let a_ptr = a as *const Node as *mut Node;
         loop {
-            let pp = a.parent.load(Ordering::SeqCst);
-            // SAFETY: `a` was reachable under `g`, so its parent then was too, and parents
-            // are retired only after their children's parent pointers moved on.
+            // Acquire: the parent named was built before the Release store of this pointer.
+            let pp = a.parent.load(Ordering::Acquire);
+            // SAFETY: `a` was reachable after `g` was pinned (the caller reached it through
+            // tables under `g`), and a parent is retired only after every store that removes
+            // a pointer to it from a child (re-parenting in its own split; an evicted parent
+            // has no children left): a pointer read under `g` names a node valid for `g`.
             let parent = unsafe { node_ref(pp, g) }.expect("non-root nodes have a parent");
             let _pl = lock(&parent.lock);
             let _al = lock(&a.lock);
-            let s0 = a.state.load(Ordering::SeqCst);
+            // Relaxed: DEAD and REPLACED are set only under A's lock, which we hold; the pin
+            // count may move, and the CAS in (2) re-reads it.
+            let s0 = a.state.load(Ordering::Relaxed);
             if s0 & (DEAD | REPLACED) != 0 {
                 return None;
             }
-            if a.parent.load(Ordering::SeqCst) != pp {
+            // Relaxed: `a.parent` changes only under its current parent's lock; holding
+            // pp's lock, we read the latest value if it is still pp.
+            if a.parent.load(Ordering::Relaxed) != pp {
                 continue; // the parent was split; A now hangs under its L
             }
-            debug_assert_eq!(parent.state.load(Ordering::SeqCst) & (DEAD | REPLACED), 0);
+            // Relaxed: the bits are set under the parent's lock, which we hold.
+            debug_assert_eq!(parent.state.load(Ordering::Relaxed) & (DEAD | REPLACED), 0);
             // (1) Build U and L off to the side.
+            // Relaxed: an access stamp is an eviction-order hint; nothing depends on it.
             let stamp = a.stamp.load(Ordering::Relaxed);
             let u = Box::into_raw(Box::new(Node::new(Edge::part_of(&a.edge, 0, k), 0, stamp)));
             let l =
@@ -43,18 +52,26 @@ impl RadixTree {
             // do so while a child of L still names A (or a child names L while L is being
             // replaced). Uncontended: nobody else can see L yet.
             let _ll = lock(&ln.lock);
-            un.parent.store(pp, Ordering::SeqCst);
-            ln.parent.store(u, Ordering::SeqCst);
-            // A is locked, so its table cannot change: L takes it over as is.
-            ln.children.store(a.children.load(Ordering::SeqCst, g), Ordering::SeqCst);
-            un.children.store(Owned::new(ChildTable::single(ln.key()[0], l)), Ordering::SeqCst);
+            // Relaxed (all of U's and L's fields until (3)): they are not shared yet; the
+            // Release CAS in (2) publishes them to readers that follow `forward`, and the
+            // Release store in (3) to readers that load the parent's table.
+            un.parent.store(pp, Ordering::Relaxed);
+            ln.parent.store(u, Ordering::Relaxed);
+            // A is locked, so its table cannot change: L takes it over as is (Relaxed: the
+            // pointer is only moved, and A's lock orders the table's content).
+            ln.children.store(a.children.load(Ordering::Relaxed, g), Ordering::Relaxed);
+            un.children.store(Owned::new(ChildTable::single(ln.key()[0], l)), Ordering::Relaxed);
             // (2) Freeze A's pin count into U and L.
-            a.forward.store(u, Ordering::SeqCst);
+            // Relaxed: published by the Release CAS below, before which no reader follows it.
+            a.forward.store(u, Ordering::Relaxed);
             let mut v = s0;
             loop {
-                un.state.store(v + pin_u as u64, Ordering::SeqCst);
-                ln.state.store(v, Ordering::SeqCst);
-                match a.state.compare_exchange(v, v | REPLACED, Ordering::SeqCst, Ordering::SeqCst)
+                un.state.store(v + pin_u as u64, Ordering::Relaxed);
+                ln.state.store(v, Ordering::Relaxed);
+                // AcqRel: Release publishes `forward`, U and L to readers that see REPLACED
+                // (Acquire, `resolve`); Acquire takes over the Release of the pins and unpins
+                // whose count U and L inherit. Relaxed on failure: we retry with the value.
+                match a.state.compare_exchange(v, v | REPLACED, Ordering::AcqRel, Ordering::Relaxed)
                 {
                     Ok(_) => break,
                     Err(x) => {
@@ -67,21 +84,29 @@ impl RadixTree {
                 self.on_pinned(k);
             }
             // (3) Publish U in place of A: one atomic store.
-            let old = parent.children.load(Ordering::SeqCst, g);
-            // SAFETY: the parent is locked, so its table is the current one and not retired.
+            // Relaxed: the parent is locked, so this is its current table, and its content
+            // was published to us by the lock.
+            let old = parent.children.load(Ordering::Relaxed, g);
+            // SAFETY: the parent is locked, so its table is the current one and not retired
+            // (tables are retired only when swapped out, under this lock).
             let table = unsafe { old.deref() }.with_replaced(a_ptr, u);
-            parent.children.store(Owned::new(table), Ordering::SeqCst);
-            // SAFETY: swapped out under the parent's lock; readers hold guards.
+            // Release: publishes U, L and the new table to readers that Acquire-load it.
+            parent.children.store(Owned::new(table), Ordering::Release);
+            // SAFETY: swapped out under the parent's lock, so no thread pinned from now on
+            // can load it; the epoch frees it after every guard that could have is gone.
             unsafe { g.defer_destroy(old) };
             // (4) Re-parent A's children (under A's and L's locks, so their tables and
             // these pointers cannot change meanwhile), queue L, retire A.
             if let Some(t) = ln.table(g) {
                 for c in t.nodes() {
-                    // SAFETY: children of the locked L (A's table) are live nodes.
+                    // SAFETY: the children of the locked L (A's table) are linked: unlinking
+                    // one needs L's (or A's) lock, held here.
                     let c = unsafe { node_ref(c, g) }.expect("tables hold no null");
-                    c.parent.store(l, Ordering::SeqCst);
+                    // Release: a writer that Acquire-loads this pointer then locks L.
+                    c.parent.store(l, Ordering::Release);
                 }
             }
+            // Relaxed: statistics.
             self.nodes.fetch_add(1, Ordering::Relaxed);
             if v & PIN_MASK == 0 && ln.is_leaf(g) {
                 self.index.push(ln);
@@ -89,6 +114,8 @@ impl RadixTree {
             drop(_ll);
             drop(_al);
             drop(_pl);
+            // A is retired after the locks are dropped, so U may be split or evicted (and
+            // retired) before A is: see the descent module on following `forward`.
             self.index.retire(a_ptr, g);
             return Some(un);
         }

@@ -36,6 +36,7 @@ fn stripe_index() -> usize {
     INDEX.with(|c| {
         let mut i = c.get();
         if i == usize::MAX {
+            // Relaxed: only spreads threads over stripes.
             i = NEXT.fetch_add(1, StdOrdering::Relaxed) % STRIPES;
             c.set(i);
         }
@@ -67,6 +68,7 @@ impl MatchCounters {
     #[inline]
     pub(crate) fn record(&self, query: usize, hit: usize) {
         let s = &self.stripes[stripe_index()];
+        // Relaxed: statistics, exact at quiescence.
         s.calls.fetch_add(1, Ordering::Relaxed);
         s.query.fetch_add(query as u64, Ordering::Relaxed);
         s.hit.fetch_add(hit as u64, Ordering::Relaxed);
@@ -76,6 +78,7 @@ impl MatchCounters {
     pub(crate) fn sum(&self) -> (u64, u64, u64) {
         let mut t = (0, 0, 0);
         for s in self.stripes.iter() {
+            // Relaxed: statistics.
             t.0 += s.calls.load(Ordering::Relaxed);
             t.1 += s.query.load(Ordering::Relaxed);
             t.2 += s.hit.load(Ordering::Relaxed);
