@@ -13,19 +13,53 @@
 //! validates and moves all of its slots in one all-or-nothing pool step taken at the moment
 //! the insertion takes effect (under the parent node's lock), so a refused insert changes
 //! nothing and an accepted one never leaves a slot with two owners. At quiescence
-//! `free + cached + held_by_callers == N`.
+//! `free + cached + held_by_callers == N`. Eviction into the pool is exception-safe: a
+//! `free` callback that panics still leaves every slot the tree handed over back in the
+//! pool.
+//!
+//! [`Cache::alloc`] fails with `OutOfSlots` only when, at one moment, the free slots, the
+//! evictable ones and those that other threads' evictions are handing back to the pool
+//! cannot cover the request: an eviction call takes leaves out of the tree first and
+//! returns their slots to the pool when it ends, and an allocation that finds nothing left
+//! to evict waits for the eviction calls in progress to land before it gives up (see
+//! [`Cache::alloc`]).
 
 mod request;
 
 pub use request::Request;
 
+use crossbeam_utils::CachePadded;
+
 use crate::error::{Error, Result, invalid};
 use crate::pool::SlotPool;
 use crate::slot_run::{SlotRun, run_len};
+use crate::sync::{AtomicU64, AtomicUsize, Ordering, yield_now};
 use crate::tree::{
     EvictionPolicy, LockGuard, PrefixLock, RadixTree, SlotSource, Stage, TreeConfig, TreeStats,
     cut_runs, push_differing,
 };
+
+/// How many times [`Cache::alloc`] tries again, at most, when it found nothing to evict
+/// although no eviction was running and the tree counted enough evictable tokens (see
+/// `alloc_with` and [`back_off`]).
+const RECHECKS: u32 = 20;
+
+/// Rechecks that only yield before [`back_off`] starts sleeping.
+const RECHECK_YIELDS: u32 = 8;
+
+/// Waits before the `round`-th recheck of an allocation (from 0): yields at first, then
+/// sleeps 1, 2, 4, ... µs (at most about 1 ms a round, about 3 ms over all [`RECHECKS`]),
+/// so that a thread that counted a leaf evictable and has not queued it yet gets to run
+/// even when it was preempted or is waiting for the eviction index's lock. Under loom it
+/// only yields (the model schedules the other threads).
+fn back_off(round: u32) {
+    if cfg!(loom) || round < RECHECK_YIELDS {
+        yield_now();
+    } else {
+        let us = 1u64 << (round - RECHECK_YIELDS).min(10);
+        std::thread::sleep(std::time::Duration::from_micros(us));
+    }
+}
 
 /// A callback receiving slots the cache lets go of (evicted slots).
 pub type FreeFn<'a> = &'a mut dyn FnMut(&[u32]);
@@ -67,6 +101,90 @@ pub struct Cache {
     tree: RadixTree,
     pool: Option<SlotPool>,
     opts: CacheOptions,
+    /// Eviction calls into the pool in progress (pool mode), for [`Cache::alloc`].
+    evictions: CachePadded<Evictions>,
+}
+
+/// The eviction calls into the pool (see [`PoolEviction`]): what an allocation that found
+/// nothing to evict waits for before it fails.
+///
+/// Every access is `SeqCst`, a few per eviction call and per failing allocation attempt
+/// (never per leaf). What they must give: an allocation that reads `running` after its own
+/// pop found the index empty sees every call whose pops came first (the index lock orders
+/// the pops, and the increment precedes them); one that reads `running == 0`, or a changed
+/// `landed`, after a call's release, then sees that call's slots in the pool (the release
+/// precedes both writes).
+struct Evictions {
+    /// Calls in progress: from before the tree pops a call's first leaf until every slot it
+    /// handed over is back in the pool.
+    running: AtomicUsize,
+    /// Calls that returned slots to the pool, counted once they did (before they leave
+    /// `running`): a change tells a waiting allocation that slots have landed.
+    landed: AtomicU64,
+}
+
+/// What a pool-mode eviction collects: slots one by one ([`Cache::evict`]) or runs of them
+/// ([`Cache::evict_runs`]), and how they go back to the pool.
+trait EvictedSlots: Copy {
+    /// Returns `items` (slots the tree evicted, so Cached in the pool) to the pool.
+    fn release(pool: &SlotPool, items: &[Self]) -> Result<()>;
+}
+
+impl EvictedSlots for u32 {
+    fn release(pool: &SlotPool, items: &[u32]) -> Result<()> {
+        pool.release_cached(items)
+    }
+}
+
+impl EvictedSlots for SlotRun {
+    fn release(pool: &SlotPool, items: &[SlotRun]) -> Result<()> {
+        pool.release_cached_runs(items)
+    }
+}
+
+/// One eviction call into the pool, counted in [`Evictions::running`] while it lasts.
+/// `pending` gathers the slots the tree hands over (each leaf's before the caller's `free`
+/// callback sees them); dropping the guard, when the call ends or while a panicking
+/// callback unwinds it, returns them all to the pool in one pass, counts the call as
+/// landed if it returned any, and only then leaves `running`. So every slot the tree hands
+/// over ends in the pool, and an allocation that sees no call running has seen every
+/// evicted slot land.
+struct PoolEviction<'a, T: EvictedSlots> {
+    /// The cache's count of calls in progress.
+    evictions: &'a Evictions,
+    /// Where the slots go back.
+    pool: &'a SlotPool,
+    /// Slots (or runs) the tree handed over and the pool has not got back yet.
+    pending: Vec<T>,
+}
+
+impl<'a, T: EvictedSlots> PoolEviction<'a, T> {
+    /// Enters `running`; call it before the tree evicts anything.
+    fn begin(evictions: &'a Evictions, pool: &'a SlotPool) -> Self {
+        evictions.running.fetch_add(1, Ordering::SeqCst);
+        PoolEviction { evictions, pool, pending: Vec::new() }
+    }
+}
+
+impl<T: EvictedSlots> Drop for PoolEviction<'_, T> {
+    fn drop(&mut self) {
+        let released = if self.pending.is_empty() {
+            Ok(())
+        } else {
+            let r = T::release(self.pool, &self.pending);
+            self.evictions.landed.fetch_add(1, Ordering::SeqCst);
+            r
+        };
+        self.evictions.running.fetch_sub(1, Ordering::SeqCst);
+        // Cannot fail: the tree holds only slots the pool marked Cached when adopting, and
+        // hands each evicted slot out once. Not asserted while a panic unwinds (a second
+        // panic would abort the process).
+        if let Err(e) = released {
+            if !std::thread::panicking() {
+                panic!("evicted slots are cached in the pool: {e}");
+            }
+        }
+    }
 }
 
 impl std::fmt::Debug for Cache {
@@ -84,7 +202,8 @@ impl Cache {
             0 => None,
             n => Some(SlotPool::new(n, opts.page_size)?),
         };
-        Ok(Cache { tree, pool, opts })
+        let evictions = Evictions { running: AtomicUsize::new(0), landed: AtomicU64::new(0) };
+        Ok(Cache { tree, pool, opts, evictions: CachePadded::new(evictions) })
     }
 
     /// The tree.
@@ -329,7 +448,9 @@ impl Cache {
     /// Evicts at least `k` tokens (fewer only if nothing more is evictable); returns the
     /// tokens freed. `free` gets every freed slot exactly once (it must not call back into
     /// this cache). Without a pool `free` is required (`InvalidArgument` otherwise); with a
-    /// pool the slots go back to the pool (after `free`, if given, has seen them).
+    /// pool the slots go back to the pool (after `free`, if given, has seen them), all of
+    /// them also when `free` panics: the panic propagates, and the slots of every leaf
+    /// evicted until then, including the one `free` panicked on, are free in the pool.
     pub fn evict(&self, k: usize, free: Option<FreeFn<'_>>) -> Result<usize> {
         match (&self.pool, free) {
             (None, None) => Err(invalid("evict without a pool needs a free callback")),
@@ -342,7 +463,8 @@ impl Cache {
     /// ([`SlotRun`], as [`RadixTree::evict_runs`] does): O(runs) per evicted leaf instead of
     /// O(tokens) when slots come in runs, as a pool hands them out. Same rules otherwise:
     /// without a pool `free` is required (`InvalidArgument` otherwise); with a pool the slots
-    /// go back to the pool (after `free`, if given, has seen them).
+    /// go back to the pool (after `free`, if given, has seen them; also when `free` panics,
+    /// as in [`Cache::evict`]).
     pub fn evict_runs(&self, k: usize, free: Option<FreeRunsFn<'_>>) -> Result<usize> {
         match (&self.pool, free) {
             (None, None) => Err(invalid("evict without a pool needs a free callback")),
@@ -351,51 +473,66 @@ impl Cache {
         }
     }
 
-    /// Evicts into the pool by runs, one pool pass for the whole call; `user` sees each
-    /// leaf's runs first.
+    /// Evicts into the pool by runs, one pool pass for the whole call (when it ends, or
+    /// when `user` panics: see [`PoolEviction`]); `user` sees each leaf's runs first.
     fn evict_runs_to_pool(
         &self,
         pool: &SlotPool,
         k: usize,
         mut user: Option<FreeRunsFn<'_>>,
     ) -> usize {
-        let mut freed = Vec::new();
+        let mut ev = PoolEviction::begin(&self.evictions, pool);
         let n = self.tree.evict_runs(k, &mut |runs| {
+            // Pending before `user` runs, so they go back to the pool even if it panics.
+            ev.pending.extend_from_slice(runs);
             if let Some(f) = user.as_mut() {
                 f(runs);
             }
-            freed.extend_from_slice(runs);
         });
-        // Cannot fail: the tree holds only slots the pool marked Cached when adopting, and
-        // hands each evicted slot out once.
-        pool.release_cached_runs(&freed).expect("evicted slots are cached in the pool");
+        drop(ev); // returns the slots to the pool
         n
     }
 
+    /// Evicts into the pool, one pool pass for the whole call rather than one per evicted
+    /// leaf (as [`Cache::evict_runs_to_pool`]); `user` sees each leaf's slots first.
     fn evict_to_pool(&self, pool: &SlotPool, k: usize, mut user: Option<FreeFn<'_>>) -> usize {
-        // One pool pass for the whole call rather than one per evicted leaf.
         if user.is_none() {
             // Nobody needs the slots listed: hand them over as runs, O(runs) to collect.
             return self.evict_runs_to_pool(pool, k, None);
         }
-        let mut freed = Vec::new();
+        let mut ev = PoolEviction::begin(&self.evictions, pool);
         let n = self.tree.evict(k, &mut |slots| {
+            // Pending before `user` runs, so they go back to the pool even if it panics.
+            ev.pending.extend_from_slice(slots);
             if let Some(f) = user.as_mut() {
                 f(slots);
             }
-            freed.extend_from_slice(slots);
         });
-        // Cannot fail: the tree holds only slots the pool marked Cached when adopting, and
-        // hands each evicted slot out once.
-        pool.release_cached(&freed).expect("evicted slots are cached in the pool");
+        drop(ev); // returns the slots to the pool
         n
     }
 
     /// Allocates `n` slots from the pool (pool mode), appended to `out`: all or nothing, in
-    /// whole pages. When free slots are short it evicts LRU leaves and retries;
-    /// `OutOfSlots` only when even that cannot find `n` (a request larger than free plus
-    /// evictable slots fails at once, evicting nothing). `n` must be a multiple of the page
-    /// size (`InvalidArgument`). `NoPool` without a pool.
+    /// whole pages. When free slots are short it evicts LRU leaves and retries. `n` must be
+    /// a multiple of the page size (`InvalidArgument`). `NoPool` without a pool.
+    ///
+    /// `OutOfSlots` only when, at one moment, the free slots, the evictable ones and those
+    /// that eviction calls in progress are handing back to the pool cannot cover `n`. An
+    /// eviction call (this cache's [`Cache::evict`], or another allocation's) takes its
+    /// leaves out of the tree first and returns their slots to the pool when it ends, so
+    /// another thread may find nothing left to evict while those slots are on their way
+    /// back. An allocation that finds too few free pages and nothing to evict (its own
+    /// eviction freed nothing, or free plus evictable slots, as counted, fall short)
+    /// therefore waits, yielding, while eviction calls are in progress, and tries again as
+    /// soon as one of them has returned slots. It fails only when no eviction call is in
+    /// progress, none has returned slots since its last attempt began, and a last try finds
+    /// too few free pages. (If the tree then still counts enough evictable tokens, another
+    /// call is between counting a leaf and queueing it for eviction: it backs off and tries
+    /// again, a bounded number of times, yielding and then sleeping about 3 ms in all.) A
+    /// request larger than the pool fails at once, and one larger than free plus evictable
+    /// slots while no eviction is in progress fails without evicting anything. The error's
+    /// `available` is free plus evictable slots as counted when it fails (exact at
+    /// quiescence; under concurrency what the counters said then).
     pub fn alloc(&self, n: usize, out: &mut Vec<u32>) -> Result<()> {
         self.alloc_with(n, &mut |pool| pool.try_alloc(n, out))
     }
@@ -408,32 +545,79 @@ impl Cache {
     }
 
     /// The allocation loop: `try_alloc` (all or nothing) until it succeeds, evicting what is
-    /// short in between.
+    /// short in between, and waiting for other threads' evictions to land before giving up
+    /// (the contract is [`Cache::alloc`]'s).
     fn alloc_with(
         &self,
         n: usize,
         try_alloc: &mut dyn FnMut(&SlotPool) -> Result<bool>,
     ) -> Result<()> {
         let pool = self.pool.as_ref().ok_or(Error::NoPool)?;
+        // Whether evicting could cover `n` by the counters (free pages, free slots of pages
+        // that are not whole, evictable tokens), and the pages' worth still short of it.
+        let counted = || {
+            let short = n.saturating_sub(pool.allocatable()).max(self.opts.page_size);
+            let evictable = self.tree.stats().evictable_tokens as usize;
+            let loose = pool.available().saturating_sub(pool.allocatable());
+            let hopeful = n <= pool.capacity() && short <= evictable + loose;
+            (hopeful, short, evictable)
+        };
+        let mut rechecks = 0;
         loop {
+            // Read before the try: an eviction that lands after this may bring slots the
+            // try did not see; one that landed before has its slots in the pool already.
+            let landed = self.evictions.landed.load(Ordering::SeqCst);
             if try_alloc(pool)? {
                 return Ok(());
             }
-            let short = n.saturating_sub(pool.allocatable()).max(self.opts.page_size);
-            let evictable = self.tree.stats().evictable_tokens as usize;
-            // Hopeless requests fail without emptying the cache first.
-            if short > evictable + pool.available().saturating_sub(pool.allocatable())
-                || self.evict_to_pool(pool, short, None) == 0
-            {
-                // Nothing left to evict; a last try in case a concurrent free landed.
-                if try_alloc(pool)? {
-                    return Ok(());
-                }
-                return Err(Error::OutOfSlots {
-                    requested: n,
-                    available: pool.available() + self.tree.stats().evictable_tokens as usize,
-                });
+            // Hopeless requests (by the counters) evict nothing. The counters miss what
+            // eviction calls in progress are handing back (the tree counts their leaves out
+            // when its part of the call ends, the pool counts their slots in when they
+            // land): the wait below covers those.
+            let (hopeful, short, _) = counted();
+            if hopeful && self.evict_to_pool(pool, short, None) > 0 {
+                continue;
             }
+            if n <= pool.capacity() && self.wait_for_evictions(landed) {
+                continue; // slots came back since the try
+            }
+            // No eviction in progress and none landed since the try. A last try in case a
+            // concurrent free landed.
+            if try_alloc(pool)? {
+                return Ok(());
+            }
+            // With no eviction running, the tree counting more evictable tokens than its
+            // eviction index could pop means another call is between the two steps (an
+            // insert that adopted its slots, a split or an unpin, that has not queued its
+            // leaf yet), or that leaves came since: wait a little and try again. At
+            // quiescence the count never exceeds what eviction can free; the bound keeps
+            // a miscount from making this spin forever.
+            let (hopeful, _, evictable) = counted();
+            if hopeful && evictable > 0 && rechecks < RECHECKS {
+                back_off(rechecks);
+                rechecks += 1;
+                continue;
+            }
+            let available = pool.available() + evictable;
+            return Err(Error::OutOfSlots { requested: n, available });
+        }
+    }
+
+    /// Waits, yielding, while eviction calls into the pool are in progress; `true` as soon
+    /// as one lands (returns slots to the pool) after `landed` was read, `false` once none
+    /// is in progress and none landed since. Eviction calls never wait for an allocation,
+    /// and a waiting allocation starts none, so allocations that find nothing to evict
+    /// never keep each other waiting.
+    fn wait_for_evictions(&self, landed: u64) -> bool {
+        let ev = &*self.evictions;
+        loop {
+            if ev.landed.load(Ordering::SeqCst) != landed {
+                return true;
+            }
+            if ev.running.load(Ordering::SeqCst) == 0 {
+                return false;
+            }
+            yield_now();
         }
     }
 
