@@ -559,3 +559,24 @@ fn builtin_workload_by_default() {
     let ratio = v["hit_ratio"].as_f64().unwrap();
     assert!(ratio > 0.3 && ratio < 1.0, "{ratio}");
 }
+
+/// A reader that goes away (`radixkv replay | head -1`) ends the program quietly: status 0,
+/// no panic, nothing on stderr (before, writing to the closed pipe panicked: exit 101 with a
+/// backtrace). The pipe's read end is closed before the program writes anything.
+#[test]
+fn a_closed_pipe_ends_the_program_quietly() {
+    use std::process::{Command, Stdio};
+    for args in [&["replay", "--json"][..], &["replay"][..]] {
+        let mut child = Command::new(env!("CARGO_BIN_EXE_radixkv"))
+            .args(args)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("radixkv runs");
+        drop(child.stdout.take()); // the reader is gone before the replay ends
+        let out = child.wait_with_output().expect("radixkv ends");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(out.status.success(), "radixkv {args:?}: {:?}, stderr: {err}", out.status);
+        assert!(!err.contains("panicked"), "radixkv {args:?} panicked: {err}");
+    }
+}

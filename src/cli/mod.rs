@@ -1,5 +1,17 @@
 //! The command line (binary only): `radixkv replay` and `radixkv sweep` (see `CLI.md`).
 
+/// `print!` to stdout, except that a closed pipe (`radixkv replay --json | head -1`) ends
+/// the program quietly with status 0 instead of panicking (see [`emit`]).
+macro_rules! out {
+    ($($t:tt)*) => { $crate::cli::emit(format_args!($($t)*)) };
+}
+
+/// `println!` through [`emit`], as [`out!`].
+macro_rules! outln {
+    () => { $crate::cli::emit(format_args!("\n")) };
+    ($($t:tt)*) => {{ $crate::cli::emit(format_args!($($t)*)); $crate::cli::emit(format_args!("\n")) }};
+}
+
 mod replay;
 mod report;
 mod sweep;
@@ -213,9 +225,9 @@ fn run_replay(a: &ReplayArgs) -> Result<(), String> {
         !a.json && std::io::stdout().is_terminal() && trace.input_tokens() >= PROGRESS_MIN_TOKENS;
     let r = replay::replay(&trace, &config(&a.engine, a.capacity.0, progress))?;
     if a.json {
-        println!("{}", json(&r)?);
+        outln!("{}", json(&r)?);
     } else {
-        print!("{}", r.human());
+        out!("{}", r.human());
     }
     Ok(())
 }
@@ -263,16 +275,16 @@ fn compare_schedules(a: &ReplayArgs, trace: &Trace) -> Result<(), String> {
             unlimited: unlimited.as_ref(),
             runs: runs.iter().collect(),
         };
-        println!("{}", json(&c)?);
+        outln!("{}", json(&c)?);
         return Ok(());
     }
-    println!(
+    outln!(
         "radixkv schedule comparison: {} ({} requests, {} input tokens)",
         trace.name(),
         thousands(trace.len() as u64),
         thousands(trace.input_tokens())
     );
-    println!(
+    outln!(
         "  capacity {}{}, page size {}, {} thread{}",
         capacity_label(Some(capacity)),
         if auto { " (auto: 1/8 of the distinct tokens, so that eviction happens)" } else { "" },
@@ -280,17 +292,17 @@ fn compare_schedules(a: &ReplayArgs, trace: &Trace) -> Result<(), String> {
         a.engine.threads,
         if a.engine.threads == 1 { "" } else { "s" }
     );
-    print!("  {:<12}", "hit ratio");
+    out!("  {:<12}", "hit ratio");
     for w in &a.windows {
-        print!(" {:>12}", format!("window {w}"));
+        out!(" {:>12}", format!("window {w}"));
     }
-    println!();
+    outln!();
     for (i, s) in Schedule::ALL.iter().enumerate() {
-        print!("  {:<12}", s.name());
+        out!("  {:<12}", s.name());
         for j in 0..a.windows.len() {
-            print!(" {:>12.4}", runs[i * a.windows.len() + j].hit_ratio);
+            out!(" {:>12.4}", runs[i * a.windows.len() + j].hit_ratio);
         }
-        println!();
+        outln!();
     }
     if let Some(u) = &unlimited {
         // One thread: every distinct page misses exactly once, whatever the order. Several
@@ -301,7 +313,7 @@ fn compare_schedules(a: &ReplayArgs, trace: &Trace) -> Result<(), String> {
         } else {
             format!("fcfs, {} threads", u.threads)
         };
-        println!("  unlimited capacity ({how}): {:.4}", u.hit_ratio);
+        outln!("  unlimited capacity ({how}): {:.4}", u.hit_ratio);
     }
     Ok(())
 }
@@ -337,9 +349,23 @@ fn run_sweep(a: &SweepArgs) -> Result<(), String> {
         .map_err(|e| format!("{}: cannot write: {e}", csv.display()))?;
     sweep::plot(&svg, trace.name(), points, unlimited)
         .map_err(|e| format!("{}: cannot draw: {e}", svg.display()))?;
-    print!("{}", sweep::table(&trace, &reports));
-    println!("  wrote {} and {}", csv.display(), svg.display());
+    out!("{}", sweep::table(&trace, &reports));
+    outln!("  wrote {} and {}", csv.display(), svg.display());
     Ok(())
+}
+
+/// Writes `args` to stdout. A closed pipe (the reader went away, as `head` does) exits the
+/// program at once, quietly, with status 0: the reader had all it wanted. Any other write
+/// error is reported and exits with status 1.
+pub(crate) fn emit(args: std::fmt::Arguments<'_>) {
+    use std::io::Write;
+    if let Err(e) = std::io::stdout().lock().write_fmt(args) {
+        if e.kind() == std::io::ErrorKind::BrokenPipe {
+            std::process::exit(0);
+        }
+        eprintln!("radixkv: error: cannot write the output: {e}");
+        std::process::exit(1);
+    }
 }
 
 /// Runs the command line; returns the exit code.
