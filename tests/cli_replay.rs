@@ -580,3 +580,20 @@ fn a_closed_pipe_ends_the_program_quietly() {
         assert!(!err.contains("panicked"), "radixkv {args:?} panicked: {err}");
     }
 }
+
+/// An empty trace (or one of blank lines) is an error that names the file, for replay and
+/// sweep alike, not a report of zeros.
+#[test]
+fn an_empty_trace_is_an_error() {
+    for (name, text) in [("empty.jsonl", ""), ("blank.jsonl", "\n\n  \n")] {
+        let p = temp_file(name, text);
+        let p = p.to_str().unwrap();
+        for cmd in [
+            &["replay", "--trace", p][..],
+            &["sweep", "--trace", p, "--out-dir", "/nonexistent-unused"][..],
+        ] {
+            let err = run_fail(cmd);
+            assert!(err.contains("holds no requests") && err.contains(name), "{cmd:?}: {err}");
+        }
+    }
+}

@@ -189,8 +189,18 @@ fn parse_capacity(s: &str) -> Result<Capacity, String> {
 fn load(w: &WorkloadArgs) -> Result<Trace, String> {
     match &w.trace {
         None => Ok(synthetic::builtin()),
-        Some(p) => Trace::load(p, TraceOptions { format: w.format, block_size: w.block_size })
-            .map_err(|e| e.to_string()),
+        Some(p) => {
+            let t = Trace::load(p, TraceOptions { format: w.format, block_size: w.block_size })
+                .map_err(|e| e.to_string())?;
+            if t.is_empty() {
+                // A report of zeros would read as a result; an empty file is a mistake.
+                return Err(format!(
+                    "{}: the trace holds no requests (the file is empty or only blank lines)",
+                    p.display()
+                ));
+            }
+            Ok(t)
+        }
     }
 }
 
