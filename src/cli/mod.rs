@@ -345,14 +345,15 @@ fn run_sweep(a: &SweepArgs) -> Result<(), String> {
     if caps.is_empty() {
         return Err(format!("no capacity of at least one page ({page} tokens) to sweep"));
     }
+    // The output folder is checked before the replays, which can take minutes.
+    std::fs::create_dir_all(&a.out_dir)
+        .map_err(|e| format!("{}: cannot create: {e}", a.out_dir.display()))?;
     let mut all: Vec<Option<u64>> = caps.iter().map(|&c| Some(c)).collect();
     all.push(None);
     let reports: Vec<Result<Report, String>> =
         all.par_iter().map(|&c| replay::replay(&trace, &config(&a.engine, c, false))).collect();
     let reports: Vec<Report> = reports.into_iter().collect::<Result<_, _>>()?;
     let (unlimited, points) = reports.split_last().expect("at least the unlimited run");
-    std::fs::create_dir_all(&a.out_dir)
-        .map_err(|e| format!("{}: cannot create: {e}", a.out_dir.display()))?;
     let csv = a.out_dir.join("sweep.csv");
     let svg = a.out_dir.join("sweep.svg");
     std::fs::write(&csv, sweep::csv(&reports))
