@@ -4,13 +4,13 @@
 # indirectly lost). Also checks that include/radixkv.h compiles as strict C99 and as C++.
 #
 #   cargo build [--release]            # builds libradixkv.a and libradixkv.so
-#   tests/c/run.sh [PROFILE_DIR]       # default: target/debug (relative to the repo root)
+#   tests/c/run.sh [PROFILE_DIR]       # default: $CARGO_TARGET_DIR/release (else target/release), as `cargo build --release` (the README) leaves it
 #
 # Environment: CC (default cc), CXX (default c++), RADIXKV_NO_VALGRIND=1 to skip valgrind.
 # Prints "N passed, M failed" (steps) last; exits non-zero on any failure.
 set -u
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
-PROFILE_DIR="${1:-target/debug}"
+PROFILE_DIR="${1:-${CARGO_TARGET_DIR:-target}/release}"
 case "$PROFILE_DIR" in /*) ;; *) PROFILE_DIR="$ROOT/$PROFILE_DIR" ;; esac
 CC="${CC:-cc}"
 CXX="${CXX:-c++}"

@@ -5,13 +5,13 @@
 # bindings/cpp/radixkv.pc.in works with pkg-config against the shared library.
 #
 #   cargo build [--release]
-#   tests/cpp/run.sh [PROFILE_DIR]       # default: target/debug (relative to the repo root)
+#   tests/cpp/run.sh [PROFILE_DIR]       # default: $CARGO_TARGET_DIR/release (else target/release), as `cargo build --release` (the README) leaves it
 #
 # Environment: CXX (default g++), RKV_CPP_ITERS (iterations per thread, default 2000),
 # RADIXKV_NO_VALGRIND=1 to skip valgrind. Prints "N passed, M failed" (steps) last.
 set -u
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
-PROFILE_DIR="${1:-target/debug}"
+PROFILE_DIR="${1:-${CARGO_TARGET_DIR:-target}/release}"
 case "$PROFILE_DIR" in /*) ;; *) PROFILE_DIR="$ROOT/$PROFILE_DIR" ;; esac
 CXX="${CXX:-g++}"
 OUT="$PROFILE_DIR/cpp-tests"
