@@ -193,9 +193,13 @@ fn bad_inputs_are_clean_errors() {
         (
             "bigtoken.jsonl",
             "\n\n{\"tokens\": [1, 4294967296]}\n",
-            ":3: token id 4294967296 at position 1 out of range",
+            ":3: token id 4294967296 at position 1 out of range: token ids are integers in [0, 2^32)",
         ),
-        ("negtoken.jsonl", "{\"tokens\": [-3]}\n", ":1: malformed JSON"),
+        (
+            "negtoken.jsonl",
+            "{\"tokens\": [2.5, -3]}\n",
+            ":1: token id 2.5 at position 0 out of range: token ids are integers in [0, 2^32)",
+        ),
         (
             "short.jsonl",
             "{\"input_length\": 1025, \"hash_ids\": [1, 2]}\n",

@@ -150,7 +150,9 @@ struct RawLine {
     input_length: Option<u64>,
     output_length: Option<u64>,
     hash_ids: Option<Vec<u64>>,
-    tokens: Option<Vec<u64>>,
+    /// Kept as JSON numbers, so a negative or fractional id gets an error that says what a
+    /// token id is (an integer in [0, 2^32)), not serde's generic one.
+    tokens: Option<Vec<serde_json::Number>>,
     namespace: Option<u64>,
 }
 
@@ -358,11 +360,14 @@ fn parse_line(line: &str, opts: TraceOptions) -> Result<Entry, String> {
                 return Err(format!("{} tokens: length out of range", toks.len()));
             }
             let mut tokens = Vec::with_capacity(toks.len());
-            for (i, &t) in toks.iter().enumerate() {
-                let t = u32::try_from(t).map_err(|_| {
-                    format!("token id {t} at position {i} out of range (at most {})", u32::MAX)
+            for (i, t) in toks.iter().enumerate() {
+                let id = t.as_u64().and_then(|v| u32::try_from(v).ok()).ok_or_else(|| {
+                    format!(
+                        "token id {t} at position {i} out of range: token ids are integers in \
+                         [0, 2^32)"
+                    )
                 })?;
-                tokens.push(t);
+                tokens.push(id);
             }
             Ok(Entry::Tokens(Request {
                 namespace: raw.namespace.unwrap_or(0),
@@ -491,7 +496,12 @@ mod tests {
         assert!(e.message.contains("token id 4294967296 at position 1 out of range"), "{e}");
 
         let e = err("{\"tokens\": [-1]}", Format::Auto, 512);
-        assert!(e.message.contains("malformed JSON"), "{e}");
+        assert!(
+            e.message.contains(
+                "token id -1 at position 0 out of range: token ids are integers in [0, 2^32)"
+            ),
+            "{e}"
+        );
 
         let e = err("{\"input_length\": 9, \"hash_ids\": [1, 2]}", Format::Auto, 4);
         assert!(
