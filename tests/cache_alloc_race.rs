@@ -28,18 +28,9 @@ const PAGES: usize = 4;
 /// Distinct pages a prompt is made of.
 const ALPHABET: u64 = 5;
 
-/// xorshift64: a thread's reproducible stream of prompts.
-struct Rng(u64);
-
-impl Rng {
-    /// The next number, below `n`.
-    fn below(&mut self, n: u64) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0 % n
-    }
-}
+#[path = "support/rng.rs"]
+mod rng;
+use rng::Rng;
 
 /// The first `OutOfSlots` a run saw, and how many there were.
 #[derive(Default)]

@@ -33,15 +33,9 @@ fn held<'a>(r: &'a Request<'_>) -> &'a [u32] {
     &r.slots()[r.locked_len()..]
 }
 
-struct Rng(u64);
-impl Rng {
-    fn below(&mut self, n: u64) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0 % n
-    }
-}
+#[path = "support/rng.rs"]
+mod rng;
+use rng::Rng;
 
 fn run(page: usize, pool: usize, threads: usize, cycles: usize) {
     let cache = Arc::new(

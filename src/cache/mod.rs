@@ -654,5 +654,7 @@ impl Cache {
     }
 }
 
-#[cfg(test)]
+#[cfg(all(test, loom))]
+mod loom_tests;
+#[cfg(all(test, not(loom)))]
 mod tests;

@@ -9,7 +9,10 @@ macro_rules! out {
 /// `println!` through [`emit`], as [`out!`].
 macro_rules! outln {
     () => { $crate::cli::emit(format_args!("\n")) };
-    ($($t:tt)*) => {{ $crate::cli::emit(format_args!($($t)*)); $crate::cli::emit(format_args!("\n")) }};
+    ($($t:tt)*) => {{
+        $crate::cli::emit(format_args!($($t)*));
+        $crate::cli::emit(format_args!("\n"))
+    }};
 }
 
 mod replay;

@@ -84,7 +84,8 @@ impl RadixTree {
     /// Order: lock the parent, re-check that it still is `x`'s parent, lock `x`, re-check
     /// that `x` is a leaf (an insert adds children only under `x`'s lock, after checking `x`
     /// is not `DEAD`), CAS `x`'s state from exactly "0 pins, live" to `DEAD` (a racing pin
-    /// lands first or fails), find `x` in the parent's table (loudly: it must be there), publish the parent's table
+    /// lands first or fails), find `x` in the parent's table (loudly: it must be there),
+    /// publish the parent's table
     /// without `x`, unlock, and read the parent's state for the unpin/evict pair (see
     /// `try_unpin`).
     pub(super) fn evict_leaf(&self, x: &Node, g: &Guard) -> Option<(usize, *const Node)> {
@@ -172,8 +173,10 @@ impl Drop for Pass<'_> {
             self.tree.index.pop_after(Some(d), false, self.lru, &self.guard);
         }
         let (t, f) = (self.tree, self.freed as u64);
-        // Relaxed: statistics, exact at quiescence.
-        t.evictable.fetch_sub(f, Ordering::Relaxed);
+        // Release (pairs with `stats`' Acquire): an allocation that sees this pass's tokens
+        // counted out also sees the eviction in progress that `Cache` registered before it,
+        // so it waits for its slots instead of failing. The others: statistics (Relaxed).
+        t.evictable.fetch_sub(f, Ordering::Release);
         t.cached.fetch_sub(f, Ordering::Relaxed);
         t.nodes.fetch_sub(self.leaves, Ordering::Relaxed);
         t.evicted.fetch_add(f, Ordering::Relaxed);

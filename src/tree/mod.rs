@@ -407,8 +407,11 @@ impl RadixTree {
     /// value of its own counter.
     pub fn stats(&self) -> TreeStats {
         let (calls, query, hit) = self.matches.sum();
-        // Relaxed: statistics, each a recent value of its own counter (exact at quiescence).
-        let get = |a: &AtomicU64| (a.load(Ordering::Relaxed) as i64).max(0) as u64;
+        // Acquire: statistics, each a recent value of its own counter (exact at quiescence);
+        // Acquire so that a reader who sees an eviction pass's count also sees what the
+        // pass's caller did before it (`Cache`'s count of evictions in progress, which its
+        // allocation wait reads next). Free on x86 (a plain load).
+        let get = |a: &AtomicU64| (a.load(Ordering::Acquire) as i64).max(0) as u64;
         TreeStats {
             cached_tokens: get(&self.cached),
             evictable_tokens: get(&self.evictable),

@@ -4,7 +4,8 @@
 # indirectly lost). Also checks that include/radixkv.h compiles as strict C99 and as C++.
 #
 #   cargo build [--release]            # builds libradixkv.a and libradixkv.so
-#   tests/c/run.sh [PROFILE_DIR]       # default: $CARGO_TARGET_DIR/release (else target/release), as `cargo build --release` (the README) leaves it
+#   tests/c/run.sh [PROFILE_DIR]       # default: $CARGO_TARGET_DIR/release, else
+#                                      # target/release (what `cargo build --release` leaves)
 #
 # Environment: CC (default cc), CXX (default c++), RADIXKV_NO_VALGRIND=1 to skip valgrind.
 # Prints "N passed, M failed" (steps) last; exits non-zero on any failure.

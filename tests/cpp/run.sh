@@ -5,7 +5,8 @@
 # bindings/cpp/radixkv.pc.in works with pkg-config against the shared library.
 #
 #   cargo build [--release]
-#   tests/cpp/run.sh [PROFILE_DIR]       # default: $CARGO_TARGET_DIR/release (else target/release), as `cargo build --release` (the README) leaves it
+#   tests/cpp/run.sh [PROFILE_DIR]       # default: $CARGO_TARGET_DIR/release, else
+#                                        # target/release (what `cargo build --release` leaves)
 #
 # Environment: CXX (default g++), RKV_CPP_ITERS (iterations per thread, default 2000),
 # RADIXKV_NO_VALGRIND=1 to skip valgrind. Prints "N passed, M failed" (steps) last.
