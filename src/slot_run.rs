@@ -1,4 +1,26 @@
 //! Runs of consecutive slots: how eviction can hand slots back without listing each one.
+//!
+//! The engine cycle with the slots as runs, as the pool hands them out: no call lists the
+//! request's slots one by one, so the pool step and the new leaf cost O(runs). `reclaim`
+//! between requests runs the epoch's deferred frees there instead of inside a later match,
+//! insert or evict.
+//!
+//! ```
+//! use radixkv::{Cache, CacheOptions};
+//!
+//! let cache = Cache::new(CacheOptions { page_size: 1, pool_slots: 1024, ..Default::default() })?;
+//! let prompt: Vec<u32> = (0..300).collect();
+//! let mut runs = Vec::new();
+//! let lock = cache.match_and_lock_runs(0, &prompt, &mut runs); // cached prefix as runs, pinned
+//! cache.alloc_runs(prompt.len() - lock.len(), &mut runs)?;    // the rest, as runs
+//! assert_eq!(cache.insert_runs(0, &prompt, &runs)?, 0);
+//! drop(lock);
+//! cache.reclaim();
+//! let mut again = Vec::new();
+//! assert_eq!(cache.match_prefix_runs(0, &prompt, &mut again), 300);
+//! assert_eq!(again.iter().map(|r| r.len as usize).sum::<usize>(), 300);
+//! # Ok::<(), radixkv::Error>(())
+//! ```
 
 /// The slots `start, start + 1, .., start + len - 1` (`len >= 1`, and `start + len <= 2^32`).
 ///

@@ -13,6 +13,22 @@
 //! Slot ownership: `slots()[..locked_len()]` belong to the tree (cached and pinned by this
 //! request's lock); the rest are held by the request until `finish`/`abort` (dropping an
 //! unfinished request aborts it).
+//!
+//! ```
+//! use radixkv::{Cache, CacheOptions};
+//!
+//! let cache = Cache::new(CacheOptions { page_size: 16, pool_slots: 1 << 16, ..Default::default() })?;
+//! let prompt: Vec<u32> = (0..100).collect();
+//! let mut req = cache.admit(7, &prompt)?;   // match_and_lock + alloc for the uncached tail
+//! let reuse = req.cached_len();             // tokens whose KV need not be computed
+//! // ... prefill into req.slots()[reuse..] ...
+//! req.checkpoint()?;                        // insert_and_lock so far: others can hit it now
+//! req.extend(&[500, 501])?;                 // decode: slots for new tokens, page by page
+//! req.finish()?;                            // insert prompt + output, free duplicates, unpin
+//! assert_eq!(cache.admit(7, &prompt)?.cached_len(), 96); // 6 whole pages of 16
+//! # let _ = reuse;
+//! # Ok::<(), radixkv::Error>(())
+//! ```
 
 use super::Cache;
 use crate::error::{Error, Result};
