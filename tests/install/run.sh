@@ -7,7 +7,8 @@
 # radixkv-static), runs every binary without LD_LIBRARY_PATH, and checks that the static
 # ones do not need libradixkv.so. Also: bad arguments are refused, the CMake version check
 # refuses incompatible versions, and a DESTDIR-staged install with a deeper libdir still
-# works once moved (the CMake package is relocatable).
+# works once moved (the CMake package is relocatable); docs/install.md shows the examples
+# verbatim, and the C one's output as it prints it.
 #
 #   cargo build --release --lib
 #   tests/install/run.sh [PROFILE_DIR]   # default: $CARGO_TARGET_DIR/release, else
@@ -296,6 +297,37 @@ staged() {
   cmake_example c "$moved" "$moved/lib/x86_64-linux-gnu"
 }
 step "DESTDIR + --libdir lib/x86_64-linux-gnu, moved: CMake examples/c" staged
+
+# docs/install.md shows the examples: each block after a `<!-- verbatim: FILE -->` line must
+# be FILE exactly, and every example file must be shown.
+docs_verbatim() {
+  local doc="$ROOT/docs/install.md" f n=0
+  for f in examples/c/CMakeLists.txt examples/c/main.c examples/cpp/CMakeLists.txt examples/cpp/main.cpp; do
+    grep -qx "<!-- verbatim: $f -->" "$doc" || { bad "docs/install.md does not show $f"; return 1; }
+  done
+  while IFS= read -r f; do
+    n=$((n + 1))
+    awk -v f="$f" '
+      $0 == "<!-- verbatim: " f " -->" { want = 1; next }
+      want == 1 && /^```/ { want = 2; next }
+      want == 2 && /^```$/ { exit }
+      want == 2 { print }' "$doc" >"$OUT/verbatim.txt"
+    cmp -s "$OUT/verbatim.txt" "$ROOT/$f" ||
+      { bad "docs/install.md's copy of $f differs from the file:"; diff "$OUT/verbatim.txt" "$ROOT/$f" | head -n 10 >&2; return 1; }
+  done < <(sed -n 's/^<!-- verbatim: \(.*\) -->$/\1/p' "$doc")
+  echo "   $n files shown verbatim"
+  # And the output shown is what the C example prints.
+  awk '$0 == "<!-- output: examples/c/main.c -->" { want = 1; next }
+       want == 1 && /^```/ { want = 2; next }
+       want == 2 && /^```$/ { exit }
+       want == 2 { print }' "$doc" >"$OUT/output-doc.txt"
+  [ -s "$OUT/output-doc.txt" ] || { bad "docs/install.md shows no output of examples/c/main.c"; return 1; }
+  env -u LD_LIBRARY_PATH "$OUT/cmake-c-prefix/radixkv_example_c" >"$OUT/output-run.txt" 2>&1 &&
+    cmp -s "$OUT/output-doc.txt" "$OUT/output-run.txt" ||
+    { bad "the output docs/install.md shows is not what examples/c prints:"; diff "$OUT/output-doc.txt" "$OUT/output-run.txt" >&2; return 1; }
+  echo "   and the C example's output"
+}
+step "docs/install.md shows the examples verbatim" docs_verbatim
 
 echo "$pass passed, $fail failed"
 [ "$fail" -eq 0 ]
