@@ -45,8 +45,11 @@ int main() { return static_cast<int>(rkv_abi_version()) - 1; }'
 
 step "build static" "$CC" "${CFLAGS[@]}" "$ROOT/tests/c/test_abi.c" "$PROFILE_DIR/libradixkv.a" \
   -lpthread -ldl -lm -o "$OUT/test_abi_static"
+# The library's SONAME is libradixkv.so.1 (build.rs), so the program asks the loader for that
+# name, which cargo does not create: a link to the built library in $OUT/lib provides it.
+mkdir -p "$OUT/lib" && ln -sfn "$PROFILE_DIR/libradixkv.so" "$OUT/lib/libradixkv.so.1"
 step "build shared" "$CC" "${CFLAGS[@]}" "$ROOT/tests/c/test_abi.c" -L "$PROFILE_DIR" -lradixkv \
-  -Wl,-rpath,"$PROFILE_DIR" -lpthread -o "$OUT/test_abi_shared"
+  -Wl,-rpath,"$OUT/lib" -lpthread -o "$OUT/test_abi_shared"
 
 step "run static" "$OUT/test_abi_static"
 step "run shared" "$OUT/test_abi_shared"

@@ -2,7 +2,8 @@
 # Builds the C++ wrapper test (two translation units including bindings/cpp/radixkv.hpp)
 # with g++ -std=c++17 -Wall -Wextra -Werror against the static library, runs it (8 threads
 # hammering one pooled cache), runs a shorter round under valgrind, and checks that
-# bindings/cpp/radixkv.pc.in works with pkg-config against the shared library.
+# packaging/radixkv.pc.in works with pkg-config against the shared library (tests/install/run.sh
+# tests the full install: scripts/install, CMake, static pkg-config).
 #
 #   cargo build [--release]
 #   tests/cpp/run.sh [PROFILE_DIR]       # default: $CARGO_TARGET_DIR/release, else
@@ -57,10 +58,15 @@ fi
 pc_check() {
   local stage="$OUT/stage"
   rm -rf "$stage" && mkdir -p "$stage/lib/pkgconfig" "$stage/include" || return 1
-  cp "$PROFILE_DIR/libradixkv.so" "$PROFILE_DIR/libradixkv.a" "$stage/lib/" &&
+  # The SONAME is libradixkv.so.1 (build.rs): the real file under that name, -lradixkv's link.
+  cp "$PROFILE_DIR/libradixkv.so" "$stage/lib/libradixkv.so.1" &&
+    ln -s libradixkv.so.1 "$stage/lib/libradixkv.so" &&
+    cp "$PROFILE_DIR/libradixkv.a" "$stage/lib/" &&
     cp "$ROOT/include/radixkv.h" "$ROOT/bindings/cpp/radixkv.hpp" "$stage/include/" || return 1
-  sed -e "s|@PREFIX@|$stage|" -e "s|@VERSION@|0.1.0|" "$ROOT/bindings/cpp/radixkv.pc.in" \
+  sed -e "s|@PREFIX@|$stage|" -e "s|@LIBDIR@|lib|" -e "s|@VERSION@|0.1.0|" -e "s|@ABI@|1|" \
+    -e "s|@NATIVE_STATIC_LIBS@|-lpthread -ldl -lm|" "$ROOT/packaging/radixkv.pc.in" \
     > "$stage/lib/pkgconfig/radixkv.pc" || return 1
+  if grep '@[A-Z_]*@' "$stage/lib/pkgconfig/radixkv.pc"; then echo "unfilled placeholders"; return 1; fi
   printf '%s\n' '#include "radixkv.hpp"' \
     'int main() { rkv::Cache c; return c.match(0, {}).empty() && rkv::abi_version() == 1 ? 0 : 1; }' \
     > "$OUT/pc_app.cpp"
@@ -70,7 +76,7 @@ pc_check() {
     -Wl,-rpath,"$stage/lib" && "$OUT/pc_app"
 }
 if command -v pkg-config >/dev/null; then
-  step "pkg-config (radixkv.pc.in)" pc_check
+  step "pkg-config (packaging/radixkv.pc.in)" pc_check
 else
   echo "== pkg-config not found: radixkv.pc.in check skipped"
 fi
