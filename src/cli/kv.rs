@@ -40,9 +40,13 @@ impl Dtype {
 /// How many bytes of KV one cached token takes: `--kv-bytes-per-token`, or a model shape.
 #[derive(Args, Debug, Clone, Default)]
 pub struct KvArgs {
-    /// KV bytes one token takes (K and V over all layers), e.g. 131072 or 128KiB; reports
-    /// and plots then show bytes and GiB beside tokens, and capacities may be given in
-    /// bytes (40GiB). Or give the model shape instead (--layers, --kv-heads, --head-dim).
+    /// KV bytes one token takes, K and V over all layers (131072, 128KiB); or give the
+    /// model shape (--layers, --kv-heads, --head-dim, --dtype).
+    ///
+    /// With a KV size, the report, the sweep's table, CSV and plot show bytes and GiB
+    /// beside tokens, and capacities may be given in bytes (--capacity 40GiB: rounded
+    /// down to whole tokens). Binary (KiB, MiB, GiB, TiB) and decimal (KB, MB, GB, TB)
+    /// units are understood, in any case.
     #[arg(long, value_name = "BYTES", value_parser = parse_bytes_per_token, allow_hyphen_values = true,
           conflicts_with_all = ["layers", "kv_heads", "head_dim", "dtype"], help_heading = "KV size")]
     pub kv_bytes_per_token: Option<u64>,

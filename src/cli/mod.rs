@@ -51,6 +51,10 @@ enum Command {
     Replay(ReplayArgs),
     /// Replay a trace at several capacities (--jobs at a time); print each row as it is
     /// ready and write sweep.csv and sweep.svg.
+    ///
+    /// The header prints at once; the rows print in capacity order, each as soon as its
+    /// replay and those of all smaller capacities are done, the unlimited row last. A
+    /// progress bar counts the requests replayed on stderr when stderr is a terminal.
     Sweep(SweepArgs),
 }
 
@@ -138,15 +142,23 @@ struct SweepArgs {
     engine: EngineArgs,
     #[command(flatten)]
     kv: KvArgs,
-    /// Capacities, comma-separated, in tokens (1e5,2M) or with a KV size in bytes
-    /// (10GiB,40GiB). Default: 12 log-spaced from 1/1000 of the top up to the top, 1.5 x
-    /// the trace's distinct tokens (the tokens a cache of unlimited capacity holds at the
-    /// end of the replay: every distinct page-aligned prefix of the requests, with
-    /// --with-output their outputs too, found by replaying it unlimited first).
+    /// Capacities, comma-separated: tokens (1e5,2M), or bytes with a KV size (10GiB,40GiB)
+    /// [default: 12 log-spaced up to 1.5 x the trace's distinct tokens].
+    ///
+    /// The default list: 12 capacities log-spaced from 1/1000 of the top up to the top,
+    /// 1.5 x the trace's distinct tokens, rounded to two significant digits and down to
+    /// whole pages. The distinct tokens are the tokens a cache of unlimited capacity holds
+    /// at the end of the replay: the size of the trie of every request's page-aligned
+    /// prompt (with --with-output, their cached outputs too). The sweep replays the trace
+    /// at unlimited capacity first to find them. `inf` in the list is ignored: every sweep
+    /// has the unlimited row.
     #[arg(long, value_delimiter = ',', allow_hyphen_values = true, value_parser = parse_capacity, value_name = "LIST")]
     capacities: Vec<Capacity>,
-    /// Capacities replayed at once, each with its own cache (and --threads threads)
-    /// [default: available cores / --threads, at least 1]. The results do not depend on it.
+    /// Capacities replayed at once, each with its own cache and --threads threads
+    /// [default: available cores / --threads, at least 1].
+    ///
+    /// The rows do not depend on it (with --threads 1 each replay is deterministic), only
+    /// the time does.
     #[arg(long, allow_hyphen_values = true, value_parser = thread_count, value_name = "N")]
     jobs: Option<usize>,
     /// Where sweep.csv and sweep.svg go.
@@ -368,7 +380,7 @@ fn run_sweep(a: &SweepArgs) -> Result<(), String> {
     out!("{}", sweep::table_header(&trace, kv, jobs));
     let requests = trace.len() as u64;
     let bar = if std::io::stderr().is_terminal() {
-        replay::progress_bar(requests)
+        replay::sweep_progress_bar()
     } else {
         indicatif::ProgressBar::hidden()
     };
@@ -377,7 +389,8 @@ fn run_sweep(a: &SweepArgs) -> Result<(), String> {
     let caps = if given.is_empty() {
         // The default capacities follow from the distinct tokens, which the unlimited
         // replay finds: it runs first, alone.
-        bar.set_message("unlimited capacity (for the distinct tokens)");
+        bar.inc_length(requests);
+        bar.set_message("unlimited first (for the distinct tokens)");
         let u = replay::replay(&trace, &config(&a.engine, None, kv, Some(&bar)))?;
         let caps = sweep::default_capacities(u.cached_tokens, page);
         unlimited = Some(u);
@@ -385,7 +398,6 @@ fn run_sweep(a: &SweepArgs) -> Result<(), String> {
     } else {
         given
     };
-    bar.inc_length(requests * (caps.len() as u64 + u64::from(unlimited.is_none())));
     // Rows print in capacity order, each as soon as it and every smaller capacity are done
     // (the unlimited row last); the capacities start in that order too.
     let mut order: Vec<Option<u64>> = caps.iter().map(|&c| Some(c)).collect();
@@ -400,13 +412,14 @@ fn run_sweep(a: &SweepArgs) -> Result<(), String> {
         rows.done[order.len() - 1] = Some(u);
     }
     let total = todo.len();
-    bar.set_message(format!("0/{total} capacities"));
+    bar.inc_length(requests * total as u64);
+    bar.set_message(format!("0/{total} capacities done"));
     let mut finished = 0;
     let mut first_error = None;
     replay_all(&trace, &a.engine, kv, &todo, jobs, &bar, |cap, r| match r {
         Ok(r) => {
             finished += 1;
-            bar.set_message(format!("{finished}/{total} capacities"));
+            bar.set_message(format!("{finished}/{total} capacities done"));
             let at = order.iter().position(|&c| c == cap).expect("a capacity of the sweep");
             rows.done[at] = Some(r);
             rows.print_ready();

@@ -412,12 +412,20 @@ pub fn replay(trace: &Trace, cfg: &Config) -> Result<Report, String> {
     Ok(report)
 }
 
-/// A progress bar on stderr counting `len` requests (hidden where stderr is not drawn to).
+/// A progress bar on stderr counting `len` requests of one replay.
 pub fn progress_bar(len: u64) -> ProgressBar {
+    bar_with(len, "{elapsed_precise} [{bar:40}] {pos}/{len} requests ({per_sec}, eta {eta})")
+}
+
+/// A progress bar on stderr counting the requests of a sweep's replays, with a message
+/// (the capacities done) cut to the terminal's width.
+pub fn sweep_progress_bar() -> ProgressBar {
+    bar_with(0, "{elapsed_precise} [{bar:25}] {pos}/{len} requests; {wide_msg}")
+}
+
+fn bar_with(len: u64, template: &str) -> ProgressBar {
     let b = ProgressBar::new(len);
-    if let Ok(style) = ProgressStyle::with_template(
-        "{elapsed_precise} [{bar:40}] {pos}/{len} requests ({per_sec}, eta {eta}) {msg}",
-    ) {
+    if let Ok(style) = ProgressStyle::with_template(template) {
         b.set_style(style.progress_chars("=> "));
     }
     b
