@@ -108,3 +108,39 @@ fn a_cache_reports_its_tree() {
     // Slots in one run: well under the 8 bytes per token of tokens plus slots each.
     assert!(b > 4 * 4_096 && b < 8 * 4_096 + 4_096, "{b}");
 }
+
+/// The Mooncake trace (beside the checkout, in `shared/`), cached whole: the walk's
+/// estimate against the allocator on a real workload. Slots are handed out from a counter,
+/// as the CLI's unlimited replay does.
+#[test]
+fn memory_bytes_on_the_mooncake_trace() {
+    let path =
+        concat!(env!("CARGO_MANIFEST_DIR"), "/../shared/traces/mooncake_synthetic_trace.jsonl");
+    if !std::path::Path::new(path).exists() {
+        eprintln!("{path} not found: skipped");
+        return;
+    }
+    let _one = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let trace = radixkv::trace::Trace::load(path, Default::default()).unwrap();
+    let t = RadixTree::new(TreeConfig::default()).unwrap();
+    t.reclaim();
+    let mut out = Vec::new();
+    let mut next = 0u32;
+    let mut slots = Vec::new();
+    let before = live();
+    for r in trace.iter() {
+        let m = t.match_prefix(r.namespace, &r.tokens, &mut out);
+        slots.clear();
+        slots.extend(std::iter::repeat_n(0, m));
+        slots.extend(next..next + (r.tokens.len() - m) as u32);
+        next += (r.tokens.len() - m) as u32;
+        t.insert(r.namespace, &r.tokens, &slots).unwrap();
+        // The request's tokens and slot buffers are freed here; only the tree stays.
+    }
+    drop(slots);
+    drop(out);
+    collect_garbage(&t);
+    let real = live() - before;
+    assert_eq!(t.stats().cached_tokens, 21_341_967);
+    close(&t, real, "Mooncake trace");
+}
