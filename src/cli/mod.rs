@@ -48,6 +48,12 @@ struct Cli {
 #[derive(Subcommand, Debug)]
 enum Command {
     /// Replay a trace (the built-in synthetic workload without --trace) and report hits and costs.
+    ///
+    /// The report's "index" line is the index's own memory: the heap bytes the tree holds
+    /// at the end (nodes, edge tokens and slots, child tables, eviction index), from a walk
+    /// of the tree after the replay, per cached token. The "memory" line is the whole
+    /// process's peak RSS. With a KV size (--kv-bytes-per-token or the model shape) the
+    /// report also shows the KV bytes and GiB. Fields: docs/cli.md in the repository.
     Replay(ReplayArgs),
     /// Replay a trace at several capacities (--jobs at a time); print each row as it is
     /// ready and write sweep.csv and sweep.svg.
