@@ -397,7 +397,8 @@ fn run_sweep(a: &SweepArgs) -> Result<(), String> {
         // replay finds: it runs first, alone.
         bar.inc_length(requests);
         bar.set_message("unlimited first (for the distinct tokens)");
-        let u = replay::replay(&trace, &config(&a.engine, None, kv, Some(&bar)))?;
+        let u = replay::replay(&trace, &config(&a.engine, None, kv, Some(&bar)));
+        let u = u.inspect_err(|_| bar.finish_and_clear())?;
         let caps = sweep::default_capacities(u.cached_tokens, page);
         unlimited = Some(u);
         caps
@@ -410,8 +411,14 @@ fn run_sweep(a: &SweepArgs) -> Result<(), String> {
     order.push(None);
     let mut todo: Vec<Option<u64>> = caps.iter().map(|&c| Some(c)).collect();
     if unlimited.is_none() {
-        // Started first: it is often the slowest (it never evicts, so it holds the most).
-        todo.insert(0, None);
+        // Its row prints last. One job at a time: it runs last, so the other rows come out
+        // without waiting for it. Several: it starts first, beside the smallest
+        // capacities, instead of running on its own at the end.
+        if jobs > 1 {
+            todo.insert(0, None);
+        } else {
+            todo.push(None);
+        }
     }
     rows.done = vec![None; order.len()];
     if let Some(u) = unlimited.take() {
