@@ -70,3 +70,31 @@ pub fn u(v: &serde_json::Value, key: &str) -> u64 {
         .as_u64()
         .unwrap_or_else(|| panic!("field {key} missing or not an unsigned integer in {v}"))
 }
+
+/// Runs `radixkv` with `args` and `input` on its standard input.
+pub fn run_stdin(args: &[&str], input: &[u8]) -> Output {
+    use std::io::Write;
+    use std::process::Stdio;
+    let mut child = Command::new(env!("CARGO_BIN_EXE_radixkv"))
+        .args(args)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("radixkv runs");
+    let mut stdin = child.stdin.take().expect("stdin piped");
+    let input = input.to_vec();
+    // Written from another thread, so a full stdout pipe cannot deadlock the two.
+    let writer = std::thread::spawn(move || {
+        // A program that stops reading early (an error) closes the pipe: not a failure here.
+        let _ = stdin.write_all(&input);
+    });
+    let out = child.wait_with_output().expect("radixkv ends");
+    writer.join().expect("stdin writer");
+    out
+}
+
+/// A float field of a JSON report.
+pub fn f(v: &serde_json::Value, key: &str) -> f64 {
+    v[key].as_f64().unwrap_or_else(|| panic!("field {key} missing or not a number in {v}"))
+}

@@ -513,6 +513,7 @@ fn json_has_every_documented_field() {
         "hit_tokens",
         "evicted_tokens",
         "peak_rss_bytes",
+        "index_bytes",
         "threads",
         "page_size",
         "capacity",
@@ -533,6 +534,7 @@ fn json_has_every_documented_field() {
         "insert_p50_us",
         "insert_p99_us",
         "evict_p99_us",
+        "index_bytes_per_token",
     ] {
         let x = v[key].as_f64().unwrap_or_else(|| panic!("{key} missing in {v}"));
         assert!(x.is_finite() && x >= 0.0, "{key} = {x}");
@@ -600,4 +602,176 @@ fn an_empty_trace_is_an_error() {
             assert!(err.contains("holds no requests") && err.contains(name), "{cmd:?}: {err}");
         }
     }
+}
+
+/// The index's own memory: bytes per cached token from a walk of the tree, beside the
+/// process's peak RSS, in the JSON and the text report.
+#[test]
+fn index_bytes_are_reported() {
+    let f = small_workload_file();
+    let fs = f.to_str().unwrap();
+    for cap in ["inf", "2e4"] {
+        let v = run_json(&["replay", "--trace", fs, "--capacity", cap, "--json"]);
+        let (bytes, cached) = (u(&v, "index_bytes"), u(&v, "cached_tokens"));
+        assert!(cached > 0 && bytes > 0, "{v}");
+        let per = self::f(&v, "index_bytes_per_token");
+        assert!((per - bytes as f64 / cached as f64).abs() < 1e-9, "{v}");
+        // Tokens and slots (4 bytes each, slots often as runs) plus nodes and tables.
+        assert!((2.0..64.0).contains(&per), "{per} bytes per token");
+        assert!(bytes < u(&v, "peak_rss_bytes"), "{v}");
+        // Without a KV size the KV fields are null.
+        for key in ["kv_bytes_per_token", "capacity_kv_bytes", "cached_kv_bytes", "hit_kv_bytes"] {
+            assert!(v[key].is_null(), "{key}: {v}");
+        }
+    }
+    let out = run(&["replay", "--trace", fs]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("bytes per cached token") && text.contains("tree's own heap"), "{text}");
+    assert!(text.contains("peak RSS of the process"), "{text}");
+    let _ = std::fs::remove_file(&f);
+}
+
+/// A KV size from --kv-bytes-per-token or a model shape: bytes and GiB beside tokens, and
+/// capacities in bytes.
+#[test]
+fn kv_sizes_give_bytes_and_gib() {
+    let f = small_workload_file();
+    let fs = f.to_str().unwrap();
+    // 2 x 32 x 8 x 128 x 2 (bf16, the default) = 131,072 bytes per token.
+    let shape = ["--layers", "32", "--kv-heads", "8", "--head-dim", "128"];
+    let mut args = vec!["replay", "--trace", fs, "--capacity", "1GiB", "--json"];
+    args.extend(shape);
+    let v = run_json(&args);
+    assert_eq!(u(&v, "kv_bytes_per_token"), 131_072);
+    assert_eq!(v["kv_model"], "32 layers x 8 KV heads x head dim 128 x bf16");
+    assert_eq!(u(&v, "capacity"), 8_192, "1 GiB / 128 KiB");
+    assert_eq!(u(&v, "capacity_kv_bytes"), 1 << 30);
+    assert_eq!(self::f(&v, "capacity_kv_gib"), 1.0);
+    assert_eq!(u(&v, "cached_kv_bytes"), u(&v, "cached_tokens") * 131_072);
+    assert_eq!(u(&v, "hit_kv_bytes"), u(&v, "hit_tokens") * 131_072);
+    let gib = self::f(&v, "hit_kv_gib");
+    assert!((gib - u(&v, "hit_kv_bytes") as f64 / (1u64 << 30) as f64).abs() < 1e-9);
+    let ratio = self::f(&v, "index_kv_ratio");
+    assert!((ratio - u(&v, "index_bytes") as f64 / u(&v, "cached_kv_bytes") as f64).abs() < 1e-12);
+    // The same capacity in tokens, or the byte count given directly, replays the same.
+    let t = run_json(&["replay", "--trace", fs, "--capacity", "8192", "--json"]);
+    assert_eq!(u(&t, "hit_tokens"), u(&v, "hit_tokens"));
+    let b = run_json(&[
+        "replay",
+        "--trace",
+        fs,
+        "--capacity",
+        "1GiB",
+        "--kv-bytes-per-token",
+        "128KiB",
+        "--json",
+    ]);
+    assert_eq!((u(&b, "capacity"), u(&b, "hit_tokens")), (8_192, u(&v, "hit_tokens")));
+    assert!(b["kv_model"].is_null());
+    // The dtype's size: fp8 halves it, fp32 doubles it.
+    for (dtype, bpt) in [("fp8", 65_536u64), ("fp16", 131_072), ("fp32", 262_144)] {
+        let mut args = vec!["replay", "--trace", fs, "--json", "--dtype", dtype];
+        args.extend(shape);
+        assert_eq!(u(&run_json(&args), "kv_bytes_per_token"), bpt, "{dtype}");
+    }
+    // Decimal units too (500 MB = 500,000,000 bytes, rounded down to whole tokens).
+    let m = run_json(&[
+        "replay",
+        "--trace",
+        fs,
+        "--capacity",
+        "500MB",
+        "--kv-bytes-per-token",
+        "1000",
+        "--json",
+    ]);
+    assert_eq!(u(&m, "capacity"), 500_000);
+    // The text report shows them.
+    let mut args = vec!["replay", "--trace", fs, "--capacity", "1GiB"];
+    args.extend(shape);
+    let out = run(&args);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("capacity 8,192 tokens (1 GiB)"), "{text}");
+    assert!(text.contains("131,072 bytes per token (32 layers x 8 KV heads"), "{text}");
+    assert!(
+        text.contains("GiB of KV reused by hits") && text.contains("of the cached KV"),
+        "{text}"
+    );
+    let _ = std::fs::remove_file(&f);
+}
+
+#[test]
+fn bad_kv_sizes_are_clear_errors() {
+    // Values the parser refuses: usage errors (status 2) saying what is wrong.
+    for (args, says) in [
+        (&["--kv-bytes-per-token", "0"][..], "at least 1 byte"),
+        (&["--kv-bytes-per-token", "-5"], "not a byte count"),
+        (&["--kv-bytes-per-token", "abc"], "not a byte count"),
+        (&["--kv-bytes-per-token", "1.5"], "not a byte count"),
+        (&["--kv-bytes-per-token", "2GiB"], "per token"),
+        (&["--layers", "0", "--kv-heads", "8", "--head-dim", "128"], "at least 1"),
+        (&["--layers", "x", "--kv-heads", "8", "--head-dim", "128"], "not a positive integer"),
+        (&["--layers", "32", "--kv-heads", "8", "--head-dim", "128", "--dtype", "int4"], "int4"),
+        // Parts of a shape go together, and not with a byte count.
+        (&["--layers", "32"], "--kv-heads"),
+        (&["--layers", "32", "--kv-heads", "8"], "--head-dim"),
+        (&["--dtype", "fp8"], "--layers"),
+        (
+            &["--kv-bytes-per-token", "8", "--layers", "1", "--kv-heads", "1", "--head-dim", "1"],
+            "cannot be used with",
+        ),
+        (&["--capacity", "0GiB"], "at least 1 byte"),
+        (&["--capacity", "xGiB"], "not a byte count"),
+    ] {
+        for cmd in ["replay", "sweep"] {
+            if args.contains(&"--capacity") && cmd == "sweep" {
+                continue; // sweep takes --capacities (tested in cli_sweep)
+            }
+            let mut full = vec![cmd];
+            full.extend(args);
+            let out = run(&full);
+            let err = String::from_utf8_lossy(&out.stderr);
+            assert_eq!(out.status.code(), Some(2), "{full:?}: {err}");
+            assert!(err.contains(says) && !err.contains("panicked"), "{full:?}: {err}");
+        }
+    }
+    // Errors found once the values are combined: status 1, before any replay.
+    let err = run_fail(&["replay", "--capacity", "40GiB"]);
+    assert!(err.contains("is in bytes") && err.contains("--kv-bytes-per-token"), "{err}");
+    let err = run_fail(&["replay", "--capacity", "100KiB", "--kv-bytes-per-token", "1MiB"]);
+    assert!(err.contains("less than one token"), "{err}");
+    let err = run_fail(&["replay", "--capacity", "1TiB", "--kv-bytes-per-token", "1"]);
+    assert!(err.contains("2^32"), "{err}");
+    let err = run_fail(&[
+        "replay",
+        "--layers",
+        "1048576",
+        "--kv-heads",
+        "1048576",
+        "--head-dim",
+        "1048576",
+    ]);
+    assert!(err.contains("bytes per token") && err.contains("1048576 layers"), "{err}");
+}
+
+/// `--trace -` reads the trace from standard input: the Mooncake trace piped in replays
+/// exactly as the file does.
+#[test]
+fn trace_from_stdin() {
+    let text = std::fs::read(MOONCAKE).expect("trace readable");
+    let out = run_stdin(&["replay", "--trace", "-", "--json"], &text);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON");
+    assert_eq!(v["trace"], "<stdin>");
+    assert_eq!((u(&v, "requests"), u(&v, "hit_tokens")), (3_993, 39_852_661));
+    // Errors name the source and the line; an empty input is an error too.
+    let out = run_stdin(&["replay", "--trace", "-"], b"{\"tokens\": [1, 2]}\nnot json\n");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(err.contains("<stdin>:2:"), "{err}");
+    let out = run_stdin(&["replay", "--trace", "-"], b"");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(err.contains("<stdin>: the trace holds no requests"), "{err}");
 }

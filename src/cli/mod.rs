@@ -15,18 +15,21 @@ macro_rules! outln {
     }};
 }
 
+mod kv;
 mod replay;
 mod report;
 mod sweep;
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
+use kv::{Capacity, KvArgs, KvSize, parse_capacity};
 use radixkv::EvictionPolicy;
 use radixkv::sched::{Schedule, default_defer_threshold};
 use radixkv::trace::{Format, Trace, TraceOptions, synthetic};
 use rayon::prelude::*;
 use report::{Report, capacity_label, thousands};
 use std::io::IsTerminal;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 
 /// Replays that move at least this many tokens show a progress bar (on a terminal).
 const PROGRESS_MIN_TOKENS: u64 = 20_000_000;
@@ -45,16 +48,28 @@ struct Cli {
 #[derive(Subcommand, Debug)]
 enum Command {
     /// Replay a trace (the built-in synthetic workload without --trace) and report hits and costs.
+    ///
+    /// The report's "index" line is the index's own memory: the heap bytes the tree holds
+    /// at the end (nodes, edge tokens and slots, child tables, eviction index), from a walk
+    /// of the tree after the replay, per cached token. The "memory" line is the whole
+    /// process's peak RSS. With a KV size (--kv-bytes-per-token or the model shape) the
+    /// report also shows the KV bytes and GiB. Fields: docs/cli.md in the repository.
     Replay(ReplayArgs),
-    /// Replay a trace at several capacities in parallel; write sweep.csv and sweep.svg.
+    /// Replay a trace at several capacities (--jobs at a time); print each row as it is
+    /// ready and write sweep.csv and sweep.svg.
+    ///
+    /// The header prints at once; the rows print in capacity order, each as soon as its
+    /// replay and those of all smaller capacities are done, the unlimited row last. A
+    /// progress bar counts the requests replayed on stderr when stderr is a terminal.
     Sweep(SweepArgs),
 }
 
 /// Where the requests come from.
 #[derive(Args, Debug, Clone)]
 struct WorkloadArgs {
-    /// JSON-lines trace (Mooncake or tokens format); the built-in workload when absent.
-    #[arg(long, value_name = "FILE")]
+    /// JSON-lines trace (Mooncake or tokens format), or - to read it from standard input;
+    /// the built-in workload when absent.
+    #[arg(long, value_name = "FILE|-")]
     trace: Option<PathBuf>,
     /// Line format: auto (per line), mooncake or tokens.
     #[arg(long, default_value = "auto", value_name = "FORMAT")]
@@ -107,8 +122,11 @@ struct ReplayArgs {
     workload: WorkloadArgs,
     #[command(flatten)]
     engine: EngineArgs,
-    /// KV capacity in tokens (2000000, 2e6, 2M) or inf.
-    #[arg(long, default_value = "inf", allow_hyphen_values = true, value_parser = parse_capacity, value_name = "TOKENS|inf")]
+    #[command(flatten)]
+    kv: KvArgs,
+    /// KV capacity in tokens (2000000, 2e6, 2M), in bytes with a KV size (40GiB, 500MB;
+    /// rounded down to whole tokens), or inf.
+    #[arg(long, default_value = "inf", allow_hyphen_values = true, value_parser = parse_capacity, value_name = "TOKENS|BYTES|inf")]
     capacity: Capacity,
     /// Print one JSON object instead of the report.
     #[arg(long)]
@@ -128,17 +146,31 @@ struct SweepArgs {
     workload: WorkloadArgs,
     #[command(flatten)]
     engine: EngineArgs,
-    /// Capacities in tokens, comma-separated (default: 12 log-spaced up to the trace's total).
+    #[command(flatten)]
+    kv: KvArgs,
+    /// Capacities, comma-separated: tokens (1e5,2M), or bytes with a KV size (10GiB,40GiB)
+    /// [default: 12 log-spaced up to 1.5 x the trace's distinct tokens].
+    ///
+    /// The default list: 12 capacities log-spaced from 1/1000 of the top up to the top,
+    /// 1.5 x the trace's distinct tokens, rounded to two significant digits and down to
+    /// whole pages. The distinct tokens are the tokens a cache of unlimited capacity holds
+    /// at the end of the replay: the size of the trie of every request's page-aligned
+    /// prompt (with --with-output, their cached outputs too). The sweep replays the trace
+    /// at unlimited capacity first to find them. `inf` in the list is ignored: every sweep
+    /// has the unlimited row.
     #[arg(long, value_delimiter = ',', allow_hyphen_values = true, value_parser = parse_capacity, value_name = "LIST")]
     capacities: Vec<Capacity>,
+    /// Capacities replayed at once, each with its own cache and --threads threads
+    /// [default: available cores / --threads, at least 1].
+    ///
+    /// The rows do not depend on it (with --threads 1 each replay is deterministic), only
+    /// the time does.
+    #[arg(long, allow_hyphen_values = true, value_parser = thread_count, value_name = "N")]
+    jobs: Option<usize>,
     /// Where sweep.csv and sweep.svg go.
     #[arg(long, default_value = ".", value_name = "DIR")]
     out_dir: PathBuf,
 }
-
-/// A capacity: tokens, or unlimited.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-struct Capacity(Option<u64>);
 
 /// Most scheduler threads `--threads` accepts.
 const MAX_THREADS: usize = 1024;
@@ -158,56 +190,34 @@ fn positive(s: &str) -> Result<usize, String> {
     }
 }
 
-/// `2000000`, `2e6`, `2.5M`, `100k`, `inf`.
-fn parse_capacity(s: &str) -> Result<Capacity, String> {
-    let t = s.trim().to_ascii_lowercase();
-    if matches!(t.as_str(), "inf" | "infinite" | "unlimited" | "none") {
-        return Ok(Capacity(None));
-    }
-    let (num, mult) = match t.chars().last() {
-        Some('k') => (&t[..t.len() - 1], 1e3),
-        Some('m') => (&t[..t.len() - 1], 1e6),
-        Some('g') => (&t[..t.len() - 1], 1e9),
-        _ => (t.as_str(), 1.0),
-    };
-    let bad =
-        || format!("'{s}' is not a capacity (a token count such as 2000000, 2e6 or 2M, or inf)");
-    let v = if mult == 1.0 && num.bytes().all(|b| b.is_ascii_digit()) && !num.is_empty() {
-        num.parse::<u64>().map_err(|_| bad())? as f64
-    } else {
-        num.parse::<f64>().map_err(|_| bad())? * mult
-    };
-    if !v.is_finite() || v.fract() != 0.0 {
-        return Err(bad());
-    }
-    if v < 1.0 {
-        return Err(format!("capacity '{s}' must be at least 1 token"));
-    }
-    if v > u32::MAX as f64 + 1.0 {
-        return Err(format!("capacity '{s}' exceeds 2^32 slots (slot ids are u32)"));
-    }
-    Ok(Capacity(Some(v as u64)))
-}
+/// The name a trace read from standard input goes by (in reports and errors).
+const STDIN_NAME: &str = "<stdin>";
 
 fn load(w: &WorkloadArgs) -> Result<Trace, String> {
-    match &w.trace {
-        None => Ok(synthetic::builtin()),
-        Some(p) => {
-            let t = Trace::load(p, TraceOptions { format: w.format, block_size: w.block_size })
-                .map_err(|e| e.to_string())?;
-            if t.is_empty() {
-                // A report of zeros would read as a result; an empty file is a mistake.
-                return Err(format!(
-                    "{}: the trace holds no requests (the file is empty or only blank lines)",
-                    p.display()
-                ));
-            }
-            Ok(t)
-        }
+    let Some(p) = &w.trace else { return Ok(synthetic::builtin()) };
+    let opts = TraceOptions { format: w.format, block_size: w.block_size };
+    let (t, name) = if p == Path::new("-") {
+        let t = Trace::from_reader(STDIN_NAME, std::io::stdin().lock(), opts);
+        (t, STDIN_NAME.to_string())
+    } else {
+        (Trace::load(p, opts), p.display().to_string())
+    };
+    let t = t.map_err(|e| e.to_string())?;
+    if t.is_empty() {
+        // A report of zeros would read as a result; an empty file is a mistake.
+        return Err(format!(
+            "{name}: the trace holds no requests (the file is empty or only blank lines)"
+        ));
     }
+    Ok(t)
 }
 
-fn config(e: &EngineArgs, capacity: Option<u64>, progress: bool) -> replay::Config {
+fn config(
+    e: &EngineArgs,
+    capacity: Option<u64>,
+    kv: Option<&KvSize>,
+    progress: Option<&indicatif::ProgressBar>,
+) -> replay::Config {
     replay::Config {
         capacity,
         page_size: e.page_size,
@@ -221,7 +231,8 @@ fn config(e: &EngineArgs, capacity: Option<u64>, progress: bool) -> replay::Conf
         defer_threshold: e.defer_threshold.unwrap_or_else(|| default_defer_threshold(e.page_size)),
         seed: e.seed,
         with_output: e.with_output,
-        progress,
+        progress: progress.cloned(),
+        kv: kv.cloned(),
     }
 }
 
@@ -230,13 +241,20 @@ fn json<T: serde::Serialize>(v: &T) -> Result<String, String> {
 }
 
 fn run_replay(a: &ReplayArgs) -> Result<(), String> {
+    let kv = a.kv.kv_size()?;
+    let capacity = a.capacity.tokens(kv.as_ref())?;
     let trace = load(&a.workload)?;
     if a.compare_schedules {
-        return compare_schedules(a, &trace);
+        return compare_schedules(a, &trace, capacity, kv.as_ref());
     }
     let progress =
-        !a.json && std::io::stdout().is_terminal() && trace.input_tokens() >= PROGRESS_MIN_TOKENS;
-    let r = replay::replay(&trace, &config(&a.engine, a.capacity.0, progress))?;
+        (!a.json && std::io::stdout().is_terminal() && trace.input_tokens() >= PROGRESS_MIN_TOKENS)
+            .then(|| replay::progress_bar(trace.len() as u64));
+    let r = replay::replay(&trace, &config(&a.engine, capacity, kv.as_ref(), progress.as_ref()));
+    if let Some(b) = &progress {
+        b.finish_and_clear();
+    }
+    let r = r?;
     if a.json {
         outln!("{}", json(&r)?);
     } else {
@@ -253,13 +271,18 @@ struct Comparison<'a> {
     runs: Vec<&'a Report>,
 }
 
-fn compare_schedules(a: &ReplayArgs, trace: &Trace) -> Result<(), String> {
+fn compare_schedules(
+    a: &ReplayArgs,
+    trace: &Trace,
+    capacity: Option<u64>,
+    kv: Option<&KvSize>,
+) -> Result<(), String> {
     let mut unlimited = None;
-    let (capacity, auto) = match a.capacity.0 {
+    let (capacity, auto) = match capacity {
         Some(c) => (c, false),
         None => {
             // The distinct tokens are what an unlimited cache ends up holding.
-            let mut cfg = config(&a.engine, None, false);
+            let mut cfg = config(&a.engine, None, kv, None);
             cfg.schedule = Schedule::Fcfs;
             let r = replay::replay(trace, &cfg)?;
             let page = a.engine.page_size as u64;
@@ -274,7 +297,7 @@ fn compare_schedules(a: &ReplayArgs, trace: &Trace) -> Result<(), String> {
     let runs: Vec<Result<Report, String>> = jobs
         .par_iter()
         .map(|&(s, w)| {
-            let mut cfg = config(&a.engine, Some(capacity), false);
+            let mut cfg = config(&a.engine, Some(capacity), kv, None);
             cfg.schedule = s;
             cfg.window = w;
             replay::replay(trace, &cfg)
@@ -299,7 +322,7 @@ fn compare_schedules(a: &ReplayArgs, trace: &Trace) -> Result<(), String> {
     );
     outln!(
         "  capacity {}{}, page size {}, {} thread{}",
-        capacity_label(Some(capacity)),
+        capacity_label(Some(capacity), kv),
         if auto { " (auto: 1/8 of the distinct tokens, so that eviction happens)" } else { "" },
         a.engine.page_size,
         a.engine.threads,
@@ -331,41 +354,168 @@ fn compare_schedules(a: &ReplayArgs, trace: &Trace) -> Result<(), String> {
     Ok(())
 }
 
+/// Default `--jobs`: the available cores shared among replays of `threads` threads each.
+fn default_jobs(threads: usize) -> usize {
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    (cores / threads.max(1)).max(1)
+}
+
 fn run_sweep(a: &SweepArgs) -> Result<(), String> {
+    let kv = a.kv.kv_size()?;
+    let kv = kv.as_ref();
+    // Capacities in bytes need the KV size: checked before the trace is read.
+    let mut given = Vec::with_capacity(a.capacities.len());
+    for c in &a.capacities {
+        // `inf` in the list is the unlimited run every sweep has anyway.
+        given.extend(c.tokens(kv)?);
+    }
     let trace = load(&a.workload)?;
     let page = a.engine.page_size as u64;
-    let mut caps: Vec<u64> = if a.capacities.is_empty() {
-        sweep::default_capacities(trace.input_tokens(), page)
-    } else {
-        // `inf` in the list is the unlimited run every sweep has anyway.
-        a.capacities.iter().filter_map(|c| c.0).collect()
-    };
-    if let Some(c) = caps.iter().find(|&&c| c < page) {
+    if let Some(c) = given.iter().find(|&&c| c < page) {
         return Err(format!("capacity {c} is smaller than one page ({page} tokens)"));
     }
-    caps.sort_unstable();
-    caps.dedup();
-    if caps.is_empty() {
+    given.sort_unstable();
+    given.dedup();
+    if given.is_empty() && !a.capacities.is_empty() {
         return Err(format!("no capacity of at least one page ({page} tokens) to sweep"));
     }
     // The output folder is checked before the replays, which can take minutes.
     std::fs::create_dir_all(&a.out_dir)
         .map_err(|e| format!("{}: cannot create: {e}", a.out_dir.display()))?;
-    let mut all: Vec<Option<u64>> = caps.iter().map(|&c| Some(c)).collect();
-    all.push(None);
-    let reports: Vec<Result<Report, String>> =
-        all.par_iter().map(|&c| replay::replay(&trace, &config(&a.engine, c, false))).collect();
-    let reports: Vec<Report> = reports.into_iter().collect::<Result<_, _>>()?;
+    let jobs = a.jobs.unwrap_or_else(|| default_jobs(a.engine.threads));
+    out!("{}", sweep::table_header(&trace, kv, jobs));
+    let requests = trace.len() as u64;
+    let bar = if std::io::stderr().is_terminal() {
+        replay::sweep_progress_bar()
+    } else {
+        indicatif::ProgressBar::hidden()
+    };
+    let mut rows = Rows { bar: &bar, done: Vec::new(), printed: 0 };
+    let mut unlimited = None;
+    let caps = if given.is_empty() {
+        // The default capacities follow from the distinct tokens, which the unlimited
+        // replay finds: it runs first, alone.
+        bar.inc_length(requests);
+        bar.set_message("unlimited first (for the distinct tokens)");
+        let u = replay::replay(&trace, &config(&a.engine, None, kv, Some(&bar)));
+        let u = u.inspect_err(|_| bar.finish_and_clear())?;
+        let caps = sweep::default_capacities(u.cached_tokens, page);
+        unlimited = Some(u);
+        caps
+    } else {
+        given
+    };
+    // Rows print in capacity order, each as soon as it and every smaller capacity are done
+    // (the unlimited row last); the capacities start in that order too.
+    let mut order: Vec<Option<u64>> = caps.iter().map(|&c| Some(c)).collect();
+    order.push(None);
+    let mut todo: Vec<Option<u64>> = caps.iter().map(|&c| Some(c)).collect();
+    if unlimited.is_none() {
+        // Its row prints last. One job at a time: it runs last, so the other rows come out
+        // without waiting for it. Several: it starts first, beside the smallest
+        // capacities, instead of running on its own at the end.
+        if jobs > 1 {
+            todo.insert(0, None);
+        } else {
+            todo.push(None);
+        }
+    }
+    rows.done = vec![None; order.len()];
+    if let Some(u) = unlimited.take() {
+        rows.done[order.len() - 1] = Some(u);
+    }
+    let total = todo.len();
+    bar.inc_length(requests * total as u64);
+    bar.set_message(format!("0/{total} capacities done"));
+    let mut finished = 0;
+    let mut first_error = None;
+    replay_all(&trace, &a.engine, kv, &todo, jobs, &bar, |cap, r| match r {
+        Ok(r) => {
+            finished += 1;
+            bar.set_message(format!("{finished}/{total} capacities done"));
+            let at = order.iter().position(|&c| c == cap).expect("a capacity of the sweep");
+            rows.done[at] = Some(r);
+            rows.print_ready();
+        }
+        Err(e) => {
+            first_error.get_or_insert(e);
+        }
+    });
+    bar.finish_and_clear();
+    if let Some(e) = first_error {
+        return Err(e);
+    }
+    let reports: Vec<Report> =
+        rows.done.into_iter().map(|r| r.expect("every capacity replayed")).collect();
     let (unlimited, points) = reports.split_last().expect("at least the unlimited run");
     let csv = a.out_dir.join("sweep.csv");
     let svg = a.out_dir.join("sweep.svg");
-    std::fs::write(&csv, sweep::csv(&reports))
+    std::fs::write(&csv, sweep::csv(&reports, kv.is_some()))
         .map_err(|e| format!("{}: cannot write: {e}", csv.display()))?;
     sweep::plot(&svg, trace.name(), points, unlimited)
         .map_err(|e| format!("{}: cannot draw: {e}", svg.display()))?;
-    out!("{}", sweep::table(&trace, &reports));
     outln!("  wrote {} and {}", csv.display(), svg.display());
     Ok(())
+}
+
+/// The sweep's rows in display order: those done, and how many are printed.
+struct Rows<'a> {
+    bar: &'a indicatif::ProgressBar,
+    done: Vec<Option<Report>>,
+    printed: usize,
+}
+
+impl Rows<'_> {
+    /// Prints every row whose turn has come (its own and every earlier row are done).
+    fn print_ready(&mut self) {
+        while let Some(Some(r)) = self.done.get(self.printed) {
+            let row = sweep::table_row(r);
+            // Off the bar's line while printing, should stdout share its terminal.
+            self.bar.suspend(|| out!("{row}"));
+            self.printed += 1;
+        }
+    }
+}
+
+/// Replays `trace` at each of `caps` (in that order), `jobs` at a time, each with its own
+/// cache; calls `done` on this thread with each result as it comes. After an error no
+/// further capacity starts.
+fn replay_all(
+    trace: &Trace,
+    engine: &EngineArgs,
+    kv: Option<&KvSize>,
+    caps: &[Option<u64>],
+    jobs: usize,
+    bar: &indicatif::ProgressBar,
+    mut done: impl FnMut(Option<u64>, Result<Report, String>),
+) {
+    let next = AtomicUsize::new(0);
+    let stop = AtomicBool::new(false);
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::scope(|s| {
+        for _ in 0..jobs.clamp(1, caps.len().max(1)) {
+            let tx = tx.clone();
+            let (next, stop) = (&next, &stop);
+            s.spawn(move || {
+                while !stop.load(Ordering::Relaxed) {
+                    let Some(&cap) = caps.get(next.fetch_add(1, Ordering::Relaxed)) else {
+                        break;
+                    };
+                    let r = replay::replay(trace, &config(engine, cap, kv, Some(bar)));
+                    if r.is_err() {
+                        stop.store(true, Ordering::Relaxed);
+                    }
+                    if tx.send((cap, r)).is_err() {
+                        break;
+                    }
+                }
+            });
+        }
+        drop(tx);
+        for (cap, r) in rx {
+            done(cap, r);
+        }
+    });
 }
 
 /// Writes `args` to stdout. A closed pipe (the reader went away, as `head` does) exits the
@@ -403,30 +553,10 @@ mod tests {
     use super::*;
 
     #[test]
-    fn capacities_parse() {
-        assert_eq!(parse_capacity("2000000"), Ok(Capacity(Some(2_000_000))));
-        assert_eq!(parse_capacity("2e6"), Ok(Capacity(Some(2_000_000))));
-        assert_eq!(parse_capacity("2.5M"), Ok(Capacity(Some(2_500_000))));
-        assert_eq!(parse_capacity("100k"), Ok(Capacity(Some(100_000))));
-        assert_eq!(parse_capacity("1e5"), Ok(Capacity(Some(100_000))));
-        assert_eq!(parse_capacity("inf"), Ok(Capacity(None)));
-        assert_eq!(parse_capacity("Unlimited"), Ok(Capacity(None)));
-        assert!(parse_capacity("0").is_err());
-        assert!(parse_capacity("1.5").is_err());
-        assert!(parse_capacity("-5").is_err());
-        assert!(parse_capacity("abc").is_err());
-        assert!(parse_capacity("").is_err());
-        assert!(parse_capacity("1e30").is_err());
-        assert!(parse_capacity("nan").is_err());
-        assert_eq!(parse_capacity("4294967296"), Ok(Capacity(Some(1 << 32))));
-        assert!(parse_capacity("4294967297").is_err());
-    }
-
-    #[test]
     fn args_parse() {
         let c = Cli::try_parse_from(["radixkv", "replay"]).unwrap();
         let Command::Replay(a) = c.command else { panic!("replay expected") };
-        assert_eq!(a.capacity, Capacity(None));
+        assert_eq!(a.capacity, Capacity::Unlimited);
         assert_eq!(a.engine.schedule, Schedule::Fcfs);
         assert_eq!((a.engine.threads, a.engine.page_size), (1, 1));
         let c = Cli::try_parse_from([
@@ -450,7 +580,7 @@ mod tests {
         ])
         .unwrap();
         let Command::Replay(a) = c.command else { panic!("replay expected") };
-        assert_eq!(a.capacity, Capacity(Some(2_000_000)));
+        assert_eq!(a.capacity, Capacity::Tokens(2_000_000));
         assert_eq!(a.engine.schedule, Schedule::DfsWeight);
         assert_eq!((a.engine.window, a.engine.page_size, a.engine.threads), (8, 16, 4));
         assert_eq!(a.workload.format, Format::Mooncake);
@@ -464,7 +594,63 @@ mod tests {
         let Command::Sweep(s) = c.command else { panic!("sweep expected") };
         assert_eq!(
             s.capacities,
-            vec![Capacity(Some(100_000)), Capacity(Some(2_000_000)), Capacity(None)]
+            vec![Capacity::Tokens(100_000), Capacity::Tokens(2_000_000), Capacity::Unlimited]
         );
+        assert_eq!(s.jobs, None);
+        let c = Cli::try_parse_from([
+            "radixkv",
+            "sweep",
+            "--jobs",
+            "3",
+            "--layers",
+            "32",
+            "--kv-heads",
+            "8",
+            "--head-dim",
+            "128",
+            "--dtype",
+            "fp8",
+            "--capacities",
+            "10GiB,inf",
+        ])
+        .unwrap();
+        let Command::Sweep(s) = c.command else { panic!("sweep expected") };
+        assert_eq!(s.jobs, Some(3));
+        assert_eq!(s.kv.kv_size().unwrap().unwrap().bytes_per_token, 65_536);
+        assert_eq!(s.capacities, vec![Capacity::Bytes(10 << 30), Capacity::Unlimited]);
+        // The shape goes together, and not with a given byte count.
+        for bad in [
+            &["radixkv", "replay", "--layers", "32"][..],
+            &["radixkv", "replay", "--layers", "32", "--kv-heads", "8"],
+            &["radixkv", "replay", "--dtype", "fp8"],
+            &[
+                "radixkv",
+                "replay",
+                "--kv-bytes-per-token",
+                "8",
+                "--layers",
+                "1",
+                "--kv-heads",
+                "1",
+                "--head-dim",
+                "1",
+            ],
+            &["radixkv", "replay", "--kv-bytes-per-token", "0"],
+            &[
+                "radixkv",
+                "replay",
+                "--dtype",
+                "int4",
+                "--layers",
+                "1",
+                "--kv-heads",
+                "1",
+                "--head-dim",
+                "1",
+            ],
+            &["radixkv", "sweep", "--jobs", "0"],
+        ] {
+            assert!(Cli::try_parse_from(bad).is_err(), "{bad:?}");
+        }
     }
 }

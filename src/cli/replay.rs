@@ -10,6 +10,7 @@
 //!
 //! N worker threads share the cache and pull from one [`WindowQueue`].
 
+use super::kv::KvSize;
 use super::report::{Latencies, Report, peak_rss_bytes};
 use indicatif::{ProgressBar, ProgressStyle};
 use radixkv::sched::{PrefixOracle, Schedule, Scheduler, WindowQueue};
@@ -40,8 +41,10 @@ pub struct Config {
     pub seed: u64,
     /// Also cache generated tokens.
     pub with_output: bool,
-    /// Show a progress bar.
-    pub progress: bool,
+    /// The progress bar to advance by one per request (its owner draws and clears it).
+    pub progress: Option<ProgressBar>,
+    /// KV bytes per token, for the report's byte figures.
+    pub kv: Option<KvSize>,
 }
 
 /// How often an allocation that finds every slot pinned by other threads is retried.
@@ -277,17 +280,7 @@ pub fn replay(trace: &Trace, cfg: &Config) -> Result<Report, String> {
     let scheduler = Scheduler::new(cfg.schedule, cfg.defer_threshold, cfg.seed)
         .with_concurrency(cfg.threads.max(1));
     let queue = Mutex::new(WindowQueue::new(trace.iter(), scheduler, cfg.window));
-    let bar = if cfg.progress {
-        let b = ProgressBar::new(trace.len() as u64);
-        if let Ok(style) = ProgressStyle::with_template(
-            "{elapsed_precise} [{bar:40}] {pos}/{len} requests ({per_sec}, eta {eta})",
-        ) {
-            b.set_style(style.progress_chars("=> "));
-        }
-        b
-    } else {
-        ProgressBar::hidden()
-    };
+    let bar = cfg.progress.clone().unwrap_or_else(ProgressBar::hidden);
     let abort = AtomicBool::new(false);
     let first_error: Mutex<Option<String>> = Mutex::new(None);
     let threads = cfg.threads.max(1);
@@ -337,7 +330,6 @@ pub fn replay(trace: &Trace, cfg: &Config) -> Result<Report, String> {
         handles.into_iter().map(|h| h.join().unwrap_or_default()).collect()
     });
     let wall = start.elapsed();
-    bar.finish_and_clear();
     if let Some(e) = first_error.into_inner().unwrap_or_else(|e| e.into_inner()) {
         return Err(e);
     }
@@ -357,8 +349,10 @@ pub fn replay(trace: &Trace, cfg: &Config) -> Result<Report, String> {
         (q.rounds(), q.deferrals())
     };
     let st = cache.stats();
+    // The workers are joined: the walk sees the tree at rest.
+    let index_bytes = cache.tree().memory_bytes() as u64;
     let wall_s = wall.as_secs_f64().max(1e-9);
-    Ok(Report {
+    let mut report = Report {
         trace: trace.name().to_string(),
         requests: total.requests,
         input_tokens: total.input_tokens,
@@ -390,6 +384,18 @@ pub fn replay(trace: &Trace, cfg: &Config) -> Result<Report, String> {
         evict_p99_us: total.lat.evict.percentile_us(99.0),
         evictions: total.lat.evict.len() as u64,
         peak_rss_bytes: peak_rss_bytes(),
+        index_bytes,
+        index_bytes_per_token: (st.tree.cached_tokens > 0)
+            .then(|| index_bytes as f64 / st.tree.cached_tokens as f64),
+        kv_bytes_per_token: None,
+        kv_model: None,
+        capacity_kv_bytes: None,
+        capacity_kv_gib: None,
+        cached_kv_bytes: None,
+        cached_kv_gib: None,
+        hit_kv_bytes: None,
+        hit_kv_gib: None,
+        index_kv_ratio: None,
         threads: threads as u64,
         page_size: page as u64,
         capacity: if pool == 0 { None } else { Some(pool as u64) },
@@ -401,5 +407,26 @@ pub fn replay(trace: &Trace, cfg: &Config) -> Result<Report, String> {
         schedule: cfg.schedule.name().to_string(),
         window: cfg.window as u64,
         with_output: cfg.with_output,
-    })
+    };
+    report.set_kv(cfg.kv.as_ref());
+    Ok(report)
+}
+
+/// A progress bar on stderr counting `len` requests of one replay.
+pub fn progress_bar(len: u64) -> ProgressBar {
+    bar_with(len, "{elapsed_precise} [{bar:40}] {pos}/{len} requests ({per_sec}, eta {eta})")
+}
+
+/// A progress bar on stderr counting the requests of a sweep's replays, with a message
+/// (the capacities done) cut to the terminal's width.
+pub fn sweep_progress_bar() -> ProgressBar {
+    bar_with(0, "{elapsed_precise} [{bar:25}] {pos}/{len} requests; {wide_msg}")
+}
+
+fn bar_with(len: u64, template: &str) -> ProgressBar {
+    let b = ProgressBar::new(len);
+    if let Ok(style) = ProgressStyle::with_template(template) {
+        b.set_style(style.progress_chars("=> "));
+    }
+    b
 }

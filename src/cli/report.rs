@@ -1,5 +1,6 @@
 //! What a replay measured, and how it is shown.
 
+use super::kv::{KvSize, bytes_label, gib};
 use serde::Serialize;
 use std::fmt::Write as _;
 use std::time::Duration;
@@ -112,8 +113,35 @@ pub struct Report {
     pub evict_p99_us: f64,
     /// Eviction calls.
     pub evictions: u64,
-    /// Peak RSS of the process (VmHWM).
+    /// Peak RSS of the whole process (VmHWM): the trace, the index, the slot pool, the
+    /// latency samples, and in a sweep every capacity replayed so far.
     pub peak_rss_bytes: u64,
+    /// Heap bytes the index itself holds at the end of the replay
+    /// (`RadixTree::memory_bytes`: nodes with their edges' tokens and slots, child tables,
+    /// the namespace table, the eviction index), from a walk of the tree once the workers
+    /// are done.
+    pub index_bytes: u64,
+    /// `index_bytes / cached_tokens`; `null` when nothing is cached.
+    pub index_bytes_per_token: Option<f64>,
+    /// KV bytes one token takes (`--kv-bytes-per-token` or the model shape); `null` when
+    /// not given, and so are all the `*_kv_*` fields.
+    pub kv_bytes_per_token: Option<u64>,
+    /// The model shape the KV size came from, when one was given.
+    pub kv_model: Option<String>,
+    /// `capacity x kv_bytes_per_token` (`null` for unlimited).
+    pub capacity_kv_bytes: Option<u64>,
+    /// The same in GiB (2^30 bytes).
+    pub capacity_kv_gib: Option<f64>,
+    /// KV bytes of the tokens cached at the end.
+    pub cached_kv_bytes: Option<u64>,
+    /// The same in GiB.
+    pub cached_kv_gib: Option<f64>,
+    /// KV bytes of the hit tokens (reused instead of recomputed), over the whole replay.
+    pub hit_kv_bytes: Option<u64>,
+    /// The same in GiB.
+    pub hit_kv_gib: Option<f64>,
+    /// `index_bytes / cached_kv_bytes`: what the index costs beside the KV it indexes.
+    pub index_kv_ratio: Option<f64>,
     /// Worker threads.
     pub threads: u64,
     /// Page size.
@@ -160,9 +188,41 @@ pub fn short(n: f64) -> String {
     format!("{s}{unit}")
 }
 
-/// A capacity for people: `unlimited` or `2,000,000 tokens`.
-pub fn capacity_label(c: Option<u64>) -> String {
-    c.map_or("unlimited".to_string(), |c| format!("{} tokens", thousands(c)))
+/// A capacity for people: `unlimited`, `2,000,000 tokens`, or with a KV size
+/// `2,000,000 tokens (244.14 GiB)`.
+pub fn capacity_label(c: Option<u64>, kv: Option<&KvSize>) -> String {
+    match (c, kv) {
+        (None, _) => "unlimited".to_string(),
+        (Some(c), None) => format!("{} tokens", thousands(c)),
+        (Some(c), Some(kv)) => format!(
+            "{} tokens ({})",
+            thousands(c),
+            bytes_label(c.saturating_mul(kv.bytes_per_token))
+        ),
+    }
+}
+
+impl Report {
+    /// Fills the `*_kv_*` fields from `kv` (clears them without one).
+    pub fn set_kv(&mut self, kv: Option<&KvSize>) {
+        let b = kv.map(|k| k.bytes_per_token);
+        let bytes = |tokens: u64| b.map(|b| tokens.saturating_mul(b));
+        self.kv_bytes_per_token = b;
+        self.kv_model = kv.and_then(|k| k.model.clone());
+        self.capacity_kv_bytes = self.capacity.and_then(bytes);
+        self.capacity_kv_gib = self.capacity_kv_bytes.map(gib);
+        self.cached_kv_bytes = bytes(self.cached_tokens);
+        self.cached_kv_gib = self.cached_kv_bytes.map(gib);
+        self.hit_kv_bytes = bytes(self.hit_tokens);
+        self.hit_kv_gib = self.hit_kv_bytes.map(gib);
+        self.index_kv_ratio =
+            self.cached_kv_bytes.filter(|&c| c > 0).map(|c| self.index_bytes as f64 / c as f64);
+    }
+
+    /// The KV size the report was made with.
+    pub fn kv(&self) -> Option<KvSize> {
+        self.kv_bytes_per_token.map(|b| KvSize { bytes_per_token: b, model: self.kv_model.clone() })
+    }
 }
 
 impl Report {
@@ -179,7 +239,7 @@ impl Report {
         let _ = writeln!(
             s,
             "  cache     capacity {}, page size {}, {} eviction; {} thread{}, schedule {} (window {}){}",
-            capacity_label(self.capacity),
+            capacity_label(self.capacity, self.kv().as_ref()),
             self.page_size,
             self.policy,
             self.threads,
@@ -247,10 +307,33 @@ impl Report {
             "  latency   match p50 {:.1} µs p99 {:.1} µs; insert p50 {:.1} µs p99 {:.1} µs; {evict}",
             self.match_p50_us, self.match_p99_us, self.insert_p50_us, self.insert_p99_us
         );
+        let per_token = self
+            .index_bytes_per_token
+            .map_or("nothing cached".to_string(), |b| format!("{b:.2} bytes per cached token"));
         let _ = writeln!(
             s,
-            "  memory    peak RSS {:.1} MiB",
-            self.peak_rss_bytes as f64 / (1024.0 * 1024.0)
+            "  index     {} = {per_token} (the tree's own heap at the end: nodes, edge tokens and slots, child tables, eviction index)",
+            bytes_label(self.index_bytes)
+        );
+        if let (Some(b), Some(cached), Some(hit)) =
+            (self.kv_bytes_per_token, self.cached_kv_bytes, self.hit_kv_bytes)
+        {
+            let model = self.kv_model.as_ref().map_or(String::new(), |m| format!(" ({m})"));
+            let ratio = self.index_kv_ratio.map_or(String::new(), |r| {
+                format!("; the index is {:.4}% of the cached KV", 100.0 * r)
+            });
+            let _ = writeln!(
+                s,
+                "  kv        {} bytes per token{model}: {} cached at the end, {} of KV reused by hits{ratio}",
+                thousands(b),
+                bytes_label(cached),
+                bytes_label(hit)
+            );
+        }
+        let _ = writeln!(
+            s,
+            "  memory    peak RSS of the process {} (trace, index, slot pool, latency samples)",
+            bytes_label(self.peak_rss_bytes)
         );
         s
     }
@@ -284,8 +367,10 @@ mod tests {
         assert_eq!(short(1_500.0), "1.5k");
         assert_eq!(short(61_194_628.0), "61.195M");
         assert_eq!(short(512.0), "512");
-        assert_eq!(capacity_label(None), "unlimited");
-        assert_eq!(capacity_label(Some(2_000_000)), "2,000,000 tokens");
+        assert_eq!(capacity_label(None, None), "unlimited");
+        assert_eq!(capacity_label(Some(2_000_000), None), "2,000,000 tokens");
+        let kv = KvSize { bytes_per_token: 131_072, model: None };
+        assert_eq!(capacity_label(Some(2_000_000), Some(&kv)), "2,000,000 tokens (244.14 GiB)");
     }
 
     #[test]

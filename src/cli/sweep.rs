@@ -1,5 +1,6 @@
 //! `radixkv sweep`: hit ratio against capacity, as a table, a CSV and an SVG plot.
 
+use super::kv::{KvSize, gib};
 use super::report::{Report, short, thousands};
 use plotters::prelude::*;
 use radixkv::trace::Trace;
@@ -9,10 +10,16 @@ use std::path::Path;
 /// Points of the default sweep.
 const DEFAULT_POINTS: usize = 12;
 
-/// `DEFAULT_POINTS` capacities, log-spaced from `total / 1000` up to `total`, rounded to two
-/// significant digits and down to a page multiple (at least one page).
-pub fn default_capacities(total: u64, page: u64) -> Vec<u64> {
-    let hi = (total as f64).max(page as f64);
+/// How far past the distinct tokens the default sweep goes: up to 1.5 x distinct, so the
+/// curve shows its plateau (beyond the distinct tokens more capacity cannot help).
+pub const DEFAULT_TOP: f64 = 1.5;
+
+/// `DEFAULT_POINTS` capacities, log-spaced from `top / 1000` up to
+/// `top = DEFAULT_TOP x distinct`, rounded to two significant digits and down to a page
+/// multiple (at least one page). `distinct` is the trace's distinct tokens: what a cache of
+/// unlimited capacity holds at the end of the replay.
+pub fn default_capacities(distinct: u64, page: u64) -> Vec<u64> {
+    let hi = (distinct as f64 * DEFAULT_TOP).max(page as f64);
     let lo = (hi / 1000.0).max(page as f64);
     let mut out: Vec<u64> = (0..DEFAULT_POINTS)
         .map(|i| {
@@ -31,15 +38,24 @@ fn cap_cell(r: &Report) -> String {
     r.capacity.map_or("inf".to_string(), |c| c.to_string())
 }
 
-/// The CSV: one line per capacity, the unlimited run last (`inf`).
-pub fn csv(reports: &[Report]) -> String {
+fn opt<T: std::fmt::Display>(v: Option<T>) -> String {
+    v.map_or(String::new(), |v| v.to_string())
+}
+
+/// The CSV: one line per capacity, the unlimited run last (`inf`). The KV columns are there
+/// when a KV size was given (`kv` true).
+pub fn csv(reports: &[Report], kv: bool) -> String {
     let mut s = String::from(
-        "capacity,requests,input_tokens,hit_tokens,hit_ratio,evicted_tokens,skipped_requests,wall_s,tokens_per_s\n",
+        "capacity,requests,input_tokens,hit_tokens,hit_ratio,evicted_tokens,skipped_requests,wall_s,tokens_per_s,cached_tokens,index_bytes,index_bytes_per_token",
     );
+    if kv {
+        s.push_str(",kv_bytes_per_token,capacity_kv_bytes,capacity_kv_gib");
+    }
+    s.push('\n');
     for r in reports {
-        let _ = writeln!(
+        let _ = write!(
             s,
-            "{},{},{},{},{:.6},{},{},{:.3},{:.0}",
+            "{},{},{},{},{:.6},{},{},{:.3},{:.0},{},{},{}",
             cap_cell(r),
             r.requests,
             r.input_tokens,
@@ -48,40 +64,66 @@ pub fn csv(reports: &[Report]) -> String {
             r.evicted_tokens,
             r.skipped_requests,
             r.wall_s,
-            r.tokens_per_s
+            r.tokens_per_s,
+            r.cached_tokens,
+            r.index_bytes,
+            opt(r.index_bytes_per_token.map(|b| format!("{b:.3}")))
         );
+        if kv {
+            let _ = write!(
+                s,
+                ",{},{},{}",
+                opt(r.kv_bytes_per_token),
+                opt(r.capacity_kv_bytes),
+                opt(r.capacity_kv_gib.map(|g| format!("{g:.6}")))
+            );
+        }
+        s.push('\n');
     }
     s
 }
 
-/// The table printed on stdout.
-pub fn table(trace: &Trace, reports: &[Report]) -> String {
+/// The first lines of the table printed on stdout, before any replay finishes.
+pub fn table_header(trace: &Trace, kv: Option<&KvSize>, jobs: usize) -> String {
     let mut s = String::new();
     let _ = writeln!(
         s,
-        "radixkv sweep: {} ({} requests, {} input tokens)",
+        "radixkv sweep: {} ({} requests, {} input tokens), {jobs} job{}",
         trace.name(),
         thousands(trace.len() as u64),
-        thousands(trace.input_tokens())
+        thousands(trace.input_tokens()),
+        if jobs == 1 { "" } else { "s" }
     );
+    if let Some(kv) = kv {
+        let model = kv.model.as_ref().map_or(String::new(), |m| format!(" ({m})"));
+        let _ = writeln!(s, "  KV size {} bytes per token{model}", thousands(kv.bytes_per_token));
+    }
+    let gib = if kv.is_some() { format!(" {:>10}", "GiB") } else { String::new() };
     let _ = writeln!(
         s,
-        "  {:>14} {:>10} {:>14} {:>14} {:>8} {:>10}",
-        "capacity", "hit ratio", "hit tokens", "evicted", "skipped", "wall s"
+        "  {:>14}{gib} {:>10} {:>14} {:>14} {:>8} {:>11} {:>10}",
+        "capacity", "hit ratio", "hit tokens", "evicted", "skipped", "index B/tok", "wall s"
     );
-    for r in reports {
-        let _ = writeln!(
-            s,
-            "  {:>14} {:>10.6} {:>14} {:>14} {:>8} {:>10.3}",
-            r.capacity.map_or("unlimited".to_string(), thousands),
-            r.hit_ratio,
-            thousands(r.hit_tokens),
-            thousands(r.evicted_tokens),
-            thousands(r.skipped_requests),
-            r.wall_s
-        );
-    }
     s
+}
+
+/// One row of the table (one capacity).
+pub fn table_row(r: &Report) -> String {
+    let gib = match (r.kv_bytes_per_token, r.capacity_kv_gib) {
+        (None, _) => String::new(),
+        (Some(_), Some(g)) => format!(" {g:>10.3}"),
+        (Some(_), None) => format!(" {:>10}", "-"),
+    };
+    format!(
+        "  {:>14}{gib} {:>10.6} {:>14} {:>14} {:>8} {:>11} {:>10.3}\n",
+        r.capacity.map_or("unlimited".to_string(), thousands),
+        r.hit_ratio,
+        thousands(r.hit_tokens),
+        thousands(r.evicted_tokens),
+        thousands(r.skipped_requests),
+        r.index_bytes_per_token.map_or("-".to_string(), |b| format!("{b:.2}")),
+        r.wall_s
+    )
 }
 
 /// Draws hit ratio against capacity (log x axis) with the unlimited ratio as a reference line.
@@ -97,6 +139,9 @@ pub fn plot(
     let (xmin, xmax) = if xy.is_empty() { (1.0, 10.0) } else { (xmin / 1.5, xmax * 1.5) };
     // What an unlimited cache ends up holding: beyond it, more capacity cannot help.
     let distinct = unlimited.cached_tokens as f64;
+    let bpt = unlimited.kv_bytes_per_token;
+    // Tokens -> GiB for the top axis (1:1 without a KV size: that axis is not drawn).
+    let gb = |tokens: f64| bpt.map_or(tokens, |b| tokens * b as f64 / (1u64 << 30) as f64);
     let root = SVGBackend::new(path, (900, 560)).into_drawing_area();
     root.fill(&WHITE)?;
     let title =
@@ -109,7 +154,9 @@ pub fn plot(
         .margin(20)
         .x_label_area_size(50)
         .y_label_area_size(60)
-        .build_cartesian_2d((xmin..xmax).log_scale(), 0f64..1f64)?;
+        .top_x_label_area_size(if bpt.is_some() { 45 } else { 0 })
+        .build_cartesian_2d((xmin..xmax).log_scale(), 0f64..1f64)?
+        .set_secondary_coord((gb(xmin)..gb(xmax)).log_scale(), 0f64..1f64);
     chart
         .configure_mesh()
         .x_desc("KV capacity (tokens, log scale)")
@@ -117,6 +164,14 @@ pub fn plot(
         .x_label_formatter(&|x| short(*x))
         .y_label_formatter(&|y| format!("{y:.1}"))
         .draw()?;
+    if let Some(b) = bpt {
+        // The same capacities in GiB along the top.
+        chart
+            .configure_secondary_axes()
+            .x_desc(format!("KV capacity (GiB at {} bytes per token)", thousands(b)))
+            .x_label_formatter(&|g| gib_label(*g))
+            .draw()?;
+    }
     let blue = RGBColor(31, 119, 180);
     let red = RGBColor(214, 39, 40);
     chart
@@ -138,7 +193,14 @@ pub fn plot(
                 4,
                 gray.stroke_width(1),
             ))?
-            .label(format!("distinct tokens of the trace: {}", short(distinct)))
+            .label(match bpt {
+                None => format!("distinct tokens of the trace: {}", short(distinct)),
+                Some(b) => format!(
+                    "distinct tokens of the trace: {} ({:.2} GiB)",
+                    short(distinct),
+                    gib(unlimited.cached_tokens.saturating_mul(b))
+                ),
+            })
             .legend(move |(x, y)| {
                 PathElement::new(vec![(x, y), (x + 20, y)], gray.stroke_width(1))
             });
@@ -153,24 +215,52 @@ pub fn plot(
     Ok(())
 }
 
+/// A GiB figure for an axis label: `0.5`, `12`, `1.2k`.
+fn gib_label(g: f64) -> String {
+    if g >= 1000.0 {
+        short(g)
+    } else if g >= 10.0 {
+        format!("{g:.0}")
+    } else if g >= 0.1 {
+        let s = format!("{g:.2}");
+        s.trim_end_matches('0').trim_end_matches('.').to_string()
+    } else {
+        format!("{g:.1e}")
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
 
     #[test]
     fn default_capacities_are_log_spaced_page_multiples() {
-        let caps = default_capacities(61_194_628, 16);
+        // Distinct tokens 40M: the top is 60M (1.5x), the bottom 60k.
+        let caps = default_capacities(40_000_000, 16);
         assert_eq!(caps.len(), DEFAULT_POINTS);
         assert!(caps.windows(2).all(|w| w[0] < w[1]));
         assert!(caps.iter().all(|c| c % 16 == 0));
-        assert_eq!(caps[0], 61_000 / 16 * 16);
-        assert_eq!(*caps.last().unwrap(), 61_000_000);
-        let caps1 = default_capacities(61_194_628, 1);
-        assert_eq!((caps1[0], caps1[1]), (61_000, 110_000));
+        assert_eq!(caps[0], 60_000 / 16 * 16);
+        assert_eq!(*caps.last().unwrap(), 60_000_000);
+        let caps1 = default_capacities(40_000_000, 1);
+        assert_eq!((caps1[0], caps1[1]), (60_000, 110_000));
         // Ratios between neighbours are about equal (log spacing).
         let r: Vec<f64> = caps.windows(2).map(|w| w[1] as f64 / w[0] as f64).collect();
         assert!(r.iter().all(|x| (1.6..2.2).contains(x)), "{r:?}");
         // Tiny traces still give at least one page.
-        assert_eq!(default_capacities(3, 4), vec![4]);
+        assert_eq!(default_capacities(2, 4), vec![4]);
+        // The top is about 1.5x the distinct tokens (two significant digits).
+        for d in [400u64, 12_345, 21_000_001, 987_654_321] {
+            let top = *default_capacities(d, 1).last().unwrap() as f64;
+            assert!((top / d as f64 - 1.5).abs() < 0.05, "{d}: {top}");
+        }
+    }
+
+    #[test]
+    fn gib_labels() {
+        assert_eq!(gib_label(0.5), "0.5");
+        assert_eq!(gib_label(12.4), "12");
+        assert_eq!(gib_label(1500.0), "1.5k");
+        assert_eq!(gib_label(0.01), "1.0e-2");
     }
 }

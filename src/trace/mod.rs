@@ -188,14 +188,35 @@ impl Trace {
             line: None,
             message: format!("cannot read: {e}"),
         })?;
+        Trace::parse_bytes(&name, text, opts)
+    }
+
+    /// Reads and checks a trace from `reader` to its end (standard input, a pipe); `name`
+    /// is used in errors and as the trace's name.
+    pub fn from_reader(
+        name: &str,
+        mut reader: impl std::io::Read,
+        opts: TraceOptions,
+    ) -> Result<Trace, TraceError> {
+        let mut text = Vec::new();
+        reader.read_to_end(&mut text).map_err(|e| TraceError {
+            file: name.to_string(),
+            line: None,
+            message: format!("cannot read: {e}"),
+        })?;
+        Trace::parse_bytes(name, text, opts)
+    }
+
+    /// [`Trace::parse_str`] of bytes that must be UTF-8.
+    fn parse_bytes(name: &str, text: Vec<u8>, opts: TraceOptions) -> Result<Trace, TraceError> {
         let text = String::from_utf8(text).map_err(|e| {
             let line = 1 + e.as_bytes()[..e.utf8_error().valid_up_to()]
                 .iter()
                 .filter(|&&b| b == b'\n')
                 .count();
-            TraceError::at(&name, line, "not valid UTF-8")
+            TraceError::at(name, line, "not valid UTF-8")
         })?;
-        Trace::parse_str(&name, &text, opts)
+        Trace::parse_str(name, &text, opts)
     }
 
     /// Parses trace text; `name` is used in errors.

@@ -112,6 +112,7 @@ mod evict;
 mod evict_index;
 mod insert;
 mod invariants;
+mod memory;
 mod namespace;
 mod node;
 mod pins;
