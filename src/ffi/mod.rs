@@ -499,9 +499,9 @@ fn slot_refusal(e: Error, given: &dyn SlotPositions, pool: Option<&SlotPool>) ->
             Some(SlotState::Free) => "is free, not held by the caller (never allocated with \
                                       rkv_alloc, or freed or evicted since)"
                 .to_string(),
-            Some(SlotState::Cached) => "is cached by the tree, not held by the caller \
-                                        (inserted already, at another position or in \
-                                        another namespace; the tree owns it until evicted)"
+            Some(SlotState::Cached) => "is cached by the tree, not held by the caller (an \
+                                        insert adopted it already; the tree owns it until it \
+                                        is evicted)"
                 .to_string(),
             _ => format!("is refused: {e}"),
         },
