@@ -240,7 +240,7 @@ const char *rkv_status_str(rkv_status status);
 /**
  * This thread's message for the last call that failed: exactly what was wrong, naming
  * the function, the argument and the values, for example
- * "rkv_insert: slots[3] = 70000 is out of range: the pool has 65536 slots (ids 0 to 65535)".
+ * `rkv_insert: slots[3] = 70000 is out of range: the pool has 65536 slots (ids 0 to 65535)`.
  * An extension of ABI version 1 (see docs/errors.md).
  *
  * - Every function that returns an `rkv_status` sets it when it returns anything but

@@ -449,8 +449,8 @@ fn named_slot(e: &Error) -> Option<u32> {
 
 /// Where a slot value is among the given slots: a position in a list, or a run.
 trait SlotPositions {
-    /// The positions naming `slot`, in order, as "slots[3] = 70000" or
-    /// "runs[1] = {start 8, len 4}: slot 11" (at most two).
+    /// The positions naming `slot`, in order, as `slots[3] = 70000` or
+    /// `runs[1] = {start 8, len 4}: slot 11` (at most two).
     fn find(&self, slot: u32) -> Vec<String>;
 }
 
@@ -674,7 +674,7 @@ pub extern "C" fn rkv_status_str(status: rkv_status_value) -> *const c_char {
 
 /// This thread's message for the last call that failed: exactly what was wrong, naming
 /// the function, the argument and the values, for example
-/// "rkv_insert: slots[3] = 70000 is out of range: the pool has 65536 slots (ids 0 to 65535)".
+/// `rkv_insert: slots[3] = 70000 is out of range: the pool has 65536 slots (ids 0 to 65535)`.
 /// An extension of ABI version 1 (see docs/errors.md).
 ///
 /// - Every function that returns an `rkv_status` sets it when it returns anything but
