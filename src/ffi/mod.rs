@@ -20,7 +20,7 @@
 
 mod handles;
 
-use std::cell::RefCell;
+use std::cell::{Cell, RefCell};
 use std::ffi::{CStr, c_char, c_int, c_void};
 use std::panic::{AssertUnwindSafe, catch_unwind};
 
@@ -198,6 +198,10 @@ thread_local! {
     /// This thread's last error message, NUL-terminated; empty when the last call that
     /// returns an `rkv_status` succeeded (or none ran yet).
     static LAST_ERROR: RefCell<Vec<u8>> = const { RefCell::new(Vec::new()) };
+    /// Whether `LAST_ERROR` holds a message: a success checks only this (a plain
+    /// thread-local load, no destructor to register), so clearing costs nothing when there
+    /// is nothing to clear.
+    static HAS_ERROR: Cell<bool> = const { Cell::new(false) };
 }
 
 /// Records `function: msg` as this thread's last error (NUL bytes in `msg` dropped, so the
@@ -210,17 +214,22 @@ fn set_last_error(function: &str, msg: &str) {
             b.extend_from_slice(b": ");
             b.extend(msg.bytes().filter(|&c| c != 0));
             b.push(0);
+            HAS_ERROR.set(true);
         }
     });
 }
 
 /// Empties this thread's last error (a successful call). Keeps the buffer.
+#[inline]
 fn clear_last_error() {
-    let _ = LAST_ERROR.try_with(|b| {
-        if let Ok(mut b) = b.try_borrow_mut() {
-            b.clear();
-        }
-    });
+    if HAS_ERROR.get() {
+        HAS_ERROR.set(false);
+        let _ = LAST_ERROR.try_with(|b| {
+            if let Ok(mut b) = b.try_borrow_mut() {
+                b.clear();
+            }
+        });
+    }
 }
 
 /// What a caught panic says, for the message of its `RKV_INTERNAL_ERROR`.
@@ -693,6 +702,9 @@ pub extern "C" fn rkv_status_str(status: rkv_status_value) -> *const c_char {
 #[unsafe(no_mangle)]
 pub extern "C" fn rkv_last_error_message() -> *const c_char {
     let none = c"".as_ptr();
+    if !HAS_ERROR.get() {
+        return none;
+    }
     LAST_ERROR
         .try_with(|b| match b.try_borrow() {
             Ok(b) if !b.is_empty() => b.as_ptr().cast::<c_char>(),
