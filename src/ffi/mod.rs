@@ -809,7 +809,10 @@ pub unsafe extern "C" fn rkv_cache_new(
 /// Destroys a cache: releases its outstanding locks (their handles become invalid) and
 /// frees everything it owns. Slots it held are not reported (in caller-managed mode, evict
 /// first with a callback if you need them back). NULL is a no-op. Must not run concurrently
-/// with any other call on the same cache, and the cache must not be used afterwards.
+/// with any other call on the same cache, and the cache must not be used afterwards: any
+/// call with a freed cache, `rkv_release` of one of its locks included, is undefined
+/// behavior (it reads freed memory; it may block forever or corrupt the heap). Leaves
+/// `rkv_last_error_message()` as it is.
 ///
 /// # Safety
 /// `cache` is NULL or was returned by `rkv_cache_new` and not freed yet, and no other call
