@@ -6,6 +6,8 @@
  * Every function taking `const rkv_cache *` is safe to call from many threads at once;
  * rkv_cache_free must not run concurrently with any other call on that cache.
  * Outputs are written only on RKV_OK (and *out_len on RKV_BUFFER_TOO_SMALL).
+ * A failing call leaves a message saying exactly what was wrong for its thread:
+ * rkv_last_error_message() (see docs/errors.md).
  */
 
 #ifndef RADIXKV_H
@@ -25,7 +27,9 @@
 /**
  * Status of a call. `RKV_OK` is 0; every other value is an error after which the call has
  * written no output (except `*out_len` on `RKV_BUFFER_TOO_SMALL`) and changed nothing.
- * A plain value: nothing to free, valid on any thread.
+ * A plain value: nothing to free, valid on any thread. `rkv_status_str` names a status;
+ * `rkv_last_error_message()` says what exactly the last failing call on this thread found
+ * wrong (which argument, which value, which limit).
  */
 typedef enum rkv_status {
   /**
@@ -234,6 +238,28 @@ uint32_t rkv_abi_version(void);
 const char *rkv_status_str(rkv_status status);
 
 /**
+ * This thread's message for the last call that failed: exactly what was wrong, naming
+ * the function, the argument and the values, for example
+ * `rkv_insert: slots[3] = 70000 is out of range: the pool has 65536 slots (ids 0 to 65535)`.
+ * An extension of ABI version 1 (see docs/errors.md).
+ *
+ * - Every function that returns an `rkv_status` sets it when it returns anything but
+ *   `RKV_OK` (also `RKV_BUFFER_TOO_SMALL`, and `RKV_INTERNAL_ERROR` for a caught panic),
+ *   and clears it (to "") when it returns `RKV_OK`: the message always describes the
+ *   last status-returning call on this thread. Functions that return no status
+ *   (`rkv_version`, `rkv_abi_version`, `rkv_status_str`, `rkv_options_default`,
+ *   `rkv_cache_free`, this one) leave it as it is.
+ * - Per thread: a call on one thread never changes another thread's message, so read it
+ *   on the thread that made the failing call.
+ * - Never NULL: "" when the last call succeeded or none has run on this thread.
+ * - Owned by the library: do not free it. Valid until the next call of a status-returning
+ *   `rkv_*` function on this thread, or the thread's exit; copy it to keep it.
+ * - Meant for people (logs, exceptions): the wording may change between versions; branch
+ *   on the `rkv_status`, not on the text.
+ */
+const char *rkv_last_error_message(void);
+
+/**
  * Default options: page_size 1, `RKV_EVICT_LRU`, pool_slots 0 (caller-managed slots).
  * Returns a plain value. Thread-safe.
  */
@@ -256,7 +282,10 @@ enum rkv_status rkv_cache_new(const struct rkv_options *opts,
  * Destroys a cache: releases its outstanding locks (their handles become invalid) and
  * frees everything it owns. Slots it held are not reported (in caller-managed mode, evict
  * first with a callback if you need them back). NULL is a no-op. Must not run concurrently
- * with any other call on the same cache, and the cache must not be used afterwards.
+ * with any other call on the same cache, and the cache must not be used afterwards: any
+ * call with a freed cache, `rkv_release` of one of its locks included, is undefined
+ * behavior (it reads freed memory; it may block forever or corrupt the heap). Leaves
+ * `rkv_last_error_message()` as it is.
  *
  * # Safety
  * `cache` is NULL or was returned by `rkv_cache_new` and not freed yet, and no other call

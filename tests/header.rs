@@ -39,6 +39,7 @@ fn header_is_up_to_date() {
         "typedef struct rkv_stats {",
         "typedef void (*rkv_free_fn)(void *ctx, const uint32_t *slots, size_t n_slots);",
         "const char *rkv_status_str(rkv_status status);",
+        "const char *rkv_last_error_message(void);",
     ] {
         assert!(flat.contains(name), "the header lacks `{name}`");
     }

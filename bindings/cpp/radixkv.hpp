@@ -8,14 +8,19 @@
 //   lock.release();                                         // or let it go out of scope
 //
 // Ownership: rkv::Cache owns an rkv_cache (freed by its destructor) and rkv::Lock owns one
-// rkv_lock (released by its destructor); both are move-only. A Lock must not outlive the
-// Cache it came from. Errors are thrown as rkv::Error, which carries the rkv_status.
+// rkv_lock (released by its destructor); both are move-only. A Lock may outlive its Cache
+// (a class declaring its members in the "wrong" order): destroying the Cache frees the
+// cache and ends every pin at once, and a Lock left over then releases nothing (its
+// destructor does nothing; release() throws RKV_INVALID_LOCK). The Cache shares its handle
+// with its Locks through a std::shared_ptr control block, so a Lock never calls into a
+// freed cache. Errors are thrown as rkv::Error: status() is the rkv_status and what() the
+// library's message saying exactly what was wrong (rkv_last_error_message).
 //
 // Thread-safety: every const member function of rkv::Cache may run from many threads at
 // once (they map to the C functions that take `const rkv_cache *`); constructing,
 // assigning and destroying a Cache must not race with other calls on it. A Lock is a plain
 // object: one thread at a time uses it, but it may be moved to and released from any
-// thread.
+// thread, also while another thread destroys its Cache.
 //
 // SPDX-License-Identifier: Apache-2.0
 #ifndef RADIXKV_HPP
@@ -25,6 +30,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <exception>
+#include <memory>
 #include <stdexcept>
 #include <string>
 #include <utility>
@@ -34,12 +40,25 @@
 
 namespace rkv {
 
-/// A failed call: what() names the function and the status; status() is the rkv_status.
+/// A failed call: status() is the rkv_status; what() says exactly what was wrong, as the
+/// library put it (rkv_last_error_message), e.g. "rkv_insert: slots[3] = 70000 is out of
+/// range: the pool has 65536 slots (ids 0 to 65535)"; the wording is for people and may
+/// change, so branch on status().
 class Error : public std::runtime_error {
  public:
+  /// An error whose what() is `function: <the status's description>`.
   Error(rkv_status status, const char *function)
-      : std::runtime_error(std::string(function) + ": " + rkv_status_str(status)),
-        status_(status) {}
+      : Error(status, std::string(function) + ": " + rkv_status_str(status)) {}
+  /// An error whose what() is `message`.
+  Error(rkv_status status, const std::string &message)
+      : std::runtime_error(message), status_(status) {}
+  /// The error of the C call `function` that just returned `status` on this thread: what()
+  /// is the library's message for it (or, if it left none, the status's description).
+  static Error last(rkv_status status, const char *function) {
+    const char *m = rkv_last_error_message();
+    if (m != nullptr && m[0] != '\0') return Error(status, std::string(m));
+    return Error(status, function);
+  }
   /// The C status code of the failure.
   rkv_status status() const noexcept { return status_; }
 
@@ -49,7 +68,7 @@ class Error : public std::runtime_error {
 
 namespace detail {
 inline void check(rkv_status status, const char *function) {
-  if (status != RKV_OK) throw Error(status, function);
+  if (status != RKV_OK) throw Error::last(status, function);
 }
 }  // namespace detail
 
@@ -83,15 +102,16 @@ struct Span {
 class Cache;
 
 /// A pin on a matched (or inserted) prefix, released by the destructor or by release().
-/// Move-only; must not outlive its Cache. An empty Lock (default-constructed, moved-from,
-/// released or detached) holds nothing.
+/// Move-only. An empty Lock (default-constructed, moved-from, released or detached) holds
+/// nothing; neither does a Lock whose Cache was destroyed (that ended its pin): it may
+/// outlive the Cache safely, and its destructor then does nothing.
 class Lock {
  public:
   Lock() noexcept = default;
   Lock(const Lock &) = delete;
   Lock &operator=(const Lock &) = delete;
   Lock(Lock &&o) noexcept
-      : cache_(std::exchange(o.cache_, nullptr)),
+      : cache_(std::move(o.cache_)),
         handle_(std::exchange(o.handle_, 0)),
         length_(std::exchange(o.length_, 0)),
         slots_(std::move(o.slots_)),
@@ -99,7 +119,7 @@ class Lock {
   Lock &operator=(Lock &&o) noexcept {
     if (this != &o) {
       drop();
-      cache_ = std::exchange(o.cache_, nullptr);
+      cache_ = std::move(o.cache_);
       handle_ = std::exchange(o.handle_, 0);
       length_ = std::exchange(o.length_, 0);
       slots_ = std::move(o.slots_);
@@ -110,8 +130,8 @@ class Lock {
   /// Releases the pin (errors are ignored: a destructor cannot throw).
   ~Lock() { drop(); }
 
-  /// Whether this Lock holds a pin.
-  explicit operator bool() const noexcept { return cache_ != nullptr; }
+  /// Whether this Lock holds a pin (false once its Cache is destroyed).
+  explicit operator bool() const noexcept { return handle_ != 0 && !cache_.expired(); }
   /// The raw handle (0 when empty).
   rkv_lock handle() const noexcept { return handle_; }
   /// Tokens pinned.
@@ -123,21 +143,29 @@ class Lock {
   const std::vector<rkv_slot_run> &runs() const noexcept { return runs_; }
 
   /// Releases the pin now. Throws rkv::Error(RKV_INVALID_LOCK) on an empty Lock (for
-  /// instance a second release) or a handle the cache refuses.
+  /// instance a second release), on a Lock whose Cache was destroyed, or on a handle the
+  /// cache refuses. The Lock is empty afterwards either way.
   void release() {
-    if (cache_ == nullptr) throw Error(RKV_INVALID_LOCK, "rkv_release");
-    const rkv_cache *c = std::exchange(cache_, nullptr);
+    if (handle_ == 0) {
+      throw Error(RKV_INVALID_LOCK, std::string("rkv_release: this rkv::Lock is empty "
+                                                "(released, detached or moved from)"));
+    }
+    std::shared_ptr<rkv_cache> c = std::exchange(cache_, {}).lock();
     rkv_lock h = std::exchange(handle_, 0);
     length_ = 0;
     slots_.clear();
     runs_.clear();
-    detail::check(rkv_release(c, h), "rkv_release");
+    if (!c) {
+      throw Error(RKV_INVALID_LOCK, std::string("rkv_release: the rkv::Cache of this lock was "
+                                                "destroyed, which released the lock already"));
+    }
+    detail::check(rkv_release(c.get(), h), "rkv_release");
   }
 
   /// Gives up ownership without releasing: the caller must rkv_release the returned
-  /// handle itself. The Lock becomes empty.
+  /// handle itself (while the cache lives). The Lock becomes empty.
   rkv_lock detach() noexcept {
-    cache_ = nullptr;
+    cache_.reset();
     length_ = 0;
     slots_.clear();
     runs_.clear();
@@ -146,18 +174,25 @@ class Lock {
 
  private:
   friend class Cache;
-  Lock(const rkv_cache *c, rkv_lock h, std::size_t len, std::vector<std::uint32_t> slots,
-       std::vector<rkv_slot_run> runs = {}) noexcept
-      : cache_(c), handle_(h), length_(len), slots_(std::move(slots)), runs_(std::move(runs)) {}
+  Lock(std::weak_ptr<rkv_cache> c, rkv_lock h, std::size_t len,
+       std::vector<std::uint32_t> slots, std::vector<rkv_slot_run> runs = {}) noexcept
+      : cache_(std::move(c)),
+        handle_(h),
+        length_(len),
+        slots_(std::move(slots)),
+        runs_(std::move(runs)) {}
+  // Releases the pin if the cache still lives. The shared_ptr taken here keeps the cache
+  // alive for the call: a Cache destroyed meanwhile on another thread is freed only after
+  // (by whichever owner lets go last), so rkv_release never meets a freed cache.
   void drop() noexcept {
-    if (cache_ != nullptr) {
-      (void)rkv_release(cache_, handle_);
-      cache_ = nullptr;
-      handle_ = 0;
+    if (handle_ != 0) {
+      if (std::shared_ptr<rkv_cache> c = cache_.lock()) (void)rkv_release(c.get(), handle_);
     }
+    cache_.reset();
+    handle_ = 0;
   }
 
-  const rkv_cache *cache_ = nullptr;
+  std::weak_ptr<rkv_cache> cache_;
   rkv_lock handle_ = 0;
   std::size_t length_ = 0;
   std::vector<std::uint32_t> slots_;
@@ -178,23 +213,28 @@ class Cache {
     opts.page_size = o.page_size;
     opts.eviction_policy = static_cast<std::uint32_t>(o.policy);
     opts.pool_slots = o.pool_slots;
-    detail::check(rkv_cache_new(&opts, &cache_), "rkv_cache_new");
+    rkv_cache *raw = nullptr;
+    detail::check(rkv_cache_new(&opts, &raw), "rkv_cache_new");
+    owner_.reset(raw, rkv_cache_free);  // frees `raw` itself if it throws
+    cache_ = raw;
   }
   Cache(const Cache &) = delete;
   Cache &operator=(const Cache &) = delete;
-  Cache(Cache &&o) noexcept : cache_(std::exchange(o.cache_, nullptr)) {}
+  Cache(Cache &&o) noexcept
+      : owner_(std::move(o.owner_)), cache_(std::exchange(o.cache_, nullptr)) {}
   Cache &operator=(Cache &&o) noexcept {
     if (this != &o) {
-      rkv_cache_free(cache_);
+      owner_ = std::move(o.owner_);
       cache_ = std::exchange(o.cache_, nullptr);
     }
     return *this;
   }
-  /// Frees the cache; it releases the locks still outstanding, so every Lock of this cache
-  /// must be gone (destroyed, released or detached) before.
-  ~Cache() { rkv_cache_free(cache_); }
+  /// Frees the cache, which ends every pin of its Locks: a Lock still around afterwards
+  /// holds nothing and releases nothing (see Lock).
+  ~Cache() = default;
 
-  /// The C handle (for calling the C API directly); still owned by this object.
+  /// The C handle (for calling the C API directly); still owned by this object, and freed
+  /// when it is destroyed (a raw handle from Lock::detach is void then too).
   const rkv_cache *get() const noexcept { return cache_; }
 
   /// Slots of the longest cached prefix of `tokens` in namespace `ns` (pins nothing).
@@ -234,7 +274,7 @@ class Cache {
         rkv_match_lock(cache_, ns, tokens.data, tokens.size, out.data(), out.size(), &len, &h),
         "rkv_match_lock");
     out.resize(len);
-    return Lock(cache_, h, len, std::move(out));
+    return Lock(owner_, h, len, std::move(out));
   }
   /// `match_lock` whose Lock carries the matched slots as runs (`runs()`; `slots()` stays
   /// empty), as `match_runs` returns them.
@@ -246,7 +286,7 @@ class Cache {
                                       out.size(), &n_runs, &len, &h),
                   "rkv_match_lock_runs");
     out.resize(n_runs);
-    return Lock(cache_, h, len, {}, std::move(out));
+    return Lock(owner_, h, len, {}, std::move(out));
   }
 
   /// Insert; returns how many leading tokens were cached already. `slots` must have one
@@ -282,7 +322,7 @@ class Cache {
                   "rkv_insert_lock_runs");
     std::size_t len = 0;
     if (rkv_lock_len(cache_, h, &len) != RKV_OK) len = 0;
-    return InsertLock{existing, Lock(cache_, h, len, {})};
+    return InsertLock{existing, Lock(owner_, h, len, {})};
   }
 
   /// Insert and pin atomically.
@@ -295,7 +335,7 @@ class Cache {
         "rkv_insert_lock");
     std::size_t len = 0;
     if (rkv_lock_len(cache_, h, &len) != RKV_OK) len = 0;
-    return InsertLock{existing, Lock(cache_, h, len, {})};
+    return InsertLock{existing, Lock(owner_, h, len, {})};
   }
 
   /// Evict at least `n` tokens in pool mode (the slots go back to the pool); returns the
@@ -339,8 +379,16 @@ class Cache {
   std::vector<std::uint32_t> alloc(std::size_t n) const {
     if (n > (std::size_t{1} << 16)) {  // cheap for small requests; stops absurd ones
       const Stats s = stats();
-      if (s.pool_slots == 0) throw Error(RKV_NO_POOL, "rkv_alloc");
-      if (n > s.pool_slots) throw Error(RKV_OUT_OF_SLOTS, "rkv_alloc");
+      if (s.pool_slots == 0) {
+        throw Error(RKV_NO_POOL, std::string("rkv_alloc: this cache has no slot pool (it was "
+                                             "created with pool_slots = 0: the caller "
+                                             "manages slots)"));
+      }
+      if (n > s.pool_slots) {
+        throw Error(RKV_OUT_OF_SLOTS, "rkv_alloc: n_slots = " + std::to_string(n) +
+                                          " is more than the whole pool of " +
+                                          std::to_string(s.pool_slots) + " slots");
+      }
     }
     std::vector<std::uint32_t> out(n);
     detail::check(rkv_alloc(cache_, n, out.data()), "rkv_alloc");
@@ -421,10 +469,18 @@ class Cache {
   }
 
   static void same_size(Span a, Span b, const char *function) {
-    if (a.size != b.size) throw Error(RKV_INVALID_ARGUMENT, function);
+    if (a.size != b.size) {
+      throw Error(RKV_INVALID_ARGUMENT, std::string(function) + ": " +
+                                            std::to_string(a.size) + " tokens but " +
+                                            std::to_string(b.size) +
+                                            " slots (one slot per token)");
+    }
   }
 
-  rkv_cache *cache_ = nullptr;
+  // The owner of the C cache, shared only with the Locks' weak_ptrs (so that a Lock can
+  // tell whether its cache still lives); `cache_` is the same pointer, for the calls.
+  std::shared_ptr<rkv_cache> owner_;
+  const rkv_cache *cache_ = nullptr;
 };
 
 }  // namespace rkv

@@ -59,6 +59,8 @@ const TAG_MASK: u64 = (1 << TAG_BITS) - 1;
 pub(crate) const SHARDS: usize = 1 << SHARD_BITS;
 /// Live entries one shard can hold.
 const MAX_PER_SHARD: usize = 1 << INDEX_BITS;
+/// Live entries one table can hold (16.7 million).
+pub(crate) const MAX_LOCKS: usize = SHARDS * MAX_PER_SHARD;
 /// Vacated entries a shard keeps aside before reusing the oldest of them.
 pub(crate) const QUARANTINE: usize = 1024;
 
@@ -216,6 +218,26 @@ impl<T> LockTable<T> {
             return None;
         }
         e.lock.as_ref().map(f)
+    }
+
+    /// Why `handle` is refused (for an error message; `handle` is refused when this runs):
+    /// it is 0, names another table, names an entry never handed out, or was released.
+    pub(crate) fn explain(&self, handle: u64) -> &'static str {
+        if handle == 0 {
+            return "is not a lock: 0 is never a valid lock";
+        }
+        let Some((s, i, generation)) = self.decode(handle) else {
+            return "is not a lock of this cache (another cache's, one of a cache freed since, \
+                    or not a handle at all)";
+        };
+        let shard = lock(&self.shards[s]);
+        match shard.entries.get(i) {
+            Some(e) if e.generation != generation || e.lock.is_none() => {
+                "was released already (a lock is released exactly once)"
+            }
+            Some(_) => "is not live",
+            None => "was never handed out by this cache",
+        }
     }
 
     /// Takes every live lock out of the table.

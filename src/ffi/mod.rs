@@ -5,6 +5,10 @@
 //! `RKV_INTERNAL_ERROR`, never as an unwind across the boundary. Outputs are written only on
 //! `RKV_OK` (and `*out_len` on `RKV_BUFFER_TOO_SMALL`); every pointer is checked.
 //!
+//! Every error also leaves a message for the calling thread, `rkv_last_error_message()`
+//! (see `docs/errors.md`): `boundary` records it from the `Fail` a check returns, and
+//! each check builds its message where it refuses, naming the argument and the values.
+//!
 //! Lock handles (`rkv_lock`) are `u64` values looked up in a per-cache sharded slab (see
 //! `handles.rs`), so an unknown, released or foreign handle is `RKV_INVALID_LOCK`, never
 //! undefined behavior.
@@ -16,11 +20,13 @@
 
 mod handles;
 
+use std::cell::{Cell, RefCell};
 use std::ffi::{CStr, c_char, c_int, c_void};
 use std::panic::{AssertUnwindSafe, catch_unwind};
 
 use crate::cache::{Cache, CacheOptions, CacheStats};
 use crate::error::Error;
+use crate::pool::{SlotPool, SlotState};
 use crate::slot_run::SlotRun;
 use crate::tree::{EvictionPolicy, PrefixLock};
 
@@ -32,7 +38,9 @@ pub const RKV_ABI_VERSION: u32 = 1;
 
 /// Status of a call. `RKV_OK` is 0; every other value is an error after which the call has
 /// written no output (except `*out_len` on `RKV_BUFFER_TOO_SMALL`) and changed nothing.
-/// A plain value: nothing to free, valid on any thread.
+/// A plain value: nothing to free, valid on any thread. `rkv_status_str` names a status;
+/// `rkv_last_error_message()` says what exactly the last failing call on this thread found
+/// wrong (which argument, which value, which limit).
 #[repr(C)]
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum rkv_status {
@@ -172,14 +180,95 @@ pub type rkv_status_value = c_int;
 // ---------------------------------------------------------------------------------------
 // Helpers (not exported).
 
-type Res<T> = Result<T, rkv_status>;
+/// A refused call: its status and what exactly was wrong (which argument, which value,
+/// which limit), for `rkv_last_error_message`. Built only on the error path.
+struct Fail {
+    status: rkv_status,
+    msg: String,
+}
 
-/// The panic boundary around every body: `Ok` is `RKV_OK`, a panic is `RKV_INTERNAL_ERROR`.
-fn boundary(f: impl FnOnce() -> Res<()>) -> rkv_status {
+type Res<T> = Result<T, Fail>;
+
+/// A [`Fail`] with `status` and the message `msg`.
+fn fail(status: rkv_status, msg: impl Into<String>) -> Fail {
+    Fail { status, msg: msg.into() }
+}
+
+thread_local! {
+    /// This thread's last error message, NUL-terminated; empty when the last call that
+    /// returns an `rkv_status` succeeded (or none ran yet).
+    static LAST_ERROR: RefCell<Vec<u8>> = const { RefCell::new(Vec::new()) };
+    /// Whether `LAST_ERROR` holds a message: a success checks only this (a plain
+    /// thread-local load, no destructor to register), so clearing costs nothing when there
+    /// is nothing to clear.
+    static HAS_ERROR: Cell<bool> = const { Cell::new(false) };
+}
+
+/// Records `function: msg` as this thread's last error (NUL bytes in `msg` dropped, so the
+/// C string is whole). Does nothing while the thread's locals are being destroyed.
+fn set_last_error(function: &str, msg: &str) {
+    let _ = LAST_ERROR.try_with(|b| {
+        if let Ok(mut b) = b.try_borrow_mut() {
+            b.clear();
+            b.extend_from_slice(function.as_bytes());
+            b.extend_from_slice(b": ");
+            b.extend(msg.bytes().filter(|&c| c != 0));
+            b.push(0);
+            HAS_ERROR.set(true);
+        }
+    });
+}
+
+/// Empties this thread's last error (a successful call). Keeps the buffer.
+#[inline]
+fn clear_last_error() {
+    if HAS_ERROR.get() {
+        HAS_ERROR.set(false);
+        let _ = LAST_ERROR.try_with(|b| {
+            if let Ok(mut b) = b.try_borrow_mut() {
+                b.clear();
+            }
+        });
+    }
+}
+
+/// What a caught panic says, for the message of its `RKV_INTERNAL_ERROR`.
+fn panic_text(payload: &(dyn std::any::Any + Send)) -> &str {
+    if let Some(s) = payload.downcast_ref::<&'static str>() {
+        s
+    } else if let Some(s) = payload.downcast_ref::<String>() {
+        s
+    } else {
+        "(no message)"
+    }
+}
+
+/// The panic boundary around every body of `function`: `Ok` is `RKV_OK` and clears this
+/// thread's last error; an `Err` returns its status and records its message; a panic is
+/// `RKV_INTERNAL_ERROR` with a message saying so (the panic itself never crosses).
+fn boundary(function: &str, f: impl FnOnce() -> Res<()>) -> rkv_status {
     match catch_unwind(AssertUnwindSafe(f)) {
-        Ok(Ok(())) => rkv_status::RKV_OK,
-        Ok(Err(s)) => s,
-        Err(_) => rkv_status::RKV_INTERNAL_ERROR,
+        Ok(Ok(())) => {
+            clear_last_error();
+            rkv_status::RKV_OK
+        }
+        Ok(Err(e)) => {
+            set_last_error(function, &e.msg);
+            e.status
+        }
+        Err(payload) => {
+            // Formatting the payload cannot unwind past here: contain a second panic too.
+            let msg = catch_unwind(AssertUnwindSafe(|| {
+                format!(
+                    "internal error: a panic inside radixkv (a bug, please report it): {}; \
+                     the cache stays memory-safe, but its content may be partly changed",
+                    panic_text(&*payload)
+                )
+            }));
+            let msg = msg.as_deref().unwrap_or("internal error: a panic inside radixkv");
+            set_last_error(function, msg);
+            rkv_status::RKV_INTERNAL_ERROR
+        }
     }
 }
 
@@ -196,8 +285,18 @@ impl From<&Error> for rkv_status {
     }
 }
 
-fn st(e: Error) -> rkv_status {
-    rkv_status::from(&e)
+/// A core error as a [`Fail`]: its status and its own message.
+fn st(e: Error) -> Fail {
+    fail(rkv_status::from(&e), e.to_string())
+}
+
+/// The message of a cache without a pool refusing a pool call.
+fn no_pool() -> Fail {
+    fail(
+        rkv_status::RKV_NO_POOL,
+        "this cache has no slot pool (it was created with pool_slots = 0: the caller \
+         manages slots)",
+    )
 }
 
 /// The cache behind `p`.
@@ -207,10 +306,13 @@ fn st(e: Error) -> rkv_status {
 /// `rkv_cache_free` of it runs during `'a`.
 unsafe fn cache_ref<'a>(p: *const rkv_cache) -> Res<&'a rkv_cache> {
     if p.is_null() {
-        return Err(rkv_status::RKV_NULL_ARGUMENT);
+        return Err(fail(rkv_status::RKV_NULL_ARGUMENT, "cache is NULL"));
     }
     if !p.is_aligned() {
-        return Err(rkv_status::RKV_INVALID_ARGUMENT);
+        return Err(fail(
+            rkv_status::RKV_INVALID_ARGUMENT,
+            format!("cache = {p:p} is misaligned: not a pointer rkv_cache_new returned"),
+        ));
     }
     // SAFETY: non-null and aligned; by the caller's contract it points to a live
     // `rkv_cache` made by `rkv_cache_new` (a `Box`), which nobody frees during 'a. Only
@@ -218,23 +320,51 @@ unsafe fn cache_ref<'a>(p: *const rkv_cache) -> Res<&'a rkv_cache> {
     Ok(unsafe { &*p })
 }
 
-/// An input array of `len` values; NULL is allowed when `len == 0`.
+/// Why an array argument `name` of `len` elements (its length argument `len_name`) at `p`
+/// is refused, if it is: NULL with a length, misaligned, or longer than memory can be.
+fn check_array<T>(p: *const T, len: usize, name: &str, len_name: &str) -> Res<()> {
+    if len == 0 {
+        return Ok(());
+    }
+    if p.is_null() {
+        return Err(fail(
+            rkv_status::RKV_NULL_ARGUMENT,
+            format!("{name} is NULL but {len_name} = {len} (NULL is allowed only with 0)"),
+        ));
+    }
+    if !p.is_aligned() {
+        return Err(fail(
+            rkv_status::RKV_INVALID_ARGUMENT,
+            format!("{name} = {p:p} is not aligned to {} bytes", align_of::<T>()),
+        ));
+    }
+    if len > isize::MAX as usize / size_of::<T>() {
+        return Err(fail(
+            rkv_status::RKV_INVALID_ARGUMENT,
+            format!(
+                "{len_name} = {len} is too large: {len} values of {} bytes exceed isize::MAX \
+                 bytes",
+                size_of::<T>()
+            ),
+        ));
+    }
+    Ok(())
+}
+
+/// An input array `name` of `len` values (its length argument `len_name`); NULL is allowed
+/// when `len == 0`.
 ///
 /// # Safety
 /// When `len > 0` and `p` is non-NULL, `p[0..len]` is readable and not written during
 /// `'a`.
-unsafe fn input<'a, T>(p: *const T, len: usize) -> Res<&'a [T]> {
+unsafe fn input<'a, T>(p: *const T, len: usize, name: &str, len_name: &str) -> Res<&'a [T]> {
+    check_array(p, len, name, len_name)?;
     if len == 0 {
         return Ok(&[]);
     }
-    if p.is_null() {
-        return Err(rkv_status::RKV_NULL_ARGUMENT);
-    }
-    if !p.is_aligned() || len > isize::MAX as usize / size_of::<T>() {
-        return Err(rkv_status::RKV_INVALID_ARGUMENT);
-    }
-    // SAFETY: non-null, aligned, `len * size_of::<T>() <= isize::MAX`, and by the caller's
-    // contract `p[0..len]` is initialized memory that nobody writes during 'a.
+    // SAFETY: `check_array` passed: non-null, aligned, `len * size_of::<T>() <= isize::MAX`,
+    // and by the caller's contract `p[0..len]` is initialized memory that nobody writes
+    // during 'a.
     Ok(unsafe { std::slice::from_raw_parts(p, len) })
 }
 
@@ -242,33 +372,33 @@ unsafe fn input<'a, T>(p: *const T, len: usize) -> Res<&'a [T]> {
 ///
 /// # Safety
 /// As [`input`].
-unsafe fn input_runs<'a>(p: *const rkv_slot_run, len: usize) -> Res<&'a [SlotRun]> {
+unsafe fn input_runs<'a>(
+    p: *const rkv_slot_run,
+    len: usize,
+    name: &str,
+    len_name: &str,
+) -> Res<&'a [SlotRun]> {
     // SAFETY: `rkv_slot_run` has `SlotRun`'s layout (asserted above); the caller's contract
     // is `input`'s.
-    unsafe { input(p.cast::<SlotRun>(), len) }
+    unsafe { input(p.cast::<SlotRun>(), len, name, len_name) }
 }
 
-/// Checks an output array of capacity `cap`: NULL is allowed when `cap == 0`.
-fn check_out_array<T>(p: *mut T, cap: usize) -> Res<()> {
-    if cap == 0 {
-        return Ok(());
-    }
-    if p.is_null() {
-        return Err(rkv_status::RKV_NULL_ARGUMENT);
-    }
-    if !p.is_aligned() || cap > isize::MAX as usize / size_of::<T>() {
-        return Err(rkv_status::RKV_INVALID_ARGUMENT);
-    }
-    Ok(())
+/// Checks an output array `name` of capacity `cap` (its capacity argument `cap_name`):
+/// NULL is allowed when `cap == 0`.
+fn check_out_array<T>(p: *mut T, cap: usize, name: &str, cap_name: &str) -> Res<()> {
+    check_array(p.cast_const(), cap, name, cap_name)
 }
 
-/// Checks a required single output.
-fn check_out<T>(p: *mut T) -> Res<()> {
+/// Checks a required single output `name`.
+fn check_out<T>(p: *mut T, name: &str) -> Res<()> {
     if p.is_null() {
-        return Err(rkv_status::RKV_NULL_ARGUMENT);
+        return Err(fail(rkv_status::RKV_NULL_ARGUMENT, format!("{name} is NULL")));
     }
     if !p.is_aligned() {
-        return Err(rkv_status::RKV_INVALID_ARGUMENT);
+        return Err(fail(
+            rkv_status::RKV_INVALID_ARGUMENT,
+            format!("{name} = {p:p} is not aligned to {} bytes", align_of::<T>()),
+        ));
     }
     Ok(())
 }
@@ -276,7 +406,7 @@ fn check_out<T>(p: *mut T) -> Res<()> {
 /// Writes `src` to `dst[0..src.len()]`.
 ///
 /// # Safety
-/// `dst` passed `check_out_array(dst, cap)` with `cap >= src.len()`, `dst[0..cap]` is
+/// `dst` passed `check_out_array(dst, cap, ..)` with `cap >= src.len()`, `dst[0..cap]` is
 /// writable, and no Rust reference to that memory is used afterwards.
 unsafe fn write_array<T: Copy>(dst: *mut T, src: &[T]) {
     if src.is_empty() {
@@ -291,7 +421,221 @@ unsafe fn write_array<T: Copy>(dst: *mut T, src: &[T]) {
 /// capacity limit (16.7 million live locks per cache) the call fails with
 /// `RKV_INTERNAL_ERROR` having changed nothing.
 fn reserve_handle(c: &rkv_cache) -> Res<Reserved<'_, PrefixLock>> {
-    c.locks.reserve().ok_or(rkv_status::RKV_INTERNAL_ERROR)
+    c.locks.reserve().ok_or_else(|| {
+        fail(
+            rkv_status::RKV_INTERNAL_ERROR,
+            format!(
+                "no lock handle is free: this cache holds {} live locks, the most it can \
+                 (release some)",
+                handles::MAX_LOCKS
+            ),
+        )
+    })
+}
+
+/// Why `lock` is refused by `c` (`RKV_INVALID_LOCK`).
+fn invalid_lock(c: &rkv_cache, lock: rkv_lock) -> Fail {
+    let why = c.locks.explain(lock);
+    fail(rkv_status::RKV_INVALID_LOCK, format!("lock {lock:#x} {why}"))
+}
+
+// ---------------------------------------------------------------------------------------
+// Messages for refused slots: the core names the slot; these name its position.
+
+/// The slot a core error names: `DoubleFree { slot }`, or an `InvalidArgument` from the
+/// pool, whose messages begin "slot N " (`SlotPool::refusal`, `SlotPool::out_of_range`).
+fn named_slot(e: &Error) -> Option<u32> {
+    match e {
+        Error::DoubleFree { slot } => Some(*slot),
+        Error::InvalidArgument(m) => {
+            let rest = m.strip_prefix("slot ")?;
+            let digits = rest.split(' ').next()?;
+            digits.parse().ok()
+        }
+        _ => None,
+    }
+}
+
+/// Where a slot value is among the given slots: a position in a list, or a run.
+trait SlotPositions {
+    /// The positions naming `slot`, in order, as `slots[3] = 70000` or
+    /// `runs[1] = {start 8, len 4}: slot 11` (at most two).
+    fn find(&self, slot: u32) -> Vec<String>;
+}
+
+impl SlotPositions for (&str, &[u32]) {
+    fn find(&self, slot: u32) -> Vec<String> {
+        let (name, slots) = *self;
+        let at = slots.iter().enumerate().filter(|(_, s)| **s == slot);
+        at.take(2).map(|(i, _)| format!("{name}[{i}] = {slot}")).collect()
+    }
+}
+
+impl SlotPositions for (&str, &[SlotRun]) {
+    fn find(&self, slot: u32) -> Vec<String> {
+        let (name, runs) = *self;
+        let holds = |r: &SlotRun| {
+            (r.start as u64..r.start as u64 + r.len as u64).contains(&u64::from(slot))
+        };
+        let at = runs.iter().enumerate().filter(|(_, r)| holds(r));
+        at.take(2)
+            .map(|(i, r)| {
+                format!("{name}[{i}] = {{start {}, len {}}}: slot {slot}", r.start, r.len)
+            })
+            .collect()
+    }
+}
+
+/// A core refusal of given slots (`e`), with the position of the slot it names and, for a
+/// pool, what state that slot is in (every slot given must be held by the caller).
+fn slot_refusal(e: Error, given: &dyn SlotPositions, pool: Option<&SlotPool>) -> Fail {
+    let status = rkv_status::from(&e);
+    let Some(slot) = named_slot(&e) else { return st(e) };
+    let at = given.find(slot);
+    let Some(first) = at.first() else { return st(e) };
+    let core_says_twice = matches!(&e, Error::InvalidArgument(m) if m.contains("twice"));
+    let state = pool.and_then(|p| p.state(slot));
+    let what = match pool {
+        Some(p) if slot as usize >= p.capacity() => format!(
+            "is out of range: the pool has {} slots (ids 0 to {})",
+            p.capacity(),
+            p.capacity() - 1
+        ),
+        _ if at.len() > 1 && (core_says_twice || state == Some(SlotState::Held)) => {
+            format!("is given twice (also {})", at[1])
+        }
+        _ => match state {
+            Some(SlotState::Free) => "is free, not held by the caller (never allocated with \
+                                      rkv_alloc, or freed or evicted since)"
+                .to_string(),
+            Some(SlotState::Cached) => "is cached by the tree, not held by the caller (an \
+                                        insert adopted it already; the tree owns it until it \
+                                        is evicted)"
+                .to_string(),
+            _ => format!("is refused: {e}"),
+        },
+    };
+    fail(status, format!("{first} {what}"))
+}
+
+/// Why runs given for `n_tokens` tokens are refused before any slot is looked at, if they
+/// are: an empty run, a run past the largest slot id, or lengths that do not add up.
+fn runs_shape(runs: &[SlotRun], n_tokens: usize, name: &str) -> Option<Fail> {
+    let bad = |m: String| Some(fail(rkv_status::RKV_INVALID_ARGUMENT, m));
+    let mut total = 0u64;
+    for (i, r) in runs.iter().enumerate() {
+        if r.len == 0 {
+            return bad(format!("{name}[{i}] = {{start {}, len 0}} is empty", r.start));
+        }
+        if u64::from(r.start) + u64::from(r.len) > 1 << 32 {
+            return bad(format!(
+                "{name}[{i}] = {{start {}, len {}}} goes past the largest slot id 2^32 - 1",
+                r.start, r.len
+            ));
+        }
+        total += u64::from(r.len);
+    }
+    if total != n_tokens as u64 {
+        return bad(format!(
+            "the {} runs hold {total} slots but n_tokens = {n_tokens} (one slot per token)",
+            runs.len()
+        ));
+    }
+    None
+}
+
+/// `RKV_BUFFER_TOO_SMALL` for a slot buffer of `cap` and a match of `m` tokens.
+fn too_small_slots(cap: usize, m: usize, tail: &str) -> Fail {
+    fail(
+        rkv_status::RKV_BUFFER_TOO_SMALL,
+        format!("out_cap = {cap} is smaller than the match of {m} tokens (*out_len = {m}){tail}"),
+    )
+}
+
+/// `RKV_BUFFER_TOO_SMALL` for a run buffer of `cap` and a match of `m` tokens in `n` runs.
+fn too_small_runs(cap: usize, n: usize, m: usize, tail: &str) -> Fail {
+    fail(
+        rkv_status::RKV_BUFFER_TOO_SMALL,
+        format!(
+            "out_cap = {cap} is smaller than the {n} runs of the match of {m} tokens \
+             (*out_n_runs = {n}, *out_len = {m}){tail}"
+        ),
+    )
+}
+
+/// The token and slot arrays of `rkv_insert` and `rkv_insert_lock`.
+///
+/// # Safety
+/// As [`input`], for both arrays.
+unsafe fn insert_arrays<'a>(
+    tokens: *const u32,
+    slots: *const u32,
+    n_tokens: usize,
+) -> Res<(&'a [u32], &'a [u32])> {
+    // SAFETY: the caller's contract is `input`'s, for both arrays.
+    unsafe {
+        Ok((
+            input(tokens, n_tokens, "tokens", "n_tokens")?,
+            input(slots, n_tokens, "slots", "n_tokens")?,
+        ))
+    }
+}
+
+/// The token and run arrays of `rkv_insert_runs` and `rkv_insert_lock_runs`.
+///
+/// # Safety
+/// As [`input`], for both arrays.
+unsafe fn insert_runs_arrays<'a>(
+    tokens: *const u32,
+    n_tokens: usize,
+    runs: *const rkv_slot_run,
+    n_runs: usize,
+) -> Res<(&'a [u32], &'a [SlotRun])> {
+    // SAFETY: the caller's contract is `input`'s, for both arrays.
+    unsafe {
+        Ok((
+            input(tokens, n_tokens, "tokens", "n_tokens")?,
+            input_runs(runs, n_runs, "runs", "n_runs")?,
+        ))
+    }
+}
+
+/// An insert's refusal of the runs `r` given for `n_tokens` tokens: their shape first, then
+/// the slot the core names.
+fn runs_refusal(e: Error, c: &rkv_cache, r: &[SlotRun], n_tokens: usize) -> Fail {
+    if let Some(f) = runs_shape(r, n_tokens, "runs") {
+        return f;
+    }
+    slot_refusal(e, &("runs", r), c.cache.pool())
+}
+
+/// `RKV_OUT_OF_SLOTS` for asking more than the whole pool.
+fn more_than_pool(n: usize, pool_slots: usize) -> Fail {
+    fail(
+        rkv_status::RKV_OUT_OF_SLOTS,
+        format!("n_slots = {n} is more than the whole pool of {pool_slots} slots"),
+    )
+}
+
+/// An allocation's refusal by the pool, naming the numbers.
+fn alloc_refusal(e: Error, c: &rkv_cache, n: usize) -> Fail {
+    let p = c.cache.page_size();
+    match e {
+        Error::OutOfSlots { requested, available } => fail(
+            rkv_status::RKV_OUT_OF_SLOTS,
+            format!(
+                "n_slots = {requested}, but only {available} slots are free or evictable even \
+                 after evicting (the other slots are pinned by locks or held by callers)"
+            ),
+        ),
+        Error::InvalidArgument(_) if n % p != 0 => fail(
+            rkv_status::RKV_INVALID_ARGUMENT,
+            format!(
+                "n_slots = {n} is not a multiple of the page size {p} (slots come in whole pages)"
+            ),
+        ),
+        e => st(e),
+    }
 }
 
 // ---------------------------------------------------------------------------------------
@@ -337,6 +681,38 @@ pub extern "C" fn rkv_status_str(status: rkv_status_value) -> *const c_char {
     s.as_ptr()
 }
 
+/// This thread's message for the last call that failed: exactly what was wrong, naming
+/// the function, the argument and the values, for example
+/// `rkv_insert: slots[3] = 70000 is out of range: the pool has 65536 slots (ids 0 to 65535)`.
+/// An extension of ABI version 1 (see docs/errors.md).
+///
+/// - Every function that returns an `rkv_status` sets it when it returns anything but
+///   `RKV_OK` (also `RKV_BUFFER_TOO_SMALL`, and `RKV_INTERNAL_ERROR` for a caught panic),
+///   and clears it (to "") when it returns `RKV_OK`: the message always describes the
+///   last status-returning call on this thread. Functions that return no status
+///   (`rkv_version`, `rkv_abi_version`, `rkv_status_str`, `rkv_options_default`,
+///   `rkv_cache_free`, this one) leave it as it is.
+/// - Per thread: a call on one thread never changes another thread's message, so read it
+///   on the thread that made the failing call.
+/// - Never NULL: "" when the last call succeeded or none has run on this thread.
+/// - Owned by the library: do not free it. Valid until the next call of a status-returning
+///   `rkv_*` function on this thread, or the thread's exit; copy it to keep it.
+/// - Meant for people (logs, exceptions): the wording may change between versions; branch
+///   on the `rkv_status`, not on the text.
+#[unsafe(no_mangle)]
+pub extern "C" fn rkv_last_error_message() -> *const c_char {
+    let none = c"".as_ptr();
+    if !HAS_ERROR.get() {
+        return none;
+    }
+    LAST_ERROR
+        .try_with(|b| match b.try_borrow() {
+            Ok(b) if !b.is_empty() => b.as_ptr().cast::<c_char>(),
+            _ => none,
+        })
+        .unwrap_or(none)
+}
+
 // ---------------------------------------------------------------------------------------
 // Lifecycle.
 
@@ -364,33 +740,64 @@ pub unsafe extern "C" fn rkv_cache_new(
     opts: *const rkv_options,
     out_cache: *mut *mut rkv_cache,
 ) -> rkv_status {
-    boundary(|| {
+    boundary("rkv_cache_new", || {
         if opts.is_null() {
-            return Err(rkv_status::RKV_NULL_ARGUMENT);
+            return Err(fail(rkv_status::RKV_NULL_ARGUMENT, "opts is NULL"));
         }
-        check_out(out_cache)?;
+        check_out(out_cache, "out_cache")?;
         if !opts.is_aligned() {
-            return Err(rkv_status::RKV_INVALID_ARGUMENT);
+            return Err(fail(
+                rkv_status::RKV_INVALID_ARGUMENT,
+                format!("opts = {opts:p} is not aligned to {} bytes", align_of::<rkv_options>()),
+            ));
         }
         // SAFETY: non-null and aligned; the caller guarantees it points to a readable
         // `rkv_options` (a plain-old-data struct: every bit pattern is valid).
         let o = unsafe { opts.read() };
+        let bad = |m: String| Err(fail(rkv_status::RKV_INVALID_ARGUMENT, m));
         let policy = match o.eviction_policy {
             0 => EvictionPolicy::Lru,
             1 => EvictionPolicy::Fifo,
-            _ => return Err(rkv_status::RKV_INVALID_ARGUMENT),
+            p => {
+                return bad(format!(
+                    "opts->eviction_policy = {p} is not an rkv_eviction_policy (0 = \
+                     RKV_EVICT_LRU, 1 = RKV_EVICT_FIFO)"
+                ));
+            }
         };
-        if o.page_size == 0 || o.pool_slots > 1 << 32 || o.pool_slots % u64::from(o.page_size) != 0
-        {
-            return Err(rkv_status::RKV_INVALID_ARGUMENT);
+        if o.page_size == 0 {
+            return bad("opts->page_size = 0: the page size must be at least 1".into());
         }
-        let pool_slots =
-            usize::try_from(o.pool_slots).map_err(|_| rkv_status::RKV_INVALID_ARGUMENT)?;
+        if o.pool_slots > 1 << 32 {
+            return bad(format!(
+                "opts->pool_slots = {} is above 2^32 = 4294967296 (slot ids are uint32_t)",
+                o.pool_slots
+            ));
+        }
+        if o.pool_slots % u64::from(o.page_size) != 0 {
+            return bad(format!(
+                "opts->pool_slots = {} is not a multiple of opts->page_size = {} (the pool \
+                 holds whole pages)",
+                o.pool_slots, o.page_size
+            ));
+        }
+        let Ok(pool_slots) = usize::try_from(o.pool_slots) else {
+            return bad(format!(
+                "opts->pool_slots = {} does not fit this platform's size_t",
+                o.pool_slots
+            ));
+        };
         let cache =
             Cache::new(CacheOptions { page_size: o.page_size as usize, policy, pool_slots })
-                .map_err(st)?;
+                .map_err(|e| fail(rkv_status::from(&e), format!("opts: {e}")))?;
         // `None` only with 2^20 - 1 caches live at once (see `handles`).
-        let locks = LockTable::new().ok_or(rkv_status::RKV_INTERNAL_ERROR)?;
+        let locks = LockTable::new().ok_or_else(|| {
+            fail(
+                rkv_status::RKV_INTERNAL_ERROR,
+                "too many live caches: 2^20 - 1 = 1048575 exist in this process, the most \
+                 there can be (free some)",
+            )
+        })?;
         let raw = Box::into_raw(Box::new(rkv_cache { cache, locks }));
         // SAFETY: `out_cache` passed `check_out` (non-null, aligned) and the caller
         // guarantees it is writable.
@@ -402,7 +809,10 @@ pub unsafe extern "C" fn rkv_cache_new(
 /// Destroys a cache: releases its outstanding locks (their handles become invalid) and
 /// frees everything it owns. Slots it held are not reported (in caller-managed mode, evict
 /// first with a callback if you need them back). NULL is a no-op. Must not run concurrently
-/// with any other call on the same cache, and the cache must not be used afterwards.
+/// with any other call on the same cache, and the cache must not be used afterwards: any
+/// call with a freed cache, `rkv_release` of one of its locks included, is undefined
+/// behavior (it reads freed memory; it may block forever or corrupt the heap). Leaves
+/// `rkv_last_error_message()` as it is.
 ///
 /// # Safety
 /// `cache` is NULL or was returned by `rkv_cache_new` and not freed yet, and no other call
@@ -450,20 +860,24 @@ pub unsafe extern "C" fn rkv_match(
     out_cap: usize,
     out_len: *mut usize,
 ) -> rkv_status {
-    boundary(|| {
+    boundary("rkv_match", || {
         // SAFETY: the caller passes NULL or a live cache that is not being freed.
         let c = unsafe { cache_ref(cache) }?;
         // SAFETY: the caller guarantees tokens[0..n_tokens] is readable (or NULL).
-        let t = unsafe { input(tokens, n_tokens) }?;
-        check_out_array(out_slots, out_cap)?;
-        check_out(out_len)?;
+        let t = unsafe { input(tokens, n_tokens, "tokens", "n_tokens") }?;
+        check_out_array(out_slots, out_cap, "out_slots", "out_cap")?;
+        check_out(out_len, "out_len")?;
         let mut slots = Vec::new();
         let m = c.cache.match_prefix(ns, t, &mut slots);
         debug_assert_eq!(m, slots.len());
         if out_cap > 0 && m > out_cap {
             // SAFETY: `out_len` passed `check_out`; the caller guarantees it is writable.
             unsafe { out_len.write(m) };
-            return Err(rkv_status::RKV_BUFFER_TOO_SMALL);
+            return Err(too_small_slots(
+                out_cap,
+                m,
+                "; pass out_cap >= n_tokens, or 0 for the length only",
+            ));
         }
         if out_cap > 0 {
             // SAFETY: checked above with cap `out_cap >= m`; `t` is not used after this.
@@ -496,14 +910,14 @@ pub unsafe extern "C" fn rkv_match_lock(
     out_len: *mut usize,
     out_lock: *mut rkv_lock,
 ) -> rkv_status {
-    boundary(|| {
+    boundary("rkv_match_lock", || {
         // SAFETY: the caller passes NULL or a live cache that is not being freed.
         let c = unsafe { cache_ref(cache) }?;
         // SAFETY: the caller guarantees tokens[0..n_tokens] is readable (or NULL).
-        let t = unsafe { input(tokens, n_tokens) }?;
-        check_out_array(out_slots, out_cap)?;
-        check_out(out_len)?;
-        check_out(out_lock)?;
+        let t = unsafe { input(tokens, n_tokens, "tokens", "n_tokens") }?;
+        check_out_array(out_slots, out_cap, "out_slots", "out_cap")?;
+        check_out(out_len, "out_len")?;
+        check_out(out_lock, "out_lock")?;
         let mut slots = Vec::new();
         // A buffer that may be too small: measure first with a plain match, so a refusal
         // splits no edge (the locking match splits where the match ends).
@@ -512,7 +926,11 @@ pub unsafe extern "C" fn rkv_match_lock(
             if m > out_cap {
                 // SAFETY: `out_len` passed `check_out`; the caller guarantees it is writable.
                 unsafe { out_len.write(m) };
-                return Err(rkv_status::RKV_BUFFER_TOO_SMALL);
+                return Err(too_small_slots(
+                    out_cap,
+                    m,
+                    "; nothing was pinned (pass out_cap = n_tokens)",
+                ));
             }
         }
         let handle = reserve_handle(c)?;
@@ -523,7 +941,8 @@ pub unsafe extern "C" fn rkv_match_lock(
             drop(guard);
             // SAFETY: `out_len` passed `check_out`; the caller guarantees it is writable.
             unsafe { out_len.write(m) };
-            return Err(rkv_status::RKV_BUFFER_TOO_SMALL);
+            let why = "; a concurrent insert grew the match during the call; nothing was pinned";
+            return Err(too_small_slots(out_cap, m, why));
         }
         let handle = handle.fill(guard.into_raw());
         // SAFETY: `out_slots` passed `check_out_array` with `out_cap >= m`; `t` is not used
@@ -552,8 +971,8 @@ unsafe fn runs_args<'a>(
     // SAFETY: the caller passes NULL or a live cache that is not being freed.
     let c = unsafe { cache_ref(cache) }?;
     // SAFETY: the caller guarantees tokens[0..n_tokens] is readable (or NULL).
-    let t = unsafe { input(tokens, n_tokens) }?;
-    check_out_array(out_runs, out_cap)?;
+    let t = unsafe { input(tokens, n_tokens, "tokens", "n_tokens") }?;
+    check_out_array(out_runs, out_cap, "out_runs", "out_cap")?;
     Ok((c, t))
 }
 
@@ -581,11 +1000,11 @@ pub unsafe extern "C" fn rkv_match_runs(
     out_n_runs: *mut usize,
     out_len: *mut usize,
 ) -> rkv_status {
-    boundary(|| {
+    boundary("rkv_match_runs", || {
         // SAFETY: the caller's contract for these arguments is `runs_args`'.
         let (c, t) = unsafe { runs_args(cache, tokens, n_tokens, out_runs, out_cap) }?;
-        check_out(out_n_runs)?;
-        check_out(out_len)?;
+        check_out(out_n_runs, "out_n_runs")?;
+        check_out(out_len, "out_len")?;
         let mut runs = Vec::new();
         let m = c.cache.match_prefix_runs(ns, t, &mut runs);
         let fits = out_cap == 0 || runs.len() <= out_cap;
@@ -599,7 +1018,11 @@ pub unsafe extern "C" fn rkv_match_runs(
             out_n_runs.write(runs.len());
             out_len.write(m);
         }
-        if fits { Ok(()) } else { Err(rkv_status::RKV_BUFFER_TOO_SMALL) }
+        if fits {
+            Ok(())
+        } else {
+            Err(too_small_runs(out_cap, runs.len(), m, "; out_cap = n_tokens always suffices"))
+        }
     })
 }
 
@@ -624,12 +1047,12 @@ pub unsafe extern "C" fn rkv_match_lock_runs(
     out_len: *mut usize,
     out_lock: *mut rkv_lock,
 ) -> rkv_status {
-    boundary(|| {
+    boundary("rkv_match_lock_runs", || {
         // SAFETY: the caller's contract for these arguments is `runs_args`'.
         let (c, t) = unsafe { runs_args(cache, tokens, n_tokens, out_runs, out_cap) }?;
-        check_out(out_n_runs)?;
-        check_out(out_len)?;
-        check_out(out_lock)?;
+        check_out(out_n_runs, "out_n_runs")?;
+        check_out(out_len, "out_len")?;
+        check_out(out_lock, "out_lock")?;
         let mut runs = Vec::new();
         // As in `rkv_match_lock`: a buffer that may be too small is checked with a plain
         // match first, so a refusal splits no edge.
@@ -641,7 +1064,12 @@ pub unsafe extern "C" fn rkv_match_lock_runs(
                     out_n_runs.write(runs.len());
                     out_len.write(m);
                 }
-                return Err(rkv_status::RKV_BUFFER_TOO_SMALL);
+                return Err(too_small_runs(
+                    out_cap,
+                    runs.len(),
+                    m,
+                    "; nothing was pinned (pass out_cap = n_tokens)",
+                ));
             }
         }
         let handle = reserve_handle(c)?;
@@ -655,7 +1083,8 @@ pub unsafe extern "C" fn rkv_match_lock_runs(
                 out_n_runs.write(runs.len());
                 out_len.write(m);
             }
-            return Err(rkv_status::RKV_BUFFER_TOO_SMALL);
+            let why = "; a concurrent insert grew the match during the call; nothing was pinned";
+            return Err(too_small_runs(out_cap, runs.len(), m, why));
         }
         let handle = handle.fill(guard.into_raw());
         // SAFETY: `out_runs` passed `check_out_array` with `out_cap >= runs.len()` and has
@@ -695,13 +1124,14 @@ pub unsafe extern "C" fn rkv_insert(
     n_tokens: usize,
     out_existing: *mut usize,
 ) -> rkv_status {
-    boundary(|| {
+    boundary("rkv_insert", || {
         // SAFETY: the caller passes NULL or a live cache that is not being freed.
         let c = unsafe { cache_ref(cache) }?;
         // SAFETY: the caller guarantees both arrays are readable for n_tokens (or NULL).
-        let (t, s) = unsafe { (input(tokens, n_tokens)?, input(slots, n_tokens)?) };
-        check_out(out_existing)?;
-        let existing = c.cache.insert(ns, t, s).map_err(st)?;
+        let (t, s) = unsafe { insert_arrays(tokens, slots, n_tokens) }?;
+        check_out(out_existing, "out_existing")?;
+        let existing =
+            c.cache.insert(ns, t, s).map_err(|e| slot_refusal(e, &("slots", s), c.cache.pool()))?;
         // SAFETY: `out_existing` passed `check_out`; writable by the caller's contract.
         unsafe { out_existing.write(existing) };
         Ok(())
@@ -725,15 +1155,18 @@ pub unsafe extern "C" fn rkv_insert_lock(
     out_existing: *mut usize,
     out_lock: *mut rkv_lock,
 ) -> rkv_status {
-    boundary(|| {
+    boundary("rkv_insert_lock", || {
         // SAFETY: the caller passes NULL or a live cache that is not being freed.
         let c = unsafe { cache_ref(cache) }?;
         // SAFETY: the caller guarantees both arrays are readable for n_tokens (or NULL).
-        let (t, s) = unsafe { (input(tokens, n_tokens)?, input(slots, n_tokens)?) };
-        check_out(out_existing)?;
-        check_out(out_lock)?;
+        let (t, s) = unsafe { insert_arrays(tokens, slots, n_tokens) }?;
+        check_out(out_existing, "out_existing")?;
+        check_out(out_lock, "out_lock")?;
         let handle = reserve_handle(c)?;
-        let (existing, guard) = c.cache.insert_and_lock(ns, t, s).map_err(st)?;
+        let (existing, guard) = c
+            .cache
+            .insert_and_lock(ns, t, s)
+            .map_err(|e| slot_refusal(e, &("slots", s), c.cache.pool()))?;
         let handle = handle.fill(guard.into_raw());
         // SAFETY: both passed `check_out`; writable by the caller's contract.
         unsafe {
@@ -767,13 +1200,13 @@ pub unsafe extern "C" fn rkv_insert_runs(
     n_runs: usize,
     out_existing: *mut usize,
 ) -> rkv_status {
-    boundary(|| {
+    boundary("rkv_insert_runs", || {
         // SAFETY: the caller passes NULL or a live cache that is not being freed.
         let c = unsafe { cache_ref(cache) }?;
         // SAFETY: the caller guarantees both arrays are readable for their counts (or NULL).
-        let (t, r) = unsafe { (input(tokens, n_tokens)?, input_runs(runs, n_runs)?) };
-        check_out(out_existing)?;
-        let existing = c.cache.insert_runs(ns, t, r).map_err(st)?;
+        let (t, r) = unsafe { insert_runs_arrays(tokens, n_tokens, runs, n_runs) }?;
+        check_out(out_existing, "out_existing")?;
+        let existing = c.cache.insert_runs(ns, t, r).map_err(|e| runs_refusal(e, c, r, t.len()))?;
         // SAFETY: `out_existing` passed `check_out`; writable by the caller's contract.
         unsafe { out_existing.write(existing) };
         Ok(())
@@ -797,15 +1230,16 @@ pub unsafe extern "C" fn rkv_insert_lock_runs(
     out_existing: *mut usize,
     out_lock: *mut rkv_lock,
 ) -> rkv_status {
-    boundary(|| {
+    boundary("rkv_insert_lock_runs", || {
         // SAFETY: the caller passes NULL or a live cache that is not being freed.
         let c = unsafe { cache_ref(cache) }?;
         // SAFETY: the caller guarantees both arrays are readable for their counts (or NULL).
-        let (t, r) = unsafe { (input(tokens, n_tokens)?, input_runs(runs, n_runs)?) };
-        check_out(out_existing)?;
-        check_out(out_lock)?;
+        let (t, r) = unsafe { insert_runs_arrays(tokens, n_tokens, runs, n_runs) }?;
+        check_out(out_existing, "out_existing")?;
+        check_out(out_lock, "out_lock")?;
         let handle = reserve_handle(c)?;
-        let (existing, guard) = c.cache.insert_and_lock_runs(ns, t, r).map_err(st)?;
+        let (existing, guard) =
+            c.cache.insert_and_lock_runs(ns, t, r).map_err(|e| runs_refusal(e, c, r, t.len()))?;
         let handle = handle.fill(guard.into_raw());
         // SAFETY: both passed `check_out`; writable by the caller's contract.
         unsafe {
@@ -830,11 +1264,11 @@ pub unsafe extern "C" fn rkv_lock_len(
     lock: rkv_lock,
     out_len: *mut usize,
 ) -> rkv_status {
-    boundary(|| {
+    boundary("rkv_lock_len", || {
         // SAFETY: the caller passes NULL or a live cache that is not being freed.
         let c = unsafe { cache_ref(cache) }?;
-        check_out(out_len)?;
-        let n = c.locks.with(lock, |l| l.len()).ok_or(rkv_status::RKV_INVALID_LOCK)?;
+        check_out(out_len, "out_len")?;
+        let n = c.locks.with(lock, |l| l.len()).ok_or_else(|| invalid_lock(c, lock))?;
         // SAFETY: passed `check_out`; writable by the caller's contract.
         unsafe { out_len.write(n) };
         Ok(())
@@ -850,11 +1284,11 @@ pub unsafe extern "C" fn rkv_lock_len(
 /// `cache` is NULL or live.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn rkv_release(cache: *const rkv_cache, lock: rkv_lock) -> rkv_status {
-    boundary(|| {
+    boundary("rkv_release", || {
         // SAFETY: the caller passes NULL or a live cache that is not being freed.
         let c = unsafe { cache_ref(cache) }?;
-        let l = c.locks.remove(lock).ok_or(rkv_status::RKV_INVALID_LOCK)?;
-        c.cache.release(l).map_err(st)
+        let l = c.locks.remove(lock).ok_or_else(|| invalid_lock(c, lock))?;
+        c.cache.release(l).map_err(|e| fail(rkv_status::from(&e), format!("lock {lock:#x}: {e}")))
     })
 }
 
@@ -895,7 +1329,7 @@ pub unsafe extern "C" fn rkv_evict(
         }
     };
     // SAFETY: the caller's contract for `cache` and `out_evicted` is `evict_into`'s.
-    unsafe { evict_into(cache, out_evicted, free_fn.is_some(), evict) }
+    unsafe { evict_into("rkv_evict", cache, out_evicted, free_fn.is_some(), evict) }
 }
 
 /// The body `rkv_evict` and `rkv_evict_runs` share, inside the panic boundary: checks
@@ -905,17 +1339,22 @@ pub unsafe extern "C" fn rkv_evict(
 /// # Safety
 /// `cache` is NULL or live; `out_evicted` NULL or writable.
 unsafe fn evict_into(
+    function: &str,
     cache: *const rkv_cache,
     out_evicted: *mut usize,
     has_callback: bool,
     evict: impl FnOnce(&Cache) -> crate::error::Result<usize>,
 ) -> rkv_status {
-    boundary(|| {
+    boundary(function, || {
         // SAFETY: the caller passes NULL or a live cache that is not being freed.
         let c = unsafe { cache_ref(cache) }?;
-        check_out(out_evicted)?;
+        check_out(out_evicted, "out_evicted")?;
         if !has_callback && !c.cache.has_pool() {
-            return Err(rkv_status::RKV_NULL_ARGUMENT);
+            return Err(fail(
+                rkv_status::RKV_NULL_ARGUMENT,
+                "free_fn is NULL, but this cache has no pool (pool_slots = 0): the evicted \
+                 slots go back to the caller, through free_fn",
+            ));
         }
         let evicted = evict(&c.cache).map_err(st)?;
         // SAFETY: passed `check_out`; writable by the caller's contract.
@@ -957,7 +1396,7 @@ pub unsafe extern "C" fn rkv_evict_runs(
         }
     };
     // SAFETY: the caller's contract for `cache` and `out_evicted` is `evict_into`'s.
-    unsafe { evict_into(cache, out_evicted, free_fn.is_some(), evict) }
+    unsafe { evict_into("rkv_evict_runs", cache, out_evicted, free_fn.is_some(), evict) }
 }
 
 /// Pool mode only (else `RKV_NO_POOL`): allocates `n_slots` slots into
@@ -975,27 +1414,38 @@ pub unsafe extern "C" fn rkv_alloc(
     n_slots: usize,
     out_slots: *mut u32,
 ) -> rkv_status {
-    boundary(|| {
+    boundary("rkv_alloc", || {
         // SAFETY: the caller passes NULL or a live cache that is not being freed.
         let c = unsafe { cache_ref(cache) }?;
         if n_slots > 0 && out_slots.is_null() {
-            return Err(rkv_status::RKV_NULL_ARGUMENT);
+            return Err(fail(
+                rkv_status::RKV_NULL_ARGUMENT,
+                format!("out_slots is NULL but n_slots = {n_slots} (NULL is allowed only with 0)"),
+            ));
         }
         if !c.cache.has_pool() {
-            return Err(rkv_status::RKV_NO_POOL);
+            return Err(no_pool());
         }
-        if n_slots > c.cache.options().pool_slots {
+        let pool_slots = c.cache.options().pool_slots;
+        if n_slots > pool_slots {
             // More than the whole pool: short whatever is evicted (and no buffer that
             // large can exist), so fail before touching anything.
-            return Err(rkv_status::RKV_OUT_OF_SLOTS);
+            return Err(more_than_pool(n_slots, pool_slots));
         }
-        check_out_array(out_slots, n_slots)?;
+        check_out_array(out_slots, n_slots, "out_slots", "n_slots")?;
         let mut slots = Vec::new();
-        c.cache.alloc(n_slots, &mut slots).map_err(st)?;
+        c.cache.alloc(n_slots, &mut slots).map_err(|e| alloc_refusal(e, c, n_slots))?;
         if slots.len() != n_slots {
             // Not the contract of `Cache::alloc`: give them back and report the bug.
             let _ = c.cache.free(&slots);
-            return Err(rkv_status::RKV_INTERNAL_ERROR);
+            return Err(fail(
+                rkv_status::RKV_INTERNAL_ERROR,
+                format!(
+                    "internal error: {} slots came back for n_slots = {n_slots} (a bug, please \
+                     report it); they went back to the pool",
+                    slots.len()
+                ),
+            ));
         }
         // SAFETY: `out_slots` passed `check_out_array` with cap `n_slots == slots.len()`.
         unsafe { write_array(out_slots, &slots) };
@@ -1017,12 +1467,13 @@ pub unsafe extern "C" fn rkv_free(
     slots: *const u32,
     n_slots: usize,
 ) -> rkv_status {
-    boundary(|| {
+    boundary("rkv_free", || {
         // SAFETY: the caller passes NULL or a live cache that is not being freed.
         let c = unsafe { cache_ref(cache) }?;
         // SAFETY: the caller guarantees slots[0..n_slots] is readable (or NULL).
-        let s = unsafe { input(slots, n_slots) }?;
-        c.cache.free(s).map_err(st)
+        let s = unsafe { input(slots, n_slots, "slots", "n_slots") }?;
+        let Some(pool) = c.cache.pool() else { return Err(no_pool()) };
+        c.cache.free(s).map_err(|e| slot_refusal(e, &("slots", s), Some(pool)))
     })
 }
 
@@ -1048,29 +1499,50 @@ pub unsafe extern "C" fn rkv_alloc_runs(
     out_cap: usize,
     out_n_runs: *mut usize,
 ) -> rkv_status {
-    boundary(|| {
+    boundary("rkv_alloc_runs", || {
         // SAFETY: the caller passes NULL or a live cache that is not being freed.
         let c = unsafe { cache_ref(cache) }?;
-        check_out_array(out_runs, out_cap)?;
-        check_out(out_n_runs)?;
+        check_out_array(out_runs, out_cap, "out_runs", "out_cap")?;
+        check_out(out_n_runs, "out_n_runs")?;
         if !c.cache.has_pool() {
-            return Err(rkv_status::RKV_NO_POOL);
+            return Err(no_pool());
         }
-        if n_slots > c.cache.options().pool_slots {
-            return Err(rkv_status::RKV_OUT_OF_SLOTS);
+        let pool_slots = c.cache.options().pool_slots;
+        if n_slots > pool_slots {
+            return Err(more_than_pool(n_slots, pool_slots));
         }
         let mut runs = Vec::new();
-        c.cache.alloc_runs(n_slots, &mut runs).map_err(st)?;
-        if runs.iter().map(|r| r.len as usize).sum::<usize>() != n_slots {
+        c.cache.alloc_runs(n_slots, &mut runs).map_err(|e| alloc_refusal(e, c, n_slots))?;
+        let got = runs.iter().map(|r| r.len as usize).sum::<usize>();
+        if got != n_slots {
             // Not the contract of `Cache::alloc_runs`: give them back and report the bug.
             let _ = c.cache.free_runs(&runs);
-            return Err(rkv_status::RKV_INTERNAL_ERROR);
+            return Err(fail(
+                rkv_status::RKV_INTERNAL_ERROR,
+                format!(
+                    "internal error: {got} slots came back for n_slots = {n_slots} (a bug, \
+                     please report it); they went back to the pool"
+                ),
+            ));
         }
         if runs.len() > out_cap {
-            c.cache.free_runs(&runs).map_err(|_| rkv_status::RKV_INTERNAL_ERROR)?;
+            c.cache.free_runs(&runs).map_err(|e| {
+                let m = format!("internal error: giving back an allocation failed: {e} (a bug)");
+                fail(rkv_status::RKV_INTERNAL_ERROR, m)
+            })?;
             // SAFETY: passed `check_out`; writable by the caller's contract.
             unsafe { out_n_runs.write(runs.len()) };
-            return Err(rkv_status::RKV_BUFFER_TOO_SMALL);
+            return Err(fail(
+                rkv_status::RKV_BUFFER_TOO_SMALL,
+                format!(
+                    "out_cap = {out_cap} is smaller than the {} runs the {n_slots} slots came \
+                     in (*out_n_runs = {}); the slots went back to the pool; out_cap = \
+                     n_slots / page_size = {} always suffices",
+                    runs.len(),
+                    runs.len(),
+                    n_slots / c.cache.page_size()
+                ),
+            ));
         }
         // SAFETY: `out_runs` passed `check_out_array` with `out_cap >= runs.len()` and has
         // `SlotRun`'s layout; `out_n_runs` passed `check_out`.
@@ -1095,12 +1567,19 @@ pub unsafe extern "C" fn rkv_free_runs(
     runs: *const rkv_slot_run,
     n_runs: usize,
 ) -> rkv_status {
-    boundary(|| {
+    boundary("rkv_free_runs", || {
         // SAFETY: the caller passes NULL or a live cache that is not being freed.
         let c = unsafe { cache_ref(cache) }?;
         // SAFETY: the caller guarantees runs[0..n_runs] is readable (or NULL).
-        let r = unsafe { input_runs(runs, n_runs) }?;
-        c.cache.free_runs(r).map_err(st)
+        let r = unsafe { input_runs(runs, n_runs, "runs", "n_runs") }?;
+        let Some(pool) = c.cache.pool() else { return Err(no_pool()) };
+        c.cache.free_runs(r).map_err(|e| {
+            if let Some((i, x)) = r.iter().enumerate().find(|(_, x)| x.len == 0) {
+                let m = format!("runs[{i}] = {{start {}, len 0}} is empty", x.start);
+                return fail(rkv_status::RKV_INVALID_ARGUMENT, m);
+            }
+            slot_refusal(e, &("runs", r), Some(pool))
+        })
     })
 }
 
@@ -1133,10 +1612,10 @@ pub unsafe extern "C" fn rkv_cache_stats(
     cache: *const rkv_cache,
     out_stats: *mut rkv_stats,
 ) -> rkv_status {
-    boundary(|| {
+    boundary("rkv_cache_stats", || {
         // SAFETY: the caller passes NULL or a live cache that is not being freed.
         let c = unsafe { cache_ref(cache) }?;
-        check_out(out_stats)?;
+        check_out(out_stats, "out_stats")?;
         let s = to_c_stats(&c.cache.stats());
         // SAFETY: passed `check_out`; writable by the caller's contract.
         unsafe { out_stats.write(s) };
@@ -1154,7 +1633,7 @@ pub unsafe extern "C" fn rkv_cache_stats(
 /// `cache` is NULL or live.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn rkv_cache_reset(cache: *const rkv_cache) -> rkv_status {
-    boundary(|| {
+    boundary("rkv_cache_reset", || {
         // SAFETY: the caller passes NULL or a live cache that is not being freed.
         let c = unsafe { cache_ref(cache) }?;
         if c.cache.has_pool() {
@@ -1175,7 +1654,7 @@ pub unsafe extern "C" fn rkv_cache_reset(cache: *const rkv_cache) -> rkv_status 
 /// `cache` is NULL or live.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn rkv_reclaim(cache: *const rkv_cache) -> rkv_status {
-    boundary(|| {
+    boundary("rkv_reclaim", || {
         // SAFETY: the caller passes NULL or a live cache that is not being freed.
         let c = unsafe { cache_ref(cache) }?;
         c.cache.reclaim();
@@ -1184,14 +1663,17 @@ pub unsafe extern "C" fn rkv_reclaim(cache: *const rkv_cache) -> rkv_status {
 }
 
 #[cfg(test)]
+mod error_tests;
+
+#[cfg(test)]
 mod tests {
     use super::*;
 
     #[test]
     fn a_panic_becomes_internal_error() {
-        assert_eq!(boundary(|| panic!("a bug")), rkv_status::RKV_INTERNAL_ERROR);
-        assert_eq!(boundary(|| Ok(())), rkv_status::RKV_OK);
-        assert_eq!(boundary(|| Err(rkv_status::RKV_NO_POOL)), rkv_status::RKV_NO_POOL);
+        assert_eq!(boundary("f", || panic!("a bug")), rkv_status::RKV_INTERNAL_ERROR);
+        assert_eq!(boundary("f", || Ok(())), rkv_status::RKV_OK);
+        assert_eq!(boundary("f", || Err(no_pool())), rkv_status::RKV_NO_POOL);
     }
 
     #[test]

@@ -964,6 +964,93 @@ static void test_threads(void) {
   rkv_cache_free(c);
 }
 
+/* rkv_last_error_message: every failure says what exactly was wrong, on its own thread;
+ * a success clears it; it is never NULL. */
+#define CHECK_MSG(needle)                                                                \
+  do {                                                                                   \
+    const char *m_ = rkv_last_error_message();                                           \
+    if (m_ != NULL && strstr(m_, (needle)) != NULL) {                                    \
+      passed++;                                                                          \
+    } else {                                                                             \
+      failed++;                                                                          \
+      fprintf(stderr, "%s:%d: message \"%s\" lacks \"%s\"\n", __FILE__, __LINE__,        \
+              m_ ? m_ : "(NULL)", (needle));                                             \
+    }                                                                                    \
+  } while (0)
+
+static void *message_thread(void *p) {
+  const rkv_cache *c = (const rkv_cache *)p;
+  int *ok = (int *)malloc(sizeof *ok);
+  const char *m = rkv_last_error_message();
+  /* Another thread's failure is not this thread's. */
+  *ok = m != NULL && m[0] == '\0' && rkv_release(c, 0) == RKV_INVALID_LOCK &&
+        strstr(rkv_last_error_message(), "rkv_release: lock 0x0") != NULL;
+  return ok;
+}
+
+static void test_error_messages(void) {
+  rkv_cache *c = make(1, 65536);
+  rkv_cache *managed = make(1, 0);
+  const uint32_t toks[4] = {1, 2, 3, 4};
+  uint32_t s[4], out[4] = {7, 7, 7, 7};
+  size_t existing = SENTINEL_LEN, n = SENTINEL_LEN;
+  rkv_options bad = rkv_options_default();
+  rkv_cache *none = NULL;
+  pthread_t th;
+  void *res = NULL;
+
+  CHECK(rkv_last_error_message() != NULL);
+  ST(rkv_alloc(c, 3, s), RKV_OK);
+  CHECK(rkv_last_error_message()[0] == '\0');
+  s[3] = 70000;
+  ST(rkv_insert(c, 0, toks, s, 4, &existing), RKV_INVALID_ARGUMENT);
+  printf("message: %s\n", rkv_last_error_message());
+  CHECK_MSG("rkv_insert: slots[3] = 70000 is out of range: the pool has 65536 slots");
+  CHECK(existing == SENTINEL_LEN);
+
+  s[3] = s[0];
+  ST(rkv_insert(c, 0, toks, s, 4, &existing), RKV_INVALID_ARGUMENT);
+  printf("message: %s\n", rkv_last_error_message());
+  CHECK_MSG("is given twice (also slots[3]");
+
+  ST(rkv_insert(c, 0, toks, NULL, 4, &existing), RKV_NULL_ARGUMENT);
+  CHECK_MSG("rkv_insert: slots is NULL but n_tokens = 4");
+  ST(rkv_match(c, 0, toks, 4, out, 4, NULL), RKV_NULL_ARGUMENT);
+  CHECK_MSG("rkv_match: out_len is NULL");
+
+  bad.page_size = 16;
+  bad.pool_slots = 100;
+  ST(rkv_cache_new(&bad, &none), RKV_INVALID_ARGUMENT);
+  printf("message: %s\n", rkv_last_error_message());
+  CHECK_MSG("opts->pool_slots = 100 is not a multiple of opts->page_size = 16");
+  CHECK(none == NULL);
+
+  ST(rkv_release(c, 12345), RKV_INVALID_LOCK);
+  printf("message: %s\n", rkv_last_error_message());
+  CHECK_MSG("rkv_release: lock 0x3039");
+  ST(rkv_alloc(managed, 1, out), RKV_NO_POOL);
+  CHECK_MSG("rkv_alloc: this cache has no slot pool");
+  ST(rkv_evict(managed, 1, NULL, NULL, &n), RKV_NULL_ARGUMENT);
+  CHECK_MSG("rkv_evict: free_fn is NULL");
+  ST(rkv_alloc(c, 70000, out), RKV_OUT_OF_SLOTS);
+  CHECK_MSG("rkv_alloc: n_slots = 70000 is more than the whole pool of 65536 slots");
+  CHECK(out[0] == 7 && n == SENTINEL_LEN);
+
+  /* Functions that return no status leave it; the next success clears it. */
+  (void)rkv_status_str(RKV_OK);
+  (void)rkv_version();
+  CHECK_MSG("rkv_alloc: n_slots = 70000");
+  CHECK(pthread_create(&th, NULL, message_thread, managed) == 0);
+  CHECK(pthread_join(th, &res) == 0);
+  CHECK(res != NULL && *(int *)res == 1);
+  free(res);
+  CHECK_MSG("rkv_alloc: n_slots = 70000"); /* untouched by the other thread */
+  ST(rkv_free(c, s, 3), RKV_OK);
+  CHECK(rkv_last_error_message()[0] == '\0');
+  rkv_cache_free(managed);
+  rkv_cache_free(c);
+}
+
 int main(void) {
   int i;
   test_version_and_strings();
@@ -976,6 +1063,7 @@ int main(void) {
   test_pool_p16();
   test_refusals_keep_the_shape();
   test_threads();
+  test_error_messages();
 
   for (i = 0; i <= 9; i++) {
     if (!produced[i] && i != RKV_DEVICE_ERROR && i != RKV_INTERNAL_ERROR) {

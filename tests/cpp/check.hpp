@@ -3,6 +3,7 @@
 #define RKV_TEST_CHECK_HPP
 #include <atomic>
 #include <cstdio>
+#include <cstring>
 
 namespace rkv_test {
 inline std::atomic<int> &passed() {
@@ -38,6 +39,21 @@ inline std::atomic<int> &failed() {
     CHECK(threw_ && #expr " throws " #want);                                         \
   } while (0)
 
-void api_tests();  // test_api.cpp
+// Checks that `expr` throws rkv::Error with status `want` and a what() containing `needle`
+// (the library's detailed message).
+#define CHECK_WHAT(expr, want, needle)                                               \
+  do {                                                                               \
+    bool threw_ = false;                                                             \
+    try {                                                                            \
+      (void)(expr);                                                                  \
+    } catch (const rkv::Error &e_) {                                                 \
+      threw_ = e_.status() == (want) && std::strstr(e_.what(), (needle)) != nullptr; \
+      if (!threw_) std::fprintf(stderr, "  got %d: %s\n", e_.status(), e_.what());  \
+    }                                                                                \
+    CHECK(threw_ && #expr " throws " #want " saying " needle);                       \
+  } while (0)
+
+void api_tests();       // test_api.cpp
+void lifetime_tests();  // test_lifetime.cpp
 
 #endif

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Builds the C++ wrapper test (two translation units including bindings/cpp/radixkv.hpp)
+# Builds the C++ wrapper test (three translation units including bindings/cpp/radixkv.hpp)
 # with g++ -std=c++17 -Wall -Wextra -Werror against the static library, runs it (8 threads
 # hammering one pooled cache), runs a shorter round under valgrind, and checks that
 # packaging/radixkv.pc.in works with pkg-config against the shared library (tests/install/run.sh
@@ -39,10 +39,15 @@ CXXFLAGS=(-std=c++17 -Wall -Wextra -Werror -pedantic -g -O1 -pthread
           -I "$ROOT/include" -I "$ROOT/bindings/cpp")
 build() {
   "$CXX" "${CXXFLAGS[@]}" "$ROOT/tests/cpp/test_main.cpp" "$ROOT/tests/cpp/test_api.cpp" \
-    "$PROFILE_DIR/libradixkv.a" -lpthread -ldl -lm -o "$OUT/test_cpp"
+    "$ROOT/tests/cpp/test_lifetime.cpp" "$PROFILE_DIR/libradixkv.a" -lpthread -ldl -lm \
+    -o "$OUT/test_cpp"
 }
-step "build (2 TUs, -Wall -Wextra -Werror)" build
-step "run (8 threads)" "$OUT/test_cpp"
+# A hang is a failure (a Lock outliving its Cache used to block forever): every run of the
+# test binary is bounded by `timeout` where there is one.
+TIMEOUT=()
+command -v timeout >/dev/null && TIMEOUT=(timeout "${RKV_CPP_TIMEOUT:-600}")
+step "build (3 TUs, -Wall -Wextra -Werror)" build
+step "run (8 threads)" "${TIMEOUT[@]}" "$OUT/test_cpp"
 
 if [ "${RADIXKV_NO_VALGRIND:-0}" = 1 ]; then
   echo "== valgrind skipped (RADIXKV_NO_VALGRIND=1)"
@@ -50,7 +55,7 @@ elif ! command -v valgrind >/dev/null; then
   echo "valgrind not found (install it, or set RADIXKV_NO_VALGRIND=1 to skip)" >&2
   fail=$((fail + 1))
 else
-  step "valgrind (8 threads, 150 iterations each)" env RKV_CPP_ITERS=150 \
+  step "valgrind (8 threads, 150 iterations each)" "${TIMEOUT[@]}" env RKV_CPP_ITERS=150 \
     valgrind --leak-check=full --show-leak-kinds=definite,indirect \
     --errors-for-leak-kinds=definite,indirect --error-exitcode=1 --quiet "$OUT/test_cpp"
 fi

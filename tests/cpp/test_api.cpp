@@ -202,10 +202,42 @@ void pooled_pages() {
   CHECK_THROWS(rkv::Cache(rkv::Options{16, rkv::Policy::lru, 100}), RKV_INVALID_ARGUMENT);
 }
 
+// rkv::Error::what() is the library's detailed message; status() stays the rkv_status.
+void detailed_messages() {
+  rkv::Cache c(rkv::Options{1, rkv::Policy::lru, 65536});
+  std::vector<std::uint32_t> toks{1, 2, 3, 4};
+  std::vector<std::uint32_t> s = c.alloc(3);
+  s.push_back(70000);
+  CHECK_WHAT(c.insert(0, toks, s), RKV_INVALID_ARGUMENT,
+             "rkv_insert: slots[3] = 70000 is out of range: the pool has 65536 slots");
+  s[3] = s[1];
+  CHECK_WHAT(c.insert_lock(0, toks, s), RKV_INVALID_ARGUMENT, "is given twice (also slots[3]");
+  CHECK_WHAT(c.insert(0, toks, std::vector<std::uint32_t>{1}), RKV_INVALID_ARGUMENT,
+             "rkv_insert: 4 tokens but 1 slots");
+  CHECK_WHAT(c.release(12345), RKV_INVALID_LOCK, "rkv_release: lock 0x3039");
+  CHECK_WHAT(c.alloc(70000), RKV_OUT_OF_SLOTS,
+             "rkv_alloc: n_slots = 70000 is more than the whole pool of 65536 slots");
+  CHECK_WHAT(c.alloc(SIZE_MAX / 2), RKV_OUT_OF_SLOTS, "is more than the whole pool");
+  CHECK_WHAT(rkv::Cache().alloc(1), RKV_NO_POOL, "rkv_alloc: this cache has no slot pool");
+  CHECK_WHAT(rkv::Cache().evict(1), RKV_NULL_ARGUMENT, "rkv_evict: free_fn is NULL");
+  CHECK_WHAT(rkv::Cache(rkv::Options{16, rkv::Policy::lru, 100}), RKV_INVALID_ARGUMENT,
+             "opts->pool_slots = 100 is not a multiple of opts->page_size = 16");
+  c.free(std::vector<std::uint32_t>(s.begin(), s.begin() + 3));
+  CHECK_WHAT(c.free(std::vector<std::uint32_t>{s[0]}), RKV_DOUBLE_FREE,
+             "rkv_free: slots[0] = ");
+  try {
+    c.free(std::vector<std::uint32_t>{s[0]});
+  } catch (const rkv::Error &e) {
+    CHECK(std::string(e.what()).find("is free, not held by the caller") != std::string::npos);
+    CHECK(e.status() == RKV_DOUBLE_FREE);
+  }
+}
+
 }  // namespace
 
 void api_tests() {
   CHECK(rkv::abi_version() == 1 && !rkv::version().empty());
   caller_managed();
   pooled_pages();
+  detailed_messages();
 }

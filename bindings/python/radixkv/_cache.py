@@ -109,11 +109,21 @@ _ERRORS = {
 }
 
 
+_last_error_message = getattr(lib, "rkv_last_error_message", None)
+
+
 def _check(status: int, function: str) -> None:
+    """Raises the error class of ``status`` (unless it is OK) with the library's message
+    for the call that just failed on this thread (``rkv_last_error_message``: it names the
+    argument, the value and the limit), or the status's description where it has none."""
     if status != 0:
-        text = lib.rkv_status_str(status).decode()
+        detail = _last_error_message() if _last_error_message is not None else None
+        if detail:
+            text = detail.decode("utf-8", "replace")
+        else:
+            text = f"{function}: {lib.rkv_status_str(status).decode()}"
         cls = _ERRORS.get(status, RadixKvError)
-        raise cls(f"{function}: {text}", status)
+        raise cls(text, status)
 
 
 # ---- arrays ---------------------------------------------------------------------------
@@ -644,7 +654,8 @@ class Cache(_Unique):
             with self._call() as c:
                 _check(lib.rkv_alloc(c, 0, None), "rkv_alloc")  # NO_POOL without a pool
             raise OutOfSlotsError(
-                f"rkv_alloc: {n} slots requested, the pool has {self.pool_slots}", Status.OUT_OF_SLOTS
+                f"rkv_alloc: n_slots = {n} is more than the whole pool of {self.pool_slots} slots",
+                Status.OUT_OF_SLOTS,
             )
         out = _out(n)
         with self._call() as c:

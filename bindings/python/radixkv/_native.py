@@ -90,11 +90,16 @@ def candidates() -> list[Path]:
     return [here / LIB_NAME, here.parents[2] / "target" / "release" / LIB_NAME]
 
 
+#: Additions within ABI version 1 that a library built before them lacks.
+OPTIONAL = frozenset({"rkv_last_error_message"})
+
+
 def _declare(lib: ctypes.CDLL) -> None:
     sigs = {
         "rkv_version": (c_char_p, []),
         "rkv_abi_version": (c_uint32, []),
         "rkv_status_str": (c_char_p, [c_int]),
+        "rkv_last_error_message": (c_char_p, []),
         "rkv_options_default": (rkv_options, []),
         "rkv_cache_new": (_status, [POINTER(rkv_options), POINTER(c_void_p)]),
         "rkv_cache_free": (None, [c_void_p]),
@@ -188,7 +193,11 @@ def _declare(lib: ctypes.CDLL) -> None:
         "rkv_reclaim": (_status, [c_void_p]),
     }
     for name, (restype, argtypes) in sigs.items():
-        fn = getattr(lib, name)
+        fn = getattr(lib, name, None)
+        if fn is None and name in OPTIONAL:
+            continue  # an older library of the same ABI version
+        if fn is None:
+            fn = getattr(lib, name)  # raises AttributeError naming it
         fn.restype = restype
         fn.argtypes = argtypes
 
