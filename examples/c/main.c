@@ -15,7 +15,8 @@
   do {                                                                                     \
     rkv_status s_ = (call);                                                                \
     if (s_ != RKV_OK) {                                                                    \
-      fprintf(stderr, "%s:%d: %s failed: %s\n", __FILE__, __LINE__, #call, rkv_status_str(s_)); \
+      fprintf(stderr, "%s:%d: %s failed: %s: %s\n", __FILE__, __LINE__, #call,              \
+              rkv_status_str(s_), rkv_last_error_message());                               \
       exit(1);                                                                             \
     }                                                                                      \
   } while (0)
