@@ -160,11 +160,15 @@ pub fn describe() -> String {
     format!("{p}{stale}")
 }
 
-/// The loaded library, or a panic that says how to build it.
+/// The loaded library; without it the process says how to build it and exits (the
+/// message is then the last line of the child's stderr, which the table's row shows).
 pub fn lib() -> &'static Lib {
     match LIB.get_or_init(|| load(&path())) {
         Ok(l) => l,
-        Err(e) => panic!("{e}"),
+        Err(e) => {
+            eprintln!("{e}");
+            std::process::exit(1)
+        }
     }
 }
 
@@ -308,7 +312,7 @@ fn buffer(out: &mut Vec<u32>, n: usize) -> *mut u32 {
     out.as_mut_ptr()
 }
 
-// ------------------------------------------------------------------------ workloads 1, 2, 3, 6
+// ------------------------------------------------------------------------ workloads 1 and 2
 
 /// The `rkv` contestant through the C ABI, caller-managed slots (`pool_slots = 0`, as `rkv`
 /// is the bare tree with the harness's slots): a lookup is `rkv_match` writing the matched

@@ -75,8 +75,9 @@ cargo run --release -p radixkv-compare -- [options]
   --trace FILE       Mooncake trace (default: shared/traces/mooncake_synthetic_trace.jsonl)
   --out FILE         also write the tables (markdown) to FILE
   --quick            1 run, smaller workloads (a smoke test, about 30 s)
-  --who LIST         only these contestants in workloads 1, 2, 3 and 6: rkv, rkv-runs, rkv-c, rkv-mutex,
-                     rkv-rwlock, kv-index, dynamo-rt, dynamo-crtc, vllm-map, each optionally :PAGE (e.g. rkv:16)
+  --who LIST         only these contestants in workloads 1, 2, 3 and 6: rkv, rkv-runs, rkv-c (1 and 2 only),
+                     rkv-mutex, rkv-rwlock, kv-index, dynamo-rt, dynamo-crtc, vllm-map, each optionally :PAGE
+                     (e.g. rkv:16)
   --lib PATH         libradixkv.so for rkv-c (radixkv through its C ABI, loaded at run time) and workload
                      4a's cache-c (default: $RADIXKV_COMPARE_LIB, else libradixkv.so next to this binary;
                      build it with `cargo build --release --lib` at the repository root)
