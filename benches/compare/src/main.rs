@@ -10,6 +10,7 @@
 //! (5) a mixed concurrent engine load, (6) memory per cached token. Every measurement runs in
 //! a child process of its own (the same binary, `--measure ...`). See BENCHMARKS.md.
 
+mod cabi;
 mod measure;
 mod peers;
 mod report;
@@ -50,6 +51,9 @@ struct Opts {
     /// A Python interpreter with `sglang` and `torch`: SGLang's own RadixCache joins workloads
     /// 1 and 2 (`sglang/replay.py`).
     sglang_python: Option<String>,
+    /// `libradixkv.so` for the C ABI contestants (`--lib`; else `$RADIXKV_COMPARE_LIB`, else
+    /// next to this binary).
+    lib: Option<String>,
     /// The child side: one measurement.
     measure: Vec<String>,
 }
@@ -71,8 +75,12 @@ cargo run --release -p radixkv-compare -- [options]
   --trace FILE       Mooncake trace (default: shared/traces/mooncake_synthetic_trace.jsonl)
   --out FILE         also write the tables (markdown) to FILE
   --quick            1 run, smaller workloads (a smoke test, about 30 s)
-  --who LIST         only these contestants in workloads 1, 2, 3 and 6: rkv, rkv-runs, rkv-mutex, rkv-rwlock,
-                     kv-index, dynamo-rt, dynamo-crtc, vllm-map, each optionally :PAGE (e.g. rkv:16)
+  --who LIST         only these contestants in workloads 1, 2, 3 and 6: rkv, rkv-runs, rkv-c (1 and 2 only),
+                     rkv-mutex, rkv-rwlock, kv-index, dynamo-rt, dynamo-crtc, vllm-map, each optionally :PAGE
+                     (e.g. rkv:16)
+  --lib PATH         libradixkv.so for rkv-c (radixkv through its C ABI, loaded at run time) and workload
+                     4a's cache-c (default: $RADIXKV_COMPARE_LIB, else libradixkv.so next to this binary;
+                     build it with `cargo build --release --lib` at the repository root)
   --no-dynamo-page1  skip dynamo's trees with 1-token blocks (workloads 1, 2, 6; about a minute)
   --cold-heap        keep glibc's heap trimming: every run then also pays fresh page faults
   --scatter-slots    give the requests their slots as whole pages in a random order (single slots at
@@ -120,6 +128,7 @@ fn parse() -> Opts {
         scatter_slots: false,
         dynamo_page1: true,
         sglang_python: None,
+        lib: None,
         measure: Vec::new(),
     };
     let mut quick = false;
@@ -135,7 +144,8 @@ fn parse() -> Opts {
             "--tenants" => o.branching.tenants = num(&mut i),
             "--per-tenant" => o.branching.per_tenant = num(&mut i),
             "--mix-requests" => o.mix_requests = num(&mut i),
-            "--only" | "--mix-threads" | "--trace" | "--out" | "--who" | "--sglang-python" => {
+            "--only" | "--mix-threads" | "--trace" | "--out" | "--who" | "--sglang-python"
+            | "--lib" => {
                 let k = args[i].clone();
                 i += 1;
                 let v = args.get(i).cloned().unwrap_or_else(|| usage());
@@ -157,6 +167,7 @@ fn parse() -> Opts {
                     "--trace" => o.trace = v,
                     "--out" => o.out = Some(v),
                     "--sglang-python" => o.sglang_python = Some(v),
+                    "--lib" => o.lib = Some(v),
                     _ => o.who = v.split(',').map(|x| x.trim().to_string()).collect(),
                 }
             }
@@ -211,6 +222,9 @@ impl Opts {
         }
         if self.scatter_slots {
             cmd.arg("--scatter-slots");
+        }
+        if let Some(lib) = &self.lib {
+            cmd.args(["--lib", lib]);
         }
         cmd.arg("--measure").args(spec);
         let out = cmd.output().map_err(|e| e.to_string())?;
@@ -310,6 +324,9 @@ fn loadavg() -> String {
 
 fn main() {
     let o = parse();
+    if let Some(lib) = &o.lib {
+        cabi::set_path(lib.clone());
+    }
     if !o.cold_heap {
         warm_heap();
     }
@@ -349,6 +366,7 @@ fn main() {
         },
         sh("rustc", &["--version"])
     ));
+    rep.line(format!("C ABI contestants (rkv-c, cache-c) load {}", cabi::describe()));
     rep.line(format!(
         "{} timed runs per figure after a warm-up, each contestant in a child process of its own; heap: {}; \
          slots: {}; load average at start: {}\n",
@@ -360,11 +378,13 @@ fn main() {
     let t_all = std::time::Instant::now();
     let mut mooncake: Vec<(Who, usize)> = vec![
         (Who::Rkv, 1),
+        (Who::RkvC, 1),
         (Who::RkvRuns, 1),
         (Who::RkvMutex, 1),
         (Who::RkvRw, 1),
         (Who::KvIndex, 1),
         (Who::Rkv, 16),
+        (Who::RkvC, 16),
         (Who::RkvRuns, 16),
         (Who::KvIndex, 16),
         (Who::DynRt, 16),

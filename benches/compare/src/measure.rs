@@ -285,6 +285,7 @@ pub fn measure(ctx: &Ctx, spec: &[String]) -> Value {
                 "cache" => |r, c| evict_replay_rkv(r, c, CacheCycle::Lists),
                 "cache-inline" => |r, c| evict_replay_rkv(r, c, CacheCycle::ListsInline),
                 "cache-runs" => |r, c| evict_replay_rkv(r, c, CacheCycle::Runs),
+                "cache-c" => crate::cabi::evict_replay_c,
                 "tree" => |r, c| evict_replay_tree(r, c, true),
                 "tree-inline" => |r, c| evict_replay_tree(r, c, false),
                 "kvi" => evict_replay_kvi,

@@ -314,6 +314,8 @@ pub fn w1(
         ],
     );
     let mut reference: Vec<(usize, f64)> = Vec::new();
+    // radixkv's hit tokens by page, which the C ABI contestant must equal.
+    let mut rkv_hits: Vec<(usize, u64)> = Vec::new();
     for &(w, page) in who {
         let v = match run(&["w1", w.key(), &page.to_string()]) {
             Ok(v) => v,
@@ -329,6 +331,7 @@ pub fn w1(
         let same = hits.iter().all(|&x| x == h);
         if w == Who::Rkv {
             reference.push((page, sm.median));
+            rkv_hits.push((page, h));
         }
         if let Some(i) = slot(page) {
             match w {
@@ -339,13 +342,21 @@ pub fn w1(
             }
         }
         let r = reference.iter().find(|(p, _)| *p == page).map(|x| x.1);
-        let expect = match page {
+        let mut expect = match page {
             1 if h == MOONCAKE_HITS_P1 => "= 39,852,661 ✓".to_string(),
             1 => "≠ 39,852,661 ✗".into(),
             16 if h == MOONCAKE_HITS_P16 => "= 39,850,976 ✓".into(),
             16 => "≠ 39,850,976 ✗".into(),
             _ => "-".into(),
         };
+        if w == Who::RkvC {
+            // Through the C ABI the tree must find exactly what the Rust calls find.
+            match rkv_hits.iter().find(|(p, _)| *p == page) {
+                Some(&(_, rh)) if rh == h => expect.push_str("; = rkv's ✓"),
+                Some(&(_, rh)) => expect.push_str(&format!("; ≠ rkv's {} ✗", commas(rh))),
+                None => {}
+            }
+        }
         t.row(vec![
             w.name().into(),
             w.granularity(page),
@@ -413,7 +424,9 @@ pub fn w1(
         "{} requests, {} input tokens; {runs} timed runs each after one untimed warm-up, a fresh index \
          per run. `time × radixkv` = this row's median / radixkv's at the same granularity (above 1: radixkv is \
          faster). radixkv's rows pass one fresh slot per token (made before the timing); its lookup returns the \
-         slots (copied out), kv-index's and dynamo's return a count, the vLLM-style map returns the slots. \
+         slots (copied out; through the C ABI, `rkv_match` writes them into the caller's buffer of `n_tokens` \
+         slots and the store is `rkv_insert`, on a cache without a pool, with the hits checked equal to rkv's), \
+         kv-index's and dynamo's return a count, the vLLM-style map returns the slots. \
          SGLang's RadixCache (`--sglang-python`; `sglang/replay.py`, built with `create_simulated(page_size=1)`) \
          runs `match_prefix` then `insert` with the request's fresh slots as an int64 tensor, made before the \
          timing; its match returns the matched length and the last node.",
@@ -695,6 +708,11 @@ pub fn w4a(
             "cache-runs",
             "radixkv Cache (its slot pool), slots as runs end to end, reclaim() between requests",
         ),
+        (
+            "cache-c",
+            "radixkv Cache through the C ABI (libradixkv.so: rkv_match_lock, rkv_evict, rkv_alloc, \
+             rkv_insert, rkv_release, rkv_reclaim)",
+        ),
         ("tree", "radixkv RadixTree (caller's free list of slot runs), reclaim() between requests"),
         ("tree-inline", "radixkv RadixTree (caller's free list of slot runs), no reclaim()"),
         ("kvi", "kv-index 2.0.0 TokenTree (evict_tenant_by_size)"),
@@ -705,6 +723,8 @@ pub fn w4a(
         Err(_) => ("sglang", "SGLang RadixCache (Python)".to_string()),
     });
     let all = contestants.iter().map(|&(k, n)| (k, n.to_string())).chain(sglang_key);
+    // The Cache's (hit, evicted) tokens, which its C ABI twin must equal.
+    let mut cache_counts = None;
     for (key, name) in all {
         let got = match (key, sglang) {
             ("sglang", Some(r)) => r.clone(),
@@ -728,11 +748,21 @@ pub fn w4a(
             "tree" => tg.p99_tree = Some(col("p99").median),
             _ => {}
         }
+        let (hits, evicted) =
+            (first["hits"].as_u64().unwrap_or(0), first["evicted"].as_u64().unwrap_or(0));
+        if key == "cache" {
+            cache_counts = Some((hits, evicted));
+        }
+        let twin = match (key, cache_counts) {
+            ("cache-c", Some(c)) if c == (hits, evicted) => " (= cache's ✓)",
+            ("cache-c", Some(_)) => " (≠ cache's ✗)",
+            _ => "",
+        };
         t.row(vec![
             name,
             secs_range(&col("secs")),
-            commas(first["hits"].as_u64().unwrap_or(0)),
-            commas(first["evicted"].as_u64().unwrap_or(0)),
+            format!("{}{twin}", commas(hits)),
+            commas(evicted),
             commas(first["calls"].as_u64().unwrap_or(0)),
             secs_range(&col("p50")),
             secs_range(&col("p99")),
@@ -757,7 +787,11 @@ pub fn w4a(
          the pool has fewer free slots than the request needs (that call is timed; it returns every evicted slot to \
          the pool), alloc, insert, release. radixkv RadixTree: the same cycle on the bare tree, slots from the caller's \
          free list of slot runs, which `evict_runs` refills (one run per evicted run of slots). Slots as runs end \
-         to end: `match_and_lock_runs`, `alloc_runs`, `insert_runs` instead of the slot-list calls. kv-index: per request match, then `evict_tenant_by_size(cap - \
+         to end: `match_and_lock_runs`, `alloc_runs`, `insert_runs` instead of the slot-list calls. Through the C ABI \
+         (`libradixkv.so` loaded at run time): the Cache's slot-list cycle call for call, `rkv_match_lock` into the \
+         request's buffer, `rkv_evict(short, NULL)` (timed), `rkv_alloc` into the same buffer after the matched \
+         slots, `rkv_insert`, `rkv_release`, `rkv_reclaim`; the pool's free slots and the node count come from \
+         `rkv_cache_stats` (the ABI's only way to read them). kv-index: per request match, then `evict_tenant_by_size(cap - \
          new)` when the tree would exceed the capacity (timed), insert. Tokens asked: the call's `k` (the request's \
          shortfall; for kv-index, by how much the tree would exceed the capacity); freed: what the call removed \
          (radixkv frees whole leaves, so at least `k`). Percentiles are per run (nearest rank), then \

@@ -16,6 +16,8 @@ pub enum Who {
     Rkv,
     /// radixkv's tree returning the matched slots as runs (`match_prefix_runs`).
     RkvRuns,
+    /// radixkv through its C ABI (`libradixkv.so`, loaded at run time): `rkv`'s calls.
+    RkvC,
     RkvMutex,
     RkvRw,
     KvIndex,
@@ -29,6 +31,7 @@ impl Who {
         match self {
             Who::Rkv => "rkv",
             Who::RkvRuns => "rkv-runs",
+            Who::RkvC => "rkv-c",
             Who::RkvMutex => "rkv-mutex",
             Who::RkvRw => "rkv-rwlock",
             Who::KvIndex => "kv-index",
@@ -41,6 +44,7 @@ impl Who {
         [
             Who::Rkv,
             Who::RkvRuns,
+            Who::RkvC,
             Who::RkvMutex,
             Who::RkvRw,
             Who::KvIndex,
@@ -57,6 +61,7 @@ impl Who {
         match self {
             Who::Rkv => Built::Shared(Box::new(Rkv::new(page))),
             Who::RkvRuns => Built::Shared(Box::new(RkvRuns::new(page))),
+            Who::RkvC => Built::Shared(Box::new(crate::cabi::RkvC::new(page))),
             Who::RkvMutex => Built::Shared(Box::new(RkvMutex::new(page))),
             Who::RkvRw => Built::Shared(Box::new(RkvRw::new(page))),
             Who::KvIndex => Built::Shared(Box::new(KvIndex::new(page))),
@@ -167,6 +172,7 @@ impl Who {
         match self {
             Who::Rkv => "radixkv RadixTree (lock-free)",
             Who::RkvRuns => "radixkv RadixTree (lock-free), slots as runs",
+            Who::RkvC => "radixkv through the C ABI (libradixkv.so: rkv_match, rkv_insert)",
             Who::RkvMutex => "Mutex<radixkv RadixTree>",
             Who::RkvRw => "RwLock<radixkv RadixTree>",
             Who::KvIndex => "kv-index 2.0.0 TokenTree",
@@ -262,7 +268,7 @@ pub fn evict_replay_rkv(reqs: &[Req], cap: usize, cycle: CacheCycle) -> EvictRun
     finish_run(secs, hits, calls, sizes, nodes_evicted as f64, evicted)
 }
 
-fn finish_run(
+pub fn finish_run(
     secs: f64,
     hits: u64,
     mut calls: Vec<f64>,
