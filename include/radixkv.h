@@ -300,8 +300,9 @@ void rkv_cache_free(struct rkv_cache *cache);
  * `out_slots[0..*out_len]`. `out_slots` may be NULL when `out_cap == 0`: then only
  * `*out_len` is produced and the status is `RKV_OK`. If `out_cap > 0` is smaller than the
  * match, returns `RKV_BUFFER_TOO_SMALL` with the match length in `*out_len` (nothing else
- * written). `tokens` may be NULL when `n_tokens == 0`. All arrays stay owned by the
- * caller. Thread-safe; lock-free.
+ * written). On `RKV_OK`, `out_slots[*out_len..out_cap]` is scratch: a match that retried
+ * may have written there. `tokens` may be NULL when `n_tokens == 0`. All arrays stay owned
+ * by the caller. Thread-safe; lock-free.
  *
  * # Safety
  * `cache` is NULL or live; `tokens[0..n_tokens]` readable (or NULL); `out_slots[0..out_cap]`

@@ -433,6 +433,13 @@ fn reserve_handle(c: &rkv_cache) -> Res<Reserved<'_, PrefixLock>> {
     })
 }
 
+/// Whether `a[0..na]` and `b[0..nb]` (u32 arrays) share no byte.
+fn disjoint(a: *const u32, na: usize, b: *const u32, nb: usize) -> bool {
+    let (a, b) = (a as usize, b as usize);
+    let end = |p: usize, n: usize| p.saturating_add(n.saturating_mul(4));
+    end(a, na) <= b || end(b, nb) <= a
+}
+
 /// Why `lock` is refused by `c` (`RKV_INVALID_LOCK`).
 fn invalid_lock(c: &rkv_cache, lock: rkv_lock) -> Fail {
     let why = c.locks.explain(lock);
@@ -844,8 +851,9 @@ pub unsafe extern "C" fn rkv_cache_free(cache: *mut rkv_cache) {
 /// `out_slots[0..*out_len]`. `out_slots` may be NULL when `out_cap == 0`: then only
 /// `*out_len` is produced and the status is `RKV_OK`. If `out_cap > 0` is smaller than the
 /// match, returns `RKV_BUFFER_TOO_SMALL` with the match length in `*out_len` (nothing else
-/// written). `tokens` may be NULL when `n_tokens == 0`. All arrays stay owned by the
-/// caller. Thread-safe; lock-free.
+/// written). On `RKV_OK`, `out_slots[*out_len..out_cap]` is scratch: a match that retried
+/// may have written there. `tokens` may be NULL when `n_tokens == 0`. All arrays stay owned
+/// by the caller. Thread-safe; lock-free.
 ///
 /// # Safety
 /// `cache` is NULL or live; `tokens[0..n_tokens]` readable (or NULL); `out_slots[0..out_cap]`
@@ -867,6 +875,20 @@ pub unsafe extern "C" fn rkv_match(
         let t = unsafe { input(tokens, n_tokens, "tokens", "n_tokens") }?;
         check_out_array(out_slots, out_cap, "out_slots", "out_cap")?;
         check_out(out_len, "out_len")?;
+        if out_cap >= t.len() && out_cap > 0 && disjoint(out_slots, out_cap, tokens, t.len()) {
+            // A buffer that holds any match and does not overlap the query: the match writes
+            // the slots straight into it (no vector, no second copy). The call cannot fail
+            // from here on, so the buffer is written only on success; past `*out_len` it may
+            // hold slots of a retried attempt (the header says `out_slots[m..]` is scratch).
+            // SAFETY: `out_slots[0..out_cap]` passed `check_out_array` and is writable by the
+            // caller's contract; it does not overlap `tokens`, the only other memory read.
+            let mut sink = unsafe { crate::tree::OutBuf::new(out_slots, out_cap) };
+            let m = c.cache.tree().match_into(ns, t, &mut sink);
+            debug_assert_eq!(m, sink.len());
+            // SAFETY: `out_len` passed `check_out`; the caller guarantees it is writable.
+            unsafe { out_len.write(m) };
+            return Ok(());
+        }
         let mut slots = Vec::new();
         let m = c.cache.match_prefix(ns, t, &mut slots);
         debug_assert_eq!(m, slots.len());
@@ -934,6 +956,21 @@ pub unsafe extern "C" fn rkv_match_lock(
             }
         }
         let handle = reserve_handle(c)?;
+        if out_cap >= t.len() && out_cap > 0 && disjoint(out_slots, out_cap, tokens, t.len()) {
+            // As in `rkv_match`: straight into the caller's buffer, which holds any match, so
+            // nothing can fail after the pins.
+            // SAFETY: as in `rkv_match`: a writable buffer disjoint from the query.
+            let mut sink = unsafe { crate::tree::OutBuf::new(out_slots, out_cap) };
+            let lock = c.cache.tree().lock_into(ns, t, &mut sink);
+            let m = sink.len();
+            let handle = handle.fill(lock);
+            // SAFETY: `out_len` and `out_lock` passed `check_out`; writable by contract.
+            unsafe {
+                out_len.write(m);
+                out_lock.write(handle);
+            }
+            return Ok(());
+        }
         let guard = c.cache.match_and_lock(ns, t, &mut slots);
         let m = slots.len();
         if m > out_cap {
@@ -1433,23 +1470,47 @@ pub unsafe extern "C" fn rkv_alloc(
             return Err(more_than_pool(n_slots, pool_slots));
         }
         check_out_array(out_slots, n_slots, "out_slots", "n_slots")?;
-        let mut slots = Vec::new();
-        c.cache.alloc(n_slots, &mut slots).map_err(|e| alloc_refusal(e, c, n_slots))?;
-        if slots.len() != n_slots {
-            // Not the contract of `Cache::alloc`: give them back and report the bug.
-            let _ = c.cache.free(&slots);
-            return Err(fail(
-                rkv_status::RKV_INTERNAL_ERROR,
-                format!(
-                    "internal error: {} slots came back for n_slots = {n_slots} (a bug, please \
-                     report it); they went back to the pool",
-                    slots.len()
-                ),
-            ));
+        // The pool hands slots out as runs: take them as runs (a few entries, in a vector
+        // this thread keeps) and expand them once into the caller's buffer, instead of
+        // growing a vector of `n_slots` and copying it.
+        thread_local! {
+            static RUNS: Cell<Vec<SlotRun>> = const { Cell::new(Vec::new()) };
         }
-        // SAFETY: `out_slots` passed `check_out_array` with cap `n_slots == slots.len()`.
-        unsafe { write_array(out_slots, &slots) };
-        Ok(())
+        let mut runs = RUNS.take();
+        runs.clear();
+        let got = c.cache.alloc_runs(n_slots, &mut runs).map_err(|e| alloc_refusal(e, c, n_slots));
+        let given: usize = runs.iter().map(|r| r.len as usize).sum();
+        let res = match got {
+            Err(e) => Err(e),
+            Ok(()) if given != n_slots => {
+                // Not the contract of `Cache::alloc_runs`: give them back and report the bug.
+                let _ = c.cache.free_runs(&runs);
+                Err(fail(
+                    rkv_status::RKV_INTERNAL_ERROR,
+                    format!(
+                        "internal error: {given} slots came back for n_slots = {n_slots} (a \
+                         bug, please report it); they went back to the pool"
+                    ),
+                ))
+            }
+            Ok(()) => {
+                let mut at = 0;
+                for r in &runs {
+                    // SAFETY: `out_slots` passed `check_out_array` with cap `n_slots`, and
+                    // the runs add up to `n_slots`, so `at + r.len <= n_slots`.
+                    let d = unsafe {
+                        std::slice::from_raw_parts_mut(out_slots.add(at), r.len as usize)
+                    };
+                    for (x, k) in d.iter_mut().zip(0u32..) {
+                        *x = r.start + k;
+                    }
+                    at += r.len as usize;
+                }
+                Ok(())
+            }
+        };
+        RUNS.set(runs);
+        res
     })
 }
 
@@ -1708,6 +1769,63 @@ mod tests {
         let v = unsafe { CStr::from_ptr(rkv_version()) }.to_str().unwrap();
         assert_eq!(v, env!("CARGO_PKG_VERSION"));
         assert_eq!(rkv_abi_version(), 1);
+    }
+
+    #[test]
+    fn matches_write_in_place_or_through_a_copy_with_the_same_result() {
+        let mut o = rkv_options_default();
+        o.pool_slots = 64;
+        let mut c = std::ptr::null_mut();
+        // SAFETY: every pointer below points to a live local of the stated length.
+        unsafe {
+            assert_eq!(rkv_cache_new(&o, &mut c), rkv_status::RKV_OK);
+            let tokens: Vec<u32> = (100..120).collect();
+            let mut slots = vec![0u32; 20];
+            assert_eq!(rkv_alloc(c, 20, slots.as_mut_ptr()), rkv_status::RKV_OK);
+            // The runs the pool handed out, expanded: 20 distinct slots of the pool.
+            let mut sorted = slots.clone();
+            sorted.sort_unstable();
+            sorted.dedup();
+            assert!(sorted.len() == 20 && sorted[19] < 64, "{slots:?}");
+            let mut s = std::mem::zeroed();
+            assert_eq!(rkv_cache_stats(c, &mut s), rkv_status::RKV_OK);
+            assert_eq!(s.free_slots, 44);
+            let mut existing = 9;
+            let st = rkv_insert(c, 0, tokens.as_ptr(), slots.as_ptr(), 20, &mut existing);
+            assert_eq!((st, existing), (rkv_status::RKV_OK, 0));
+            let query: Vec<u32> = (100..110).chain([7, 8, 9]).collect();
+            // In place: a buffer that holds any match, apart from the query.
+            let mut out = vec![u32::MAX; 13];
+            let mut len = 0;
+            let st = rkv_match(c, 0, query.as_ptr(), 13, out.as_mut_ptr(), 13, &mut len);
+            assert_eq!((st, len), (rkv_status::RKV_OK, 10));
+            assert_eq!(&out[..10], &slots[..10]);
+            // The query's own array as the output (overlapping): the copying path, same answer.
+            let mut both = query.clone();
+            let st = rkv_match(c, 0, both.as_ptr(), 13, both.as_mut_ptr(), 13, &mut len);
+            assert_eq!((st, len), (rkv_status::RKV_OK, 10));
+            assert_eq!(&both[..10], &slots[..10]);
+            // The locking match, both ways; each lock pins the 10 tokens.
+            let mut out = vec![u32::MAX; 13];
+            let mut lock = 0;
+            let p = out.as_mut_ptr();
+            let st = rkv_match_lock(c, 0, query.as_ptr(), 13, p, 13, &mut len, &mut lock);
+            assert_eq!((st, len), (rkv_status::RKV_OK, 10));
+            assert_eq!(&out[..10], &slots[..10]);
+            let mut both = query.clone();
+            let mut lock2 = 0;
+            let (q, p) = (both.as_ptr(), both.as_mut_ptr());
+            let st = rkv_match_lock(c, 0, q, 13, p, 13, &mut len, &mut lock2);
+            assert_eq!((st, len), (rkv_status::RKV_OK, 10));
+            assert_eq!(&both[..10], &slots[..10]);
+            assert_eq!(rkv_cache_stats(c, &mut s), rkv_status::RKV_OK);
+            assert_eq!((s.protected_tokens, s.cached_tokens), (10, 20));
+            assert_eq!(rkv_release(c, lock), rkv_status::RKV_OK);
+            assert_eq!(rkv_release(c, lock2), rkv_status::RKV_OK);
+            assert_eq!(rkv_cache_stats(c, &mut s), rkv_status::RKV_OK);
+            assert_eq!(s.protected_tokens, 0);
+            rkv_cache_free(c);
+        }
     }
 
     #[test]

@@ -126,7 +126,7 @@ impl RadixTree {
         self.match_into(ns, tokens, out)
     }
 
-    pub(super) fn match_into<S: SlotSink>(&self, ns: u64, tokens: &[u32], out: &mut S) -> usize {
+    pub(crate) fn match_into<S: SlotSink>(&self, ns: u64, tokens: &[u32], out: &mut S) -> usize {
         let m = self.match_unrecorded(ns, tokens, out);
         self.matches.record(tokens.len(), m);
         m

@@ -127,7 +127,7 @@ pub use invariants::TreeCensus;
 use namespace::NsTable;
 use node::{ChildTable, DEAD, Node, PIN_MASK, REPLACED, node_ref};
 use pins::Pin;
-pub(crate) use slots::{SlotSink, SlotSource, cut_runs, push_differing};
+pub(crate) use slots::{OutBuf, SlotSink, SlotSource, cut_runs, push_differing};
 use stripes::MatchCounters;
 
 use crate::error::{Error, Result, invalid};

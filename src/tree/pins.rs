@@ -151,7 +151,7 @@ impl RadixTree {
         self.lock_into(ns, tokens, out)
     }
 
-    pub(super) fn lock_into<S: SlotSink>(
+    pub(crate) fn lock_into<S: SlotSink>(
         &self,
         ns: u64,
         tokens: &[u32],

@@ -6,7 +6,7 @@
 mod sink;
 mod source;
 
-pub(crate) use sink::SlotSink;
+pub(crate) use sink::{OutBuf, SlotSink};
 pub(crate) use source::{SlotSource, cut_runs, push_differing};
 
 use crate::slot_run::{SlotRun, run_len};
@@ -65,6 +65,49 @@ fn ramp(out: &mut Vec<u32>, mut base: u32, mut n: usize) {
         out.extend(RAMP[..m].iter().map(|&j| base.wrapping_add(j)));
         base = base.wrapping_add(m as u32);
         n -= m;
+    }
+}
+
+/// Where [`Edge::extend_slots`] appends: a `Vec` or a caller's buffer ([`OutBuf`]).
+pub(crate) trait SlotOut {
+    fn reserve_slots(&mut self, n: usize);
+    fn put_slice(&mut self, s: &[u32]);
+    fn put_ramp(&mut self, base: u32, n: usize);
+}
+
+impl SlotOut for Vec<u32> {
+    #[inline]
+    fn reserve_slots(&mut self, n: usize) {
+        self.reserve(n);
+    }
+    #[inline]
+    fn put_slice(&mut self, s: &[u32]) {
+        self.extend_from_slice(s);
+    }
+    #[inline]
+    fn put_ramp(&mut self, base: u32, n: usize) {
+        ramp(self, base, n);
+    }
+}
+
+impl SlotOut for OutBuf {
+    #[inline]
+    fn reserve_slots(&mut self, _n: usize) {}
+    #[inline]
+    fn put_slice(&mut self, s: &[u32]) {
+        if let Some(d) = self.next(s.len()) {
+            d.copy_from_slice(s);
+        }
+    }
+    #[inline]
+    fn put_ramp(&mut self, mut base: u32, n: usize) {
+        let Some(d) = self.next(n) else { return };
+        for c in d.chunks_mut(RAMP.len()) {
+            for (x, &j) in c.iter_mut().zip(&RAMP[..]) {
+                *x = base.wrapping_add(j);
+            }
+            base = base.wrapping_add(c.len() as u32);
+        }
     }
 }
 
@@ -245,17 +288,17 @@ impl Edge {
 
     /// Appends the slots of tokens `start..end` of the edge to `out`.
     #[inline]
-    pub(crate) fn extend_slots(&self, out: &mut Vec<u32>, start: usize, end: usize) {
+    pub(crate) fn extend_slots<O: SlotOut>(&self, out: &mut O, start: usize, end: usize) {
         let len = self.len();
         if self.runs > 0 {
-            out.reserve(end - start);
+            out.reserve_slots(end - start);
             let (offs, bases) = self.run_table();
             let mut r = offs.partition_point(|&o| o as usize <= start);
             let mut i = start;
             while i < end {
                 let run_start = if r == 0 { 0 } else { offs[r - 1] as usize };
                 let run_end = offs.get(r).map_or(len, |&o| o as usize).min(end);
-                ramp(out, bases[r].wrapping_add((i - run_start) as u32), run_end - i);
+                out.put_ramp(bases[r].wrapping_add((i - run_start) as u32), run_end - i);
                 i = run_end;
                 r += 1;
             }
@@ -263,18 +306,18 @@ impl Edge {
         }
         let stored = &self.data[len..];
         if stored.len() == len {
-            out.extend_from_slice(&stored[start..end]);
+            out.put_slice(&stored[start..end]);
             return;
         }
         // One base per page of `p` consecutive slots.
         let p = len / stored.len();
-        out.reserve(end - start);
+        out.reserve_slots(end - start);
         // One division for the first page; then whole pages until the last.
         let (mut page, mut off) = (start / p, start % p);
         let mut i = start;
         while i < end {
             let run = (p - off).min(end - i);
-            ramp(out, stored[page].wrapping_add(off as u32), run);
+            out.put_ramp(stored[page].wrapping_add(off as u32), run);
             i += run;
             page += 1;
             off = 0;

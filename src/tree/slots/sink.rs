@@ -25,6 +25,52 @@ pub(crate) struct Mark {
     last: u32,
 }
 
+/// A caller's buffer of `cap` slots (the C ABI's `out_slots`), written in place.
+pub(crate) struct OutBuf {
+    ptr: *mut u32,
+    cap: usize,
+    len: usize,
+}
+
+impl OutBuf {
+    /// # Safety
+    /// `ptr[0..cap]` is writable, aligned, and nothing else reads or writes it while the
+    /// `OutBuf` lives.
+    pub(crate) unsafe fn new(ptr: *mut u32, cap: usize) -> OutBuf {
+        OutBuf { ptr, cap, len: 0 }
+    }
+    pub(crate) fn len(&self) -> usize {
+        self.len
+    }
+    /// The next `n` slots of the buffer (None past its end: then only the length grows).
+    #[inline]
+    pub(super) fn next(&mut self, n: usize) -> Option<&mut [u32]> {
+        let at = self.len;
+        self.len += n;
+        if self.len > self.cap {
+            return None;
+        }
+        // SAFETY: `at + n <= cap`, in the caller's writable buffer (`new`'s contract).
+        Some(unsafe { std::slice::from_raw_parts_mut(self.ptr.add(at), n) })
+    }
+}
+
+impl SlotSink for OutBuf {
+    fn clear(&mut self) {
+        self.len = 0;
+    }
+    #[inline]
+    fn take(&mut self, node: &Node, k: usize) {
+        node.edge.extend_slots(self, 0, k);
+    }
+    fn mark(&self) -> Mark {
+        Mark { len: self.len, last: 0 }
+    }
+    fn rewind(&mut self, mark: Mark) {
+        self.len = mark.len;
+    }
+}
+
 impl SlotSink for Vec<u32> {
     fn clear(&mut self) {
         Vec::clear(self);
