@@ -68,7 +68,8 @@
 //! - insert: `insert.rs` (`Insert::hang`);
 //! - eviction of one leaf and the pass: `evict.rs` (`evict_leaf`, `evict_with`), and the
 //!   index's tickets: `evict_index.rs`;
-//! - the namespace table: `namespace.rs`; node and child-table memory: `node.rs`
+//! - the namespace map: `ns_map.rs`; a namespace's root, created and reclaimed:
+//!   `namespace.rs` (module docs); node and child-table memory: `node.rs`
 //!   (`node_ref`'s contract).
 //!
 //! **Copy-on-split** (edge A at offset k, holding A's parent's lock and A's lock): (1) build
@@ -114,6 +115,7 @@ mod insert;
 mod invariants;
 mod namespace;
 mod node;
+mod ns_map;
 mod pins;
 mod slots;
 mod split;
@@ -123,16 +125,18 @@ use std::fmt;
 
 use evict_index::{EvictIndex, Evicted};
 pub use invariants::TreeCensus;
-use namespace::NsTable;
+pub use namespace::NamespaceStats;
+use namespace::Root;
 use node::{ChildTable, DEAD, Node, PIN_MASK, REPLACED, node_ref};
+use ns_map::NsMap;
 use pins::Pin;
 pub(crate) use slots::{SlotSink, SlotSource, cut_runs, push_differing};
 use stripes::MatchCounters;
 
 use crate::error::{Error, Result, invalid};
 use crate::slot_run::SlotRun;
-use crate::sync::epoch::{Atomic, Domain, Guard, Owned};
-use crate::sync::{AtomicU64, Mutex, Ordering, lock, next_id};
+use crate::sync::epoch::{Domain, Guard, Owned};
+use crate::sync::{AtomicU64, Ordering, lock, next_id};
 
 /// How eviction orders evictable leaves.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -198,8 +202,10 @@ pub struct TreeStats {
     pub match_hit_tokens: u64,
     /// Tokens newly cached by inserts.
     pub inserted_tokens: u64,
-    /// Tokens removed by eviction.
+    /// Tokens removed by eviction (and by [`RadixTree::drop_namespace`]).
     pub evicted_tokens: u64,
+    /// Live namespaces: those with something cached (an empty namespace is reclaimed).
+    pub namespaces: u64,
 }
 
 /// A pin on a matched prefix, detached from any borrow (for engines that keep locks in
@@ -281,8 +287,9 @@ pub struct RadixTree {
     cfg: TreeConfig,
     id: u64,
     domain: Domain,
-    roots: Atomic<NsTable>,
-    roots_lock: Mutex<()>,
+    roots: NsMap,
+    /// Live namespaces (roots in the map), for [`TreeStats::namespaces`].
+    namespaces: AtomicU64,
     index: EvictIndex,
     cached: AtomicU64,
     evictable: AtomicU64,
@@ -336,8 +343,8 @@ impl RadixTree {
             cfg,
             id: next_id(),
             domain: Domain::new(),
-            roots: Atomic::null(),
-            roots_lock: Mutex::new(()),
+            roots: NsMap::new(),
+            namespaces: AtomicU64::new(0),
             index: EvictIndex::new(),
             cached: AtomicU64::new(0),
             evictable: AtomicU64::new(0),
@@ -422,6 +429,7 @@ impl RadixTree {
             match_hit_tokens: hit,
             inserted_tokens: get(&self.inserted),
             evicted_tokens: get(&self.evicted),
+            namespaces: self.namespace_count(),
         }
     }
 }
@@ -435,24 +443,30 @@ impl fmt::Debug for RadixTree {
 impl Drop for RadixTree {
     fn drop(&mut self) {
         let g = self.domain.pin();
-        // Exclusive access: free every reachable node and table. Retired nodes and tables
-        // were handed to the epoch, which frees them; the eviction index frees its tickets.
-        // Relaxed (both loads): exclusive access, ordered by whatever gave us `&mut self`.
-        let t = self.roots.load(Ordering::Relaxed, &g);
-        if !t.is_null() {
-            // SAFETY: exclusive access (`&mut self`): nothing else can reach these.
-            let t = unsafe { t.into_owned() };
-            for &r in t.roots.iter() {
-                let mut stack = vec![r];
-                while let Some(n) = stack.pop() {
-                    // SAFETY: each reachable node is owned by the tree and visited once.
-                    let node = unsafe { Box::from_raw(n) };
-                    let table = node.children.load(Ordering::Relaxed, &g);
-                    if !table.is_null() {
-                        // SAFETY: a reachable table is owned by its node alone.
-                        let table = unsafe { table.into_owned() };
-                        stack.extend(table.nodes());
-                    }
+        // Exclusive access: free every reachable node and table. Retired nodes, tables and
+        // roots were handed to the epoch, which frees them; the eviction index frees its
+        // tickets, the namespace map its entries (after this).
+        let mut roots = Vec::new();
+        self.roots.for_each(&g, &mut |r| roots.push(r));
+        for r in roots {
+            // SAFETY: exclusive access (`&mut self`): nothing else can reach these; each root
+            // is in the map once, allocated as a `Root`.
+            let root = unsafe { Box::from_raw(r) };
+            // Relaxed (all loads): exclusive access, ordered by whatever gave us `&mut self`.
+            let t = root.node.children.load(Ordering::Relaxed, &g);
+            let mut stack = Vec::new();
+            if !t.is_null() {
+                // SAFETY: a reachable table is owned by its node alone.
+                stack.extend(unsafe { t.into_owned() }.nodes());
+            }
+            while let Some(n) = stack.pop() {
+                // SAFETY: each reachable node is owned by the tree and visited once.
+                let node = unsafe { Box::from_raw(n) };
+                let table = node.children.load(Ordering::Relaxed, &g);
+                if !table.is_null() {
+                    // SAFETY: a reachable table is owned by its node alone.
+                    let table = unsafe { table.into_owned() };
+                    stack.extend(table.nodes());
                 }
             }
         }
