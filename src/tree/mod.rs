@@ -44,7 +44,32 @@
 //! - `stats()` counts are exact at quiescence (`cached == evictable + protected`); under
 //!   concurrency they are sums of counters updated at slightly different moments.
 //!
-//! **Locks.** Matches take none. A split holds the edge's parent's lock, the edge's lock,
+//! # Namespaces
+//!
+//! A namespace (tenant, cache salt, LoRA adapter) is its own tree under its own root;
+//! roots are found through a striped hash map whose lookups never lock or write
+//! (`ns_map.rs`): finding a namespace is O(1) expected, and creating one takes only its
+//! shard's lock and copies no other namespace's entry (except, amortized, when a shard's
+//! table grows). A namespace lives while it caches something: the eviction of its last page
+//! (by [`RadixTree::evict`] or [`RadixTree::drop_namespace`]) unlinks its root from the map
+//! and retires it through the epoch, and the next insert creates it afresh. An insert that
+//! races that reclaim either lands first (the namespace stays) or sees the dead root and
+//! creates the namespace again: it never caches into an unlinked root (the protocol is in
+//! `namespace.rs`). A namespace id never seen and one reclaimed are the same to every
+//! operation: nothing cached.
+//!
+//! How this reads `SEMANTICS.md`: its model is a map of pages per namespace and says nothing
+//! of a namespace's own lifetime; here a namespace exists exactly while it has a cached page
+//! (the model's view: a namespace with no page is indistinguishable from one never used), so
+//! `stats().namespaces` counts those. `drop_namespace` is `evict` restricted to one
+//! namespace and not bound by the eviction order: every unpinned page of it goes (a pinned
+//! page, and every page before it, stays until released, as for `reset`); it is a sequence
+//! of linearizable leaf evictions, not one atomic step, so pages inserted into the namespace
+//! while it runs may stay. Dropping an unknown namespace frees nothing and returns 0.
+//! [`RadixTree::namespace_stats`] walks one namespace (O(its nodes), lock-free): exact at
+//! quiescence, like `stats()`.
+//!
+//! **Locks.** Matches take none (a namespace lookup included). A split holds the edge's parent's lock, the edge's lock,
 //! and the new lower half's lock (uncontended), and takes the eviction index's mutex twice
 //! (to queue the lower half if it is an unpinned leaf, and to retire the old edge). A
 //! release takes that mutex when an unpin takes a leaf from 1 pin to 0 (to queue it). An
@@ -55,7 +80,9 @@
 //! release waits on it for a bounded time; the leaf's own unlink holds the parent's and
 //! the leaf's locks, never the mutex. Locks are always taken parent before child, and node
 //! locks before the mutex, so writers cannot deadlock. Inserts into different subtrees lock
-//! different nodes.
+//! different nodes. Creating a namespace takes its map shard's lock, and so does
+//! reclaiming one (after its root's lock is released): the shard lock is never held with
+//! any other lock.
 //!
 //! # Protocols
 //!
@@ -100,7 +127,9 @@
 //! per leaf, O(1) for leaves queued in stamp order (most of them). To evict, it locks the
 //! parent, then the leaf, re-checks it is an unpinned leaf, CASes its state `0 -> DEAD`,
 //! swaps the parent's table for one without it, hands its slots over and retires it. A
-//! parent that became an unpinned leaf is queued. A `free` callback that panics leaves
+//! parent that became an unpinned leaf is queued; a root left without children is marked
+//! `DEAD` under its lock, then unlinked from the namespace map and retired (the namespace
+//! is reclaimed: `namespace.rs`). A `free` callback that panics leaves
 //! nothing behind: the pending leaf is retired and its parent queued on unwind.
 //!
 //! **Memory reclamation.** Unlinked nodes and replaced child tables go to crossbeam-epoch,
