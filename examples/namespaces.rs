@@ -96,12 +96,16 @@ fn main() {
         );
     }
     for &n in &sizes {
+        // Room for the latencies first, so the memory figures count the tree alone.
+        let mut lat = Vec::with_capacity(n as usize);
+        let toks: Vec<u32> = (0..8).collect();
+        let scratch = RadixTree::new(TreeConfig::default()).unwrap();
+        settle(&scratch); // what earlier rounds left to the epoch
+        drop(scratch);
         let before = live();
         let t = RadixTree::new(TreeConfig::default()).unwrap();
         settle(&t);
         let empty = live();
-        let toks: Vec<u32> = (0..8).collect();
-        let mut lat = Vec::with_capacity(n as usize);
         for ns in 0..n {
             let slots: Vec<u32> = (0..8).map(|i| (ns as u32).wrapping_mul(8) + i).collect();
             let t0 = Instant::now();
