@@ -56,8 +56,8 @@ const FIRST_SLOTS: usize = 16;
 #[cfg(loom)]
 const FIRST_SLOTS: usize = 4;
 
-/// A removed entry's `root`: probes go on past it (no root is at address 1).
-const TOMB: *mut Root = 1 as *mut Root;
+/// A removed entry's `root`: probes go on past it (a dangling address, never a root's).
+const TOMB: *mut Root = std::ptr::dangling_mut::<Root>();
 
 /// One slot (see the module docs).
 struct Slot {
