@@ -573,3 +573,27 @@ fn two_inserts_creating_the_same_namespace() {
         assert_eq!((c.namespaces, c.nodes), (1, 2));
     });
 }
+
+/// The namespace map's rebuild racing a lookup (namespaces 1 and 2 exist; creating 3 fills
+/// the shard's first table past half, so the creator copies the two slots into a new table,
+/// publishes it and retires the old one, while the main thread matches in namespace 1): the
+/// lookup finds namespace 1 in the old table or the new one, never neither, and the old
+/// table stays valid memory while it reads it. Fails on N6 (the new table published with a
+/// Relaxed store: a reader may see it without the slots the copy filled, and namespace 1
+/// looks absent).
+#[test]
+fn namespace_map_rebuild_racing_a_lookup() {
+    model(|| {
+        let t = Arc::new(tree());
+        t.insert(1, &[1], &[10]).unwrap();
+        t.insert(2, &[1], &[20]).unwrap();
+        let t2 = t.clone();
+        let creator = thread::spawn(move || t2.insert(3, &[1], &[30]).unwrap());
+        let mut out = Vec::new();
+        assert_eq!(t.match_prefix(1, &[1], &mut out), 1, "namespace 1 looked absent");
+        assert_eq!(out, vec![10]);
+        assert_eq!(creator.join().unwrap(), 0);
+        let c = t.check_invariants().unwrap();
+        assert_eq!((c.namespaces, c.nodes), (3, 3));
+    });
+}
