@@ -220,7 +220,9 @@ impl RadixTree {
             let mut replaced = false;
             for x in order {
                 // Retire the leaf taken last and queue its parent (one index step).
-                self.index.pop_after(pass.done.take(), false, pass.lru, &pass.guard);
+                if pass.done.is_some() {
+                    self.index.pop_after(pass.done.take(), false, pass.lru, &pass.guard);
+                }
                 // `x` was reachable through tables after the guard was pinned, which is what
                 // `evict_leaf` needs (as for a node popped from the index).
                 match self.evict_leaf(x, &pass.guard) {
