@@ -15,7 +15,8 @@
 //! nothing and an accepted one never leaves a slot with two owners. At quiescence
 //! `free + cached + held_by_callers == N`. Eviction into the pool is exception-safe: a
 //! `free` callback that panics still leaves every slot the tree handed over back in the
-//! pool.
+//! pool. [`Cache::drop_namespace`] is an eviction of one namespace's unpinned pages and
+//! returns their slots the same way (an allocation waits for it as for any eviction).
 //!
 //! [`Cache::alloc`] fails with `OutOfSlots` only when, at one moment, the free slots, the
 //! evictable ones and those that other threads' evictions are handing back to the pool
