@@ -16,4 +16,6 @@ pub mod tree;
 pub use cache::{Cache, CacheOptions, CacheStats, FreeFn, FreeRunsFn, Request};
 pub use error::{Error, Result};
 pub use slot_run::SlotRun;
-pub use tree::{EvictionPolicy, LockGuard, PrefixLock, RadixTree, TreeConfig, TreeStats};
+pub use tree::{
+    EvictionPolicy, LockGuard, NamespaceStats, PrefixLock, RadixTree, TreeConfig, TreeStats,
+};

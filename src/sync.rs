@@ -29,7 +29,7 @@ pub(crate) use loom::sync::{
 
 /// Epoch-based reclamation (crossbeam-epoch).
 pub(crate) mod epoch {
-    pub(crate) use crossbeam_epoch::{Atomic, Guard, Owned, Shared};
+    pub(crate) use crossbeam_epoch::{Atomic, Guard, Owned, Shared, unprotected};
 
     /// Where a tree's guards come from.
     ///

@@ -490,3 +490,110 @@ fn last_unpin_of_a_parent_racing_the_eviction_of_its_last_child() {
         assert_eq!((c.nodes, c.cached_tokens), (0, 0));
     });
 }
+
+/// The reclaim of an empty namespace racing an insert into it (ns 7 holds `[1]`;
+/// `evict(1)` against `insert [2]`). The eviction of the last leaf marks the root `DEAD`
+/// under the root's lock, then unlinks it from the namespace map and retires it; the insert
+/// hangs its leaf under the root's lock after checking the root is live. So the insert
+/// lands first (the root keeps a child and stays) or sees the dead root and creates the
+/// namespace afresh; never a leaf under an unlinked root. Fails on N1 (the root marked dead
+/// after its lock is dropped: the insert's leaf is lost with the unlinked root) and on N3
+/// (the reclaimer removes the map's entry without checking it still names the dead root:
+/// the namespace the insert created afresh vanishes).
+#[test]
+fn reclaim_of_an_empty_namespace_racing_an_insert_into_it() {
+    model(|| {
+        let t = Arc::new(tree());
+        t.insert(7, &[1], &[10]).unwrap();
+        let t2 = t.clone();
+        let evictor = thread::spawn(move || {
+            let mut freed = Vec::new();
+            t2.evict(1, &mut |s| freed.extend_from_slice(s));
+            freed
+        });
+        assert_eq!(t.insert(7, &[2], &[20]).unwrap(), 0);
+        let freed = evictor.join().unwrap();
+        assert_eq!(freed, vec![10]);
+        let mut out = Vec::new();
+        assert_eq!(t.match_prefix(7, &[2], &mut out), 1, "the insert's page was lost");
+        assert_eq!(out, vec![20]);
+        let c = t.check_invariants().unwrap();
+        assert_eq!((c.namespaces, c.nodes, c.cached_tokens), (1, 1, 1));
+    });
+}
+
+/// The reclaim of an empty namespace racing a `match_and_lock` of its last page (ns 7
+/// holds `[1]`; `evict(1)` against `match_and_lock [1]`): the pin lands first (nothing is
+/// evicted, the namespace stays) or the match finds the namespace empty or gone; the root it
+/// read stays valid memory until its guard is gone. Fails on N4 (the dead root freed at once
+/// instead of through the epoch: the match's next access meets the poisoned canary).
+#[test]
+fn reclaim_of_an_empty_namespace_racing_a_match_and_lock() {
+    model(|| {
+        let t = Arc::new(tree());
+        t.insert(7, &[1], &[10]).unwrap();
+        let t2 = t.clone();
+        let evictor = thread::spawn(move || {
+            let mut freed = Vec::new();
+            t2.evict(1, &mut |s| freed.extend_from_slice(s));
+            freed
+        });
+        let mut out = Vec::new();
+        let g = t.match_and_lock(7, &[1], &mut out);
+        let freed = evictor.join().unwrap();
+        if g.len() == 1 {
+            assert_eq!(out, vec![10]);
+            assert!(freed.is_empty(), "evicted a pinned leaf");
+            assert_eq!(t.stats().namespaces, 1);
+        } else {
+            assert_eq!(freed, vec![10]);
+            assert_eq!(t.stats().namespaces, 0);
+        }
+        drop(g);
+        t.check_invariants().unwrap();
+    });
+}
+
+/// Two inserts creating the same namespace (ns 7 is new; `insert [1]` against `insert
+/// [2]`): the creators serialize on the map shard's lock and the second finds the first's
+/// root there, so both pages land under one root. Fails on N5 (no re-check under the
+/// shard lock: the second creator replaces the first's root and its page is lost).
+#[test]
+fn two_inserts_creating_the_same_namespace() {
+    model(|| {
+        let t = Arc::new(tree());
+        let t2 = t.clone();
+        let other = thread::spawn(move || t2.insert(7, &[2], &[20]).unwrap());
+        assert_eq!(t.insert(7, &[1], &[10]).unwrap(), 0);
+        assert_eq!(other.join().unwrap(), 0);
+        let mut out = Vec::new();
+        assert_eq!(t.match_prefix(7, &[1], &mut out), 1, "a page was lost");
+        assert_eq!(t.match_prefix(7, &[2], &mut out), 1, "a page was lost");
+        let c = t.check_invariants().unwrap();
+        assert_eq!((c.namespaces, c.nodes), (1, 2));
+    });
+}
+
+/// The namespace map's rebuild racing a lookup (namespaces 1 and 2 exist; creating 3 fills
+/// the shard's first table past half, so the creator copies the two slots into a new table,
+/// publishes it and retires the old one, while the main thread matches in namespace 1): the
+/// lookup finds namespace 1 in the old table or the new one, never neither, and the old
+/// table stays valid memory while it reads it. Fails on N6 (the new table published with a
+/// Relaxed store: a reader may see it without the slots the copy filled, and namespace 1
+/// looks absent).
+#[test]
+fn namespace_map_rebuild_racing_a_lookup() {
+    model(|| {
+        let t = Arc::new(tree());
+        t.insert(1, &[1], &[10]).unwrap();
+        t.insert(2, &[1], &[20]).unwrap();
+        let t2 = t.clone();
+        let creator = thread::spawn(move || t2.insert(3, &[1], &[30]).unwrap());
+        let mut out = Vec::new();
+        assert_eq!(t.match_prefix(1, &[1], &mut out), 1, "namespace 1 looked absent");
+        assert_eq!(out, vec![10]);
+        assert_eq!(creator.join().unwrap(), 0);
+        let c = t.check_invariants().unwrap();
+        assert_eq!((c.namespaces, c.nodes), (3, 3));
+    });
+}

@@ -91,3 +91,67 @@ fn reclaim_frees_what_eviction_unlinked() {
     assert!(calls > 0);
     assert_eq!(t.stats().cached_tokens, 0);
 }
+
+/// A million namespaces (8 tokens each, one leaf under each root), all evicted: every root,
+/// map entry and table comes back (through the epoch), so the tree's memory returns to
+/// about what the empty tree had. Counts live bytes, not time: each namespace costs its
+/// root, its map entry, one child table and one leaf while it lives.
+#[test]
+fn a_million_namespaces_are_reclaimed_when_emptied() {
+    let _one = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let n: u64 = if cfg!(debug_assertions) { 100_000 } else { 1_000_000 };
+    collect_garbage();
+    let before = LIVE.load(Ordering::Relaxed);
+    let t = RadixTree::new(TreeConfig::default()).unwrap();
+    collect_garbage();
+    let empty = LIVE.load(Ordering::Relaxed);
+    let toks: Vec<u32> = (0..8).collect();
+    let t0 = std::time::Instant::now();
+    for ns in 0..n {
+        let slots: Vec<u32> = (0..8).map(|i| (ns as u32).wrapping_mul(8) + i).collect();
+        assert_eq!(t.insert(ns, &toks, &slots).unwrap(), 0);
+    }
+    let s = t.stats();
+    assert_eq!((s.namespaces, s.nodes, s.cached_tokens), (n, n, 8 * n));
+    collect_garbage();
+    let full = LIVE.load(Ordering::Relaxed) - empty;
+    let per_ns = full as u64 / n;
+    println!(
+        "{n} namespaces: {full} bytes live, {per_ns} bytes per namespace ({:?})",
+        t0.elapsed()
+    );
+    let t0 = std::time::Instant::now();
+    // A root (a node), a map entry, a one-child table, a leaf with 8 tokens and one base
+    // slot, its eviction ticket and queue entry, and map buckets: a few hundred bytes.
+    assert!(per_ns < 600, "{per_ns} bytes per live namespace");
+    assert_eq!(t.evict(usize::MAX, &mut |_| {}), 8 * n as usize);
+    assert_eq!(t.stats().namespaces, 0);
+    assert_eq!(t.check_invariants().unwrap().namespaces, 0);
+    println!("evicted ({:?})", t0.elapsed());
+    let t0 = std::time::Instant::now();
+    // Free what the epoch holds (bounded batches per call: loop until the live bytes stop
+    // going down; the epoch's own bookkeeping allocates a little as it goes).
+    let live = || LIVE.load(Ordering::Relaxed);
+    let mut low = live();
+    let mut calls = 0;
+    loop {
+        for _ in 0..256 {
+            t.reclaim();
+        }
+        calls += 256;
+        let now = live();
+        if now >= low || calls > 1_000_000 {
+            break;
+        }
+        low = now;
+    }
+    let left = live() - empty;
+    println!(
+        "after evicting all: {left} bytes more than the empty tree ({calls} reclaims, {:?})",
+        t0.elapsed()
+    );
+    assert!(left < 64 * 1024, "{left} bytes left of {full} once every namespace went");
+    drop(t);
+    collect_garbage();
+    assert!(live() - before < 64 * 1024, "{} bytes left after drop", live() - before);
+}

@@ -1,5 +1,6 @@
 //! Property test: random operation sequences against a simple sequential model (a map from
-//! pages to slots with pin counts), comparing every result and every count.
+//! pages to slots with pin counts), comparing every result and every count, per namespace
+//! too (a namespace lives while it has a page: `stats().namespaces`, `namespace_stats`).
 
 use std::collections::{HashMap, HashSet};
 
@@ -15,6 +16,7 @@ enum Op {
     Release(usize),
     Evict(usize),
     Reset,
+    DropNamespace(u64),
 }
 
 fn tokens() -> impl Strategy<Value = Vec<u32>> {
@@ -23,7 +25,7 @@ fn tokens() -> impl Strategy<Value = Vec<u32>> {
 }
 
 fn op() -> impl Strategy<Value = Op> {
-    let ns = 0u64..2;
+    let ns = 0u64..3;
     prop_oneof![
         3 => (ns.clone(), tokens()).prop_map(|(n, t)| Op::Match(n, t)),
         2 => (ns.clone(), tokens()).prop_map(|(n, t)| Op::MatchLock(n, t)),
@@ -32,6 +34,7 @@ fn op() -> impl Strategy<Value = Op> {
         2 => (0usize..8).prop_map(Op::Release),
         2 => (0usize..12).prop_map(Op::Evict),
         1 => Just(Op::Reset),
+        1 => (0u64..4).prop_map(Op::DropNamespace),
     ]
 }
 
@@ -146,12 +149,51 @@ fn run(p: usize, ops: Vec<Op>) -> Result<(), TestCaseError> {
                 evict_model(&mut model, usize::MAX, &freed)?;
                 prop_assert!(model.pages.values().all(|(_, pins)| *pins > 0));
             }
+            Op::DropNamespace(ns) => {
+                // Every unpinned page of `ns` goes (pins are path pins: an unpinned page has
+                // no pinned extension), nothing of another namespace.
+                let mut freed = Vec::new();
+                let n = if ns % 2 == 1 {
+                    tree.drop_namespace_runs(ns, &mut |runs| {
+                        freed.extend(runs.iter().flat_map(|r| r.slots()))
+                    })
+                } else {
+                    tree.drop_namespace(ns, &mut |s| freed.extend_from_slice(s))
+                };
+                prop_assert_eq!(n, freed.len());
+                let mut want: Vec<u32> = Vec::new();
+                model.pages.retain(|(pns, _), (slots, pins)| {
+                    let gone = *pns == ns && *pins == 0;
+                    if gone {
+                        want.extend_from_slice(slots);
+                    }
+                    !gone
+                });
+                freed.sort_unstable();
+                want.sort_unstable();
+                prop_assert_eq!(freed, want);
+            }
         }
         let (cached, pinned) = model.counts();
         let st = tree.stats();
         prop_assert_eq!(st.cached_tokens, cached);
         prop_assert_eq!(st.protected_tokens, pinned);
         prop_assert_eq!(st.evictable_tokens, cached - pinned);
+        let live: HashSet<u64> = model.pages.keys().map(|(ns, _)| *ns).collect();
+        prop_assert_eq!(st.namespaces, live.len() as u64);
+        for ns in 0..4u64 {
+            let nst = tree.namespace_stats(ns);
+            let mine = || model.pages.iter().filter(|((pns, _), _)| *pns == ns);
+            let c = (mine().count() * p) as u64;
+            let pin = (mine().filter(|(_, (_, pins))| *pins > 0).count() * p) as u64;
+            prop_assert_eq!(
+                (nst.cached_tokens, nst.protected_tokens, nst.evictable_tokens),
+                (c, pin, c - pin),
+                "namespace {}",
+                ns
+            );
+            prop_assert_eq!(nst.nodes == 0, c == 0);
+        }
         tree.check_invariants().map_err(TestCaseError::fail)?;
     }
     for (l, _, _) in locks {

@@ -15,7 +15,8 @@
 //! nothing and an accepted one never leaves a slot with two owners. At quiescence
 //! `free + cached + held_by_callers == N`. Eviction into the pool is exception-safe: a
 //! `free` callback that panics still leaves every slot the tree handed over back in the
-//! pool.
+//! pool. [`Cache::drop_namespace`] is an eviction of one namespace's unpinned pages and
+//! returns their slots the same way (an allocation waits for it as for any eviction).
 //!
 //! [`Cache::alloc`] fails with `OutOfSlots` only when, at one moment, the free slots, the
 //! evictable ones and those that other threads' evictions are handing back to the pool
@@ -35,8 +36,8 @@ use crate::pool::SlotPool;
 use crate::slot_run::{SlotRun, run_len};
 use crate::sync::{AtomicU64, AtomicUsize, Ordering, yield_now};
 use crate::tree::{
-    EvictionPolicy, LockGuard, PrefixLock, RadixTree, SlotSource, Stage, TreeConfig, TreeStats,
-    cut_runs, push_differing,
+    EvictionPolicy, LockGuard, NamespaceStats, PrefixLock, RadixTree, SlotSource, Stage,
+    TreeConfig, TreeStats, cut_runs, push_differing,
 };
 
 /// How many times [`Cache::alloc`] tries again, at most, when it found nothing to evict
@@ -651,6 +652,46 @@ impl Cache {
     /// Drops every unpinned page; slots as in [`Cache::evict`].
     pub fn reset(&self, free: Option<FreeFn<'_>>) -> Result<()> {
         self.evict(usize::MAX, free).map(|_| ())
+    }
+
+    /// Evicts every unpinned page of namespace `ns` (a tenant offboarded, a LoRA adapter
+    /// unloaded) and returns the tokens freed; see [`RadixTree::drop_namespace`]. Pinned
+    /// pages stay until released. Slots as in [`Cache::evict`]: without a pool `free` is
+    /// required (`InvalidArgument` otherwise); with a pool they go back to the pool (after
+    /// `free`, if given, has seen them; also when `free` panics). An unknown namespace, or
+    /// one with nothing cached, frees nothing and returns 0 (not an error).
+    pub fn drop_namespace(&self, ns: u64, free: Option<FreeFn<'_>>) -> Result<usize> {
+        match (&self.pool, free) {
+            (None, None) => Err(invalid("drop_namespace without a pool needs a free callback")),
+            (None, Some(f)) => Ok(self.tree.drop_namespace(ns, f)),
+            (Some(pool), None) => {
+                // As `evict_runs_to_pool`: one pool pass for the whole call, counted as an
+                // eviction in progress, so an allocation that finds nothing to evict waits
+                // for these slots.
+                let mut ev = PoolEviction::begin(&self.evictions, pool);
+                let n = self.tree.drop_namespace_runs(ns, &mut |runs| {
+                    ev.pending.extend_from_slice(runs);
+                });
+                drop(ev); // returns the slots to the pool
+                Ok(n)
+            }
+            (Some(pool), Some(user)) => {
+                // As `evict_to_pool`.
+                let mut ev = PoolEviction::begin(&self.evictions, pool);
+                let n = self.tree.drop_namespace(ns, &mut |slots| {
+                    // Pending before `user` runs, so they go back even if it panics.
+                    ev.pending.extend_from_slice(slots);
+                    user(slots);
+                });
+                drop(ev); // returns the slots to the pool
+                Ok(n)
+            }
+        }
+    }
+
+    /// Counts of one namespace; see [`RadixTree::namespace_stats`].
+    pub fn namespace_stats(&self, ns: u64) -> NamespaceStats {
+        self.tree.namespace_stats(ns)
     }
 }
 

@@ -540,3 +540,37 @@ fn alloc_waits_for_the_slots_an_eviction_is_handing_back() {
         conserved(c, 4);
     }
 }
+
+#[test]
+fn drop_namespace_returns_its_slots_to_the_pool() {
+    let c = pooled(64, 4);
+    let (mut a, mut b) = (Vec::new(), Vec::new());
+    c.alloc(8, &mut a).unwrap();
+    c.alloc(8, &mut b).unwrap();
+    c.insert(1, &[1, 2, 3, 4, 5, 6, 7, 8], &a).unwrap();
+    c.insert(2, &[1, 2, 3, 4, 5, 6, 7, 8], &b).unwrap();
+    assert_eq!(c.stats().tree.namespaces, 2);
+    let st = c.namespace_stats(1);
+    assert_eq!((st.cached_tokens, st.evictable_tokens, st.nodes), (8, 8, 1));
+    // Pin the first page of namespace 1: it stays, the second page goes back to the pool.
+    let mut out = Vec::new();
+    let g = c.match_and_lock(1, &[1, 2, 3, 4], &mut out);
+    let free0 = c.stats().free_slots;
+    assert_eq!(c.drop_namespace(1, None).unwrap(), 4);
+    assert_eq!(c.stats().free_slots, free0 + 4);
+    assert!(a[4..].iter().all(|&s| c.pool().unwrap().state(s) == Some(SlotState::Free)));
+    assert!(b.iter().all(|&s| c.pool().unwrap().state(s) == Some(SlotState::Cached)));
+    conserved(&c, 0);
+    drop(g);
+    let mut seen = Vec::new();
+    assert_eq!(c.drop_namespace(1, Some(&mut |s: &[u32]| seen.extend_from_slice(s))).unwrap(), 4);
+    assert_eq!(seen, a[..4]);
+    assert_eq!(c.stats().tree.namespaces, 1);
+    assert_eq!(c.drop_namespace(1, None).unwrap(), 0);
+    assert_eq!(c.drop_namespace(99, None).unwrap(), 0);
+    conserved(&c, 0);
+    // Without a pool the callback is required, as for evict.
+    let plain = Cache::new(CacheOptions::default()).unwrap();
+    assert!(plain.drop_namespace(1, None).is_err());
+    assert_eq!(plain.drop_namespace(1, Some(&mut |_: &[u32]| {})).unwrap(), 0);
+}

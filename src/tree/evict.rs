@@ -43,14 +43,7 @@ impl RadixTree {
     /// drop retires the pending leaf, queues its parent and moves the counters, so a `hand`
     /// that panics leaks no node and leaves the counters exact (its slots were handed to it).
     pub(super) fn evict_with(&self, k: usize, hand: &mut dyn FnMut(&Node)) -> usize {
-        let mut pass = Pass {
-            tree: self,
-            lru: self.cfg.policy == EvictionPolicy::Lru,
-            guard: self.domain.pin(),
-            done: None,
-            freed: 0,
-            leaves: 0,
-        };
+        let mut pass = self.pass();
         let mut since_repin = 0;
         loop {
             let next = pass.freed < k;
@@ -85,9 +78,9 @@ impl RadixTree {
     /// that `x` is a leaf (an insert adds children only under `x`'s lock, after checking `x`
     /// is not `DEAD`), CAS `x`'s state from exactly "0 pins, live" to `DEAD` (a racing pin
     /// lands first or fails), find `x` in the parent's table (loudly: it must be there),
-    /// publish the parent's table
-    /// without `x`, unlock, and read the parent's state for the unpin/evict pair (see
-    /// `try_unpin`).
+    /// publish the parent's table without `x`, mark the parent `DEAD` if it is a root left
+    /// without children, unlock, reclaim that root (see the `namespace` module), and read
+    /// the parent's state for the unpin/evict pair (see `try_unpin`).
     pub(super) fn evict_leaf(&self, x: &Node, g: &Guard) -> Option<(usize, *const Node)> {
         let x_ptr = x as *const Node as *mut Node;
         loop {
@@ -134,8 +127,23 @@ impl RadixTree {
             // can load it; the epoch frees it after every guard that could have is gone.
             unsafe { g.defer_destroy(old) };
             let is_root = parent.len() == 0;
+            // A root left without children dies here, still under its lock (step (1) of the
+            // reclaim, see the `namespace` module): an insert into it either hung its leaf
+            // before this lock (and the root was not childless) or sees DEAD after it.
+            // AcqRel: as in `try_reclaim_root`. It cannot fail: a live root's state is 0
+            // (roots are never pinned or split) and DEAD is set only under this lock.
+            let root_died = is_root
+                && parent_now_leaf
+                && parent
+                    .state
+                    .compare_exchange(0, DEAD, Ordering::AcqRel, Ordering::Relaxed)
+                    .is_ok();
             drop(xl);
             drop(pl);
+            // KV events (not built yet): the removal of `x`'s pages is published here.
+            if root_died {
+                self.reclaim_dead_root(parent, g);
+            }
             // The state-read half of the unpin/evict pair: an RMW, so it is ordered with the
             // unpin's CAS in the state word's modification order (see `try_unpin`). AcqRel:
             // Release so an unpin whose CAS reads from it sees the table store above.
@@ -152,7 +160,105 @@ impl RadixTree {
     pub fn reset(&self, free: &mut dyn FnMut(&[u32])) -> usize {
         self.evict(usize::MAX, free)
     }
+
+    /// Evicts every unpinned page of namespace `ns` (a tenant offboarded, a LoRA adapter
+    /// unloaded), whatever the eviction order; pinned pages (and the pages on the path to
+    /// them) stay until their locks are released, and then compete for eviction as usual.
+    /// Every freed slot is handed to `free` exactly once, as in [`RadixTree::evict`].
+    /// Returns the tokens freed: 0 for a namespace with nothing cached, or never seen (not
+    /// an error). Once nothing of it is left, the namespace itself is reclaimed.
+    ///
+    /// It is a sequence of leaf evictions, each linearizable as in `evict`, not one atomic
+    /// step: pages inserted into `ns` while it runs may stay, and so may an edge a racing
+    /// `match_and_lock` splits (it looks again, a few rounds at most). O(nodes of `ns`) plus
+    /// O(log n) per evicted leaf.
+    pub fn drop_namespace(&self, ns: u64, free: &mut dyn FnMut(&[u32])) -> usize {
+        let mut scratch = Vec::new();
+        self.drop_namespace_with(ns, &mut |x| x.edge.with_slots(&mut scratch, |s| free(s)))
+    }
+
+    /// [`RadixTree::drop_namespace`], handing each evicted leaf's slots to `free` as runs
+    /// (as [`RadixTree::evict_runs`] does).
+    pub fn drop_namespace_runs(&self, ns: u64, free: &mut dyn FnMut(&[SlotRun])) -> usize {
+        let mut runs = Vec::new();
+        self.drop_namespace_with(ns, &mut |x| {
+            runs.clear();
+            x.edge.push_runs(&mut runs, x.len());
+            free(&runs)
+        })
+    }
+
+    /// The walk behind `drop_namespace`: per round, list the namespace's nodes children
+    /// first (under the pass's guard), then evict each that is an unpinned leaf by then, as
+    /// the eviction pass does (`evict_leaf`, then one index step that retires it and queues
+    /// its parent); a node the round could not take because a split replaced it meanwhile
+    /// calls for another round (at most [`DROP_ROUNDS`]).
+    pub(super) fn drop_namespace_with(&self, ns: u64, hand: &mut dyn FnMut(&Node)) -> usize {
+        let mut pass = self.pass();
+        for _ in 0..DROP_ROUNDS {
+            let Some(root) = self.root(ns, &pass.guard) else { break };
+            // Children before parents: a parent is a leaf by the time the walk reaches it,
+            // if the round took all of its children.
+            let mut order: Vec<&Node> = Vec::new();
+            let mut stack = vec![(root, false)];
+            while let Some((n, expanded)) = stack.pop() {
+                if expanded {
+                    order.push(n);
+                    continue;
+                }
+                if !std::ptr::eq(n, root) {
+                    stack.push((n, true));
+                }
+                if let Some(t) = n.table(&pass.guard) {
+                    for c in t.nodes() {
+                        // SAFETY: read from a table loaded under the guard (node_ref).
+                        let c = unsafe { node_ref(c, &pass.guard) }.expect("tables hold no null");
+                        stack.push((c, false));
+                    }
+                }
+            }
+            let mut replaced = false;
+            for x in order {
+                // Retire the leaf taken last and queue its parent (one index step).
+                if pass.done.is_some() {
+                    self.index.pop_after(pass.done.take(), false, pass.lru, &pass.guard);
+                }
+                // `x` was reachable through tables after the guard was pinned, which is what
+                // `evict_leaf` needs (as for a node popped from the index).
+                match self.evict_leaf(x, &pass.guard) {
+                    Some((len, parent)) => {
+                        pass.freed += len;
+                        pass.leaves += 1;
+                        pass.done = Some(Evicted { node: x as *const Node as *mut Node, parent });
+                        hand(x);
+                    }
+                    // Acquire: pairs with the split's Release CAS.
+                    None => replaced |= x.state.load(Ordering::Acquire) & REPLACED != 0,
+                }
+            }
+            if !replaced {
+                break;
+            }
+        }
+        pass.freed
+    }
+
+    /// A new eviction call's state.
+    fn pass(&self) -> Pass<'_> {
+        Pass {
+            tree: self,
+            lru: self.cfg.policy == EvictionPolicy::Lru,
+            guard: self.domain.pin(),
+            done: None,
+            freed: 0,
+            leaves: 0,
+        }
+    }
 }
+
+/// Rounds of [`RadixTree::drop_namespace`] at most (another one only when a racing split
+/// replaced a node the round meant to take).
+const DROP_ROUNDS: usize = 4;
 
 /// One eviction call's state: its guard, the leaf evicted last (retired by the next index
 /// step, or by the drop), and the counters it moves when it ends (see `evict_with`).

@@ -70,6 +70,19 @@ impl Queue {
         self.run.len() + self.heap.len()
     }
 
+    /// Gives the buffers' memory back once the queue has been drained (an eviction pass
+    /// that took everything, a namespace dropped): a queue that once held a million leaves
+    /// does not keep their room forever. Regrowing later is amortized O(1) per push.
+    fn shrink_when_empty(&mut self) {
+        const KEEP: usize = 1024;
+        if self.run.capacity() > KEEP {
+            self.run = VecDeque::new();
+        }
+        if self.heap.capacity() > KEEP {
+            self.heap = BinaryHeap::new();
+        }
+    }
+
     /// Asks the CPU to start loading the node of an entry a few pops ahead (in a big tree
     /// the nodes an eviction pass visits are cache misses, one after the other otherwise).
     /// Only a hint: it reads tickets and one live node's data pointer under the lock.
@@ -272,6 +285,7 @@ enum Popped<'g> {
 fn pop_locked<'g>(q: &mut Queue, lru: bool, guard: &'g Guard) -> Popped<'g> {
     for _ in 0..STALE_PER_HOLD {
         let Some((stamp, _, addr)) = q.pop() else {
+            q.shrink_when_empty();
             return Popped::Empty;
         };
         let t = addr as *mut Ticket;

@@ -111,14 +111,6 @@ impl RadixTree {
         }
         let key = &tokens[..self.aligned(tokens.len())];
         let g = self.domain.pin();
-        let root = match self.root(ns, &g) {
-            Some(r) => r,
-            None => {
-                // A new namespace: nothing of the key is cached.
-                prepare(0, &S::default(), Stage::Check)?;
-                self.root_or_create(ns, &g)
-            }
-        };
         let mut scratch = S::default();
         let want = collect.is_some();
         let cached: &mut S = match collect.as_mut() {
@@ -126,6 +118,19 @@ impl RadixTree {
             None => &mut scratch,
         };
         cached.clear();
+        let root = match self.root(ns, &g) {
+            Some(r) => r, // possibly dead: `hang` then looks the namespace up again
+            None if key.is_empty() => {
+                // Nothing to cache in a namespace that has nothing: no root for it.
+                prepare(0, &*cached, Stage::Commit)?;
+                return Ok((0, pin.then(|| self.lock_of(ns, &[]))));
+            }
+            None => {
+                // A new namespace: nothing of the key is cached.
+                prepare(0, &*cached, Stage::Check)?;
+                self.root_or_create(ns, &g)
+            }
+        };
         let mut ins = Insert {
             tree: self,
             ns,
@@ -141,7 +146,13 @@ impl RadixTree {
             path: Vec::new(),
             checked: false,
         };
-        ins.run()
+        let r = ins.run();
+        if r.is_err() && ins.root.is_leaf(&g) {
+            // A refused insert may leave the root it created (or found) without children:
+            // reclaim it, as the eviction of a namespace's last page does.
+            self.try_reclaim_root(ins.root, &g);
+        }
+        r
     }
 }
 
@@ -176,6 +187,9 @@ enum Next<'g> {
     Again,
     /// Start over from the root (the node to hang the leaf under was evicted or split).
     Restart,
+    /// Start over from the namespace's current root (the one the insert had is dead: the
+    /// namespace was reclaimed, and is looked up, or created, again).
+    NewRoot,
     /// Finished.
     Done(usize),
 }
@@ -209,6 +223,15 @@ impl<'g, S: SlotSink> Insert<'_, 'g, S> {
                 Next::Down(c, p) => (cur, pos) = (c, p),
                 Next::Again => {}
                 Next::Restart => {
+                    (cur, pos) = (self.root, 0);
+                    self.cached.clear();
+                    self.path.clear();
+                }
+                Next::NewRoot => {
+                    // Nothing is pinned yet (`cur` was the root). No second `Check`: the
+                    // new root is an empty node no reader can tell from none, and a refused
+                    // insert reclaims it (`insert_with`).
+                    self.root = self.tree.root_or_create(self.ns, self.g);
                     (cur, pos) = (self.root, 0);
                     self.cached.clear();
                     self.path.clear();
@@ -291,8 +314,9 @@ impl<'g, S: SlotSink> Insert<'_, 'g, S> {
     /// lock, so `cur`'s lock is held only to check, settle and publish; if the check fails
     /// the leaf is dropped.
     ///
-    /// Order: lock `cur`, re-check that it is live (an eviction or a split of `cur` sets
-    /// its bit under this lock, so a live `cur` stays live until unlocked) and that no
+    /// Order: lock `cur`, re-check that it is live (an eviction or a split of `cur`, or the
+    /// reclaim of a root, sets its bit under this lock, so a live `cur` stays live until
+    /// unlocked; see the `namespace` module for the root) and that no
     /// child holds the page (one may have been added, or one being evicted is not unlinked
     /// yet), `prepare(Commit)`, move the counters, publish the new table (Release), unlock,
     /// queue the leaf.
@@ -304,6 +328,11 @@ impl<'g, S: SlotSink> Insert<'_, 'g, S> {
         // Relaxed: DEAD and REPLACED are set only under `cur`'s lock, which we hold.
         if cur.state.load(Ordering::Relaxed) & (DEAD | REPLACED) != 0 {
             drop(guard);
+            if std::ptr::eq(cur, self.root) {
+                // The namespace was reclaimed (a root only ever dies): never hang a leaf
+                // under an unlinked root; look it up (or create it) again.
+                return Ok(Next::NewRoot);
+            }
             // Pinned, `cur` cannot be evicted, only split: `last_of` finds its successor.
             // Not pinned, it may be gone: start over.
             return Ok(if self.pin { Next::Again } else { Next::Restart });

@@ -13,12 +13,16 @@ pub struct TreeCensus {
     pub nodes: u64,
     /// Reachable leaves, roots excluded.
     pub leaves: u64,
-    /// Heap bytes of nodes, child tables and the eviction index.
+    /// Heap bytes of nodes (roots included), child tables and the eviction index.
     pub heap_bytes: u64,
+    /// Namespaces in the namespace map (each with something cached: an empty one is an
+    /// error).
+    pub namespaces: u64,
 }
 
 impl RadixTree {
-    /// Walks the whole tree and checks its structure: no dead or replaced node reachable,
+    /// Walks the whole tree and checks its structure: every namespace in the map has a live
+    /// root with something cached (an empty one was reclaimed), no dead or replaced node reachable,
     /// edges non-empty page multiples, children keyed by distinct first pages in sorted
     /// order, parent pointers right, and the counters equal to what the walk finds
     /// (`cached == evictable + protected`). Meant for tests at quiescence; concurrent
@@ -29,49 +33,56 @@ impl RadixTree {
         let mut census = TreeCensus::default();
         // Acquire (all loads of this walk): it dereferences what it loads; at quiescence
         // the orderings matter only if a writer was not joined.
-        let t = self.roots.load(Ordering::Acquire, &g);
-        // SAFETY: as in `root`.
-        if let Some(t) = unsafe { t.as_ref() } {
-            for &r in t.roots.iter() {
-                // SAFETY: roots live as long as the tree.
-                let root = unsafe { node_ref(r, &g) }.expect("roots are not null");
-                census.heap_bytes += root.heap_bytes() as u64;
-                let mut stack = vec![root];
-                while let Some(n) = stack.pop() {
-                    let Some(table) = n.table(&g) else { continue };
-                    census.heap_bytes += table.heap_bytes() as u64;
-                    let mut prev: Option<&[u32]> = None;
-                    for c in table.nodes() {
-                        // SAFETY: reachable under `g`.
-                        let c = unsafe { node_ref(c, &g) }.expect("tables hold no null");
-                        let s = c.state.load(Ordering::Acquire);
-                        if s & (DEAD | REPLACED) != 0 {
-                            return Err(format!("reachable node in state {s:#x}"));
-                        }
-                        if c.len() == 0 || c.len() % p != 0 {
-                            return Err(format!("edge of length {} with page size {p}", c.len()));
-                        }
-                        if !std::ptr::eq(c.parent.load(Ordering::Acquire), n) {
-                            return Err("wrong parent pointer".into());
-                        }
-                        let first = &c.key()[..p];
-                        if let Some(pf) = prev {
-                            if pf[0] > first[0] || pf == first {
-                                return Err("child table not sorted or first pages repeat".into());
-                            }
-                        }
-                        prev = Some(first);
-                        census.nodes += 1;
-                        census.cached_tokens += c.len() as u64;
-                        if s & PIN_MASK != 0 {
-                            census.pinned_tokens += c.len() as u64;
-                        }
-                        if c.is_leaf(&g) {
-                            census.leaves += 1;
-                        }
-                        census.heap_bytes += c.heap_bytes() as u64;
-                        stack.push(c);
+        let mut roots = Vec::new();
+        self.roots.for_each(&g, &mut |r| roots.push(r));
+        census.namespaces = roots.len() as u64;
+        for r in roots {
+            // SAFETY: a root read from the map under `g` (see the `namespace` module).
+            let root = unsafe { r.as_ref() }.map(|r| &r.node).expect("the map holds no null");
+            let s = root.state.load(Ordering::Acquire);
+            if s != 0 {
+                return Err(format!("a root in the map in state {s:#x}"));
+            }
+            if root.is_leaf(&g) {
+                return Err("an empty namespace was not reclaimed".into());
+            }
+            census.heap_bytes += (std::mem::size_of::<Root>() - std::mem::size_of::<Node>()
+                + root.heap_bytes()) as u64;
+            let mut stack = vec![root];
+            while let Some(n) = stack.pop() {
+                let Some(table) = n.table(&g) else { continue };
+                census.heap_bytes += table.heap_bytes() as u64;
+                let mut prev: Option<&[u32]> = None;
+                for c in table.nodes() {
+                    // SAFETY: reachable under `g`.
+                    let c = unsafe { node_ref(c, &g) }.expect("tables hold no null");
+                    let s = c.state.load(Ordering::Acquire);
+                    if s & (DEAD | REPLACED) != 0 {
+                        return Err(format!("reachable node in state {s:#x}"));
                     }
+                    if c.len() == 0 || c.len() % p != 0 {
+                        return Err(format!("edge of length {} with page size {p}", c.len()));
+                    }
+                    if !std::ptr::eq(c.parent.load(Ordering::Acquire), n) {
+                        return Err("wrong parent pointer".into());
+                    }
+                    let first = &c.key()[..p];
+                    if let Some(pf) = prev {
+                        if pf[0] > first[0] || pf == first {
+                            return Err("child table not sorted or first pages repeat".into());
+                        }
+                    }
+                    prev = Some(first);
+                    census.nodes += 1;
+                    census.cached_tokens += c.len() as u64;
+                    if s & PIN_MASK != 0 {
+                        census.pinned_tokens += c.len() as u64;
+                    }
+                    if c.is_leaf(&g) {
+                        census.leaves += 1;
+                    }
+                    census.heap_bytes += c.heap_bytes() as u64;
+                    stack.push(c);
                 }
             }
         }
@@ -81,6 +92,7 @@ impl RadixTree {
             || st.protected_tokens != census.pinned_tokens
             || st.evictable_tokens != census.cached_tokens - census.pinned_tokens
             || st.nodes != census.nodes
+            || st.namespaces != census.namespaces
         {
             return Err(format!("counters {st:?} disagree with the tree {census:?}"));
         }

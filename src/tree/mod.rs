@@ -44,7 +44,32 @@
 //! - `stats()` counts are exact at quiescence (`cached == evictable + protected`); under
 //!   concurrency they are sums of counters updated at slightly different moments.
 //!
-//! **Locks.** Matches take none. A split holds the edge's parent's lock, the edge's lock,
+//! # Namespaces
+//!
+//! A namespace (tenant, cache salt, LoRA adapter) is its own tree under its own root;
+//! roots are found through a striped hash map whose lookups never lock or write
+//! (`ns_map.rs`): finding a namespace is O(1) expected, and creating one takes only its
+//! shard's lock and copies no other namespace's entry (except, amortized, when a shard's
+//! table grows). A namespace lives while it caches something: the eviction of its last page
+//! (by [`RadixTree::evict`] or [`RadixTree::drop_namespace`]) unlinks its root from the map
+//! and retires it through the epoch, and the next insert creates it afresh. An insert that
+//! races that reclaim either lands first (the namespace stays) or sees the dead root and
+//! creates the namespace again: it never caches into an unlinked root (the protocol is in
+//! `namespace.rs`). A namespace id never seen and one reclaimed are the same to every
+//! operation: nothing cached.
+//!
+//! How this reads `SEMANTICS.md`: its model is a map of pages per namespace and says nothing
+//! of a namespace's own lifetime; here a namespace exists exactly while it has a cached page
+//! (the model's view: a namespace with no page is indistinguishable from one never used), so
+//! `stats().namespaces` counts those. `drop_namespace` is `evict` restricted to one
+//! namespace and not bound by the eviction order: every unpinned page of it goes (a pinned
+//! page, and every page before it, stays until released, as for `reset`); it is a sequence
+//! of linearizable leaf evictions, not one atomic step, so pages inserted into the namespace
+//! while it runs may stay. Dropping an unknown namespace frees nothing and returns 0.
+//! [`RadixTree::namespace_stats`] walks one namespace (O(its nodes), lock-free): exact at
+//! quiescence, like `stats()`.
+//!
+//! **Locks.** Matches take none (a namespace lookup included). A split holds the edge's parent's lock, the edge's lock,
 //! and the new lower half's lock (uncontended), and takes the eviction index's mutex twice
 //! (to queue the lower half if it is an unpinned leaf, and to retire the old edge). A
 //! release takes that mutex when an unpin takes a leaf from 1 pin to 0 (to queue it). An
@@ -55,7 +80,9 @@
 //! release waits on it for a bounded time; the leaf's own unlink holds the parent's and
 //! the leaf's locks, never the mutex. Locks are always taken parent before child, and node
 //! locks before the mutex, so writers cannot deadlock. Inserts into different subtrees lock
-//! different nodes.
+//! different nodes. Creating a namespace takes its map shard's lock, and so does
+//! reclaiming one (after its root's lock is released): the shard lock is never held with
+//! any other lock.
 //!
 //! # Protocols
 //!
@@ -68,7 +95,8 @@
 //! - insert: `insert.rs` (`Insert::hang`);
 //! - eviction of one leaf and the pass: `evict.rs` (`evict_leaf`, `evict_with`), and the
 //!   index's tickets: `evict_index.rs`;
-//! - the namespace table: `namespace.rs`; node and child-table memory: `node.rs`
+//! - the namespace map: `ns_map.rs`; a namespace's root, created and reclaimed:
+//!   `namespace.rs` (module docs); node and child-table memory: `node.rs`
 //!   (`node_ref`'s contract).
 //!
 //! **Copy-on-split** (edge A at offset k, holding A's parent's lock and A's lock): (1) build
@@ -99,7 +127,9 @@
 //! per leaf, O(1) for leaves queued in stamp order (most of them). To evict, it locks the
 //! parent, then the leaf, re-checks it is an unpinned leaf, CASes its state `0 -> DEAD`,
 //! swaps the parent's table for one without it, hands its slots over and retires it. A
-//! parent that became an unpinned leaf is queued. A `free` callback that panics leaves
+//! parent that became an unpinned leaf is queued; a root left without children is marked
+//! `DEAD` under its lock, then unlinked from the namespace map and retired (the namespace
+//! is reclaimed: `namespace.rs`). A `free` callback that panics leaves
 //! nothing behind: the pending leaf is retired and its parent queued on unwind.
 //!
 //! **Memory reclamation.** Unlinked nodes and replaced child tables go to crossbeam-epoch,
@@ -115,6 +145,7 @@ mod invariants;
 mod memory;
 mod namespace;
 mod node;
+mod ns_map;
 mod pins;
 mod slots;
 mod split;
@@ -124,16 +155,18 @@ use std::fmt;
 
 use evict_index::{EvictIndex, Evicted};
 pub use invariants::TreeCensus;
-use namespace::NsTable;
+pub use namespace::NamespaceStats;
+use namespace::Root;
 use node::{ChildTable, DEAD, Node, PIN_MASK, REPLACED, node_ref};
+use ns_map::NsMap;
 use pins::Pin;
 pub(crate) use slots::{OutBuf, SlotSink, SlotSource, cut_runs, push_differing};
 use stripes::MatchCounters;
 
 use crate::error::{Error, Result, invalid};
 use crate::slot_run::SlotRun;
-use crate::sync::epoch::{Atomic, Domain, Guard, Owned};
-use crate::sync::{AtomicU64, Mutex, Ordering, lock, next_id};
+use crate::sync::epoch::{Domain, Guard, Owned};
+use crate::sync::{AtomicU64, Ordering, lock, next_id};
 
 /// How eviction orders evictable leaves.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -199,8 +232,10 @@ pub struct TreeStats {
     pub match_hit_tokens: u64,
     /// Tokens newly cached by inserts.
     pub inserted_tokens: u64,
-    /// Tokens removed by eviction.
+    /// Tokens removed by eviction (and by [`RadixTree::drop_namespace`]).
     pub evicted_tokens: u64,
+    /// Live namespaces: those with something cached (an empty namespace is reclaimed).
+    pub namespaces: u64,
 }
 
 /// A pin on a matched prefix, detached from any borrow (for engines that keep locks in
@@ -282,8 +317,9 @@ pub struct RadixTree {
     cfg: TreeConfig,
     id: u64,
     domain: Domain,
-    roots: Atomic<NsTable>,
-    roots_lock: Mutex<()>,
+    roots: NsMap,
+    /// Live namespaces (roots in the map), for [`TreeStats::namespaces`].
+    namespaces: AtomicU64,
     index: EvictIndex,
     cached: AtomicU64,
     evictable: AtomicU64,
@@ -337,8 +373,8 @@ impl RadixTree {
             cfg,
             id: next_id(),
             domain: Domain::new(),
-            roots: Atomic::null(),
-            roots_lock: Mutex::new(()),
+            roots: NsMap::new(),
+            namespaces: AtomicU64::new(0),
             index: EvictIndex::new(),
             cached: AtomicU64::new(0),
             evictable: AtomicU64::new(0),
@@ -423,6 +459,7 @@ impl RadixTree {
             match_hit_tokens: hit,
             inserted_tokens: get(&self.inserted),
             evicted_tokens: get(&self.evicted),
+            namespaces: self.namespace_count(),
         }
     }
 }
@@ -436,24 +473,30 @@ impl fmt::Debug for RadixTree {
 impl Drop for RadixTree {
     fn drop(&mut self) {
         let g = self.domain.pin();
-        // Exclusive access: free every reachable node and table. Retired nodes and tables
-        // were handed to the epoch, which frees them; the eviction index frees its tickets.
-        // Relaxed (both loads): exclusive access, ordered by whatever gave us `&mut self`.
-        let t = self.roots.load(Ordering::Relaxed, &g);
-        if !t.is_null() {
-            // SAFETY: exclusive access (`&mut self`): nothing else can reach these.
-            let t = unsafe { t.into_owned() };
-            for &r in t.roots.iter() {
-                let mut stack = vec![r];
-                while let Some(n) = stack.pop() {
-                    // SAFETY: each reachable node is owned by the tree and visited once.
-                    let node = unsafe { Box::from_raw(n) };
-                    let table = node.children.load(Ordering::Relaxed, &g);
-                    if !table.is_null() {
-                        // SAFETY: a reachable table is owned by its node alone.
-                        let table = unsafe { table.into_owned() };
-                        stack.extend(table.nodes());
-                    }
+        // Exclusive access: free every reachable node and table. Retired nodes, tables and
+        // roots were handed to the epoch, which frees them; the eviction index frees its
+        // tickets, the namespace map its entries (after this).
+        let mut roots = Vec::new();
+        self.roots.for_each(&g, &mut |r| roots.push(r));
+        for r in roots {
+            // SAFETY: exclusive access (`&mut self`): nothing else can reach these; each root
+            // is in the map once, allocated as a `Root`.
+            let root = unsafe { Box::from_raw(r) };
+            // Relaxed (all loads): exclusive access, ordered by whatever gave us `&mut self`.
+            let t = root.node.children.load(Ordering::Relaxed, &g);
+            let mut stack = Vec::new();
+            if !t.is_null() {
+                // SAFETY: a reachable table is owned by its node alone.
+                stack.extend(unsafe { t.into_owned() }.nodes());
+            }
+            while let Some(n) = stack.pop() {
+                // SAFETY: each reachable node is owned by the tree and visited once.
+                let node = unsafe { Box::from_raw(n) };
+                let table = node.children.load(Ordering::Relaxed, &g);
+                if !table.is_null() {
+                    // SAFETY: a reachable table is owned by its node alone.
+                    let table = unsafe { table.into_owned() };
+                    stack.extend(table.nodes());
                 }
             }
         }

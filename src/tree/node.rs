@@ -150,12 +150,12 @@ impl Node {
 /// Turns a node pointer read from the tree into a reference bounded by the guard.
 ///
 /// # Safety
-/// `p` must be null, a root (roots live as long as the tree), or a pointer read under
-/// `guard` from a place that keeps the node from being retired while the pointer can still
-/// be read there:
-/// * a child table loaded under `guard`, a node's `parent` field, or the namespace table:
-///   a node is retired only after every store that removes it from those places (its
-///   parent's table swapped, its children re-parented), so a pointer read from them after
+/// `p` must be null or a pointer read under `guard` from a place that keeps the node from
+/// being retired while the pointer can still be read there:
+/// * a child table loaded under `guard`, a node's `parent` field, or the namespace map: a
+///   node is retired only after every store that removes it from those places (its
+///   parent's table swapped, its children re-parented or, for a root, evicted, and its
+///   entry removed from the map: see the `namespace` module), so a pointer read from them after
 ///   `guard` was pinned names a node that was reachable then, which the epoch keeps;
 /// * an eviction ticket, read under the index lock: a ticket is cut (under that lock)
 ///   before its node is retired;

@@ -49,6 +49,134 @@ fn namespaces_are_isolated() {
 }
 
 #[test]
+fn an_empty_namespace_is_reclaimed_and_comes_back_on_insert() {
+    let t = tree(1);
+    t.insert(5, &[1, 2], &[10, 20]).unwrap();
+    t.insert(5, &[1, 3], &[10, 30]).unwrap();
+    t.insert(6, &[1], &[40]).unwrap();
+    assert_eq!(t.stats().namespaces, 2);
+    assert_eq!(t.check_invariants().unwrap().namespaces, 2);
+    // Evicting everything of 5 but [1] keeps it; its last page takes the namespace along.
+    let mut freed = Vec::new();
+    t.evict(2, &mut |s| freed.extend_from_slice(s));
+    freed.sort();
+    assert_eq!(freed, vec![20, 30]);
+    assert_eq!(t.stats().namespaces, 2);
+    assert_eq!(drain(&t), vec![10, 40]);
+    assert_eq!(t.stats().namespaces, 0);
+    assert_eq!(t.check_invariants().unwrap().namespaces, 0);
+    assert_eq!(m(&t, 5, &[1, 2]), Vec::<u32>::new());
+    // The id is reused: a fresh namespace, nothing of the old one in it.
+    assert_eq!(t.insert(5, &[1, 3], &[11, 31]).unwrap(), 0);
+    assert_eq!(m(&t, 5, &[1, 3]), vec![11, 31]);
+    assert_eq!(m(&t, 5, &[1, 2]), vec![11]);
+    assert_eq!(t.check_invariants().unwrap().namespaces, 1);
+}
+
+#[test]
+fn inserts_that_cache_nothing_leave_no_namespace_behind() {
+    let t = tree(4);
+    // Shorter than a page: nothing to cache, no namespace created.
+    assert_eq!(t.insert(9, &[1, 2, 3], &[1, 2, 3]).unwrap(), 0);
+    let (e, l) = t.insert_and_lock_raw(9, &[], &[]).unwrap();
+    assert_eq!((e, l.len()), (0, 0));
+    t.release(l).unwrap();
+    let mut out = Vec::new();
+    let g = t.match_and_lock(9, &[1, 2, 3, 4], &mut out);
+    assert!(g.is_empty());
+    drop(g);
+    assert_eq!(t.stats().namespaces, 0);
+    // A refused insert (its prepare step fails) that created the root reclaims it.
+    let r = t.insert_with::<Vec<u32>>(
+        9,
+        &[1, 2, 3, 4],
+        SlotSource::List(&[1, 2, 3, 4]),
+        false,
+        None,
+        &mut |_, _, stage| match stage {
+            Stage::Check => Ok(()),
+            Stage::Commit => Err(invalid("refused")),
+        },
+    );
+    assert!(r.is_err());
+    assert_eq!(t.stats().namespaces, 0);
+    assert_eq!(t.check_invariants().unwrap().namespaces, 0);
+}
+
+#[test]
+fn drop_namespace_frees_its_unpinned_pages_only() {
+    let t = tree(1);
+    t.insert(1, &[1, 2, 3], &[10, 20, 30]).unwrap();
+    t.insert(1, &[1, 2, 4], &[10, 20, 40]).unwrap();
+    t.insert(1, &[5], &[50]).unwrap();
+    t.insert(2, &[1, 2, 3], &[11, 21, 31]).unwrap();
+    let st = t.namespace_stats(1);
+    assert_eq!(
+        (st.cached_tokens, st.evictable_tokens, st.protected_tokens, st.nodes),
+        (5, 5, 0, 4)
+    );
+    // Pin [1, 2] of namespace 1: it stays, everything else of 1 goes.
+    let mut out = Vec::new();
+    let g = t.match_and_lock(1, &[1, 2], &mut out);
+    assert_eq!(g.len(), 2);
+    let st = t.namespace_stats(1);
+    assert_eq!((st.cached_tokens, st.evictable_tokens, st.protected_tokens), (5, 3, 2));
+    let mut freed = Vec::new();
+    assert_eq!(t.drop_namespace(1, &mut |s| freed.extend_from_slice(s)), 3);
+    freed.sort();
+    assert_eq!(freed, vec![30, 40, 50]);
+    assert_eq!(m(&t, 1, &[1, 2, 3]), vec![10, 20]);
+    assert_eq!(m(&t, 2, &[1, 2, 3]), vec![11, 21, 31], "another namespace was touched");
+    let st = t.namespace_stats(1);
+    assert_eq!(
+        (st.cached_tokens, st.evictable_tokens, st.protected_tokens, st.nodes),
+        (2, 0, 2, 1)
+    );
+    assert_eq!(t.stats().namespaces, 2);
+    t.check_invariants().unwrap();
+    // Released, the rest goes too, and the namespace with it.
+    drop(g);
+    let mut runs = Vec::new();
+    assert_eq!(t.drop_namespace_runs(1, &mut |r| runs.extend_from_slice(r)), 2);
+    let mut slots: Vec<u32> = runs.iter().flat_map(|r| r.start..r.start + r.len).collect();
+    slots.sort();
+    assert_eq!(slots, vec![10, 20]);
+    assert_eq!(t.namespace_stats(1), NamespaceStats::default());
+    assert_eq!(t.stats().namespaces, 1);
+    // Unknown (or gone) namespaces: nothing to do, not an error.
+    assert_eq!(t.drop_namespace(1, &mut |_| panic!("nothing to free")), 0);
+    assert_eq!(t.drop_namespace(77, &mut |_| panic!("nothing to free")), 0);
+    let s = t.stats();
+    assert_eq!((s.cached_tokens, s.evicted_tokens, s.nodes), (3, 5, 1));
+    t.check_invariants().unwrap();
+}
+
+#[test]
+fn namespace_map_grows_and_shrinks_with_its_namespaces() {
+    let t = tree(1);
+    let n = 20_000u64;
+    for ns in 0..n {
+        t.insert(ns, &[ns as u32, 1], &[ns as u32, 7]).unwrap();
+    }
+    assert_eq!(t.stats().namespaces, n);
+    for ns in (0..n).step_by(97) {
+        assert_eq!(m(&t, ns, &[ns as u32, 1]), vec![ns as u32, 7]);
+    }
+    // Drop all but every 1000th; the rest must still be found after the shrinks.
+    for ns in 0..n {
+        if ns % 1000 != 0 {
+            assert_eq!(t.drop_namespace(ns, &mut |_| {}), 2);
+        }
+    }
+    assert_eq!(t.stats().namespaces, n / 1000);
+    for ns in 0..n {
+        let want = if ns % 1000 == 0 { vec![ns as u32, 7] } else { vec![] };
+        assert_eq!(m(&t, ns, &[ns as u32, 1]), want);
+    }
+    assert_eq!(t.check_invariants().unwrap().namespaces, n / 1000);
+}
+
+#[test]
 fn lock_moves_tokens_between_evictable_and_protected() {
     let t = tree(1);
     t.insert(0, &[1, 2, 3], &[10, 20, 30]).unwrap();
