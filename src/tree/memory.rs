@@ -5,7 +5,7 @@ use super::*;
 impl RadixTree {
     /// An estimate of the heap bytes the index holds: every reachable node (its `Node`
     /// struct and its edge's token and slot storage, in whatever compact form the slots
-    /// take), every child table, the namespace table with its roots, and the eviction
+    /// take), every child table, the namespace map with its roots, and the eviction
     /// index (its queue's capacity and one ticket per queued entry, counted at 16 bytes
     /// where 8 are asked for). Apart from the tickets' rounding it is the sum of the sizes
     /// the tree asks the allocator for, so it leaves out the allocator's own
@@ -20,21 +20,17 @@ impl RadixTree {
     pub fn memory_bytes(&self) -> usize {
         let g = self.domain.pin();
         let mut bytes = self.index.heap_bytes();
-        // Acquire (every load of the walk): it dereferences what it loads, as a match does.
-        let t = self.roots.load(Ordering::Acquire, &g);
-        // SAFETY: namespace tables are retired through the epoch only after being swapped
-        // out, so one loaded under `g` is valid while `g` lives.
-        let Some(t) = (unsafe { t.as_ref() }) else { return bytes };
-        bytes += std::mem::size_of::<NsTable>()
-            + t.ids.len() * std::mem::size_of::<u64>()
-            + t.roots.len() * std::mem::size_of::<*mut Node>();
+        bytes += self.roots.heap_bytes(&g);
         let mut stack = Vec::new();
-        for &r in t.roots.iter() {
-            // SAFETY: roots live as long as the tree.
-            if let Some(root) = unsafe { node_ref(r, &g) } {
-                stack.push(root);
+        self.roots.for_each(&g, &mut |r| {
+            // SAFETY: a root read from the map under `g` is valid while `g` lives (see the
+            // `namespace` module).
+            if let Some(root) = unsafe { r.as_ref() } {
+                bytes += std::mem::size_of::<Root>() - std::mem::size_of::<Node>();
+                stack.push(&root.node);
             }
-        }
+        });
+        // Acquire (every load of the walk): it dereferences what it loads, as a match does.
         while let Some(n) = stack.pop() {
             bytes += n.heap_bytes();
             let Some(table) = n.table(&g) else { continue };

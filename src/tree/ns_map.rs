@@ -182,6 +182,20 @@ impl NsMap {
         ShardWriter { shard, counts: lock(&shard.lock), g, ns, h }
     }
 
+    /// The heap bytes of the map itself (its shards and their tables; not the roots): what
+    /// it asks the allocator for. Exact at quiescence.
+    pub(super) fn heap_bytes(&self, g: &Guard) -> usize {
+        let mut bytes = self.shards.len() * std::mem::size_of::<CachePadded<Shard>>();
+        for s in self.shards.iter() {
+            // Acquire: as in `get`.
+            let t = s.table.load(Ordering::Acquire, g);
+            // SAFETY: as in `get`.
+            let t = unsafe { t.deref() };
+            bytes += std::mem::size_of::<Table>() + t.slots.len() * std::mem::size_of::<Slot>();
+        }
+        bytes
+    }
+
     /// Every root in the map (for quiescent walks: tests and Drop). `f` gets each root
     /// pointer; with writers running it may miss or repeat some.
     pub(super) fn for_each(&self, g: &Guard, f: &mut dyn FnMut(*mut Root)) {
