@@ -775,3 +775,24 @@ fn trace_from_stdin() {
     assert_eq!(out.status.code(), Some(1), "{err}");
     assert!(err.contains("<stdin>: the trace holds no requests"), "{err}");
 }
+
+#[test]
+fn the_report_counts_live_namespaces_and_emptied_ones_go() {
+    // 200 requests of 8 tokens, each in a namespace of its own, then the same in namespace 0.
+    let mut lines = String::new();
+    for ns in 1..=200u64 {
+        let toks: Vec<String> = (0..8).map(|i| (ns * 100 + i).to_string()).collect();
+        lines += &format!("{{\"tokens\": [{}], \"namespace\": {ns}}}\n", toks.join(","));
+    }
+    let p = temp_file("namespaces.jsonl", &lines);
+    let path = p.to_str().unwrap();
+    // Unlimited: every namespace keeps its page.
+    let j = run_json(&["replay", "--trace", path, "--json"]);
+    assert_eq!(j["namespaces"], 200, "{j}");
+    assert_eq!(j["cached_tokens"], 1600, "{j}");
+    // Room for 10 requests: evicting a namespace's only leaf reclaims the namespace, so only
+    // those still cached are counted.
+    let j = run_json(&["replay", "--trace", path, "--capacity", "80", "--json"]);
+    assert_eq!(j["cached_tokens"], 80, "{j}");
+    assert_eq!(j["namespaces"], 10, "{j}");
+}

@@ -366,6 +366,7 @@ pub fn replay(trace: &Trace, cfg: &Config) -> Result<Report, String> {
         cached_tokens: st.tree.cached_tokens,
         inserted_tokens: st.tree.inserted_tokens,
         nodes: st.tree.nodes,
+        namespaces: st.tree.namespaces,
         output_tokens: total.output_tokens,
         skipped_requests: total.skipped_requests,
         skipped_tokens: total.skipped_tokens,

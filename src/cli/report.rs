@@ -79,6 +79,8 @@ pub struct Report {
     pub inserted_tokens: u64,
     /// Tree nodes at the end.
     pub nodes: u64,
+    /// Live namespaces at the end (those with a cached page: an emptied one is reclaimed).
+    pub namespaces: u64,
     /// Generated tokens cached (`--with-output`).
     pub output_tokens: u64,
     /// Requests longer than the capacity (counted as misses).
@@ -258,9 +260,10 @@ impl Report {
         );
         let _ = writeln!(
             s,
-            "  cache     {} tokens cached in {} nodes at the end, {} inserted, {} evicted ({} evictions)",
+            "  cache     {} tokens cached in {} nodes and {} namespaces at the end, {} inserted, {} evicted ({} evictions)",
             thousands(self.cached_tokens),
             thousands(self.nodes),
+            thousands(self.namespaces),
             thousands(self.inserted_tokens),
             thousands(self.evicted_tokens),
             thousands(self.evictions)
