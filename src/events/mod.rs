@@ -1,7 +1,8 @@
 //! KV-cache events: what cluster routers see of a cache (`KV_EVENTS.md`).
 //!
 //! This module is the standalone layer the cache's hooks feed: typed events, their page
-//! hashes ([`hash`]) and vLLM's msgpack wire ([`wire`]). The hooks themselves (where the tree pushes an event relative to the
+//! hashes ([`hash`]), vLLM's msgpack wire ([`wire`]) and a ZMQ publisher
+//! ([`publisher`]). The hooks themselves (where the tree pushes an event relative to the
 //! publish of a leaf and the unlink of an evicted one) are described in
 //! `docs/kv-events.md`, "sequencing with the tree".
 //!
@@ -11,8 +12,9 @@
 //! ([`EventSink::push`], or the helpers [`EventSink::stored`], [`EventSink::removed`],
 //! [`EventSink::cleared`] that fill in the namespace's identity, page size and medium);
 //! [`EventSink::flush`] closes the events pushed so far into one batch with the next
-//! sequence number. The batches go to an in-process queue that [`EventSink::drain`]
-//! empties.
+//! sequence number. The batches go either to an in-process queue that
+//! [`EventSink::drain`] empties, or, once a [`publisher::Publisher`] is attached, to its
+//! thread.
 //!
 //! Contract:
 //! - **Thread-safety.** Every method takes `&self` and may be called from any thread at
@@ -20,14 +22,14 @@
 //! - **Order.** Events keep the order of their `push` calls (one short lock orders
 //!   them), and a batch holds exactly the events pushed after the previous batch closed
 //!   and before it did. Batches are numbered 0, 1, 2, ... in the order they close, without
-//!   gaps, and reach the drain queue in that order. The sink adds no
+//!   gaps, and reach the drain queue or the publisher in that order. The sink adds no
 //!   causality of its own: a caller that must have event A before event B (a page's
 //!   `BlockStored` before its child's) pushes A before B begins, which is what the tree's
 //!   hooks guarantee.
 //! - **Cost.** `push` takes one uncontended-in-practice mutex and appends to a `Vec`; it
 //!   never blocks on I/O, never encodes, never waits for a consumer. `flush` moves the
 //!   events out under the same lock and hands the batch over without blocking: a full
-//!   queue drops the whole batch and counts it ([`SinkStats`]),
+//!   queue (drain or publisher) drops the whole batch and counts it ([`SinkStats`]),
 //!   never part of one.
 //! - **Namespaces.** A namespace's wire identity (LoRA name, cache salt) is fixed by
 //!   [`EventSink::set_namespace`] before its first page is hashed; a namespace given
@@ -35,6 +37,7 @@
 //!   model, which has neither. Its page hashes come from [`EventSink::namespace`]'s hasher.
 
 pub mod hash;
+pub mod publisher;
 pub mod wire;
 
 use std::collections::{HashMap, VecDeque};
@@ -157,7 +160,7 @@ pub struct SinkStats {
     pub batches: u64,
     /// Events pushed.
     pub events: u64,
-    /// Batches dropped because the drain queue was full.
+    /// Batches dropped because the drain queue was full (the publisher counts its own).
     pub dropped: u64,
 }
 
@@ -175,6 +178,7 @@ pub struct NamespaceInfo {
 /// Where closed batches go.
 enum Output {
     Drain(VecDeque<(u64, EventBatch)>),
+    Publish(publisher::Feed),
 }
 
 struct State {
@@ -343,20 +347,47 @@ impl EventSink {
                     st.stats.dropped += 1;
                 }
             }
+            // Under the lock, so the publisher gets batches in sequence order.
+            Output::Publish(feed) => feed.submit(seq, batch),
         }
         Some(seq)
     }
 
     /// Takes every closed batch from the drain queue, in sequence order, with its number.
+    /// Empty while a publisher is attached (its batches go there).
     pub fn drain(&self) -> Vec<(u64, EventBatch)> {
         match &mut self.lock().out {
             Output::Drain(q) => q.drain(..).collect(),
+            Output::Publish(_) => Vec::new(),
         }
     }
 
     /// The counters.
     pub fn stats(&self) -> SinkStats {
         self.lock().stats
+    }
+
+    /// Sends closed batches to `feed` from now on (what was in the drain queue first, in
+    /// order). `InvalidArgument` if a publisher is attached already.
+    pub(crate) fn attach(&self, mut feed: publisher::Feed) -> Result<()> {
+        let mut s = self.lock();
+        match &mut s.out {
+            Output::Publish(_) => {
+                Err(invalid("events: a publisher is attached to this sink already"))
+            }
+            Output::Drain(q) => {
+                for (seq, b) in q.drain(..) {
+                    feed.submit(seq, b);
+                }
+                s.out = Output::Publish(feed);
+                Ok(())
+            }
+        }
+    }
+
+    /// Detaches the publisher: later batches go to the drain queue again.
+    pub(crate) fn detach(&self) {
+        self.lock().out = Output::Drain(VecDeque::new());
     }
 }
 
@@ -462,6 +493,13 @@ mod tests {
                 KvEvent::BlockRemoved { block_hashes: vec![5], medium: Medium::Gpu },
             ]
         );
+    }
+
+    #[test]
+    fn sink_and_publisher_are_send_and_sync() {
+        fn ok<T: Send + Sync>() {}
+        ok::<EventSink>();
+        ok::<publisher::Publisher>();
     }
 
     #[test]
