@@ -1,6 +1,9 @@
 //! Page hashes: the spec's vectors, Dynamo's own functions on random inputs, and SGLang's
 //! vectors computed by SGLang.
 
+// Dynamo (and so tokio) and the publisher are left out of loom builds.
+#![cfg(not(loom))]
+
 use radixkv::events::hash::{HashMode, PageHasher, XXH3_SEED, xxh3_local};
 
 use dynamo_kv_router::protocols::{

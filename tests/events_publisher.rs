@@ -1,6 +1,9 @@
 //! The ZMQ publisher over real loopback sockets: PUB/SUB decoded by radixkv's decoder and
 //! Dynamo's, replay through a real ROUTER socket, bad endpoints, drop counting, and a soak.
 
+// Dynamo (and so tokio) and the publisher are left out of loom builds.
+#![cfg(not(loom))]
+
 use std::sync::Arc;
 use std::time::Duration;
 

@@ -1,6 +1,9 @@
 //! The wire encodings byte for byte against msgspec (vLLM's encoder), and decoded by
 //! radixkv's decoder and Dynamo's (`dynamo_kv_router::zmq_wire`).
 
+// Dynamo (and so tokio) and the publisher are left out of loom builds.
+#![cfg(not(loom))]
+
 use radixkv::events::wire::{Encoding, WireOptions, decode_batch, encode_batch};
 use radixkv::events::{EventBatch, KvEvent, Medium};
 

@@ -252,7 +252,7 @@ impl PageHasher {
     }
 }
 
-#[cfg(test)]
+#[cfg(all(test, not(loom)))]
 mod tests {
     use super::*;
 

@@ -512,7 +512,7 @@ impl<'de> Visitor<'de> for ValVisitor {
     }
 }
 
-#[cfg(test)]
+#[cfg(all(test, not(loom)))]
 mod tests {
     use super::*;
 
