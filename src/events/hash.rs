@@ -21,6 +21,8 @@
 //! the 32-byte digest in the SGLang one); the tree keeps it per page so that neither a
 //! child's insert nor a removal rehashes anything.
 
+use std::borrow::Cow;
+
 use sha2::{Digest, Sha256};
 use xxhash_rust::xxh3::xxh3_64_with_seed;
 
@@ -62,13 +64,28 @@ pub fn dynamo_seed(cache_salt: Option<&str>, lora_name: Option<&str>) -> u64 {
     seed
 }
 
+/// Tokens as little-endian bytes: borrowed in place on a little-endian machine (no copy on
+/// the insert path), copied elsewhere.
+fn le_bytes(tokens: &[u32]) -> Cow<'_, [u8]> {
+    #[cfg(target_endian = "little")]
+    {
+        // SAFETY: the pointer and length cover exactly the `4 * len` initialized bytes of
+        // `tokens` (`u32` has no padding), every byte is a valid `u8`, `u8` needs no
+        // alignment, and the borrow keeps `tokens` alive and unchanged for the slice's
+        // lifetime. On a little-endian machine these bytes are the tokens' LE encoding.
+        Cow::Borrowed(unsafe {
+            std::slice::from_raw_parts(tokens.as_ptr().cast::<u8>(), std::mem::size_of_val(tokens))
+        })
+    }
+    #[cfg(not(target_endian = "little"))]
+    {
+        Cow::Owned(tokens.iter().flat_map(|t| t.to_le_bytes()).collect())
+    }
+}
+
 /// A page's local hash: `XXH3-64` over its tokens as little-endian `u32`, with `seed`.
 pub fn xxh3_local(page: &[u32], seed: u64) -> u64 {
-    let mut bytes = Vec::with_capacity(page.len() * 4);
-    for t in page {
-        bytes.extend_from_slice(&t.to_le_bytes());
-    }
-    xxh3_64_with_seed(&bytes, seed)
+    xxh3_64_with_seed(&le_bytes(page), seed)
 }
 
 /// One step of the sequence chain: `XXH3-64(le64(parent) ++ le64(local), 1337)`.
@@ -86,9 +103,7 @@ pub fn sglang_page_digest(prior: Option<&[u8; 32]>, page: &[u32]) -> [u8; 32] {
     if let Some(p) = prior {
         h.update(p);
     }
-    for t in page {
-        h.update(t.to_le_bytes());
-    }
+    h.update(le_bytes(page));
     h.finalize().into()
 }
 

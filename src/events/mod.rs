@@ -95,11 +95,12 @@ pub enum KvEvent {
         token_ids: Vec<u32>,
         /// The cache's page size.
         block_size: u32,
-        /// The namespace's LoRA name, if any.
-        lora_name: Option<String>,
+        /// The namespace's LoRA name, if any (shared with the namespace's record: a store
+        /// allocates no string).
+        lora_name: Option<Arc<str>>,
         /// The namespace's cache salt, if any (on the wire: a tagged extra key of the
         /// first page, the way Dynamo's decoder reads it).
-        cache_salt: Option<String>,
+        cache_salt: Option<Arc<str>>,
         /// Where the pages live.
         medium: Medium,
     },
@@ -171,9 +172,9 @@ pub struct SinkStats {
 #[derive(Debug)]
 pub struct NamespaceInfo {
     /// The LoRA name published.
-    pub lora_name: Option<String>,
+    pub lora_name: Option<Arc<str>>,
     /// The cache salt published (the decimal id for a namespace given neither).
-    pub cache_salt: Option<String>,
+    pub cache_salt: Option<Arc<str>>,
     /// Its page hasher.
     pub hasher: PageHasher,
 }
@@ -401,12 +402,14 @@ impl EventSink {
 
 /// A namespace's published identity: as set, else none for namespace 0 and the decimal id
 /// as the salt for any other.
-fn resolve(ns: u64, meta: NamespaceMeta) -> (Option<String>, Option<String>) {
+fn resolve(ns: u64, meta: NamespaceMeta) -> (Option<Arc<str>>, Option<Arc<str>>) {
     match meta {
         NamespaceMeta { lora_name: None, cache_salt: None } if ns != 0 => {
-            (None, Some(ns.to_string()))
+            (None, Some(ns.to_string().into()))
         }
-        NamespaceMeta { lora_name, cache_salt } => (lora_name, cache_salt),
+        NamespaceMeta { lora_name, cache_salt } => {
+            (lora_name.map(Into::into), cache_salt.map(Into::into))
+        }
     }
 }
 

@@ -27,6 +27,8 @@
 //! places a continuation in the right namespace. The tests pin the bytes against msgspec's
 //! (`tests/golden/vllm_wire.py`).
 
+use std::sync::Arc;
+
 use serde::de::{self, Deserializer, MapAccess, SeqAccess, Visitor};
 use serde::ser::{SerializeMap, SerializeSeq, SerializeTuple, Serializer};
 use serde::{Deserialize, Serialize};
@@ -184,7 +186,7 @@ impl Serialize for WireEvent<'_> {
                     m.serialize_entry("block_size", block_size)?;
                     m.serialize_entry("lora_id", &Option::<()>::None)?;
                     m.serialize_entry("medium", medium.as_str())?;
-                    m.serialize_entry("lora_name", lora_name)?;
+                    m.serialize_entry("lora_name", &lora_name.as_deref())?;
                     if let Some(x) = &extra {
                         m.serialize_entry("extra_keys", x)?;
                     }
@@ -200,7 +202,7 @@ impl Serialize for WireEvent<'_> {
                     t.serialize_element(block_size)?;
                     t.serialize_element(&Option::<()>::None)?;
                     t.serialize_element(medium.as_str())?;
-                    t.serialize_element(lora_name)?;
+                    t.serialize_element(&lora_name.as_deref())?;
                     t.serialize_element(&extra)?;
                     t.serialize_element(&0u32)?;
                     t.serialize_element(KV_CACHE_SPEC_KIND)?;
@@ -383,13 +385,13 @@ fn decode_event(v: &Val) -> Result<KvEvent> {
                 .and_then(|b| u32::try_from(b).ok())
                 .ok_or_else(|| invalid("KV event: block_size missing"))?;
             let lora_name = match get("lora_name") {
-                Some(Val::Str(s)) => Some(s.clone()),
+                Some(Val::Str(s)) => Some(Arc::from(s.as_str())),
                 _ => None,
             };
             let cache_salt = match get("extra_keys") {
                 Some(Val::Arr(blocks)) => match blocks.first() {
                     Some(Val::Arr(keys)) => keys.iter().find_map(|k| match k {
-                        Val::Str(s) => s.strip_prefix(CACHE_SALT_PREFIX).map(str::to_owned),
+                        Val::Str(s) => s.strip_prefix(CACHE_SALT_PREFIX).map(Arc::from),
                         _ => None,
                     }),
                     _ => None,
