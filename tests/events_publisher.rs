@@ -173,6 +173,48 @@ fn replay_through_a_router_socket() {
     assert_eq!((st.replayed, st.replay_requests), (8, 3));
 }
 
+#[test]
+fn batches_closed_before_the_publisher_go_first_and_the_sink_drains_again_after_it() {
+    let s = sink(1);
+    s.removed(vec![10]);
+    assert_eq!(s.flush(), Some(0));
+    let mut o = opts(Encoding::VllmMap);
+    o.replay_endpoint = Some("tcp://127.0.0.1:*".into());
+    let p = Publisher::start(&s, o).unwrap();
+    assert!(s.drain().is_empty(), "handed to the publisher");
+    s.removed(vec![11]);
+    assert_eq!(s.flush(), Some(1));
+    for _ in 0..1000 {
+        if p.stats().published == 2 {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    let client = p.context().socket(zmq::DEALER).unwrap();
+    client.set_rcvtimeo(5000).unwrap();
+    client.connect(p.replay_endpoint().unwrap()).unwrap();
+    client.send_multipart([&b""[..], &0u64.to_be_bytes()], 0).unwrap();
+    for want in [10u64, 11] {
+        let m = client.recv_multipart(0).unwrap();
+        assert_eq!(u64::from_be_bytes(m[1][..].try_into().unwrap()), want - 10);
+        let d = decode_batch(&m[2]).unwrap();
+        assert_eq!(
+            d.batch.events,
+            vec![KvEvent::BlockRemoved { block_hashes: vec![want], medium: Default::default() }]
+        );
+    }
+    assert_eq!(
+        u64::from_be_bytes(client.recv_multipart(0).unwrap()[1][..].try_into().unwrap()),
+        REPLAY_END
+    );
+    s.removed(vec![12]);
+    let st = p.stop();
+    assert_eq!((st.published, st.dropped), (3, 0), "stop flushed the open batch and sent it");
+    s.removed(vec![13]);
+    assert_eq!(s.flush(), Some(3), "the numbering goes on");
+    assert_eq!(s.drain().len(), 1, "the sink drains again");
+}
+
 fn start_err(s: &Arc<EventSink>, o: PublisherOptions) -> String {
     match Publisher::start(s, o) {
         Err(Error::InvalidArgument(m)) => m,
