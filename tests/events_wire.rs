@@ -166,3 +166,82 @@ fn dynamo_decodes_every_encoding() {
         assert!(matches!(b.events[3], RawKvEvent::AllBlocksCleared { .. }), "{what}");
     }
 }
+
+mod random {
+    use super::*;
+    use dynamo_kv_router::zmq_wire::{RawKvEvent, decode_event_batch};
+    use proptest::prelude::*;
+
+    fn name() -> impl Strategy<Value = Option<String>> {
+        prop_oneof![Just(None), "[a-zA-Z0-9_\\-é]{1,40}".prop_map(Some)]
+    }
+
+    fn event() -> impl Strategy<Value = KvEvent> {
+        let stored =
+            (1u32..5, 1usize..40, any::<bool>(), name(), name(), any::<u64>(), any::<bool>())
+                .prop_flat_map(|(bs, n, has_parent, lora, salt, parent, pinned)| {
+                    (
+                        proptest::collection::vec(any::<u64>(), n),
+                        proptest::collection::vec(any::<u32>(), n * bs as usize),
+                    )
+                        .prop_map(move |(hashes, tokens)| {
+                            KvEvent::BlockStored {
+                                block_hashes: hashes,
+                                parent_block_hash: has_parent.then_some(parent),
+                                token_ids: tokens,
+                                block_size: bs,
+                                lora_name: lora.as_deref().map(Into::into),
+                                cache_salt: salt.as_deref().map(Into::into),
+                                medium: if pinned { Medium::CpuPinned } else { Medium::Gpu },
+                            }
+                        })
+                });
+        let removed = proptest::collection::vec(any::<u64>(), 0..40)
+            .prop_map(|h| KvEvent::BlockRemoved { block_hashes: h, medium: Medium::Gpu });
+        prop_oneof![4 => stored, 2 => removed, 1 => Just(KvEvent::AllBlocksCleared)]
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(200))]
+
+        /// Any batch round-trips through radixkv's decoder, and Dynamo's decoder reads the
+        /// same hashes, tokens, LoRA name and salt, in both encodings and signednesses.
+        #[test]
+        fn random_batches_round_trip_and_dynamo_agrees(
+            events in proptest::collection::vec(event(), 0..8),
+            signed in any::<bool>(),
+            map in any::<bool>(),
+            rank in 0i64..8,
+        ) {
+            let batch = EventBatch { ts: 12.5, events };
+            let encoding = if map { Encoding::VllmMap } else { Encoding::VllmArray };
+            let o = WireOptions { encoding, signed_hashes: signed, data_parallel_rank: rank };
+            let bytes = encode_batch(&batch, &o);
+            let ours = decode_batch(&bytes).unwrap();
+            prop_assert_eq!(&ours.batch, &batch);
+            prop_assert_eq!(ours.data_parallel_rank, Some(rank));
+            let theirs = decode_event_batch(&bytes).unwrap();
+            prop_assert_eq!(theirs.events.len(), batch.events.len());
+            for (raw, ev) in theirs.events.iter().zip(&batch.events) {
+                match (raw, ev) {
+                    (
+                        RawKvEvent::BlockStored { block_hashes, parent_block_hash, token_ids, block_size, lora_name, cache_namespace, .. },
+                        KvEvent::BlockStored { block_hashes: h, parent_block_hash: p, token_ids: t, block_size: b, lora_name: l, cache_salt: s, .. },
+                    ) => {
+                        prop_assert_eq!(&block_hashes.iter().map(|x| x.into_u64()).collect::<Vec<_>>(), h);
+                        prop_assert_eq!(parent_block_hash.map(|x| x.into_u64()), *p);
+                        prop_assert_eq!(token_ids, t);
+                        prop_assert_eq!(*block_size, *b as usize);
+                        prop_assert_eq!(lora_name.as_deref(), l.as_deref());
+                        prop_assert_eq!(cache_namespace.as_deref(), s.as_deref());
+                    }
+                    (RawKvEvent::BlockRemoved { block_hashes, .. }, KvEvent::BlockRemoved { block_hashes: h, .. }) => {
+                        prop_assert_eq!(&block_hashes.iter().map(|x| x.into_u64()).collect::<Vec<_>>(), h);
+                    }
+                    (RawKvEvent::AllBlocksCleared { .. }, KvEvent::AllBlocksCleared) => {}
+                    (r, e) => prop_assert!(false, "{:?} vs {:?}", r, e),
+                }
+            }
+        }
+    }
+}
