@@ -307,17 +307,30 @@ impl EventSink {
         parent_block_hash: Option<u64>,
         token_ids: Vec<u32>,
     ) {
-        debug_assert_eq!(token_ids.len(), block_hashes.len() * self.opts.block_size as usize);
         let info = self.namespace(ns);
-        self.push(KvEvent::BlockStored {
+        self.push(self.stored_event(&info, block_hashes, parent_block_hash, token_ids));
+    }
+
+    /// The `BlockStored` [`EventSink::stored`] pushes, built without pushing it: a hook
+    /// builds it (and hashes, and copies the tokens) before it takes a node lock, and only
+    /// [`EventSink::push`]es it under the lock.
+    pub fn stored_event(
+        &self,
+        ns: &NamespaceInfo,
+        block_hashes: Vec<u64>,
+        parent_block_hash: Option<u64>,
+        token_ids: Vec<u32>,
+    ) -> KvEvent {
+        debug_assert_eq!(token_ids.len(), block_hashes.len() * self.opts.block_size as usize);
+        KvEvent::BlockStored {
             block_hashes,
             parent_block_hash,
             token_ids,
             block_size: self.opts.block_size,
-            lora_name: info.lora_name.clone(),
-            cache_salt: info.cache_salt.clone(),
+            lora_name: ns.lora_name.clone(),
+            cache_salt: ns.cache_salt.clone(),
             medium: self.opts.medium,
-        });
+        }
     }
 
     /// Pushes a `BlockRemoved` of these pages.
