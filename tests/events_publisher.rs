@@ -82,7 +82,8 @@ fn pub_sub_over_loopback_decodes_with_radixkv_and_dynamo() {
     for encoding in [Encoding::VllmArray, Encoding::VllmMap] {
         let s = sink(2);
         let p = Publisher::start(&s, opts(encoding)).unwrap();
-        let sub = subscriber(p.context(), p.endpoint());
+        let ctx = zmq::Context::new();
+        let sub = subscriber(&ctx, p.endpoint());
         let first = join(&s, &sub);
         let n = 60;
         for i in 0..n {
@@ -132,6 +133,7 @@ fn replay_through_a_router_socket() {
     o.replay_endpoint = Some("tcp://127.0.0.1:*".into());
     o.buffer_steps = 5;
     let p = Publisher::start(&s, o).unwrap();
+    let ctx = zmq::Context::new();
     for i in 0..10u64 {
         s.removed(vec![i]);
         s.flush();
@@ -143,7 +145,7 @@ fn replay_through_a_router_socket() {
         std::thread::sleep(Duration::from_millis(5));
     }
     assert_eq!(p.stats().published, 10);
-    let client = p.context().socket(zmq::DEALER).unwrap();
+    let client = ctx.socket(zmq::DEALER).unwrap();
     client.set_rcvtimeo(5000).unwrap();
     client.connect(p.replay_endpoint().unwrap()).unwrap();
     let ask = |start: u64| -> Vec<u64> {
@@ -181,6 +183,7 @@ fn batches_closed_before_the_publisher_go_first_and_the_sink_drains_again_after_
     let mut o = opts(Encoding::VllmMap);
     o.replay_endpoint = Some("tcp://127.0.0.1:*".into());
     let p = Publisher::start(&s, o).unwrap();
+    let ctx = zmq::Context::new();
     assert!(s.drain().is_empty(), "handed to the publisher");
     s.removed(vec![11]);
     assert_eq!(s.flush(), Some(1));
@@ -190,7 +193,7 @@ fn batches_closed_before_the_publisher_go_first_and_the_sink_drains_again_after_
         }
         std::thread::sleep(Duration::from_millis(5));
     }
-    let client = p.context().socket(zmq::DEALER).unwrap();
+    let client = ctx.socket(zmq::DEALER).unwrap();
     client.set_rcvtimeo(5000).unwrap();
     client.connect(p.replay_endpoint().unwrap()).unwrap();
     client.send_multipart([&b""[..], &0u64.to_be_bytes()], 0).unwrap();
@@ -226,7 +229,7 @@ fn start_err(s: &Arc<EventSink>, o: PublisherOptions) -> String {
 #[test]
 fn bad_endpoints_and_ports_in_use_are_clear_errors() {
     let s = sink(1);
-    for ep in ["nonsense", "tcp://*:notaport", "foo://*:1", "ipc://"] {
+    for ep in ["nonsense", "tcp://*:notaport", "foo://*:1", "tcp://nohostport", "inproc://x"] {
         let m =
             start_err(&s, PublisherOptions { endpoint: ep.into(), ..opts(Encoding::VllmArray) });
         assert!(m.contains(ep), "{m}");
@@ -256,11 +259,12 @@ fn bad_endpoints_and_ports_in_use_are_clear_errors() {
 #[test]
 fn a_full_queue_drops_whole_batches_and_counts_them() {
     let s = sink(1);
-    let o = PublisherOptions { max_queue: 4, hwm: 16, ..opts(Encoding::VllmArray) };
+    let o = PublisherOptions { max_queue: 4, ..opts(Encoding::VllmArray) };
     let p = Publisher::start(&s, o).unwrap();
+    let ctx = zmq::Context::new();
     // Subscribed, never read: the PUB side drops past its high-water mark without blocking,
     // and the pushes outrun the thread's small queue.
-    let sub = subscriber(p.context(), p.endpoint());
+    let sub = subscriber(&ctx, p.endpoint());
     let pushed = 20_000u64;
     for i in 0..pushed {
         s.removed(vec![i, i + 1, i + 2]);
@@ -298,9 +302,11 @@ fn soak_nothing_lost_at_the_default_high_water_mark() {
         std::env::var("RADIXKV_SOAK_BATCHES").ok().and_then(|v| v.parse().ok()).unwrap_or(100_000);
     let s = sink(16);
     let o = PublisherOptions { topic: String::new(), ..opts(Encoding::VllmArray) };
-    let (hwm, max_queue) = (o.hwm as u64, o.max_queue as u64);
+    // The transport's fixed high-water mark (100,000) and the queue's default.
+    let (hwm, max_queue) = (100_000u64, o.max_queue as u64);
     let p = Publisher::start(&s, o).unwrap();
-    let sub = subscriber(p.context(), p.endpoint());
+    let ctx = zmq::Context::new();
+    let sub = subscriber(&ctx, p.endpoint());
     let first = join(&s, &sub);
     let last = first + n - 1;
     let reader = std::thread::spawn(move || {

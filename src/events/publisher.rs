@@ -16,22 +16,31 @@
 //!   dropped, up to the last the thread has taken from the queue), then
 //!   `[b"", 0xffff_ffff_ffff_ffff, b""]`.
 //! - **Endpoints.** The PUB socket binds when the endpoint contains `*` or is `ipc://` or
-//!   `inproc://`, and connects otherwise; the replay socket always binds. A bad endpoint or
-//!   an address in use is an [`Error::InvalidArgument`](crate::Error::InvalidArgument)
-//!   from `start`, naming the endpoint and libzmq's reason.
-//! - **High-water mark.** libzmq's PUB socket drops messages for a subscriber whose queue
-//!   holds [`PublisherOptions::hwm`] of them (100,000 by default, as vLLM); such drops are
-//!   invisible to the publisher and show up as gaps the subscriber repairs by replay.
+//!   `inproc://`, and connects otherwise; the replay socket always binds. `*` as the host
+//!   means every interface and as the port any free port ([`Publisher::endpoint`] says which).
+//!   A bad endpoint, an address in use, or `inproc://` (which the transport does not have:
+//!   use `ipc://`) is an [`Error::InvalidArgument`](crate::Error::InvalidArgument) from
+//!   `start`, naming the endpoint and the reason. A connecting PUB socket connects in the
+//!   background and keeps trying until its peer listens.
+//! - **High-water mark.** The PUB socket drops messages for a subscriber whose queue holds
+//!   100,000 of them (the transport's fixed high-water mark, vLLM's default `hwm`); such
+//!   drops are invisible to the publisher and show up as gaps the subscriber repairs by
+//!   replay.
 //!
-//! The ZMQ binding is the `zmq` crate over libzmq (built from source by `zmq-sys`): the
-//! same library vLLM's pyzmq and Dynamo's own listener use (`docs/kv-events.md` says why).
+//! The ZMQ implementation is the pure-Rust `zeromq` crate (zmq.rs), run on a one-thread
+//! tokio runtime inside the publisher's thread: it speaks ZMTP 3 to libzmq peers (vLLM's
+//! and Dynamo's), and keeps `libradixkv.a` free of a C++ runtime (`docs/kv-events.md` says
+//! why it, not libzmq's binding).
 
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::mpsc::{Receiver, RecvTimeoutError, SyncSender, TrySendError, sync_channel};
 use std::sync::{Arc, Mutex, OnceLock, Weak};
 use std::thread::JoinHandle;
-use std::time::{Duration, Instant};
+use std::time::Duration;
+
+use bytes::Bytes;
+use tokio::sync::mpsc::{Receiver, Sender, error::TrySendError};
+use zeromq::{Socket, SocketRecv, SocketSend, ZmqMessage};
 
 use super::wire::{WireOptions, encode_batch};
 use super::{EventBatch, EventSink};
@@ -49,8 +58,6 @@ pub struct PublisherOptions {
     pub replay_endpoint: Option<String>,
     /// How many of the last batches replay keeps (vLLM's `buffer_steps`).
     pub buffer_steps: usize,
-    /// The PUB socket's send high-water mark, in messages.
-    pub hwm: i32,
     /// The most batches waiting for the publisher's thread; past it, batches are dropped.
     pub max_queue: usize,
     /// The topic frame (UTF-8; llm-d expects `kv@<pod-ip>:<port>@<model>`).
@@ -60,7 +67,7 @@ pub struct PublisherOptions {
     /// Flush the sink this often from the publisher's thread (`None`: only the caller's
     /// [`EventSink::flush`] closes batches).
     pub auto_flush: Option<Duration>,
-    /// How long closing the publisher waits for unsent messages to leave (ZMQ linger).
+    /// How long closing the publisher keeps its sockets open for messages still leaving.
     pub linger: Duration,
 }
 
@@ -70,7 +77,6 @@ impl Default for PublisherOptions {
             endpoint: "tcp://*:5557".into(),
             replay_endpoint: None,
             buffer_steps: 10_000,
-            hwm: 100_000,
             max_queue: 100_000,
             topic: String::new(),
             wire: WireOptions::default(),
@@ -99,12 +105,12 @@ pub struct PublisherStats {
 struct Item {
     seq: u64,
     batch: EventBatch,
-    payload: OnceLock<Vec<u8>>,
+    payload: OnceLock<Bytes>,
 }
 
 impl Item {
-    fn payload(&self, wire: &WireOptions) -> &[u8] {
-        self.payload.get_or_init(|| encode_batch(&self.batch, wire))
+    fn payload(&self, wire: &WireOptions) -> Bytes {
+        self.payload.get_or_init(|| Bytes::from(encode_batch(&self.batch, wire))).clone()
     }
 }
 
@@ -126,7 +132,7 @@ impl Shared {
 
 /// The sink's end of a publisher: called under the sink's lock, in sequence order.
 pub(crate) struct Feed {
-    tx: SyncSender<Arc<Item>>,
+    tx: Sender<Arc<Item>>,
     shared: Arc<Shared>,
 }
 
@@ -144,7 +150,7 @@ impl Feed {
         }
         match self.tx.try_send(item) {
             Ok(()) => {}
-            Err(TrySendError::Full(_)) | Err(TrySendError::Disconnected(_)) => {
+            Err(TrySendError::Full(_)) | Err(TrySendError::Closed(_)) => {
                 // Relaxed: a counter.
                 self.shared.dropped.fetch_add(1, Ordering::Relaxed);
             }
@@ -157,7 +163,6 @@ pub struct Publisher {
     sink: Arc<EventSink>,
     shared: Arc<Shared>,
     thread: Option<JoinHandle<()>>,
-    ctx: zmq::Context,
     endpoint: String,
     replay_endpoint: Option<String>,
 }
@@ -172,7 +177,7 @@ impl std::fmt::Debug for Publisher {
     }
 }
 
-fn zmq_err(what: &str, endpoint: &str, e: zmq::Error) -> crate::Error {
+fn zmq_err(what: &str, endpoint: &str, e: impl std::fmt::Display) -> crate::Error {
     invalid(format!("events: cannot {what} {endpoint:?}: {e}"))
 }
 
@@ -181,86 +186,94 @@ pub fn binds(endpoint: &str) -> bool {
     endpoint.contains('*') || endpoint.starts_with("ipc://") || endpoint.starts_with("inproc://")
 }
 
+/// An endpoint in the transport's terms: `tcp://*:p` is every interface, `tcp://h:*` any
+/// free port; `inproc://` is refused (the transport has none).
+fn transport_endpoint(endpoint: &str) -> Result<String> {
+    if endpoint.starts_with("inproc://") {
+        return Err(zmq_err(
+            "use",
+            endpoint,
+            "inproc:// is not supported by radixkv's ZMQ transport (use ipc:// or tcp://)",
+        ));
+    }
+    let Some(rest) = endpoint.strip_prefix("tcp://") else {
+        return Ok(endpoint.to_owned());
+    };
+    let Some((host, port)) = rest.rsplit_once(':') else {
+        return Err(zmq_err("use", endpoint, "a tcp endpoint needs host:port"));
+    };
+    let host = if host == "*" { "0.0.0.0" } else { host };
+    let port = if port == "*" { "0" } else { port };
+    Ok(format!("tcp://{host}:{port}"))
+}
+
 impl Publisher {
     /// Opens the sockets (errors come back here, before anything runs), attaches to
     /// `sink` (batches already in its drain queue are published first) and starts the
-    /// thread. `InvalidArgument` for a bad endpoint, an address in use, `buffer_steps`
-    /// or `max_queue` of 0 where they must not be, or a sink that has a publisher already.
+    /// thread. `InvalidArgument` for a bad endpoint, an address in use, `max_queue` of 0,
+    /// or a sink that has a publisher already.
     pub fn start(sink: &Arc<EventSink>, opts: PublisherOptions) -> Result<Publisher> {
-        Self::start_in(zmq::Context::new(), sink, opts)
-    }
-
-    /// [`Publisher::start`] in a given ZMQ context (for `inproc://` endpoints shared with
-    /// subscribers in the same process).
-    pub fn start_in(
-        ctx: zmq::Context,
-        sink: &Arc<EventSink>,
-        opts: PublisherOptions,
-    ) -> Result<Publisher> {
         if opts.max_queue == 0 {
             return Err(invalid("events: max_queue must be at least 1"));
         }
-        let linger = i32::try_from(opts.linger.as_millis()).unwrap_or(i32::MAX);
-        let pub_sock = ctx
-            .socket(zmq::PUB)
-            .map_err(|e| zmq_err("open a PUB socket for", &opts.endpoint, e))?;
-        pub_sock
-            .set_sndhwm(opts.hwm)
-            .map_err(|e| zmq_err("set the high-water mark of", &opts.endpoint, e))?;
-        pub_sock.set_linger(linger).map_err(|e| zmq_err("set linger on", &opts.endpoint, e))?;
-        let endpoint = if binds(&opts.endpoint) {
-            pub_sock.bind(&opts.endpoint).map_err(|e| zmq_err("bind", &opts.endpoint, e))?;
-            match pub_sock.get_last_endpoint() {
-                Ok(Ok(s)) => s,
-                _ => opts.endpoint.clone(),
-            }
-        } else {
-            pub_sock
-                .connect(&opts.endpoint)
-                .map_err(|e| zmq_err("connect to", &opts.endpoint, e))?;
-            opts.endpoint.clone()
-        };
-        let (replay, replay_endpoint) = match &opts.replay_endpoint {
-            None => (None, None),
-            Some(ep) => {
-                let r = ctx
-                    .socket(zmq::ROUTER)
-                    .map_err(|e| zmq_err("open a ROUTER socket for", ep, e))?;
-                // Unlimited: one answer is at most `buffer_steps` messages.
-                r.set_sndhwm(0).map_err(|e| zmq_err("set the high-water mark of", ep, e))?;
-                r.set_linger(linger).map_err(|e| zmq_err("set linger on", ep, e))?;
-                r.bind(ep).map_err(|e| zmq_err("bind", ep, e))?;
-                let bound = match r.get_last_endpoint() {
-                    Ok(Ok(s)) => s,
-                    _ => ep.clone(),
-                };
-                (Some(r), Some(bound))
-            }
-        };
-        let shared = Arc::new(Shared {
-            published: AtomicU64::new(0),
-            dropped: AtomicU64::new(0),
-            replayed: AtomicU64::new(0),
-            replay_requests: AtomicU64::new(0),
-            ring: Mutex::new(VecDeque::new()),
-            buffer_steps: opts.buffer_steps,
-        });
-        let (tx, rx) = sync_channel(opts.max_queue);
-        sink.attach(Feed { tx, shared: shared.clone() })?;
-        let worker = Worker {
-            pub_sock,
-            replay,
-            rx,
-            shared: shared.clone(),
-            sink: Arc::downgrade(sink),
-            topic: opts.topic.into_bytes(),
-            wire: opts.wire,
-            auto_flush: opts.auto_flush,
-            horizon: 0,
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .map_err(|e| invalid(format!("events: cannot start the publisher's runtime: {e}")))?;
+        // The sockets start tasks on the runtime they are made in: make them (and bind, and
+        // attach) inside it, so whatever fails drops them there too.
+        let (shared, worker, rx, endpoint, replay_endpoint) = {
+            let _in_runtime = rt.enter();
+            let ep = transport_endpoint(&opts.endpoint)?;
+            let mut pub_sock = zeromq::PubSocket::new();
+            let endpoint = if binds(&opts.endpoint) {
+                let bound = rt
+                    .block_on(pub_sock.bind(&ep))
+                    .map_err(|e| zmq_err("bind", &opts.endpoint, e))?;
+                bound.to_string()
+            } else {
+                // Parse now, so a bad endpoint is an error here; connect in the background.
+                ep.parse::<zeromq::Endpoint>()
+                    .map_err(|e| zmq_err("connect to", &opts.endpoint, e))?;
+                opts.endpoint.clone()
+            };
+            let (replay, replay_endpoint) = match &opts.replay_endpoint {
+                None => (None, None),
+                Some(ep) => {
+                    let mut r = zeromq::RouterSocket::new();
+                    let bound = rt
+                        .block_on(r.bind(&transport_endpoint(ep)?))
+                        .map_err(|e| zmq_err("bind", ep, e))?;
+                    (Some(r), Some(bound.to_string()))
+                }
+            };
+            let shared = Arc::new(Shared {
+                published: AtomicU64::new(0),
+                dropped: AtomicU64::new(0),
+                replayed: AtomicU64::new(0),
+                replay_requests: AtomicU64::new(0),
+                ring: Mutex::new(VecDeque::new()),
+                buffer_steps: opts.buffer_steps,
+            });
+            let (tx, rx) = tokio::sync::mpsc::channel(opts.max_queue);
+            sink.attach(Feed { tx, shared: shared.clone() })?;
+            let worker = Worker {
+                pub_sock,
+                connect: (!binds(&opts.endpoint)).then_some(ep),
+                replay,
+                shared: shared.clone(),
+                sink: Arc::downgrade(sink),
+                topic: Bytes::from(opts.topic.into_bytes()),
+                wire: opts.wire,
+                auto_flush: opts.auto_flush,
+                linger: opts.linger,
+                horizon: 0,
+            };
+            (shared, worker, rx, endpoint, replay_endpoint)
         };
         let thread = std::thread::Builder::new()
             .name("radixkv-kv-events".into())
-            .spawn(move || worker.run())
+            .spawn(move || rt.block_on(worker.run(rx)))
             .map_err(|e| {
                 sink.detach();
                 invalid(format!("events: cannot start the publisher thread: {e}"))
@@ -269,7 +282,6 @@ impl Publisher {
             sink: sink.clone(),
             shared,
             thread: Some(thread),
-            ctx,
             endpoint,
             replay_endpoint,
         })
@@ -285,11 +297,6 @@ impl Publisher {
         self.replay_endpoint.as_deref()
     }
 
-    /// The ZMQ context the sockets live in (for `inproc://` subscribers).
-    pub fn context(&self) -> &zmq::Context {
-        &self.ctx
-    }
-
     /// The counters.
     pub fn stats(&self) -> PublisherStats {
         // Relaxed: counters.
@@ -302,8 +309,8 @@ impl Publisher {
     }
 
     /// Flushes the sink, detaches from it (later batches go to its drain queue again),
-    /// publishes what is queued and closes the sockets (waiting up to the linger for
-    /// unsent messages). Returns the final counters.
+    /// publishes what is queued and closes the sockets after the linger. Returns the final
+    /// counters.
     pub fn stop(mut self) -> PublisherStats {
         self.shutdown();
         self.stats()
@@ -312,8 +319,8 @@ impl Publisher {
     fn shutdown(&mut self) {
         if let Some(t) = self.thread.take() {
             self.sink.flush();
-            // Dropping the feed disconnects the queue: the thread sends what is left, then
-            // sees the disconnect and returns, closing its sockets.
+            // Dropping the feed closes the queue: the thread sends what is left, then sees
+            // the close, lingers and returns, closing its sockets.
             self.sink.detach();
             let _ = t.join();
         }
@@ -326,96 +333,131 @@ impl Drop for Publisher {
     }
 }
 
-/// The publisher's thread.
+/// The publisher's thread (a task on its one-thread runtime).
 struct Worker {
-    pub_sock: zmq::Socket,
-    replay: Option<zmq::Socket>,
-    rx: Receiver<Arc<Item>>,
+    pub_sock: zeromq::PubSocket,
+    /// The endpoint to connect the PUB socket to, when it does not bind.
+    connect: Option<String>,
+    replay: Option<zeromq::RouterSocket>,
     shared: Arc<Shared>,
     sink: Weak<EventSink>,
-    topic: Vec<u8>,
+    topic: Bytes,
     wire: WireOptions,
     auto_flush: Option<Duration>,
+    linger: Duration,
     /// One past the last sequence number taken from the queue: replay serves below it.
     horizon: u64,
 }
 
+/// The next replay request, or never without a replay socket.
+async fn next_request(r: &mut Option<zeromq::RouterSocket>) -> Option<ZmqMessage> {
+    match r {
+        Some(r) => r.recv().await.ok(),
+        None => std::future::pending().await,
+    }
+}
+
 impl Worker {
-    fn run(mut self) {
-        let mut tick = Duration::from_millis(100);
-        if let Some(a) = self.auto_flush {
-            tick = tick.min(a);
+    async fn run(mut self, mut rx: Receiver<Arc<Item>>) {
+        if let Some(ep) = self.connect.take() {
+            // Keeps trying (with the transport's back-off) until the peer listens; what is
+            // published meanwhile has no subscriber to go to, as with libzmq.
+            let mut s = std::mem::replace(&mut self.pub_sock, zeromq::PubSocket::new());
+            let _ = s.connect(&ep).await;
+            self.pub_sock = s;
         }
-        if self.replay.is_some() {
-            tick = tick.min(Duration::from_millis(5));
-        }
-        let mut last_flush = Instant::now();
+        let mut tick = tokio::time::interval(self.auto_flush.unwrap_or(Duration::from_secs(3600)));
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
+        let mut replay = self.replay.take();
         loop {
-            self.serve_replay();
-            if self.auto_flush.is_some_and(|a| last_flush.elapsed() >= a) {
-                last_flush = Instant::now();
-                if let Some(s) = self.sink.upgrade() {
-                    s.flush();
-                }
-            }
-            match self.rx.recv_timeout(tick) {
-                Ok(item) => {
-                    self.publish(&item);
-                    // Send a burst without waking for replay or flushes between batches.
-                    while let Ok(item) = self.rx.try_recv() {
-                        self.publish(&item);
+            tokio::select! {
+                item = rx.recv() => {
+                    let Some(item) = item else { break };
+                    self.publish(&item).await;
+                    // Send a burst without going back to the select between batches, but
+                    // every 64 let the socket's own tasks (on this one-thread runtime)
+                    // write the messages out: without the yield they would not run until
+                    // the burst ended, and the socket's queue would overflow meanwhile.
+                    let mut n = 0u32;
+                    while let Ok(item) = rx.try_recv() {
+                        n += 1;
+                        if n % 64 == 0 {
+                            tokio::task::yield_now().await;
+                        }
+                        self.publish(&item).await;
                     }
                 }
-                Err(RecvTimeoutError::Timeout) => {}
-                Err(RecvTimeoutError::Disconnected) => break,
+                req = next_request(&mut replay) => {
+                    if let (Some(req), Some(r)) = (req, replay.as_mut()) {
+                        self.serve(r, req).await;
+                    }
+                }
+                _ = tick.tick(), if self.auto_flush.is_some() => {
+                    if let Some(s) = self.sink.upgrade() {
+                        s.flush();
+                    }
+                }
             }
         }
-        self.serve_replay();
+        // Give what was queued in the sockets time to leave, still answering replay.
+        let linger = tokio::time::sleep(self.linger);
+        tokio::pin!(linger);
+        loop {
+            tokio::select! {
+                _ = &mut linger => break,
+                req = next_request(&mut replay) => {
+                    if let (Some(req), Some(r)) = (req, replay.as_mut()) {
+                        self.serve(r, req).await;
+                    }
+                }
+            }
+        }
     }
 
-    fn publish(&mut self, item: &Item) {
-        let payload = item.payload(&self.wire);
-        let frames: [&[u8]; 3] = [&self.topic, &item.seq.to_be_bytes(), payload];
-        // A PUB socket does not block: past the high-water mark libzmq drops the message
-        // for that subscriber. An error (the context closing) leaves it unsent.
-        if self.pub_sock.send_multipart(frames, 0).is_ok() {
+    async fn publish(&mut self, item: &Item) {
+        let mut m = ZmqMessage::from(self.topic.clone());
+        m.push_back(Bytes::copy_from_slice(&item.seq.to_be_bytes()));
+        m.push_back(item.payload(&self.wire));
+        // A PUB socket does not wait for subscribers: past the high-water mark it drops the
+        // message for that subscriber.
+        if self.pub_sock.send(m).await.is_ok() {
             // Relaxed: a counter.
             self.shared.published.fetch_add(1, Ordering::Relaxed);
         }
         self.horizon = item.seq + 1;
     }
 
-    /// Answers every replay request waiting.
-    fn serve_replay(&mut self) {
-        let Some(r) = &self.replay else {
+    /// Answers one replay request: `[identity, b"", start_seq]`.
+    async fn serve(&mut self, r: &mut zeromq::RouterSocket, req: ZmqMessage) {
+        let frames = req.into_vec();
+        if frames.len() != 3 || !frames[1].is_empty() || frames[2].len() != 8 {
             return;
-        };
-        while let Ok(frames) = r.recv_multipart(zmq::DONTWAIT) {
-            // [identity, b"", start_seq]
-            if frames.len() != 3 || !frames[1].is_empty() || frames[2].len() != 8 {
-                continue;
-            }
-            let id = &frames[0];
-            let start = u64::from_be_bytes(frames[2][..8].try_into().expect("8 bytes"));
-            let kept: Vec<Arc<Item>> = self
-                .shared
-                .ring()
-                .iter()
-                .filter(|i| i.seq >= start && i.seq < self.horizon)
-                .cloned()
-                .collect();
-            for item in &kept {
-                let frames: [&[u8]; 4] =
-                    [id, b"", &item.seq.to_be_bytes(), item.payload(&self.wire)];
-                if r.send_multipart(frames, 0).is_ok() {
-                    // Relaxed: a counter.
-                    self.shared.replayed.fetch_add(1, Ordering::Relaxed);
-                }
-            }
-            let end: [&[u8]; 4] = [id, b"", &REPLAY_END.to_be_bytes(), b""];
-            let _ = r.send_multipart(end, 0);
-            // Relaxed: a counter.
-            self.shared.replay_requests.fetch_add(1, Ordering::Relaxed);
         }
+        let id = frames[0].clone();
+        let start = u64::from_be_bytes(frames[2][..8].try_into().expect("8 bytes"));
+        let kept: Vec<Arc<Item>> = self
+            .shared
+            .ring()
+            .iter()
+            .filter(|i| i.seq >= start && i.seq < self.horizon)
+            .cloned()
+            .collect();
+        for item in &kept {
+            let mut m = ZmqMessage::from(id.clone());
+            m.push_back(Bytes::new());
+            m.push_back(Bytes::copy_from_slice(&item.seq.to_be_bytes()));
+            m.push_back(item.payload(&self.wire));
+            if r.send(m).await.is_ok() {
+                // Relaxed: a counter.
+                self.shared.replayed.fetch_add(1, Ordering::Relaxed);
+            }
+        }
+        let mut end = ZmqMessage::from(id);
+        end.push_back(Bytes::new());
+        end.push_back(Bytes::copy_from_slice(&REPLAY_END.to_be_bytes()));
+        end.push_back(Bytes::new());
+        let _ = r.send(end).await;
+        // Relaxed: a counter.
+        self.shared.replay_requests.fetch_add(1, Ordering::Relaxed);
     }
 }

@@ -34,8 +34,8 @@ fn publisher(encoding: Encoding) -> (Arc<EventSink>, Publisher) {
     (sink, p)
 }
 
-fn consumer(p: &Publisher) -> DynamoConsumer {
-    DynamoConsumer::connect(p.context(), p.endpoint(), p.replay_endpoint().unwrap(), PAGE)
+fn consumer(ctx: &zmq::Context, p: &Publisher) -> DynamoConsumer {
+    DynamoConsumer::connect(ctx, p.endpoint(), p.replay_endpoint().unwrap(), PAGE)
 }
 
 /// Every request of the Mooncake trace (page 16, `RADIXKV_CONSUMER_REQUESTS` to cut it)
@@ -60,7 +60,8 @@ fn dynamo_overlap_equals_the_model_over_the_mooncake_trace() {
         while p.stats().published == 0 {
             std::thread::sleep(Duration::from_millis(1));
         }
-        let mut c = consumer(&p);
+        let ctx = zmq::Context::new();
+        let mut c = consumer(&ctx, &p);
         let mut hits = 0u64;
         for i in 1..n {
             let r = trace.get(i);
@@ -102,7 +103,8 @@ fn dynamo_overlap_equals_the_model_over_the_mooncake_trace() {
 fn namespaces_with_equal_tokens_never_overlap_in_dynamo() {
     for encoding in [Encoding::VllmArray, Encoding::VllmMap] {
         let (sink, p) = publisher(encoding);
-        let mut c = consumer(&p);
+        let ctx = zmq::Context::new();
+        let mut c = consumer(&ctx, &p);
         sink.set_namespace(
             2,
             NamespaceMeta { lora_name: Some("adapter-a".into()), cache_salt: None },
