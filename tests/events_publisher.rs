@@ -218,6 +218,42 @@ fn batches_closed_before_the_publisher_go_first_and_the_sink_drains_again_after_
     assert_eq!(s.drain().len(), 1, "the sink drains again");
 }
 
+/// A PUB endpoint without `*` connects, in the background and retrying: here it starts
+/// before the subscriber binds, and reaches it once it does.
+#[test]
+fn a_connecting_publisher_reaches_a_subscriber_that_binds_later() {
+    let port = {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        l.local_addr().unwrap().port()
+    };
+    let s = sink(1);
+    let o = PublisherOptions {
+        endpoint: format!("tcp://127.0.0.1:{port}"),
+        ..opts(Encoding::VllmArray)
+    };
+    let p = Publisher::start(&s, o).unwrap();
+    assert_eq!(p.endpoint(), format!("tcp://127.0.0.1:{port}"));
+    // Batches before anyone listens go nowhere, and are counted as sent.
+    s.removed(vec![1]);
+    s.flush();
+    std::thread::sleep(Duration::from_millis(50));
+    let ctx = zmq::Context::new();
+    let sub = ctx.socket(zmq::SUB).unwrap();
+    sub.set_subscribe(b"").unwrap();
+    sub.bind(&format!("tcp://127.0.0.1:{port}")).unwrap();
+    let next = join(&s, &sub);
+    s.removed(vec![42]);
+    assert_eq!(s.flush(), Some(next));
+    let m = sub.recv_multipart(0).expect("a batch over the connection the publisher made");
+    assert_eq!(u64::from_be_bytes(m[1][..].try_into().unwrap()), next);
+    assert_eq!(
+        decode_batch(&m[2]).unwrap().batch.events,
+        vec![KvEvent::BlockRemoved { block_hashes: vec![42], medium: Default::default() }]
+    );
+    let st = p.stop();
+    assert_eq!(st.published + st.dropped, next + 1);
+}
+
 fn start_err(s: &Arc<EventSink>, o: PublisherOptions) -> String {
     match Publisher::start(s, o) {
         Err(Error::InvalidArgument(m)) => m,

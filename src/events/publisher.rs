@@ -359,20 +359,55 @@ async fn next_request(r: &mut Option<zeromq::RouterSocket>) -> Option<ZmqMessage
 
 impl Worker {
     async fn run(mut self, mut rx: Receiver<Arc<Item>>) {
-        if let Some(ep) = self.connect.take() {
-            // Keeps trying (with the transport's back-off) until the peer listens; what is
-            // published meanwhile has no subscriber to go to, as with libzmq.
-            let mut s = std::mem::replace(&mut self.pub_sock, zeromq::PubSocket::new());
-            let _ = s.connect(&ep).await;
-            self.pub_sock = s;
-        }
         let mut tick = tokio::time::interval(self.auto_flush.unwrap_or(Duration::from_secs(3600)));
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
         let mut replay = self.replay.take();
-        loop {
+        let mut open = true;
+        if let Some(ep) = self.connect.take() {
+            // Connect in the background, retrying until the peer listens (each attempt backs
+            // off inside the transport for up to its 30 s connect timeout). Meanwhile batches
+            // go nowhere, as from a libzmq PUB socket no subscriber has reached yet, and
+            // replay and the auto-flush go on.
+            let mut pub_sock = std::mem::replace(&mut self.pub_sock, zeromq::PubSocket::new());
+            'connect: while open {
+                let attempt = pub_sock.connect(&ep);
+                tokio::pin!(attempt);
+                loop {
+                    tokio::select! {
+                        r = &mut attempt => {
+                            if r.is_ok() {
+                                break 'connect;
+                            }
+                            tokio::time::sleep(Duration::from_millis(100)).await;
+                            break;
+                        }
+                        item = rx.recv() => match item {
+                            Some(item) => self.unsent(&item),
+                            None => { open = false; break 'connect; }
+                        },
+                        req = next_request(&mut replay) => {
+                            if let (Some(req), Some(r)) = (req, replay.as_mut()) {
+                                self.serve(r, req).await;
+                            }
+                        }
+                        _ = tick.tick(), if self.auto_flush.is_some() => {
+                            if let Some(s) = self.sink.upgrade() {
+                                s.flush();
+                            }
+                        }
+                    }
+                }
+            }
+            self.pub_sock = pub_sock;
+        }
+        // The queue closed while connecting: straight to the linger.
+        while open {
             tokio::select! {
                 item = rx.recv() => {
-                    let Some(item) = item else { break };
+                    let Some(item) = item else {
+                        open = false;
+                        continue;
+                    };
                     self.publish(&item).await;
                     // Send a burst without going back to the select between batches, but
                     // every 64 let the socket's own tasks (on this one-thread runtime)
@@ -412,6 +447,14 @@ impl Worker {
                 }
             }
         }
+    }
+
+    /// A batch taken while no peer is connected: sent to no one (counted as published, as
+    /// a PUB socket without subscribers sends it), kept for replay.
+    fn unsent(&mut self, item: &Item) {
+        // Relaxed: a counter.
+        self.shared.published.fetch_add(1, Ordering::Relaxed);
+        self.horizon = item.seq + 1;
     }
 
     async fn publish(&mut self, item: &Item) {
