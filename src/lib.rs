@@ -5,6 +5,7 @@ pub(crate) mod sync;
 
 pub mod cache;
 pub mod error;
+pub mod events;
 pub mod ffi;
 pub mod kv;
 pub mod pool;

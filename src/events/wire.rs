@@ -1,0 +1,558 @@
+//! vLLM's KV-event wire format: msgpack, encoded with `rmp-serde`.
+//!
+//! A payload is `[ts: float64, events: [...], data_parallel_rank: int]`. Each event is
+//! one of (field for field as vLLM's `msgspec` structs in `vllm/distributed/kv_events.py`):
+//!
+//! ```text
+//! ["BlockStored", block_hashes, parent_block_hash, token_ids, block_size, lora_id,
+//!  medium, lora_name, extra_keys, group_idx, kv_cache_spec_kind,
+//!  kv_cache_spec_sliding_window]
+//! ["BlockRemoved", block_hashes, medium, group_idx]
+//! ["AllBlocksCleared"]
+//! ```
+//!
+//! in the [`Encoding::VllmArray`] form (msgspec `array_like=True, tag=True`, every field
+//! present), or as maps with `"type"` first and the fields whose value is their default
+//! left out ([`Encoding::VllmMap`]: msgspec `tag=True, omit_defaults=True`; the fields
+//! without a default, `lora_id`, `medium`, `lora_name`, `parent_block_hash`, are always
+//! there). radixkv sends `lora_id` nil, `group_idx` 0, `kv_cache_spec_kind`
+//! `"full_attention"`, `kv_cache_spec_sliding_window` nil.
+//!
+//! vLLM has no `cache_salt` field: it folds the salt into the first block's `extra_keys`.
+//! A salted `BlockStored` therefore carries `extra_keys = [["dynamo-cache-salt:<salt>"],
+//! nil, ...]` (one entry per block), the tagged form Dynamo's decoder
+//! (`dynamo_kv_router::zmq_wire::extra_keys_to_cache_namespace`) maps to its cache
+//! namespace; an unsalted one has `extra_keys` nil. The salt rides on every `BlockStored`
+//! of the namespace, not only on its first page's, so a router that joins mid-stream still
+//! places a continuation in the right namespace. The tests pin the bytes against msgspec's
+//! (`tests/golden/vllm_wire.py`).
+
+use std::sync::Arc;
+
+use serde::de::{self, Deserializer, MapAccess, SeqAccess, Visitor};
+use serde::ser::{SerializeMap, SerializeSeq, SerializeTuple, Serializer};
+use serde::{Deserialize, Serialize};
+
+use super::{EventBatch, KvEvent, Medium};
+use crate::error::{Result, invalid};
+
+/// The tag Dynamo's decoder looks for in a block's `extra_keys` to find its cache salt
+/// (`dynamo_kv_router::zmq_wire::DYNAMO_CACHE_SALT_PREFIX`).
+pub const CACHE_SALT_PREFIX: &str = "dynamo-cache-salt:";
+
+/// The `kv_cache_spec_kind` radixkv publishes.
+pub const KV_CACHE_SPEC_KIND: &str = "full_attention";
+
+/// How events are laid out in a payload.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Encoding {
+    /// Tagged arrays, every field present (the default).
+    #[default]
+    VllmArray,
+    /// Tagged maps, `"type"` first, fields equal to their default omitted.
+    VllmMap,
+}
+
+impl Encoding {
+    /// The name the CLI and docs use: `vllm-array` or `vllm-map`.
+    pub fn name(self) -> &'static str {
+        match self {
+            Encoding::VllmArray => "vllm-array",
+            Encoding::VllmMap => "vllm-map",
+        }
+    }
+
+    /// The encoding a name gives; `InvalidArgument` for another name.
+    pub fn from_name(s: &str) -> Result<Self> {
+        match s {
+            "vllm-array" => Ok(Encoding::VllmArray),
+            "vllm-map" => Ok(Encoding::VllmMap),
+            _ => Err(invalid(format!("unknown KV-event encoding {s:?} (vllm-array or vllm-map)"))),
+        }
+    }
+}
+
+/// How a payload is encoded.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct WireOptions {
+    /// The event layout.
+    pub encoding: Encoding,
+    /// Send block hashes as signed integers (their bits as `i64`), as SGLang does; see
+    /// [`super::hash::HashMode::signed_on_wire`].
+    pub signed_hashes: bool,
+    /// The payload's `data_parallel_rank`.
+    pub data_parallel_rank: i64,
+}
+
+/// Encodes one batch as a payload.
+pub fn encode_batch(batch: &EventBatch, opts: &WireOptions) -> Vec<u8> {
+    rmp_serde::to_vec(&WireBatch { batch, opts }).expect("encoding into a Vec cannot fail")
+}
+
+struct WireBatch<'a> {
+    batch: &'a EventBatch,
+    opts: &'a WireOptions,
+}
+
+impl Serialize for WireBatch<'_> {
+    fn serialize<S: Serializer>(&self, s: S) -> std::result::Result<S::Ok, S::Error> {
+        let mut t = s.serialize_tuple(3)?;
+        t.serialize_element(&self.batch.ts)?;
+        t.serialize_element(&Events(self))?;
+        t.serialize_element(&self.opts.data_parallel_rank)?;
+        t.end()
+    }
+}
+
+struct Events<'a>(&'a WireBatch<'a>);
+
+impl Serialize for Events<'_> {
+    fn serialize<S: Serializer>(&self, s: S) -> std::result::Result<S::Ok, S::Error> {
+        let mut q = s.serialize_seq(Some(self.0.batch.events.len()))?;
+        for e in &self.0.batch.events {
+            q.serialize_element(&WireEvent { e, opts: self.0.opts })?;
+        }
+        q.end()
+    }
+}
+
+struct WireEvent<'a> {
+    e: &'a KvEvent,
+    opts: &'a WireOptions,
+}
+
+/// A list of block hashes, unsigned or signed.
+struct Hashes<'a>(&'a [u64], bool);
+
+impl Serialize for Hashes<'_> {
+    fn serialize<S: Serializer>(&self, s: S) -> std::result::Result<S::Ok, S::Error> {
+        let mut q = s.serialize_seq(Some(self.0.len()))?;
+        for h in self.0 {
+            q.serialize_element(&Hash(*h, self.1))?;
+        }
+        q.end()
+    }
+}
+
+struct Hash(u64, bool);
+
+impl Serialize for Hash {
+    fn serialize<S: Serializer>(&self, s: S) -> std::result::Result<S::Ok, S::Error> {
+        if self.1 { s.serialize_i64(self.0 as i64) } else { s.serialize_u64(self.0) }
+    }
+}
+
+/// `extra_keys` of a salted store: the tagged salt on the first block, nil on the others.
+struct ExtraKeys<'a>(&'a str, usize);
+
+impl Serialize for ExtraKeys<'_> {
+    fn serialize<S: Serializer>(&self, s: S) -> std::result::Result<S::Ok, S::Error> {
+        let mut q = s.serialize_seq(Some(self.1))?;
+        for i in 0..self.1 {
+            if i == 0 {
+                q.serialize_element(&[format!("{CACHE_SALT_PREFIX}{}", self.0)])?;
+            } else {
+                q.serialize_element(&Option::<()>::None)?;
+            }
+        }
+        q.end()
+    }
+}
+
+impl Serialize for WireEvent<'_> {
+    fn serialize<S: Serializer>(&self, s: S) -> std::result::Result<S::Ok, S::Error> {
+        let signed = self.opts.signed_hashes;
+        let map = self.opts.encoding == Encoding::VllmMap;
+        match self.e {
+            KvEvent::BlockStored {
+                block_hashes,
+                parent_block_hash,
+                token_ids,
+                block_size,
+                lora_name,
+                cache_salt,
+                medium,
+            } => {
+                let hashes = Hashes(block_hashes, signed);
+                let parent = parent_block_hash.map(|h| Hash(h, signed));
+                let extra = cache_salt.as_deref().map(|c| ExtraKeys(c, block_hashes.len()));
+                if map {
+                    let n = 10 + extra.is_some() as usize;
+                    let mut m = s.serialize_map(Some(n))?;
+                    m.serialize_entry("type", "BlockStored")?;
+                    m.serialize_entry("block_hashes", &hashes)?;
+                    m.serialize_entry("parent_block_hash", &parent)?;
+                    m.serialize_entry("token_ids", token_ids)?;
+                    m.serialize_entry("block_size", block_size)?;
+                    m.serialize_entry("lora_id", &Option::<()>::None)?;
+                    m.serialize_entry("medium", medium.as_str())?;
+                    m.serialize_entry("lora_name", &lora_name.as_deref())?;
+                    if let Some(x) = &extra {
+                        m.serialize_entry("extra_keys", x)?;
+                    }
+                    m.serialize_entry("group_idx", &0u32)?;
+                    m.serialize_entry("kv_cache_spec_kind", KV_CACHE_SPEC_KIND)?;
+                    m.end()
+                } else {
+                    let mut t = s.serialize_tuple(12)?;
+                    t.serialize_element("BlockStored")?;
+                    t.serialize_element(&hashes)?;
+                    t.serialize_element(&parent)?;
+                    t.serialize_element(token_ids)?;
+                    t.serialize_element(block_size)?;
+                    t.serialize_element(&Option::<()>::None)?;
+                    t.serialize_element(medium.as_str())?;
+                    t.serialize_element(&lora_name.as_deref())?;
+                    t.serialize_element(&extra)?;
+                    t.serialize_element(&0u32)?;
+                    t.serialize_element(KV_CACHE_SPEC_KIND)?;
+                    t.serialize_element(&Option::<()>::None)?;
+                    t.end()
+                }
+            }
+            KvEvent::BlockRemoved { block_hashes, medium } => {
+                let hashes = Hashes(block_hashes, signed);
+                if map {
+                    let mut m = s.serialize_map(Some(4))?;
+                    m.serialize_entry("type", "BlockRemoved")?;
+                    m.serialize_entry("block_hashes", &hashes)?;
+                    m.serialize_entry("medium", medium.as_str())?;
+                    m.serialize_entry("group_idx", &0u32)?;
+                    m.end()
+                } else {
+                    let mut t = s.serialize_tuple(4)?;
+                    t.serialize_element("BlockRemoved")?;
+                    t.serialize_element(&hashes)?;
+                    t.serialize_element(medium.as_str())?;
+                    t.serialize_element(&0u32)?;
+                    t.end()
+                }
+            }
+            KvEvent::AllBlocksCleared => {
+                if map {
+                    let mut m = s.serialize_map(Some(1))?;
+                    m.serialize_entry("type", "AllBlocksCleared")?;
+                    m.end()
+                } else {
+                    let mut t = s.serialize_tuple(1)?;
+                    t.serialize_element("AllBlocksCleared")?;
+                    t.end()
+                }
+            }
+        }
+    }
+}
+
+/// A decoded payload.
+#[derive(Debug, Clone, PartialEq)]
+pub struct DecodedBatch {
+    /// The batch (its `ts` and events).
+    pub batch: EventBatch,
+    /// Its `data_parallel_rank` (`None` when nil or absent).
+    pub data_parallel_rank: Option<i64>,
+}
+
+/// Decodes a payload in either encoding (and either hash signedness: a signed hash comes
+/// back as its bits). Unknown trailing fields and map keys are ignored, as vLLM's
+/// consumers do; a payload that is not a batch, an unknown event tag, a missing field or
+/// an unknown medium is `InvalidArgument`.
+pub fn decode_batch(payload: &[u8]) -> Result<DecodedBatch> {
+    let v: Val =
+        rmp_serde::from_slice(payload).map_err(|e| invalid(format!("KV-event payload: {e}")))?;
+    let Val::Arr(parts) = v else {
+        return Err(invalid("KV-event payload: not an array [ts, events, data_parallel_rank]"));
+    };
+    let ts = match parts.first() {
+        Some(Val::F(f)) => *f,
+        Some(Val::U(u)) => *u as f64,
+        Some(Val::I(i)) => *i as f64,
+        _ => return Err(invalid("KV-event payload: ts is not a number")),
+    };
+    let Some(Val::Arr(evs)) = parts.get(1) else {
+        return Err(invalid("KV-event payload: events is not an array"));
+    };
+    let data_parallel_rank = match parts.get(2) {
+        None | Some(Val::Nil) => None,
+        Some(v) => Some(v.int().ok_or_else(|| invalid("KV-event payload: data_parallel_rank"))?),
+    };
+    let events = evs.iter().map(decode_event).collect::<Result<Vec<_>>>()?;
+    Ok(DecodedBatch { batch: EventBatch { ts, events }, data_parallel_rank })
+}
+
+/// The fields of an event, by name, whichever the encoding.
+enum Fields<'a> {
+    /// An array event and the names of its positions.
+    Arr(&'a [Val], &'static [&'static str]),
+    /// A map event.
+    Map(&'a [(Val, Val)]),
+}
+
+impl<'a> Fields<'a> {
+    fn get(&self, k: &str) -> Option<&'a Val> {
+        match self {
+            Fields::Arr(a, names) => names.iter().position(|n| *n == k).and_then(|i| a.get(i)),
+            Fields::Map(m) => {
+                m.iter().find_map(|(n, v)| matches!(n, Val::Str(n) if n == k).then_some(v))
+            }
+        }
+    }
+}
+
+const STORED: [&str; 12] = [
+    "type",
+    "block_hashes",
+    "parent_block_hash",
+    "token_ids",
+    "block_size",
+    "lora_id",
+    "medium",
+    "lora_name",
+    "extra_keys",
+    "group_idx",
+    "kv_cache_spec_kind",
+    "kv_cache_spec_sliding_window",
+];
+const REMOVED: [&str; 4] = ["type", "block_hashes", "medium", "group_idx"];
+
+/// An event's tag and fields.
+fn fields(v: &Val) -> Result<(&str, Fields<'_>)> {
+    match v {
+        Val::Arr(a) => {
+            let Some(Val::Str(tag)) = a.first() else {
+                return Err(invalid("KV event: an array event must start with its tag"));
+            };
+            let names: &'static [&'static str] = match tag.as_str() {
+                "BlockStored" => &STORED,
+                "BlockRemoved" => &REMOVED,
+                _ => &["type"],
+            };
+            Ok((tag, Fields::Arr(a, names)))
+        }
+        Val::Map(m) => {
+            let tag = m.iter().find_map(|(k, v)| match (k, v) {
+                (Val::Str(k), Val::Str(v)) if k == "type" => Some(v.as_str()),
+                _ => None,
+            });
+            let Some(tag) = tag else {
+                return Err(invalid("KV event: a map event needs a \"type\""));
+            };
+            Ok((tag, Fields::Map(m)))
+        }
+        _ => Err(invalid("KV event: neither an array nor a map")),
+    }
+}
+
+fn hashes(v: Option<&Val>) -> Result<Vec<u64>> {
+    match v {
+        Some(Val::Arr(a)) => a
+            .iter()
+            .map(|h| h.bits().ok_or_else(|| invalid("KV event: a block hash is not an integer")))
+            .collect(),
+        _ => Err(invalid("KV event: block_hashes missing or not an array")),
+    }
+}
+
+fn medium(v: Option<&Val>) -> Result<Medium> {
+    match v {
+        None | Some(Val::Nil) => Ok(Medium::Gpu),
+        Some(Val::Str(s)) => {
+            Medium::from_wire(s).ok_or_else(|| invalid(format!("KV event: unknown medium {s:?}")))
+        }
+        _ => Err(invalid("KV event: medium is not a string")),
+    }
+}
+
+fn decode_event(v: &Val) -> Result<KvEvent> {
+    let (tag, f) = fields(v)?;
+    let get = |k| f.get(k);
+    match tag {
+        "BlockStored" => {
+            let block_hashes = hashes(get("block_hashes"))?;
+            let parent_block_hash = match get("parent_block_hash") {
+                None | Some(Val::Nil) => None,
+                Some(h) => Some(h.bits().ok_or_else(|| invalid("KV event: parent_block_hash"))?),
+            };
+            let token_ids = match get("token_ids") {
+                Some(Val::Arr(a)) => a
+                    .iter()
+                    .map(|t| t.int().and_then(|t| u32::try_from(t).ok()))
+                    .collect::<Option<Vec<u32>>>()
+                    .ok_or_else(|| invalid("KV event: a token id is not a u32"))?,
+                _ => return Err(invalid("KV event: token_ids missing")),
+            };
+            let block_size = get("block_size")
+                .and_then(Val::int)
+                .and_then(|b| u32::try_from(b).ok())
+                .ok_or_else(|| invalid("KV event: block_size missing"))?;
+            let lora_name = match get("lora_name") {
+                Some(Val::Str(s)) => Some(Arc::from(s.as_str())),
+                _ => None,
+            };
+            let cache_salt = match get("extra_keys") {
+                Some(Val::Arr(blocks)) => match blocks.first() {
+                    Some(Val::Arr(keys)) => keys.iter().find_map(|k| match k {
+                        Val::Str(s) => s.strip_prefix(CACHE_SALT_PREFIX).map(Arc::from),
+                        _ => None,
+                    }),
+                    _ => None,
+                },
+                _ => None,
+            };
+            Ok(KvEvent::BlockStored {
+                block_hashes,
+                parent_block_hash,
+                token_ids,
+                block_size,
+                lora_name,
+                cache_salt,
+                medium: medium(get("medium"))?,
+            })
+        }
+        "BlockRemoved" => Ok(KvEvent::BlockRemoved {
+            block_hashes: hashes(get("block_hashes"))?,
+            medium: medium(get("medium"))?,
+        }),
+        "AllBlocksCleared" => Ok(KvEvent::AllBlocksCleared),
+        t => Err(invalid(format!("KV event: unknown tag {t:?}"))),
+    }
+}
+
+/// A msgpack value, keeping integers' signedness.
+#[derive(Debug, Clone, PartialEq)]
+enum Val {
+    Nil,
+    Bool(bool),
+    U(u64),
+    I(i64),
+    F(f64),
+    Str(String),
+    Bin(Vec<u8>),
+    Arr(Vec<Val>),
+    Map(Vec<(Val, Val)>),
+}
+
+impl Val {
+    /// An integer that fits `i64`.
+    fn int(&self) -> Option<i64> {
+        match self {
+            Val::U(u) => i64::try_from(*u).ok(),
+            Val::I(i) => Some(*i),
+            _ => None,
+        }
+    }
+
+    /// A 64-bit hash as its bits, signed or unsigned.
+    fn bits(&self) -> Option<u64> {
+        match self {
+            Val::U(u) => Some(*u),
+            Val::I(i) => Some(*i as u64),
+            _ => None,
+        }
+    }
+}
+
+impl<'de> Deserialize<'de> for Val {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> std::result::Result<Self, D::Error> {
+        d.deserialize_any(ValVisitor)
+    }
+}
+
+struct ValVisitor;
+
+impl<'de> Visitor<'de> for ValVisitor {
+    type Value = Val;
+
+    fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+        f.write_str("a msgpack value")
+    }
+    fn visit_unit<E: de::Error>(self) -> std::result::Result<Val, E> {
+        Ok(Val::Nil)
+    }
+    fn visit_none<E: de::Error>(self) -> std::result::Result<Val, E> {
+        Ok(Val::Nil)
+    }
+    fn visit_some<D: Deserializer<'de>>(self, d: D) -> std::result::Result<Val, D::Error> {
+        Val::deserialize(d)
+    }
+    fn visit_bool<E: de::Error>(self, v: bool) -> std::result::Result<Val, E> {
+        Ok(Val::Bool(v))
+    }
+    fn visit_u64<E: de::Error>(self, v: u64) -> std::result::Result<Val, E> {
+        Ok(Val::U(v))
+    }
+    fn visit_i64<E: de::Error>(self, v: i64) -> std::result::Result<Val, E> {
+        Ok(if v >= 0 { Val::U(v as u64) } else { Val::I(v) })
+    }
+    fn visit_f64<E: de::Error>(self, v: f64) -> std::result::Result<Val, E> {
+        Ok(Val::F(v))
+    }
+    fn visit_str<E: de::Error>(self, v: &str) -> std::result::Result<Val, E> {
+        Ok(Val::Str(v.to_owned()))
+    }
+    fn visit_string<E: de::Error>(self, v: String) -> std::result::Result<Val, E> {
+        Ok(Val::Str(v))
+    }
+    fn visit_bytes<E: de::Error>(self, v: &[u8]) -> std::result::Result<Val, E> {
+        Ok(Val::Bin(v.to_vec()))
+    }
+    fn visit_byte_buf<E: de::Error>(self, v: Vec<u8>) -> std::result::Result<Val, E> {
+        Ok(Val::Bin(v))
+    }
+    fn visit_seq<A: SeqAccess<'de>>(self, mut a: A) -> std::result::Result<Val, A::Error> {
+        let mut v = Vec::with_capacity(a.size_hint().unwrap_or(0).min(1 << 16));
+        while let Some(x) = a.next_element()? {
+            v.push(x);
+        }
+        Ok(Val::Arr(v))
+    }
+    fn visit_map<A: MapAccess<'de>>(self, mut a: A) -> std::result::Result<Val, A::Error> {
+        let mut v = Vec::new();
+        while let Some(kv) = a.next_entry()? {
+            v.push(kv);
+        }
+        Ok(Val::Map(v))
+    }
+}
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use super::*;
+
+    fn sample() -> EventBatch {
+        EventBatch {
+            ts: 1.5,
+            events: vec![
+                KvEvent::BlockStored {
+                    block_hashes: vec![1, u64::MAX],
+                    parent_block_hash: Some(7),
+                    token_ids: vec![1, 2, 3, 4],
+                    block_size: 2,
+                    lora_name: Some("a".into()),
+                    cache_salt: Some("s".into()),
+                    medium: Medium::Gpu,
+                },
+                KvEvent::BlockRemoved { block_hashes: vec![1 << 63], medium: Medium::CpuPinned },
+                KvEvent::AllBlocksCleared,
+            ],
+        }
+    }
+
+    #[test]
+    fn round_trips_in_both_encodings_and_signedness() {
+        for encoding in [Encoding::VllmArray, Encoding::VllmMap] {
+            for signed_hashes in [false, true] {
+                let o = WireOptions { encoding, signed_hashes, data_parallel_rank: 3 };
+                let d = decode_batch(&encode_batch(&sample(), &o)).unwrap();
+                assert_eq!(d.batch, sample());
+                assert_eq!(d.data_parallel_rank, Some(3));
+            }
+        }
+    }
+
+    #[test]
+    fn garbage_is_an_error() {
+        assert!(decode_batch(&[0xc1]).is_err());
+        assert!(decode_batch(&rmp_serde::to_vec(&(1.0, vec![("Nope",)], 0)).unwrap()).is_err());
+        assert!(Encoding::from_name("json").is_err());
+    }
+}
