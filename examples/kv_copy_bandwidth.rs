@@ -58,7 +58,7 @@ struct Args {
 /// runs in the upper half, each followed by a gap of `run` slots so neighbouring runs
 /// never merge into longer ones.
 fn slot_lists(slots: usize, copy: usize, run: usize) -> Result<(Vec<u32>, Vec<u32>), String> {
-    if run == 0 || copy == 0 || copy % run != 0 {
+    if run == 0 || copy == 0 || !copy.is_multiple_of(run) {
         return Err(format!("--copy {copy} must be a positive multiple of the run length {run}"));
     }
     let half = slots / 2;

@@ -236,7 +236,7 @@ fn insert(
     let by_runs = (base as usize / 4 + t.len()) % 2 == 1;
     let mut runs = Vec::new();
     SlotRun::push_runs_of(&slots, &mut runs);
-    if base % 3 == 0 {
+    if base.is_multiple_of(3) {
         runs = runs
             .iter()
             .flat_map(|r| {

@@ -197,7 +197,7 @@ fn run(page: usize, threads: usize, ops: usize, policy: EvictionPolicy) {
                                 locks.push((l, q.clone(), out[..n].to_vec()));
                             } else {
                                 let e = tree.insert(ns, &q, &slots).unwrap();
-                                assert!(e <= n && e % page == 0);
+                                assert!(e <= n && e.is_multiple_of(page));
                                 ledger.settle(&slots, e, n);
                             }
                         }
@@ -235,7 +235,7 @@ fn run(page: usize, threads: usize, ops: usize, policy: EvictionPolicy) {
                             }
                             // Now and then the deferred frees run here, racing the others'
                             // matches, splits and evictions.
-                            if k % 4 == 0 {
+                            if k.is_multiple_of(4) {
                                 tree.reclaim();
                             }
                         }

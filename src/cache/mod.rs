@@ -180,10 +180,10 @@ impl<T: EvictedSlots> Drop for PoolEviction<'_, T> {
         // Cannot fail: the tree holds only slots the pool marked Cached when adopting, and
         // hands each evicted slot out once. Not asserted while a panic unwinds (a second
         // panic would abort the process).
-        if let Err(e) = released {
-            if !std::thread::panicking() {
-                panic!("evicted slots are cached in the pool: {e}");
-            }
+        if let Err(e) = released
+            && !std::thread::panicking()
+        {
+            panic!("evicted slots are cached in the pool: {e}");
         }
     }
 }

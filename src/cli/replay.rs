@@ -174,7 +174,7 @@ impl Shared<'_> {
         c.lat.matching.push(t.elapsed());
         let m = guard.len();
         let got = runs.iter().map(|r| r.len as usize).sum::<usize>();
-        if got != m || m > n || m % page != 0 {
+        if got != m || m > n || !m.is_multiple_of(page) {
             return Err(format!(
                 "cache match_and_lock_runs returned {got} slots for a {m}-token lock (aligned query {n})"
             ));

@@ -287,13 +287,12 @@ impl EventSink {
     pub fn push(&self, ev: KvEvent) {
         let mut s = self.lock();
         s.stats.events += 1;
-        if let KvEvent::BlockRemoved { block_hashes: more, medium: m } = &ev {
-            if let Some(KvEvent::BlockRemoved { block_hashes, medium }) = s.pending.last_mut() {
-                if m == medium {
-                    block_hashes.extend_from_slice(more);
-                    return;
-                }
-            }
+        if let KvEvent::BlockRemoved { block_hashes: more, medium: m } = &ev
+            && let Some(KvEvent::BlockRemoved { block_hashes, medium }) = s.pending.last_mut()
+            && m == medium
+        {
+            block_hashes.extend_from_slice(more);
+            return;
         }
         s.pending.push(ev);
     }

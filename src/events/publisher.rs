@@ -416,7 +416,7 @@ impl Worker {
                     let mut n = 0u32;
                     while let Ok(item) = rx.try_recv() {
                         n += 1;
-                        if n % 64 == 0 {
+                        if n.is_multiple_of(64) {
                             tokio::task::yield_now().await;
                         }
                         self.publish(&item).await;

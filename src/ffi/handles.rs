@@ -132,10 +132,10 @@ impl<T> Default for Shard<T> {
 impl<T> Shard<T> {
     /// An index to fill, or `None` when the shard is full.
     fn take_vacant(&mut self) -> Option<usize> {
-        if self.vacant.len() > QUARANTINE || self.entries.len() >= MAX_PER_SHARD {
-            if let Some(i) = self.vacant.pop_front() {
-                return Some(i as usize);
-            }
+        if (self.vacant.len() > QUARANTINE || self.entries.len() >= MAX_PER_SHARD)
+            && let Some(i) = self.vacant.pop_front()
+        {
+            return Some(i as usize);
         }
         if self.entries.len() < MAX_PER_SHARD {
             self.entries.push(Entry { generation: 0, lock: None });

@@ -635,7 +635,7 @@ fn alloc_refusal(e: Error, c: &rkv_cache, n: usize) -> Fail {
                  after evicting (the other slots are pinned by locks or held by callers)"
             ),
         ),
-        Error::InvalidArgument(_) if n % p != 0 => fail(
+        Error::InvalidArgument(_) if !n.is_multiple_of(p) => fail(
             rkv_status::RKV_INVALID_ARGUMENT,
             format!(
                 "n_slots = {n} is not a multiple of the page size {p} (slots come in whole pages)"

@@ -230,7 +230,7 @@ impl SlotPool {
         if num_slots == 0 {
             return Err(invalid("a pool needs at least one slot"));
         }
-        if num_slots % page_size != 0 {
+        if !num_slots.is_multiple_of(page_size) {
             return Err(invalid(format!(
                 "pool size {num_slots} is not a multiple of the page size {page_size}"
             )));
@@ -350,7 +350,7 @@ impl SlotPool {
     /// pages are allocatable.
     fn alloc_pages(&self, n: usize, prepare: impl FnOnce(usize)) -> Result<Option<Vec<PageRun>>> {
         let p = self.page_size;
-        if n % p != 0 {
+        if !n.is_multiple_of(p) {
             return Err(invalid(format!(
                 "cannot allocate {n} slots: not a multiple of the page size {p}"
             )));

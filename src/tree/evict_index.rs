@@ -361,13 +361,13 @@ mod tests {
             x ^= x << 13;
             x ^= x >> 7;
             x ^= x << 17;
-            if x % 3 == 0 {
+            if x.is_multiple_of(3) {
                 assert_eq!(q.pop(), reference.pop().map(|Reverse(e)| e), "step {step}");
             } else {
                 // Mostly the newest stamp, sometimes an older one (a parent that became a
                 // leaf), sometimes the same as the last (ties go by push order).
                 now += x % 2;
-                let stamp = if x % 5 == 0 { now.saturating_sub(x % 50) } else { now };
+                let stamp = if x.is_multiple_of(5) { now.saturating_sub(x % 50) } else { now };
                 if q.run.back().is_none_or(|b| b.0 <= stamp) {
                     in_order += 1;
                 } else {

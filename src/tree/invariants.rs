@@ -67,10 +67,10 @@ impl RadixTree {
                         return Err("wrong parent pointer".into());
                     }
                     let first = &c.key()[..p];
-                    if let Some(pf) = prev {
-                        if pf[0] > first[0] || pf == first {
-                            return Err("child table not sorted or first pages repeat".into());
-                        }
+                    if let Some(pf) = prev
+                        && (pf[0] > first[0] || pf == first)
+                    {
+                        return Err("child table not sorted or first pages repeat".into());
                     }
                     prev = Some(first);
                     census.nodes += 1;

@@ -14,7 +14,7 @@ impl RadixTree {
         pin_u: bool,
         g: &'g Guard,
     ) -> Option<&'g Node> {
-        debug_assert!(k > 0 && k < a.len() && k % self.cfg.page_size == 0);
+        debug_assert!(k > 0 && k < a.len() && k.is_multiple_of(self.cfg.page_size));
         let a_ptr = a as *const Node as *mut Node;
         loop {
             // Acquire: the parent named was built before the Release store of this pointer.

@@ -153,7 +153,7 @@ impl Edge {
         // is taken as scattered (runs later in it are missed: only compactness is lost).
         // Otherwise the runs are found one by one (each one's length in vectorized chunks),
         // and counted branch-free again if they turn out short.
-        let paged = page > 1 && len > 0 && len % page == 0;
+        let paged = page > 1 && len > 0 && len.is_multiple_of(page);
         let limit = if paged { len / page } else { len };
         let mut starts: Vec<u32> = Vec::new();
         let mut i = 0;
@@ -206,7 +206,7 @@ impl Edge {
         let len = tokens.len();
         let k = runs.len();
         debug_assert_eq!(runs.iter().map(|r| r.len as usize).sum::<usize>(), len);
-        let paged = page > 1 && len > 0 && len % page == 0;
+        let paged = page > 1 && len > 0 && len.is_multiple_of(page);
         let limit = if paged { len / page } else { len };
         if k > 0 && ((k == 1 && len > 1) || 2 * k <= limit) {
             let mut data = Vec::with_capacity(len + 2 * k - 1);
@@ -253,7 +253,7 @@ impl Edge {
         } else {
             // One base per page of `p` slots; the part is whole pages.
             let p = len / stored.len();
-            debug_assert!(start % p == 0 && end % p == 0);
+            debug_assert!(start.is_multiple_of(p) && end.is_multiple_of(p));
             data.extend_from_slice(&stored[start / p..end / p]);
         }
         Edge::from_data(data, end - start, 0)
