@@ -216,7 +216,7 @@ typedef struct rkv_stats {
 } rkv_stats;
 
 /**
- * Counts of one namespace (`rkv_namespace_stats`), an extension of version 1. A plain
+ * Counts of one namespace (`rkv_cache_namespace_stats`), an extension of version 1. A plain
  * value owned by the caller. Under concurrent calls each field is read atomically but the
  * fields are not one atomic snapshot; at quiescence
  * `cached_tokens == evictable_tokens + protected_tokens`.
@@ -677,9 +677,9 @@ enum rkv_status rkv_drop_namespace(const struct rkv_cache *cache,
  * # Safety
  * `cache` is NULL or live; `out_stats` NULL or writable.
  */
-enum rkv_status rkv_namespace_stats(const struct rkv_cache *cache,
-                                    uint64_t ns,
-                                    struct rkv_namespace_stats *out_stats);
+enum rkv_status rkv_cache_namespace_stats(const struct rkv_cache *cache,
+                                          uint64_t ns,
+                                          struct rkv_namespace_stats *out_stats);
 
 /**
  * Writes the number of live namespaces (those with at least one cached page; an empty

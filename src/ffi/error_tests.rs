@@ -702,7 +702,12 @@ unsafe extern "C" fn collect(ctx: *mut c_void, slots: *const u32, n: usize) {
 fn ns_stats(c: *const rkv_cache, ns: u64) -> rkv_namespace_stats {
     let mut s = rkv_namespace_stats::default();
     // SAFETY: `c` is live; `s` is a live local.
-    assert_eq!(unsafe { rkv_namespace_stats(c, ns, &mut s) }, rkv_status::RKV_OK, "{}", last());
+    assert_eq!(
+        unsafe { rkv_cache_namespace_stats(c, ns, &mut s) },
+        rkv_status::RKV_OK,
+        "{}",
+        last()
+    );
     assert_eq!(last(), "");
     s
 }
@@ -848,24 +853,24 @@ fn namespace_stats_and_count_check_their_arguments() {
     // SAFETY: NULL and misaligned pointers are refused before any use.
     unsafe {
         check(
-            rkv_namespace_stats(null(), 0, &mut s),
+            rkv_cache_namespace_stats(null(), 0, &mut s),
             rkv_status::RKV_NULL_ARGUMENT,
-            &["rkv_namespace_stats: cache is NULL"],
+            &["rkv_cache_namespace_stats: cache is NULL"],
         );
         check(
-            rkv_namespace_stats(bad, 0, &mut s),
+            rkv_cache_namespace_stats(bad, 0, &mut s),
             rkv_status::RKV_INVALID_ARGUMENT,
-            &["rkv_namespace_stats: cache = 0x", "misaligned"],
+            &["rkv_cache_namespace_stats: cache = 0x", "misaligned"],
         );
         check(
-            rkv_namespace_stats(c, 0, null_mut()),
+            rkv_cache_namespace_stats(c, 0, null_mut()),
             rkv_status::RKV_NULL_ARGUMENT,
-            &["rkv_namespace_stats: out_stats is NULL"],
+            &["rkv_cache_namespace_stats: out_stats is NULL"],
         );
         check(
-            rkv_namespace_stats(c, 0, misaligned(&mut buf)),
+            rkv_cache_namespace_stats(c, 0, misaligned(&mut buf)),
             rkv_status::RKV_INVALID_ARGUMENT,
-            &["rkv_namespace_stats: out_stats = 0x", "not aligned to 8 bytes"],
+            &["rkv_cache_namespace_stats: out_stats = 0x", "not aligned to 8 bytes"],
         );
         check(
             rkv_namespace_count(null(), &mut n),
@@ -884,7 +889,7 @@ fn namespace_stats_and_count_check_their_arguments() {
         );
         assert_eq!((s, n, buf), (sentinel, 0xdead, [0; 8]));
         // A success clears the message; an unknown namespace is all zeros.
-        assert_eq!(rkv_namespace_stats(c, u64::MAX, &mut s), rkv_status::RKV_OK);
+        assert_eq!(rkv_cache_namespace_stats(c, u64::MAX, &mut s), rkv_status::RKV_OK);
         assert_eq!((last(), s), (String::new(), rkv_namespace_stats::default()));
         rkv_cache_free(c);
     }

@@ -1729,7 +1729,7 @@ pub unsafe extern "C" fn rkv_reclaim(cache: *const rkv_cache) -> rkv_status {
 // ---------------------------------------------------------------------------------------
 // Namespaces (an extension of version 1).
 
-/// Counts of one namespace (`rkv_namespace_stats`), an extension of version 1. A plain
+/// Counts of one namespace (`rkv_cache_namespace_stats`), an extension of version 1. A plain
 /// value owned by the caller. Under concurrent calls each field is read atomically but the
 /// fields are not one atomic snapshot; at quiescence
 /// `cached_tokens == evictable_tokens + protected_tokens`.
@@ -1797,12 +1797,12 @@ pub unsafe extern "C" fn rkv_drop_namespace(
 /// # Safety
 /// `cache` is NULL or live; `out_stats` NULL or writable.
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn rkv_namespace_stats(
+pub unsafe extern "C" fn rkv_cache_namespace_stats(
     cache: *const rkv_cache,
     ns: u64,
     out_stats: *mut rkv_namespace_stats,
 ) -> rkv_status {
-    boundary("rkv_namespace_stats", || {
+    boundary("rkv_cache_namespace_stats", || {
         // SAFETY: the caller passes NULL or a live cache that is not being freed.
         let c = unsafe { cache_ref(cache) }?;
         check_out(out_stats, "out_stats")?;
