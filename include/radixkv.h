@@ -143,9 +143,9 @@ typedef struct rkv_slot_run {
 } rkv_slot_run;
 
 /**
- * Receives freed slots during `rkv_evict`: `slots[0..n_slots]` is valid only during the
- * call (copy what you keep). Called on the thread that called `rkv_evict`, possibly several
- * times per eviction; every freed slot is passed exactly once. It must return normally (no
+ * Receives freed slots during `rkv_evict` (and `rkv_drop_namespace`): `slots[0..n_slots]`
+ * is valid only during the call (copy what you keep). Called on the thread that called
+ * `rkv_evict`, possibly several times per eviction; every freed slot is passed exactly once. It must return normally (no
  * longjmp, no C++ exception) and must not call into the same cache.
  */
 typedef void (*rkv_free_fn)(void *ctx,

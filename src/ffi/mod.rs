@@ -138,9 +138,9 @@ pub struct rkv_cache {
 /// released or another cache's is refused with `RKV_INVALID_LOCK`.
 pub type rkv_lock = u64;
 
-/// Receives freed slots during `rkv_evict`: `slots[0..n_slots]` is valid only during the
-/// call (copy what you keep). Called on the thread that called `rkv_evict`, possibly several
-/// times per eviction; every freed slot is passed exactly once. It must return normally (no
+/// Receives freed slots during `rkv_evict` (and `rkv_drop_namespace`): `slots[0..n_slots]`
+/// is valid only during the call (copy what you keep). Called on the thread that called
+/// `rkv_evict`, possibly several times per eviction; every freed slot is passed exactly once. It must return normally (no
 /// longjmp, no C++ exception) and must not call into the same cache.
 pub type rkv_free_fn =
     Option<unsafe extern "C" fn(ctx: *mut c_void, slots: *const u32, n_slots: usize)>;
