@@ -143,9 +143,9 @@ typedef struct rkv_slot_run {
 } rkv_slot_run;
 
 /**
- * Receives freed slots during `rkv_evict`: `slots[0..n_slots]` is valid only during the
- * call (copy what you keep). Called on the thread that called `rkv_evict`, possibly several
- * times per eviction; every freed slot is passed exactly once. It must return normally (no
+ * Receives freed slots during `rkv_evict` (and `rkv_drop_namespace`): `slots[0..n_slots]`
+ * is valid only during the call (copy what you keep). Called on the thread that called
+ * `rkv_evict`, possibly several times per eviction; every freed slot is passed exactly once. It must return normally (no
  * longjmp, no C++ exception) and must not call into the same cache.
  */
 typedef void (*rkv_free_fn)(void *ctx,
@@ -214,6 +214,31 @@ typedef struct rkv_stats {
    */
   uint64_t evicted_tokens;
 } rkv_stats;
+
+/**
+ * Counts of one namespace (`rkv_cache_namespace_stats`), an extension of version 1. A plain
+ * value owned by the caller. Under concurrent calls each field is read atomically but the
+ * fields are not one atomic snapshot; at quiescence
+ * `cached_tokens == evictable_tokens + protected_tokens`.
+ */
+typedef struct rkv_namespace_stats {
+  /**
+   * Tokens cached in the namespace.
+   */
+  uint64_t cached_tokens;
+  /**
+   * Cached and not pinned by any lock.
+   */
+  uint64_t evictable_tokens;
+  /**
+   * Cached and pinned.
+   */
+  uint64_t protected_tokens;
+  /**
+   * Tree nodes (edges) of the namespace, its root excluded.
+   */
+  uint64_t nodes;
+} rkv_namespace_stats;
 
 #ifdef __cplusplus
 extern "C" {
@@ -618,6 +643,55 @@ enum rkv_status rkv_cache_reset(const struct rkv_cache *cache);
  * `cache` is NULL or live.
  */
 enum rkv_status rkv_reclaim(const struct rkv_cache *cache);
+
+/**
+ * Evicts every unpinned page of namespace `ns` (a tenant offboarded, a LoRA adapter
+ * unloaded) and writes the count of tokens freed to `*out_freed` (required); an extension
+ * of version 1. Pinned pages stay cached until their locks are released (a later call
+ * drops them then). An unknown namespace, or one with nothing evictable, frees nothing:
+ * `*out_freed = 0` and `RKV_OK`, not an error. A namespace whose last page goes is
+ * reclaimed (`rkv_namespace_count` no longer counts it); inserting into it again later
+ * simply recreates it. Slots exactly as `rkv_evict`: `free_fn(ctx, slots, n)` receives
+ * every freed slot exactly once, on this thread, before the call returns, and the slots
+ * then belong to the caller (caller-managed mode); in pool mode the slots go back to the
+ * pool and `free_fn` may be NULL (if given, it is told about them but must not free them
+ * again). Without a pool a NULL `free_fn` is `RKV_NULL_ARGUMENT`. `free_fn` must return
+ * normally and must not call into the same cache. Other namespaces are not touched.
+ * Thread-safe (concurrent inserts into `ns` may leave new pages cached).
+ *
+ * # Safety
+ * `cache` is NULL or live; `free_fn` NULL or a function safe to call with `ctx` and a
+ * slot array; `out_freed` NULL or writable.
+ */
+enum rkv_status rkv_drop_namespace(const struct rkv_cache *cache,
+                                   uint64_t ns,
+                                   rkv_free_fn free_fn,
+                                   void *ctx,
+                                   size_t *out_freed);
+
+/**
+ * Writes the counts of namespace `ns` to `*out_stats` (required, owned by the caller); an
+ * extension of version 1. An unknown namespace (never used, or reclaimed after its last
+ * page went) is all zeros and `RKV_OK`, not an error. Thread-safe.
+ *
+ * # Safety
+ * `cache` is NULL or live; `out_stats` NULL or writable.
+ */
+enum rkv_status rkv_cache_namespace_stats(const struct rkv_cache *cache,
+                                          uint64_t ns,
+                                          struct rkv_namespace_stats *out_stats);
+
+/**
+ * Writes the number of live namespaces (those with at least one cached page; an empty
+ * namespace is reclaimed) to `*out_count` (required); an extension of version 1 (the count
+ * is not a field of `rkv_stats`, whose size version 1 fixes). Exact at quiescence; under
+ * concurrent calls a count of that moment. Thread-safe.
+ *
+ * # Safety
+ * `cache` is NULL or live; `out_count` NULL or writable.
+ */
+enum rkv_status rkv_namespace_count(const struct rkv_cache *cache,
+                                    uint64_t *out_count);
 
 #ifdef __cplusplus
 }  // extern "C"

@@ -90,6 +90,10 @@ struct Options {
 /// Counts and counters (rkv_stats).
 using Stats = rkv_stats;
 
+/// Counts of one namespace (rkv_namespace_stats): cached_tokens, evictable_tokens,
+/// protected_tokens, nodes.
+using NamespaceStats = rkv_namespace_stats;
+
 /// A read-only view of tokens or slots: from a pointer and length or a std::vector.
 struct Span {
   const std::uint32_t *data = nullptr;
@@ -436,6 +440,39 @@ class Cache {
     return s;
   }
 
+  /// Drop every unpinned page of namespace `ns` in pool mode (the slots go back to the
+  /// pool); returns the tokens freed. Pinned pages stay until their locks are released;
+  /// other namespaces are untouched; an unknown namespace frees 0 (not an error). Without
+  /// a pool a callback is required: `Error(RKV_NULL_ARGUMENT)`, as for `evict(n)`.
+  std::size_t drop_namespace(std::uint64_t ns) const {
+    std::size_t freed = 0;
+    detail::check(rkv_drop_namespace(cache_, ns, nullptr, nullptr, &freed),
+                  "rkv_drop_namespace");
+    return freed;
+  }
+
+  /// Drop every unpinned page of namespace `ns`; `on_free(const uint32_t *slots, size_t n)`
+  /// is called with every freed slot exactly once, as in `evict(n, on_free)` (the first
+  /// exception from `on_free` is rethrown after the drop and every call of it).
+  template <class F>
+  std::size_t drop_namespace(std::uint64_t ns, F &&on_free) const {
+    return evict_via<std::uint32_t>(ns, on_free, rkv_drop_namespace, "rkv_drop_namespace");
+  }
+
+  /// Counts of namespace `ns`; all zeros for an unknown namespace.
+  NamespaceStats namespace_stats(std::uint64_t ns) const {
+    NamespaceStats s{};
+    detail::check(rkv_cache_namespace_stats(cache_, ns, &s), "rkv_cache_namespace_stats");
+    return s;
+  }
+
+  /// Live namespaces: those with at least one cached page (an empty one is reclaimed).
+  std::uint64_t namespace_count() const {
+    std::uint64_t n = 0;
+    detail::check(rkv_namespace_count(cache_, &n), "rkv_namespace_count");
+    return n;
+  }
+
   /// Drop every unpinned page.
   void reset() const { detail::check(rkv_cache_reset(cache_), "rkv_cache_reset"); }
 
@@ -444,11 +481,12 @@ class Cache {
   void reclaim() const { detail::check(rkv_reclaim(cache_), "rkv_reclaim"); }
 
  private:
-  // `evict` and `evict_runs`: calls `c_evict` with a trampoline that passes each array of
-  // `T` (slots or runs) to `on_free`; an exception from `on_free` is kept (the first one),
-  // the later arrays are still passed on, and it is rethrown once the eviction completes.
-  template <class T, class F, class CEvict>
-  std::size_t evict_via(std::size_t n, F &on_free, CEvict c_evict, const char *what) const {
+  // `evict`, `evict_runs` and `drop_namespace`: calls `c_evict` (with `n`, a token count or
+  // a namespace) with a trampoline that passes each array of `T` (slots or runs) to
+  // `on_free`; an exception from `on_free` is kept (the first one), the later arrays are
+  // still passed on, and it is rethrown once the eviction completes.
+  template <class T, class F, class CEvict, class N>
+  std::size_t evict_via(N n, F &on_free, CEvict c_evict, const char *what) const {
     struct Ctx {
       F *f;
       std::exception_ptr error;

@@ -692,3 +692,205 @@ fn core_messages_name_the_slot_first() {
         assert!(slot == 99 || slot == 14 || slot == held[0], "{e}");
     }
 }
+
+/// A `rkv_free_fn` appending the slots to the `Vec<u32>` behind `ctx`.
+unsafe extern "C" fn collect(ctx: *mut c_void, slots: *const u32, n: usize) {
+    // SAFETY: the tests pass a live `Vec<u32>` as `ctx`, and the cache a live array of `n`.
+    unsafe { (*ctx.cast::<Vec<u32>>()).extend_from_slice(std::slice::from_raw_parts(slots, n)) }
+}
+
+fn ns_stats(c: *const rkv_cache, ns: u64) -> rkv_namespace_stats {
+    let mut s = rkv_namespace_stats::default();
+    // SAFETY: `c` is live; `s` is a live local.
+    assert_eq!(
+        unsafe { rkv_cache_namespace_stats(c, ns, &mut s) },
+        rkv_status::RKV_OK,
+        "{}",
+        last()
+    );
+    assert_eq!(last(), "");
+    s
+}
+
+fn ns_count(c: *const rkv_cache) -> u64 {
+    let mut n = u64::MAX;
+    // SAFETY: `c` is live; `n` is a live local.
+    assert_eq!(unsafe { rkv_namespace_count(c, &mut n) }, rkv_status::RKV_OK, "{}", last());
+    n
+}
+
+#[test]
+fn drop_namespace_caller_managed() {
+    let c = new_cache(1, 0);
+    let t: Vec<u32> = (1..=8).collect();
+    let s1: Vec<u32> = (100..108).collect();
+    let s2: Vec<u32> = (200..208).collect();
+    let mut freed: Vec<u32> = Vec::new();
+    let ctx = (&raw mut freed).cast::<c_void>();
+    // SAFETY: every pointer is a live local of the stated length, or NULL.
+    unsafe {
+        assert_eq!(ns_count(c), 0);
+        let mut e = 0;
+        assert_eq!(rkv_insert(c, 1, t.as_ptr(), s1.as_ptr(), 8, &mut e), rkv_status::RKV_OK);
+        assert_eq!(rkv_insert(c, 2, t.as_ptr(), s2.as_ptr(), 8, &mut e), rkv_status::RKV_OK);
+        assert_eq!(ns_count(c), 2);
+        assert_eq!(
+            ns_stats(c, 1),
+            rkv_namespace_stats {
+                cached_tokens: 8,
+                evictable_tokens: 8,
+                protected_tokens: 0,
+                nodes: 1
+            }
+        );
+        // Pin the first 4 tokens of namespace 1 (a second insert splits its edge).
+        let (mut out, mut len, mut lock) = ([0u32; 4], 0, 0);
+        let st = rkv_match_lock(c, 1, t.as_ptr(), 4, out.as_mut_ptr(), 4, &mut len, &mut lock);
+        assert_eq!((st, len), (rkv_status::RKV_OK, 4));
+        let s = ns_stats(c, 1);
+        assert_eq!((s.cached_tokens, s.protected_tokens, s.evictable_tokens), (8, 4, 4));
+
+        // Bad inputs: a status, a message, nothing written, nothing dropped.
+        let mut n = S;
+        check(
+            rkv_drop_namespace(c, 1, None, null_mut(), &mut n),
+            rkv_status::RKV_NULL_ARGUMENT,
+            &["rkv_drop_namespace: free_fn is NULL, but this cache has no pool"],
+        );
+        check(
+            rkv_drop_namespace(c, 1, Some(collect), ctx, null_mut()),
+            rkv_status::RKV_NULL_ARGUMENT,
+            &["rkv_drop_namespace: out_freed is NULL"],
+        );
+        let mut buf = [0u64; 8];
+        check(
+            rkv_drop_namespace(c, 1, Some(collect), ctx, misaligned(&mut buf)),
+            rkv_status::RKV_INVALID_ARGUMENT,
+            &["rkv_drop_namespace: out_freed = 0x", "not aligned to 8 bytes"],
+        );
+        check(
+            rkv_drop_namespace(null(), 1, Some(collect), ctx, &mut n),
+            rkv_status::RKV_NULL_ARGUMENT,
+            &["rkv_drop_namespace: cache is NULL"],
+        );
+        assert_eq!((n, buf, freed.len()), (S, [0; 8], 0));
+        assert_eq!(ns_stats(c, 1).cached_tokens, 8);
+
+        // The unpinned half goes, to the callback; the pinned half stays; ns 2 is untouched.
+        assert_eq!(rkv_drop_namespace(c, 1, Some(collect), ctx, &mut n), rkv_status::RKV_OK);
+        assert_eq!(last(), "");
+        assert_eq!(n, 4);
+        freed.sort_unstable();
+        assert_eq!(freed, s1[4..]);
+        let s = ns_stats(c, 1);
+        assert_eq!((s.cached_tokens, s.protected_tokens, s.evictable_tokens), (4, 4, 0));
+        assert_eq!(ns_stats(c, 2).cached_tokens, 8);
+        assert_eq!(ns_count(c), 2);
+        // Unknown namespace: 0 and RKV_OK.
+        n = S;
+        assert_eq!(rkv_drop_namespace(c, 99, Some(collect), ctx, &mut n), rkv_status::RKV_OK);
+        assert_eq!(n, 0);
+        assert_eq!(ns_stats(c, 99), rkv_namespace_stats::default());
+        // Released, the rest goes and the namespace is reclaimed.
+        assert_eq!(rkv_release(c, lock), rkv_status::RKV_OK);
+        freed.clear();
+        assert_eq!(rkv_drop_namespace(c, 1, Some(collect), ctx, &mut n), rkv_status::RKV_OK);
+        assert_eq!(n, 4);
+        freed.sort_unstable();
+        assert_eq!(freed, s1[..4]);
+        assert_eq!(ns_stats(c, 1), rkv_namespace_stats::default());
+        assert_eq!(ns_count(c), 1);
+        let s = stats(c);
+        assert_eq!((s.cached_tokens, s.evicted_tokens), (8, 8));
+        rkv_cache_free(c);
+    }
+}
+
+#[test]
+fn drop_namespace_with_a_pool() {
+    let c = new_cache(1, 16);
+    let t: Vec<u32> = (1..=6).collect();
+    let slots = alloc(c, 6);
+    let mut told: Vec<u32> = Vec::new();
+    // SAFETY: every pointer is a live local of the stated length, or NULL.
+    unsafe {
+        let mut e = 0;
+        assert_eq!(rkv_insert(c, 7, t.as_ptr(), slots.as_ptr(), 3, &mut e), rkv_status::RKV_OK);
+        let p = slots[3..].as_ptr();
+        assert_eq!(rkv_insert(c, 8, t.as_ptr(), p, 3, &mut e), rkv_status::RKV_OK);
+        assert_eq!((ns_count(c), stats(c).free_slots), (2, 10));
+        // No callback: the slots go back to the pool.
+        let mut n = S;
+        assert_eq!(rkv_drop_namespace(c, 7, None, null_mut(), &mut n), rkv_status::RKV_OK);
+        assert_eq!((n, ns_count(c), stats(c).free_slots), (3, 1, 13));
+        // A callback is told, and the slots still go back to the pool.
+        let ctx = (&raw mut told).cast::<c_void>();
+        assert_eq!(rkv_drop_namespace(c, 8, Some(collect), ctx, &mut n), rkv_status::RKV_OK);
+        told.sort_unstable();
+        let mut want = slots[3..].to_vec();
+        want.sort_unstable();
+        assert_eq!((n, told, ns_count(c), stats(c).free_slots), (3, want, 0, 16));
+        // Already gone: nothing more.
+        assert_eq!(rkv_drop_namespace(c, 8, None, null_mut(), &mut n), rkv_status::RKV_OK);
+        assert_eq!(n, 0);
+        rkv_cache_free(c);
+    }
+}
+
+#[test]
+fn namespace_stats_and_count_check_their_arguments() {
+    let c = new_cache(1, 0);
+    let bad = std::ptr::dangling::<u8>().wrapping_add(1).cast::<rkv_cache>();
+    let sentinel = rkv_namespace_stats {
+        cached_tokens: 1,
+        evictable_tokens: 2,
+        protected_tokens: 3,
+        nodes: 4,
+    };
+    let mut s = sentinel;
+    let mut n = 0xdead_u64;
+    let mut buf = [0u64; 8];
+    // SAFETY: NULL and misaligned pointers are refused before any use.
+    unsafe {
+        check(
+            rkv_cache_namespace_stats(null(), 0, &mut s),
+            rkv_status::RKV_NULL_ARGUMENT,
+            &["rkv_cache_namespace_stats: cache is NULL"],
+        );
+        check(
+            rkv_cache_namespace_stats(bad, 0, &mut s),
+            rkv_status::RKV_INVALID_ARGUMENT,
+            &["rkv_cache_namespace_stats: cache = 0x", "misaligned"],
+        );
+        check(
+            rkv_cache_namespace_stats(c, 0, null_mut()),
+            rkv_status::RKV_NULL_ARGUMENT,
+            &["rkv_cache_namespace_stats: out_stats is NULL"],
+        );
+        check(
+            rkv_cache_namespace_stats(c, 0, misaligned(&mut buf)),
+            rkv_status::RKV_INVALID_ARGUMENT,
+            &["rkv_cache_namespace_stats: out_stats = 0x", "not aligned to 8 bytes"],
+        );
+        check(
+            rkv_namespace_count(null(), &mut n),
+            rkv_status::RKV_NULL_ARGUMENT,
+            &["rkv_namespace_count: cache is NULL"],
+        );
+        check(
+            rkv_namespace_count(c, null_mut()),
+            rkv_status::RKV_NULL_ARGUMENT,
+            &["rkv_namespace_count: out_count is NULL"],
+        );
+        check(
+            rkv_namespace_count(c, misaligned(&mut buf)),
+            rkv_status::RKV_INVALID_ARGUMENT,
+            &["rkv_namespace_count: out_count = 0x", "not aligned to 8 bytes"],
+        );
+        assert_eq!((s, n, buf), (sentinel, 0xdead, [0; 8]));
+        // A success clears the message; an unknown namespace is all zeros.
+        assert_eq!(rkv_cache_namespace_stats(c, u64::MAX, &mut s), rkv_status::RKV_OK);
+        assert_eq!((last(), s), (String::new(), rkv_namespace_stats::default()));
+        rkv_cache_free(c);
+    }
+}

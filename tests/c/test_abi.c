@@ -1051,6 +1051,115 @@ static void test_error_messages(void) {
   rkv_cache_free(c);
 }
 
+/* ---- namespaces: drop one, its counts, the live count (extensions of version 1) ---- */
+
+static rkv_namespace_stats ns_stats(const rkv_cache *c, uint64_t ns) {
+  rkv_namespace_stats s;
+  memset(&s, 0xA5, sizeof s);
+  ST(rkv_cache_namespace_stats(c, ns, &s), RKV_OK);
+  return s;
+}
+
+static uint64_t ns_count(const rkv_cache *c) {
+  uint64_t n = 0xA5A5A5A5u;
+  ST(rkv_namespace_count(c, &n), RKV_OK);
+  return n;
+}
+
+static void test_namespaces(void) {
+  rkv_cache *managed = make(1, 0);
+  rkv_cache *pooled = make(4, 64);
+  const uint32_t toks[8] = {1, 2, 3, 4, 5, 6, 7, 8};
+  const uint32_t s1[8] = {100, 101, 102, 103, 104, 105, 106, 107};
+  const uint32_t s2[8] = {200, 201, 202, 203, 204, 205, 206, 207};
+  uint32_t out[8], ps[8];
+  size_t existing = 0, n = SENTINEL_LEN, len = 0;
+  uint64_t cnt = 0xA5A5A5A5u;
+  rkv_lock lk = 0;
+  rkv_namespace_stats ns;
+  rkv_stats st;
+  collector *k = new_collector();
+  int i;
+
+  CHECK(sizeof(rkv_namespace_stats) == 32);
+  CHECK(ns_count(managed) == 0);
+  ST(rkv_insert(managed, 1, toks, s1, 8, &existing), RKV_OK);
+  ST(rkv_insert(managed, 2, toks, s2, 8, &existing), RKV_OK);
+  CHECK(ns_count(managed) == 2);
+  ns = ns_stats(managed, 1);
+  CHECK(ns.cached_tokens == 8 && ns.evictable_tokens == 8 && ns.protected_tokens == 0);
+  CHECK(ns.nodes == 1);
+
+  /* Pin 4 tokens of namespace 1; dropping it frees the other 4 and keeps the pinned. */
+  ST(rkv_match_lock(managed, 1, toks, 4, out, 8, &len, &lk), RKV_OK);
+  CHECK(len == 4 && lk != 0);
+  ST(rkv_drop_namespace(managed, 1, collect, k, &n), RKV_OK);
+  CHECK(rkv_last_error_message()[0] == '\0');
+  CHECK(n == 4 && k->total == 4 && each_at_most_once(k));
+  for (i = 4; i < 8; i++) CHECK(k->seen[s1[i]] == 1);
+  ns = ns_stats(managed, 1);
+  CHECK(ns.cached_tokens == 4 && ns.protected_tokens == 4 && ns.evictable_tokens == 0);
+  CHECK(ns_stats(managed, 2).cached_tokens == 8); /* other namespaces untouched */
+  CHECK(ns_count(managed) == 2);
+  /* Dropping again frees nothing while the pin holds. */
+  ST(rkv_drop_namespace(managed, 1, collect, k, &n), RKV_OK);
+  CHECK(n == 0 && k->total == 4);
+  /* Released, the rest goes and the namespace is reclaimed. */
+  ST(rkv_release(managed, lk), RKV_OK);
+  ST(rkv_drop_namespace(managed, 1, collect, k, &n), RKV_OK);
+  CHECK(n == 4 && k->total == 8 && each_at_most_once(k));
+  for (i = 0; i < 8; i++) CHECK(k->seen[s1[i]] == 1);
+  ns = ns_stats(managed, 1);
+  CHECK(ns.cached_tokens == 0 && ns.evictable_tokens == 0 && ns.protected_tokens == 0);
+  CHECK(ns.nodes == 0);
+  CHECK(ns_count(managed) == 1);
+  st = stats(managed);
+  CHECK(st.cached_tokens == 8 && st.evicted_tokens == 8);
+  check_quiescent_sums(managed);
+
+  /* An unknown namespace: 0 and RKV_OK, all-zero stats. */
+  n = SENTINEL_LEN;
+  ST(rkv_drop_namespace(managed, 12345, collect, k, &n), RKV_OK);
+  CHECK(n == 0 && k->total == 8);
+  ns = ns_stats(managed, UINT64_MAX);
+  CHECK(ns.cached_tokens == 0 && ns.evictable_tokens == 0 && ns.protected_tokens == 0);
+  CHECK(ns.nodes == 0);
+
+  /* Bad inputs: a status, a message, outputs untouched, nothing dropped. */
+  n = SENTINEL_LEN;
+  ST(rkv_drop_namespace(managed, 2, NULL, NULL, &n), RKV_NULL_ARGUMENT);
+  CHECK_MSG("rkv_drop_namespace: free_fn is NULL, but this cache has no pool");
+  ST(rkv_drop_namespace(managed, 2, collect, k, NULL), RKV_NULL_ARGUMENT);
+  CHECK_MSG("rkv_drop_namespace: out_freed is NULL");
+  ST(rkv_drop_namespace(NULL, 2, collect, k, &n), RKV_NULL_ARGUMENT);
+  CHECK_MSG("rkv_drop_namespace: cache is NULL");
+  CHECK(n == SENTINEL_LEN && k->total == 8 && ns_stats(managed, 2).cached_tokens == 8);
+  memset(&ns, 0x5A, sizeof ns);
+  ST(rkv_cache_namespace_stats(NULL, 2, &ns), RKV_NULL_ARGUMENT);
+  CHECK_MSG("rkv_cache_namespace_stats: cache is NULL");
+  CHECK(ns.cached_tokens == 0x5A5A5A5A5A5A5A5Aull && ns.nodes == 0x5A5A5A5A5A5A5A5Aull);
+  ST(rkv_cache_namespace_stats(managed, 2, NULL), RKV_NULL_ARGUMENT);
+  CHECK_MSG("rkv_cache_namespace_stats: out_stats is NULL");
+  ST(rkv_namespace_count(NULL, &cnt), RKV_NULL_ARGUMENT);
+  CHECK_MSG("rkv_namespace_count: cache is NULL");
+  ST(rkv_namespace_count(managed, NULL), RKV_NULL_ARGUMENT);
+  CHECK_MSG("rkv_namespace_count: out_count is NULL");
+  CHECK(cnt == 0xA5A5A5A5u);
+
+  /* Pool mode: no callback needed, the slots go back to the pool. */
+  ST(rkv_alloc(pooled, 8, ps), RKV_OK);
+  ST(rkv_insert(pooled, 7, toks, ps, 8, &existing), RKV_OK);
+  CHECK(ns_count(pooled) == 1 && stats(pooled).free_slots == 56);
+  ST(rkv_drop_namespace(pooled, 7, NULL, NULL, &n), RKV_OK);
+  CHECK(n == 8 && ns_count(pooled) == 0 && stats(pooled).free_slots == 64);
+  ST(rkv_drop_namespace(pooled, 7, NULL, NULL, &n), RKV_OK);
+  CHECK(n == 0);
+
+  free(k);
+  rkv_cache_free(pooled);
+  rkv_cache_free(managed);
+}
+
 int main(void) {
   int i;
   test_version_and_strings();
@@ -1064,6 +1173,7 @@ int main(void) {
   test_refusals_keep_the_shape();
   test_threads();
   test_error_messages();
+  test_namespaces();
 
   for (i = 0; i <= 9; i++) {
     if (!produced[i] && i != RKV_DEVICE_ERROR && i != RKV_INTERNAL_ERROR) {

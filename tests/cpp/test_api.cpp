@@ -233,6 +233,61 @@ void detailed_messages() {
   }
 }
 
+// drop_namespace, namespace_stats, namespace_count.
+void namespaces() {
+  std::vector<std::uint32_t> toks{1, 2, 3, 4, 5, 6};
+  {
+    rkv::Cache c;  // caller-managed
+    std::vector<std::uint32_t> s1{10, 11, 12, 13, 14, 15}, s2{20, 21, 22, 23, 24, 25};
+    CHECK(c.namespace_count() == 0);
+    c.insert(1, toks, s1);
+    c.insert(2, toks, s2);
+    CHECK(c.namespace_count() == 2);
+    rkv::NamespaceStats ns = c.namespace_stats(1);
+    CHECK(ns.cached_tokens == 6 && ns.evictable_tokens == 6 && ns.protected_tokens == 0);
+    CHECK(ns.nodes == 1);
+    CHECK_THROWS(c.drop_namespace(1), RKV_NULL_ARGUMENT);  // no pool: a callback is required
+    std::vector<std::uint32_t> freed;
+    auto keep = [&freed](const std::uint32_t *s, std::size_t k) {
+      freed.insert(freed.end(), s, s + k);
+    };
+    {
+      rkv::Lock l = c.match_lock(1, std::vector<std::uint32_t>{1, 2, 3});
+      CHECK(l.length() == 3);
+      CHECK(c.drop_namespace(1, keep) == 3);  // the pinned 3 stay
+      std::sort(freed.begin(), freed.end());
+      CHECK(freed == (std::vector<std::uint32_t>{13, 14, 15}));
+      ns = c.namespace_stats(1);
+      CHECK(ns.cached_tokens == 3 && ns.protected_tokens == 3 && ns.evictable_tokens == 0);
+      CHECK(c.namespace_stats(2).cached_tokens == 6);
+    }
+    CHECK(c.drop_namespace(1, keep) == 3);
+    CHECK(freed.size() == 6 && c.namespace_count() == 1);
+    CHECK(c.namespace_stats(1).cached_tokens == 0 && c.namespace_stats(1).nodes == 0);
+    CHECK(c.drop_namespace(99, keep) == 0);  // unknown: 0, not an error
+    CHECK(c.namespace_stats(99).cached_tokens == 0);
+    // An exception from the callback comes out after the drop completes.
+    bool threw = false;
+    try {
+      c.drop_namespace(2, [](const std::uint32_t *, std::size_t) { throw std::runtime_error("x"); });
+    } catch (const std::runtime_error &) {
+      threw = true;
+    }
+    CHECK(threw && c.namespace_count() == 0 && c.stats().cached_tokens == 0);
+  }
+  {
+    rkv::Cache c(rkv::Options{1, rkv::Policy::lru, 64});
+    std::vector<std::uint32_t> s = c.alloc(6);
+    c.insert(7, toks, s);
+    CHECK(c.namespace_count() == 1 && c.stats().free_slots == 58);
+    CHECK(c.drop_namespace(7) == 6);  // pool mode: back to the pool
+    CHECK(c.namespace_count() == 0 && c.stats().free_slots == 64);
+    CHECK(c.drop_namespace(7) == 0);
+  }
+  CHECK_WHAT(rkv::Cache().drop_namespace(0), RKV_NULL_ARGUMENT,
+             "rkv_drop_namespace: free_fn is NULL");
+}
+
 }  // namespace
 
 void api_tests() {
@@ -240,4 +295,5 @@ void api_tests() {
   caller_managed();
   pooled_pages();
   detailed_messages();
+  namespaces();
 }

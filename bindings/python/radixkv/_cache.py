@@ -8,9 +8,9 @@ import operator
 import sys
 import threading
 from array import array
-from ctypes import byref, c_size_t, c_uint32, c_void_p
+from ctypes import byref, c_size_t, c_uint32, c_uint64, c_void_p
 from dataclasses import asdict, dataclass
-from typing import Any, Dict, List, Optional, Tuple, Union
+from typing import Any, Callable, Dict, List, Optional, Tuple, Union
 
 from . import _native
 from ._native import lib
@@ -110,6 +110,7 @@ _ERRORS = {
 
 
 _last_error_message = getattr(lib, "rkv_last_error_message", None)
+_has_namespace_count = getattr(lib, "rkv_namespace_count", None) is not None
 
 
 def _check(status: int, function: str) -> None:
@@ -226,6 +227,23 @@ class Stats:
     match_hit_tokens: int
     inserted_tokens: int
     evicted_tokens: int
+    #: Live namespaces (those with a cached page; ``rkv_namespace_count``). 0 with a
+    #: library built before that function.
+    namespaces: int = 0
+
+    def as_dict(self) -> Dict[str, int]:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class NamespaceStats:
+    """A snapshot of ``rkv_namespace_stats``: the counts of one namespace (all zeros for
+    an unknown one)."""
+
+    cached_tokens: int
+    evictable_tokens: int
+    protected_tokens: int
+    nodes: int
 
     def as_dict(self) -> Dict[str, int]:
         return asdict(self)
@@ -456,6 +474,74 @@ class Cache(_Unique):
             with self._cond:
                 return self._names.setdefault(key, INTERNED_BASE + len(self._names))
         raise TypeError(f"namespace must be int, str or bytes, not {type(ns).__name__}")
+
+    def _known_id(self, ns: Namespace) -> Optional[int]:
+        """:meth:`namespace_id` without interning: None for a str or bytes name this cache
+        never interned (so nothing can be cached under it)."""
+        if isinstance(ns, (str, bytes)):
+            return self._names.get((type(ns), ns))
+        return self.namespace_id(ns)
+
+    def drop_namespace(self, ns: Namespace = 0, on_free: Optional[Callable[[List[int]], Any]] = None) -> int:
+        """Evicts every unpinned page of namespace ``ns`` (a tenant offboarded, an adapter
+        unloaded) and returns the tokens freed; pinned pages stay until their locks are
+        released, other namespaces are untouched. An unknown namespace (also a str or bytes
+        name never used with this cache) frees nothing: 0, not an error.
+
+        ``on_free(slots)`` gets the freed slots (a list of ints, possibly in several calls),
+        each exactly once. In pool mode they are back in the pool already and ``on_free``
+        may be omitted; without a pool it is required (the slots are the caller's again):
+        :class:`NullArgumentError` otherwise, as the C ABI says. An exception from
+        ``on_free`` does not stop the drop; the first one is raised once it is done."""
+        nsid = self._known_id(ns)
+        freed = c_size_t()
+        errors: List[BaseException] = []
+        if on_free is None:
+            cb = _native.FREE_FN()  # NULL
+        else:
+            user = on_free
+
+            def tell(_ctx: Any, slots: Any, k: int) -> None:
+                try:
+                    user(slots[:k])
+                except BaseException as e:  # noqa: BLE001 - re-raised after the call
+                    if not errors:
+                        errors.append(e)
+
+            cb = _native.FREE_FN(tell)
+        with self._call() as c:
+            if nsid is None:
+                if on_free is None and self.pool_slots == 0:
+                    # The refusal a known namespace gets: it must not depend on the name.
+                    raise NullArgumentError(
+                        "rkv_drop_namespace: free_fn is NULL, but this cache has no pool "
+                        "(pool_slots = 0): pass on_free to get the slots back",
+                        Status.NULL_ARGUMENT,
+                    )
+                return 0
+            status = lib.rkv_drop_namespace(c, nsid, cb, None, byref(freed))
+        if errors:
+            raise errors[0]
+        _check(status, "rkv_drop_namespace")
+        return freed.value
+
+    def namespace_stats(self, ns: Namespace = 0) -> NamespaceStats:
+        """The counts of namespace ``ns``: all zeros for an unknown one (also a str or bytes
+        name never used with this cache)."""
+        nsid = self._known_id(ns)
+        st = _native.rkv_namespace_stats()
+        with self._call() as c:
+            if nsid is not None:
+                _check(lib.rkv_cache_namespace_stats(c, nsid, byref(st)), "rkv_cache_namespace_stats")
+        return NamespaceStats(**{f: getattr(st, f) for f in _native.NAMESPACE_STATS_FIELDS})
+
+    def namespace_count(self) -> int:
+        """Live namespaces: those with at least one cached page (an empty one is
+        reclaimed). Also :attr:`Stats.namespaces`."""
+        n = c_uint64()
+        with self._call() as c:
+            _check(lib.rkv_namespace_count(c, byref(n)), "rkv_namespace_count")
+        return n.value
 
     # -- matching --
 
@@ -698,9 +784,12 @@ class Cache(_Unique):
 
     def stats(self) -> Stats:
         st = _native.rkv_stats()
+        n = c_uint64()
         with self._call() as c:
             _check(lib.rkv_cache_stats(c, byref(st)), "rkv_cache_stats")
-        return Stats(**{f: getattr(st, f) for f in _native.STATS_FIELDS})
+            if _has_namespace_count:
+                _check(lib.rkv_namespace_count(c, byref(n)), "rkv_namespace_count")
+        return Stats(**{f: getattr(st, f) for f in _native.STATS_FIELDS}, namespaces=n.value)
 
     def reset(self) -> None:
         """Drops every unpinned page (locks stay valid)."""

@@ -67,6 +67,13 @@ class rkv_stats(Structure):
     _fields_ = [(name, c_uint64) for name in STATS_FIELDS]
 
 
+NAMESPACE_STATS_FIELDS = ("cached_tokens", "evictable_tokens", "protected_tokens", "nodes")
+
+
+class rkv_namespace_stats(Structure):
+    _fields_ = [(name, c_uint64) for name in NAMESPACE_STATS_FIELDS]
+
+
 FREE_FN = CFUNCTYPE(None, c_void_p, POINTER(c_uint32), c_size_t)
 
 
@@ -91,7 +98,9 @@ def candidates() -> list[Path]:
 
 
 #: Additions within ABI version 1 that a library built before them lacks.
-OPTIONAL = frozenset({"rkv_last_error_message"})
+OPTIONAL = frozenset(
+    {"rkv_last_error_message", "rkv_drop_namespace", "rkv_cache_namespace_stats", "rkv_namespace_count"}
+)
 
 
 def _declare(lib: ctypes.CDLL) -> None:
@@ -191,6 +200,9 @@ def _declare(lib: ctypes.CDLL) -> None:
         "rkv_cache_stats": (_status, [c_void_p, POINTER(rkv_stats)]),
         "rkv_cache_reset": (_status, [c_void_p]),
         "rkv_reclaim": (_status, [c_void_p]),
+        "rkv_drop_namespace": (_status, [c_void_p, c_uint64, FREE_FN, c_void_p, POINTER(c_size_t)]),
+        "rkv_cache_namespace_stats": (_status, [c_void_p, c_uint64, POINTER(rkv_namespace_stats)]),
+        "rkv_namespace_count": (_status, [c_void_p, POINTER(c_uint64)]),
     }
     for name, (restype, argtypes) in sigs.items():
         fn = getattr(lib, name, None)
