@@ -14,35 +14,16 @@
 //!
 //! Numbers go to BENCHMARKS.md ("Namespaces").
 
-use std::alloc::{GlobalAlloc, Layout, System};
-use std::sync::atomic::{AtomicIsize, Ordering};
 use std::time::Instant;
 
 use radixkv::{Cache, CacheOptions, RadixTree, TreeConfig};
 
-struct Counting;
-static LIVE: AtomicIsize = AtomicIsize::new(0);
-
-// SAFETY: forwards to the system allocator unchanged; only counts bytes.
-unsafe impl GlobalAlloc for Counting {
-    unsafe fn alloc(&self, l: Layout) -> *mut u8 {
-        LIVE.fetch_add(l.size() as isize, Ordering::Relaxed);
-        // SAFETY: same layout contract as the caller's.
-        unsafe { System.alloc(l) }
-    }
-    unsafe fn dealloc(&self, p: *mut u8, l: Layout) {
-        LIVE.fetch_sub(l.size() as isize, Ordering::Relaxed);
-        // SAFETY: `p` came from `alloc` with layout `l`.
-        unsafe { System.dealloc(p, l) }
-    }
-}
+#[path = "../tests/support/counting_alloc.rs"]
+mod counting_alloc;
+use counting_alloc::{Counting, live};
 
 #[global_allocator]
 static A: Counting = Counting;
-
-fn live() -> isize {
-    LIVE.load(Ordering::Relaxed)
-}
 
 /// Runs `reclaim` until the live bytes stop going down (the epoch frees bounded batches;
 /// its own bookkeeping allocates a little as it goes, so "no change" may never come).

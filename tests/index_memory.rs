@@ -2,28 +2,13 @@
 //! global allocator (this test binary only) measures the live bytes a tree adds, and the
 //! walk's estimate must agree with them closely (the CLI reports it as the index's cost).
 
-use std::alloc::{GlobalAlloc, Layout, System};
 use std::sync::Mutex;
-use std::sync::atomic::{AtomicIsize, Ordering};
 
 use radixkv::{Cache, CacheOptions, EvictionPolicy, RadixTree, TreeConfig};
 
-struct Counting;
-static LIVE: AtomicIsize = AtomicIsize::new(0);
-
-// SAFETY: forwards to the system allocator unchanged; only counts bytes.
-unsafe impl GlobalAlloc for Counting {
-    unsafe fn alloc(&self, l: Layout) -> *mut u8 {
-        LIVE.fetch_add(l.size() as isize, Ordering::Relaxed);
-        // SAFETY: same layout contract as the caller's.
-        unsafe { System.alloc(l) }
-    }
-    unsafe fn dealloc(&self, p: *mut u8, l: Layout) {
-        LIVE.fetch_sub(l.size() as isize, Ordering::Relaxed);
-        // SAFETY: `p` came from `alloc` with layout `l`.
-        unsafe { System.dealloc(p, l) }
-    }
-}
+#[path = "support/counting_alloc.rs"]
+mod counting_alloc;
+use counting_alloc::{Counting, live};
 
 #[global_allocator]
 static A: Counting = Counting;
@@ -36,10 +21,6 @@ fn collect_garbage(t: &RadixTree) {
         t.reclaim();
         crossbeam_epoch::pin().flush();
     }
-}
-
-fn live() -> isize {
-    LIVE.load(Ordering::Relaxed)
 }
 
 /// The estimate of `t`, less `base` (what the tree held when `real` started counting),

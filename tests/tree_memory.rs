@@ -2,28 +2,13 @@
 //! once, even when the eviction queue never pops their stale entries. Measured with a
 //! counting global allocator (this test binary only).
 
-use std::alloc::{GlobalAlloc, Layout, System};
 use std::sync::Mutex;
-use std::sync::atomic::{AtomicIsize, Ordering};
 
 use radixkv::{RadixTree, TreeConfig};
 
-struct Counting;
-static LIVE: AtomicIsize = AtomicIsize::new(0);
-
-// SAFETY: forwards to the system allocator unchanged; only counts bytes.
-unsafe impl GlobalAlloc for Counting {
-    unsafe fn alloc(&self, l: Layout) -> *mut u8 {
-        LIVE.fetch_add(l.size() as isize, Ordering::Relaxed);
-        // SAFETY: same layout contract as the caller's.
-        unsafe { System.alloc(l) }
-    }
-    unsafe fn dealloc(&self, p: *mut u8, l: Layout) {
-        LIVE.fetch_sub(l.size() as isize, Ordering::Relaxed);
-        // SAFETY: `p` came from `alloc` with layout `l`.
-        unsafe { System.dealloc(p, l) }
-    }
-}
+#[path = "support/counting_alloc.rs"]
+mod counting_alloc;
+use counting_alloc::Counting;
 
 #[global_allocator]
 static A: Counting = Counting;
@@ -45,7 +30,7 @@ fn split_nodes_are_freed_without_eviction() {
     let mut out = Vec::with_capacity(n as usize);
     let t = RadixTree::new(TreeConfig::default()).unwrap();
     collect_garbage();
-    let before = LIVE.load(Ordering::Relaxed);
+    let before = counting_alloc::live();
     t.insert(0, &toks, &toks).unwrap();
     // Split the 1M-token leaf 8 times (each split copies what is left into new nodes).
     for cut in [500_000usize, 250_000, 125_000, 62_500, 31_250, 15_625, 7_812, 3_906] {
@@ -53,7 +38,7 @@ fn split_nodes_are_freed_without_eviction() {
         assert_eq!(g.len(), cut);
     }
     collect_garbage();
-    let live = LIVE.load(Ordering::Relaxed) - before;
+    let live = counting_alloc::live() - before;
     let census = t.check_invariants().unwrap();
     assert_eq!(census.nodes, 9);
     // The tree itself holds 8 bytes per token; the replaced nodes (another 8 bytes per
@@ -70,18 +55,18 @@ fn reclaim_frees_what_eviction_unlinked() {
     let _one = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     let t = RadixTree::new(TreeConfig::default()).unwrap();
     collect_garbage();
-    let before = LIVE.load(Ordering::Relaxed);
+    let before = counting_alloc::live();
     // 2,000 leaves of 1,000 tokens under the root: 8 MB of tokens (the slots are runs).
     for i in 0..2_000u32 {
         let toks: Vec<u32> = (i * 1_000..(i + 1) * 1_000).collect();
         t.insert(0, &toks, &toks).unwrap();
     }
-    let full = LIVE.load(Ordering::Relaxed) - before;
+    let full = counting_alloc::live() - before;
     assert!(full > 8_000_000, "{full} bytes for 2M tokens (slots stored as runs)");
     assert_eq!(t.evict(usize::MAX, &mut |_| {}), 2_000_000);
     // Nothing else pins this thread from here: only `reclaim` can free the unlinked nodes
     // and tables (each call runs a bounded batch, so it takes a few).
-    let live = || LIVE.load(Ordering::Relaxed) - before;
+    let live = || counting_alloc::live() - before;
     let mut calls = 0;
     while live() > full / 32 && calls < 1_000 {
         t.reclaim();
@@ -101,10 +86,10 @@ fn a_million_namespaces_are_reclaimed_when_emptied() {
     let _one = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     let n: u64 = if cfg!(debug_assertions) { 100_000 } else { 1_000_000 };
     collect_garbage();
-    let before = LIVE.load(Ordering::Relaxed);
+    let before = counting_alloc::live();
     let t = RadixTree::new(TreeConfig::default()).unwrap();
     collect_garbage();
-    let empty = LIVE.load(Ordering::Relaxed);
+    let empty = counting_alloc::live();
     let toks: Vec<u32> = (0..8).collect();
     let t0 = std::time::Instant::now();
     for ns in 0..n {
@@ -114,7 +99,7 @@ fn a_million_namespaces_are_reclaimed_when_emptied() {
     let s = t.stats();
     assert_eq!((s.namespaces, s.nodes, s.cached_tokens), (n, n, 8 * n));
     collect_garbage();
-    let full = LIVE.load(Ordering::Relaxed) - empty;
+    let full = counting_alloc::live() - empty;
     let per_ns = full as u64 / n;
     println!(
         "{n} namespaces: {full} bytes live, {per_ns} bytes per namespace ({:?})",
@@ -131,7 +116,7 @@ fn a_million_namespaces_are_reclaimed_when_emptied() {
     let t0 = std::time::Instant::now();
     // Free what the epoch holds (bounded batches per call: loop until the live bytes stop
     // going down; the epoch's own bookkeeping allocates a little as it goes).
-    let live = || LIVE.load(Ordering::Relaxed);
+    let live = || counting_alloc::live();
     let mut low = live();
     let mut calls = 0;
     loop {
