@@ -138,6 +138,7 @@
 //! [`RadixTree::reclaim`] at a moment of its choosing.
 
 mod descent;
+mod events;
 mod evict;
 mod evict_index;
 mod insert;
@@ -328,6 +329,9 @@ pub struct RadixTree {
     inserted: AtomicU64,
     evicted: AtomicU64,
     matches: MatchCounters,
+    /// The KV-event sink (`None`: events off). Set only through `&mut self` before the
+    /// tree is shared, so the hooks read it as a plain field: no atomic, no shared write.
+    events: Option<std::sync::Arc<crate::events::EventSink>>,
 }
 
 /// What an insert asks of its `prepare` step (see `RadixTree::insert_with`).
@@ -383,6 +387,7 @@ impl RadixTree {
             inserted: AtomicU64::new(0),
             evicted: AtomicU64::new(0),
             matches: MatchCounters::new(),
+            events: None,
         })
     }
 
