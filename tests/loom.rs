@@ -683,3 +683,22 @@ fn events_eviction_racing_a_reinsert_of_the_same_key() {
         stream_matches_tree(&t, &mut Vec::new());
     });
 }
+
+/// KV events: an insert of a leaf `[1,2]` racing an insert of its child `[1,2,3]` (`[1]`
+/// cached). When the child hangs under the new leaf, it reached the leaf through the
+/// leaf's publish, so the leaf's store must already be in the sink: the child's store
+/// names it as its parent. Fails if `hang` pushes its store after the publish ("a store
+/// under parent ... not held").
+#[test]
+fn events_insert_of_a_leaf_racing_an_insert_of_its_child() {
+    model(|| {
+        let t = Arc::new(events_tree());
+        t.insert(0, &[1], &[10]).unwrap();
+        let t2 = t.clone();
+        let child = thread::spawn(move || t2.insert(0, &[1, 2, 3], &[11, 21, 31]).unwrap());
+        t.insert(0, &[1, 2], &[12, 22]).unwrap();
+        child.join().unwrap();
+        stream_matches_tree(&t, &mut Vec::new());
+        assert_eq!(t.cached_page_hashes().len(), 3);
+    });
+}
