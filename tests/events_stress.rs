@@ -31,7 +31,7 @@ fn run(page: usize, pool: usize, policy: EvictionPolicy, cycles: usize) {
         .map(|t| {
             let (cache, drained) = (cache.clone(), drained.clone());
             std::thread::spawn(move || {
-                let mut rng = Rng(0x2545_f491_4f6c_dd1d ^ (t as u64 + 1) * 0x9e37_79b9);
+                let mut rng = Rng(0x2545_f491_4f6c_dd1d ^ ((t as u64 + 1) * 0x9e37_79b9));
                 let mut out = Vec::new();
                 for _ in 0..cycles {
                     let ns = rng.below(3);
