@@ -95,6 +95,10 @@
 //! - insert: `insert.rs` (`Insert::hang`);
 //! - eviction of one leaf and the pass: `evict.rs` (`evict_leaf`, `evict_with`), and the
 //!   index's tickets: `evict_index.rs`;
+//! - KV events (with them on): the store pushed under the parent's lock before the leaf's
+//!   publish (`Insert::hang`), the removal after the `DEAD` CAS under the parent's lock
+//!   (`evict_leaf`), the page hashes kept on nodes and split between halves: `events.rs`,
+//!   `split.rs`, and `docs/kv-events.md` ("Sequencing with the tree");
 //! - the namespace map: `ns_map.rs`; a namespace's root, created and reclaimed:
 //!   `namespace.rs` (module docs); node and child-table memory: `node.rs`
 //!   (`node_ref`'s contract).
