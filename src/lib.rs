@@ -14,7 +14,7 @@ pub mod slot_run;
 pub mod trace;
 pub mod tree;
 
-pub use cache::{Cache, CacheOptions, CacheStats, FreeFn, FreeRunsFn, Request};
+pub use cache::{Cache, CacheOptions, CacheStats, EventOptions, FreeFn, FreeRunsFn, Request};
 pub use error::{Error, Result};
 pub use slot_run::SlotRun;
 pub use tree::{

@@ -597,3 +597,108 @@ fn namespace_map_rebuild_racing_a_lookup() {
         assert_eq!((c.namespaces, c.nodes), (3, 3));
     });
 }
+
+#[path = "support/replay.rs"]
+mod replay;
+
+/// A tree with KV events on (page size 1).
+fn events_tree() -> RadixTree {
+    let mut t = tree();
+    t.enable_events(radixkv::events::SinkOptions { block_size: 1, ..Default::default() }).unwrap();
+    t
+}
+
+/// The tree's event stream so far (`seen` holds what earlier calls drained), applied by a
+/// consumer (`replay` checks no event names a page it does not hold), must hold exactly the
+/// tree's cached pages.
+fn stream_matches_tree(t: &RadixTree, seen: &mut Vec<(u64, radixkv::events::EventBatch)>) {
+    let s = t.events().unwrap();
+    s.flush();
+    seen.extend(s.drain());
+    let held = replay::replay(seen);
+    assert_eq!(held, t.cached_page_hashes(), "the stream's pages vs the tree's");
+}
+
+/// KV events: an insert of a child `[1,2,3]` racing the eviction of its parent leaf
+/// `[1,2]`. Either the child is stored under `[1,2]` (whose removal then never comes, or
+/// comes after the child's) or `[1,2]` is removed first and the insert stores `[1,2,3]`
+/// afresh from the root. At the end the replayed stream holds exactly the tree's pages, and
+/// after a second full eviction nothing. Fails if `hang` pushes its store after the unlock
+/// (a removal can then precede the store it removes) or if `evict_leaf` pushes its removal
+/// after dropping the parent's lock (the re-store can precede it).
+#[test]
+fn events_insert_of_a_child_racing_the_eviction_of_its_parent_leaf() {
+    model(|| {
+        let t = Arc::new(events_tree());
+        t.insert(0, &[1, 2], &[10, 20]).unwrap();
+        let t2 = t.clone();
+        let inserter = thread::spawn(move || t2.insert(0, &[1, 2, 3], &[11, 21, 31]).unwrap());
+        t.evict(usize::MAX, &mut |_| {});
+        inserter.join().unwrap();
+        let mut seen = Vec::new();
+        stream_matches_tree(&t, &mut seen);
+        t.evict(usize::MAX, &mut |_| {});
+        stream_matches_tree(&t, &mut seen);
+        assert!(t.cached_page_hashes().is_empty());
+    });
+}
+
+/// KV events: two inserts diverging inside one edge (`[1,2,3]` cached; `[1,2,9]` against
+/// `[1,5]`), each splitting it. Splits publish nothing and the halves keep their hashes, so
+/// each insert stores exactly its new page with the right parent, whichever split first:
+/// the replayed stream holds the tree's five pages.
+#[test]
+fn events_two_inserts_diverging_inside_one_edge() {
+    model(|| {
+        let t = Arc::new(events_tree());
+        t.insert(0, &[1, 2, 3], &[10, 20, 30]).unwrap();
+        let t2 = t.clone();
+        let other = thread::spawn(move || t2.insert(0, &[1, 2, 9], &[11, 21, 90]).unwrap());
+        t.insert(0, &[1, 5], &[12, 50]).unwrap();
+        other.join().unwrap();
+        let s = t.events().unwrap();
+        s.flush();
+        let d = s.drain();
+        let stores = d.iter().flat_map(|(_, b)| &b.events).count();
+        assert_eq!(stores, 3, "one store per insert that added pages, none for the splits");
+        assert_eq!(replay::replay(&d), t.cached_page_hashes());
+        assert_eq!(t.cached_page_hashes().len(), 5);
+    });
+}
+
+/// KV events: the eviction of leaf `[1,2]` racing a re-insert of the same key. The insert
+/// either finds it cached (nothing stored) or waits for its unlink and stores it again; the
+/// re-store must follow the removal, or a consumer drops pages the tree holds.
+#[test]
+fn events_eviction_racing_a_reinsert_of_the_same_key() {
+    model(|| {
+        let t = Arc::new(events_tree());
+        t.insert(0, &[1, 2], &[10, 20]).unwrap();
+        let t2 = t.clone();
+        let evictor = thread::spawn(move || {
+            t2.evict(usize::MAX, &mut |_| {});
+        });
+        t.insert(0, &[1, 2], &[11, 21]).unwrap();
+        evictor.join().unwrap();
+        stream_matches_tree(&t, &mut Vec::new());
+    });
+}
+
+/// KV events: an insert of a leaf `[1,2]` racing an insert of its child `[1,2,3]` (`[1]`
+/// cached). When the child hangs under the new leaf, it reached the leaf through the
+/// leaf's publish, so the leaf's store must already be in the sink: the child's store
+/// names it as its parent. Fails if `hang` pushes its store after the publish ("a store
+/// under parent ... not held").
+#[test]
+fn events_insert_of_a_leaf_racing_an_insert_of_its_child() {
+    model(|| {
+        let t = Arc::new(events_tree());
+        t.insert(0, &[1], &[10]).unwrap();
+        let t2 = t.clone();
+        let child = thread::spawn(move || t2.insert(0, &[1, 2, 3], &[11, 21, 31]).unwrap());
+        t.insert(0, &[1, 2], &[12, 22]).unwrap();
+        child.join().unwrap();
+        stream_matches_tree(&t, &mut Vec::new());
+        assert_eq!(t.cached_page_hashes().len(), 3);
+    });
+}

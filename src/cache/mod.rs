@@ -27,6 +27,8 @@
 
 mod request;
 
+mod events;
+pub use events::EventOptions;
 pub use request::Request;
 
 use crossbeam_utils::CachePadded;

@@ -2,9 +2,10 @@
 //!
 //! This module is the standalone layer the cache's hooks feed: typed events, their page
 //! hashes ([`hash`]), vLLM's msgpack wire ([`wire`]) and a ZMQ publisher
-//! ([`publisher`]). The hooks themselves (where the tree pushes an event relative to the
-//! publish of a leaf and the unlink of an evicted one) are described in
-//! `docs/kv-events.md`, "sequencing with the tree".
+//! ([`publisher`]). The hooks that push into it are in the tree (`Insert::hang`,
+//! `RadixTree::evict_leaf`; enabled with `Cache::enable_events`); where they push relative
+//! to the publish of a leaf and the unlink of an evicted one, and why, is in
+//! `docs/kv-events.md`, "sequencing with the tree", and next to the pushes.
 //!
 //! # The sink
 //!

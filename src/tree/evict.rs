@@ -83,6 +83,10 @@ impl RadixTree {
     /// the parent's state for the unpin/evict pair (see `try_unpin`).
     pub(super) fn evict_leaf(&self, x: &Node, g: &Guard) -> Option<(usize, *const Node)> {
         let x_ptr = x as *const Node as *mut Node;
+        // KV events (one field read; nothing else with events off): the leaf's removal is
+        // built before any lock from the hashes kept on it, and dropped if the CAS fails.
+        let mut removed =
+            self.events.as_deref().zip(x.ev.as_ref()).map(|(s, e)| (s, e.hashes.to_vec()));
         loop {
             // Acquire: as in `split`.
             let pp = x.parent.load(Ordering::Acquire);
@@ -104,6 +108,17 @@ impl RadixTree {
             // it for a racing pin, which then fails on DEAD. Relaxed on failure: nothing read.
             if x.state.compare_exchange(0, DEAD, Ordering::AcqRel, Ordering::Relaxed).is_err() {
                 return None; // pinned, or replaced or evicted before we locked it
+            }
+            // KV events: the leaf's `BlockRemoved` is pushed here, after the CAS (the
+            // commit: a racing pin landed first, and then nothing is pushed, or fails after)
+            // and before the parent's lock is released. So a re-insert of the same page,
+            // which hangs its leaf under this parent under this lock only once `x` is
+            // unlinked (`hang` re-checks `cur.child(page)` under the lock and looks again
+            // while the DEAD `x` is there), pushes its new store after this removal; an
+            // insert below `x` needed `x`'s lock and `x` live, so none pushed after this; and
+            // the parent is queued only after we return, so its removal comes after ours.
+            if let Some((sink, hashes)) = removed.take() {
+                sink.removed(hashes);
             }
             // Relaxed: the parent is locked: this is its current table, ordered by the lock.
             let old = parent.children.load(Ordering::Relaxed, g);
@@ -140,7 +155,6 @@ impl RadixTree {
                     .is_ok();
             drop(xl);
             drop(pl);
-            // KV events (not built yet): the removal of `x`'s pages is published here.
             if root_died {
                 self.reclaim_dead_root(parent, g);
             }

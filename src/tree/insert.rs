@@ -319,11 +319,24 @@ impl<'g, S: SlotSink> Insert<'_, 'g, S> {
     /// unlocked; see the `namespace` module for the root) and that no
     /// child holds the page (one may have been added, or one being evicted is not unlinked
     /// yet), `prepare(Commit)`, move the counters, publish the new table (Release), unlock,
-    /// queue the leaf.
+    /// queue the leaf. With KV events on, the new pages are hashed before the lock and the
+    /// `BlockStored` is pushed just before the publish (see the comment there).
     fn hang(&mut self, cur: &'g Node, pos: usize) -> Result<Next<'g>> {
         let (tree, p) = (self.tree, self.tree.cfg.page_size);
         let page = &self.key[pos..pos + p];
-        let built = Box::new(self.slots.leaf(&self.key[pos..], pos, self.pin as u64, self.now, p));
+        let mut built =
+            Box::new(self.slots.leaf(&self.key[pos..], pos, self.pin as u64, self.now, p));
+        // KV events (one field read; nothing else with events off): hash the new pages from
+        // `cur`'s last chain state and build the `BlockStored`, all before the lock.
+        let stored = tree.events.as_deref().map(|sink| {
+            let info = sink.namespace(self.ns);
+            let parent = cur.ev.as_ref().and_then(|e| e.last_state());
+            let (mut states, mut hashes) = (Vec::new(), Vec::new());
+            info.hasher.hash_pages(parent.as_ref(), &self.key[pos..], p, &mut states, &mut hashes);
+            let parent_hash = parent.map(|s| info.hasher.block_hash(&s));
+            built.ev = Some(Box::new(events::PageHashes::new(&states, hashes.clone())));
+            (sink, sink.stored_event(&info, hashes, parent_hash, self.key[pos..].to_vec()))
+        });
         let guard = lock(&cur.lock);
         // Relaxed: DEAD and REPLACED are set only under `cur`'s lock, which we hold.
         if cur.state.load(Ordering::Relaxed) & (DEAD | REPLACED) != 0 {
@@ -363,6 +376,16 @@ impl<'g, S: SlotSink> Insert<'_, 'g, S> {
             Some(t) => t.with_added(page[0], leaf),
             None => ChildTable::single(page[0], leaf),
         };
+        // KV events: the leaf's `BlockStored` is pushed here, under `cur`'s lock, after the
+        // commit (nothing below can fail, so no store is pushed for a leaf not hung) and
+        // before the Release store that publishes the leaf. So: an insert below the leaf
+        // (which must Acquire-load this table first) pushes its store after this one; an
+        // eviction of the leaf (which finds it only through the index push below, or the
+        // unpin of a pinned insert) pushes its removal after; and `cur`'s own store was
+        // pushed before `cur` was published, which this insert read to get here.
+        if let Some((sink, ev)) = stored {
+            sink.push(ev);
+        }
         // Release: publishes the leaf and the table to readers that Acquire-load it.
         cur.children.store(Owned::new(table), Ordering::Release);
         if !old.is_null() {

@@ -95,6 +95,10 @@
 //! - insert: `insert.rs` (`Insert::hang`);
 //! - eviction of one leaf and the pass: `evict.rs` (`evict_leaf`, `evict_with`), and the
 //!   index's tickets: `evict_index.rs`;
+//! - KV events (with them on): the store pushed under the parent's lock before the leaf's
+//!   publish (`Insert::hang`), the removal after the `DEAD` CAS under the parent's lock
+//!   (`evict_leaf`), the page hashes kept on nodes and split between halves: `events.rs`,
+//!   `split.rs`, and `docs/kv-events.md` ("Sequencing with the tree");
 //! - the namespace map: `ns_map.rs`; a namespace's root, created and reclaimed:
 //!   `namespace.rs` (module docs); node and child-table memory: `node.rs`
 //!   (`node_ref`'s contract).
@@ -138,6 +142,7 @@
 //! [`RadixTree::reclaim`] at a moment of its choosing.
 
 mod descent;
+mod events;
 mod evict;
 mod evict_index;
 mod insert;
@@ -328,6 +333,9 @@ pub struct RadixTree {
     inserted: AtomicU64,
     evicted: AtomicU64,
     matches: MatchCounters,
+    /// The KV-event sink (`None`: events off). Set only through `&mut self` before the
+    /// tree is shared, so the hooks read it as a plain field: no atomic, no shared write.
+    events: Option<std::sync::Arc<crate::events::EventSink>>,
 }
 
 /// What an insert asks of its `prepare` step (see `RadixTree::insert_with`).
@@ -383,6 +391,7 @@ impl RadixTree {
             inserted: AtomicU64::new(0),
             evicted: AtomicU64::new(0),
             matches: MatchCounters::new(),
+            events: None,
         })
     }
 

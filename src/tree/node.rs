@@ -1,5 +1,6 @@
 //! A tree node (one edge) and its immutable child table.
 
+use super::events::PageHashes;
 use super::evict_index::Ticket;
 use super::slots::Edge;
 use crate::sync::epoch::{Atomic, Guard};
@@ -45,6 +46,9 @@ pub(crate) struct Node {
     pub(crate) lock: Mutex<()>,
     /// Its entry in the eviction index (null: not queued); under the index's lock only.
     pub(crate) evq: AtomicPtr<Ticket>,
+    /// The pages' event hashes (only with KV events on; see the `events` module).
+    /// Immutable once the node is published, like `edge`.
+    pub(crate) ev: Option<Box<PageHashes>>,
     /// Under loom only: [`ALIVE`] until the node is dropped, then [`POISON`], so a model in
     /// which a node is used after it was freed fails (the loom test binary's allocator
     /// keeps freed memory unused for a while, so the poison stays readable). Plain std
@@ -80,6 +84,7 @@ impl Node {
             stamp: AtomicU64::new(stamp),
             lock: Mutex::new(()),
             evq: AtomicPtr::new(std::ptr::null_mut()),
+            ev: None,
             #[cfg(loom)]
             canary: std::sync::atomic::AtomicU64::new(ALIVE),
         }
@@ -112,7 +117,9 @@ impl Node {
 
     /// Heap bytes owned by this node (not counting its child table).
     pub(crate) fn heap_bytes(&self) -> usize {
-        std::mem::size_of::<Node>() + self.edge.heap_bytes()
+        std::mem::size_of::<Node>()
+            + self.edge.heap_bytes()
+            + self.ev.as_ref().map_or(0, |e| e.heap_bytes())
     }
 
     /// The child table, or `None` for a node without children.

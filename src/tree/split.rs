@@ -42,9 +42,17 @@ impl RadixTree {
             // (1) Build U and L off to the side.
             // Relaxed: an access stamp is an eviction-order hint; nothing depends on it.
             let stamp = a.stamp.load(Ordering::Relaxed);
-            let u = Box::into_raw(Box::new(Node::new(Edge::part_of(&a.edge, 0, k), 0, stamp)));
-            let l =
-                Box::into_raw(Box::new(Node::new(Edge::part_of(&a.edge, k, a.len()), 0, stamp)));
+            let mut ub = Box::new(Node::new(Edge::part_of(&a.edge, 0, k), 0, stamp));
+            let mut lb = Box::new(Node::new(Edge::part_of(&a.edge, k, a.len()), 0, stamp));
+            // KV events: a split publishes nothing (no page changes); the halves take their
+            // share of A's page hashes (immutable, like the edges), so nothing is rehashed.
+            if let Some(ev) = &a.ev {
+                let (kp, np) = (k / self.cfg.page_size, a.len() / self.cfg.page_size);
+                ub.ev = Some(Box::new(ev.part(0, kp)));
+                lb.ev = Some(Box::new(ev.part(kp, np)));
+            }
+            let u = Box::into_raw(ub);
+            let l = Box::into_raw(lb);
             // SAFETY: both were just allocated and are not shared yet.
             let (un, ln) = unsafe { (&*u, &*l) };
             // L stays locked until its children point at it: from the moment U is published
