@@ -702,3 +702,57 @@ fn events_insert_of_a_leaf_racing_an_insert_of_its_child() {
         assert_eq!(t.cached_page_hashes().len(), 3);
     });
 }
+
+/// KV events: the last child's removal comes before its parent's. `[1,2]` has two leaf
+/// children `[3]` and `[4]`; two eviction passes race, so either may unlink the last child
+/// and queue the parent, and either may then evict it. A consumer must never be told the
+/// parent left while a page under it is still held. Fails if `evict_leaf` pushes a removal
+/// after dropping the parent's lock (E3: the other pass, which queues the parent only after
+/// that lock, can then remove the parent first).
+#[test]
+fn events_last_child_removal_comes_before_its_parents() {
+    model(|| {
+        let t = Arc::new(events_tree());
+        t.insert(0, &[1, 2, 3], &[10, 20, 30]).unwrap();
+        t.insert(0, &[1, 2, 4], &[10, 20, 40]).unwrap(); // [1,2] -> {[3], [4]}
+        let t2 = t.clone();
+        let other = thread::spawn(move || {
+            t2.evict(1, &mut |_| {});
+        });
+        t.evict(usize::MAX, &mut |_| {});
+        other.join().unwrap();
+        let mut seen = Vec::new();
+        stream_matches_tree(&t, &mut seen);
+        t.evict(usize::MAX, &mut |_| {});
+        stream_matches_tree(&t, &mut seen);
+        assert!(t.cached_page_hashes().is_empty());
+    });
+}
+
+/// KV events: a pinned insert (`insert_and_lock` of `[1,2,3]`, extending the unpinned leaf
+/// `[1,2]`) and its release race an eviction pass. The pass either evicts `[1,2]` before
+/// the insert pins it (the insert then stores all three pages from the root) or finds it
+/// pinned or with a child; the new leaf enters the eviction index only at the release, so
+/// its removal, if the pass gets it, follows its store. Whatever the interleaving, the
+/// replayed stream holds exactly the tree's pages, and after a full eviction nothing.
+#[test]
+fn events_pinned_insert_and_release_racing_an_eviction() {
+    model(|| {
+        let t = Arc::new(events_tree());
+        t.insert(0, &[1, 2], &[10, 20]).unwrap();
+        let t2 = t.clone();
+        let evictor = thread::spawn(move || {
+            t2.evict(usize::MAX, &mut |_| {});
+        });
+        let (_, g) = t.insert_and_lock(0, &[1, 2, 3], &[11, 21, 31]).unwrap();
+        assert_eq!(g.len(), 3);
+        drop(g);
+        evictor.join().unwrap();
+        let mut seen = Vec::new();
+        stream_matches_tree(&t, &mut seen);
+        t.evict(usize::MAX, &mut |_| {});
+        stream_matches_tree(&t, &mut seen);
+        assert!(t.cached_page_hashes().is_empty());
+        t.check_invariants().unwrap();
+    });
+}

@@ -479,6 +479,30 @@ mod tests {
         }
     }
 
+    /// What a router merges and what it keeps apart: two namespaces given the same LoRA
+    /// name and no salt share the adapter's cache identity (equal tokens hash alike: the
+    /// engine chose to share); namespaces given nothing, or different salts, never do.
+    #[test]
+    fn namespaces_hash_alike_only_when_given_the_same_identity() {
+        let s = sink();
+        let lora = |n: &str| NamespaceMeta { lora_name: Some(n.into()), cache_salt: None };
+        let salt = |n: &str| NamespaceMeta { lora_name: None, cache_salt: Some(n.into()) };
+        s.set_namespace(3, lora("a")).unwrap();
+        s.set_namespace(5, lora("a")).unwrap();
+        s.set_namespace(6, lora("b")).unwrap();
+        s.set_namespace(8, salt("t1")).unwrap();
+        s.set_namespace(9, salt("t2")).unwrap();
+        let tokens: Vec<u32> = (1..=8).collect();
+        let h = |ns: u64| s.namespace(ns).hasher.block_hashes(&tokens, 2);
+        assert_eq!(h(3), h(5), "same LoRA name, no salt: one cache identity");
+        for (a, b) in [(3, 6), (3, 0), (1, 2), (1, 0), (8, 9), (8, 0), (3, 8)] {
+            assert!(
+                h(a).iter().zip(h(b)).all(|(x, y)| *x != y),
+                "namespaces {a} and {b} must never share a page hash"
+            );
+        }
+    }
+
     #[test]
     fn a_full_drain_queue_drops_whole_batches() {
         let s = EventSink::new(SinkOptions {
