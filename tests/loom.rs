@@ -27,8 +27,12 @@ fn tree() -> RadixTree {
 /// Explores `f` with loom (preemption bound 2 unless `LOOM_MAX_PREEMPTIONS` says otherwise)
 /// and prints how many executions it took (shown with `--nocapture`).
 fn model(f: impl Fn() + Sync + Send + 'static) {
+    model_with(loom::model::Builder::new(), f)
+}
+
+/// [`model`] with a builder set up by the caller (a longer execution: `max_branches`).
+fn model_with(mut b: loom::model::Builder, f: impl Fn() + Sync + Send + 'static) {
     use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
-    let mut b = loom::model::Builder::new();
     if b.preemption_bound.is_none() {
         b.preemption_bound = Some(2);
     }
@@ -705,22 +709,35 @@ fn events_insert_of_a_leaf_racing_an_insert_of_its_child() {
 
 /// KV events: the last child's removal comes before its parent's. `[1,2]` has two leaf
 /// children `[3]` and `[4]`; two eviction passes race, so either may unlink the last child
-/// and queue the parent, and either may then evict it. A consumer must never be told the
-/// parent left while a page under it is still held. Fails if `evict_leaf` pushes a removal
-/// after dropping the parent's lock (E3: the other pass, which queues the parent only after
-/// that lock, can then remove the parent first).
+/// and queue the parent, and either may then evict it; the full pass then inserts `[9]`
+/// (its store ends the run of removals, which the sink would otherwise merge into one
+/// event). A consumer must never be told the parent left while a page under it is still
+/// held. Fails if `evict_leaf` pushes a removal after dropping the parent's lock (E3: the
+/// pass that unlinked `[4]` can push its removal after the other pass removed `[1,2]` and
+/// stored `[9]`).
 #[test]
 fn events_last_child_removal_comes_before_its_parents() {
-    model(|| {
+    let mut b = loom::model::Builder::new();
+    // Two full eviction passes, an insert and the replays make a long execution (the default
+    // bound of 1,000 branches is for the shorter models); the preemption bound is unchanged.
+    b.max_branches = 10_000;
+    model_with(b, || {
         let t = Arc::new(events_tree());
         t.insert(0, &[1, 2, 3], &[10, 20, 30]).unwrap();
         t.insert(0, &[1, 2, 4], &[10, 20, 40]).unwrap(); // [1,2] -> {[3], [4]}
+        // A pinned page keeps the namespace's root alive (no reclaim and re-creation for
+        // the insert of `[9]`: a smaller model).
+        t.insert(0, &[7], &[70]).unwrap();
+        let mut out = Vec::new();
+        let keep = t.match_and_lock(0, &[7], &mut out);
         let t2 = t.clone();
         let other = thread::spawn(move || {
             t2.evict(1, &mut |_| {});
         });
         t.evict(usize::MAX, &mut |_| {});
+        t.insert(0, &[9], &[90]).unwrap();
         other.join().unwrap();
+        drop(keep);
         let mut seen = Vec::new();
         stream_matches_tree(&t, &mut seen);
         t.evict(usize::MAX, &mut |_| {});
