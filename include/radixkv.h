@@ -482,7 +482,7 @@ typedef struct rkv_events_drain_info {
 typedef struct rkv_publisher_options {
   /**
    * The PUB endpoint, a NUL-terminated UTF-8 string (required; default
-   * `"tcp://*:5557"`). It binds when it contains `*` or is `ipc://`, and connects
+   * "tcp://\*:5557"). It binds when it contains `*` or is `ipc://`, and connects
    * otherwise (vLLM's rule); `*` as the host is every interface, as the port any free
    * port (`rkv_publisher_endpoint` says which). `inproc://` is not supported.
    */
@@ -1112,7 +1112,7 @@ enum rkv_status rkv_events_drain(const struct rkv_cache *cache,
                                  struct rkv_events_drain_info *out_info);
 
 /**
- * Default publisher options: endpoint `"tcp://*:5557"` (a static string), no replay
+ * Default publisher options: endpoint "tcp://\*:5557" (a static string), no replay
  * endpoint, the empty topic, `RKV_ENCODING_VLLM_ARRAY`, buffer_steps 10000, max_queue
  * 100000, auto_flush_ms 10, linger_ms 1000, data_parallel_rank 0 (vLLM's defaults).
  * Returns a plain value. Thread-safe.
@@ -1126,7 +1126,7 @@ struct rkv_publisher_options rkv_publisher_options_default(void);
  * from working is an error of this call, and then nothing changed (the cache keeps its
  * drain queue): `RKV_NULL_ARGUMENT` for a NULL `opts->endpoint`; `RKV_INVALID_ARGUMENT`
  * for an endpoint the transport cannot parse or does not have (`"nonsense"`,
- * `"tcp://*:notaport"`, `"inproc://x"`), a string that is not UTF-8, an unknown encoding,
+ * "tcp://\*:notaport", `"inproc://x"`), a string that is not UTF-8, an unknown encoding,
  * max_queue 0, a cache without events, or a cache that has a publisher already;
  * `RKV_IO_ERROR` for an address in use (or another refusal by the operating system).
  *
