@@ -1438,6 +1438,7 @@ static rkv_publisher_options quick_publisher(void) {
   rkv_publisher_options o = rkv_publisher_options_default();
   o.endpoint = "tcp://127.0.0.1:*";
   o.linger_ms = 0;
+  o.auto_flush_ms = 0; /* only rkv_events_flush closes batches: the counts are exact */
   return o;
 }
 

@@ -568,6 +568,7 @@ fn quick() -> rkv_publisher_options {
     rkv_publisher_options {
         endpoint: c"tcp://127.0.0.1:*".as_ptr(),
         linger_ms: 0,
+        auto_flush_ms: 0,
         ..rkv_publisher_options_default()
     }
 }
