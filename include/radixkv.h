@@ -361,7 +361,8 @@ typedef struct rkv_events_stats {
    */
   uint64_t batches;
   /**
-   * Events pushed (adjacent removals merged into one event count once each).
+   * Events recorded (each push counts: two adjacent removals that merge into one
+   * drained event count two).
    */
   uint64_t events;
   /**

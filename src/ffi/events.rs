@@ -160,7 +160,8 @@ pub struct rkv_events_drain_info {
 pub struct rkv_events_stats {
     /// Batches closed (sequence numbers handed out).
     pub batches: u64,
-    /// Events pushed (adjacent removals merged into one event count once each).
+    /// Events recorded (each push counts: two adjacent removals that merge into one
+    /// drained event count two).
     pub events: u64,
     /// Batches dropped because the drain queue was full (a publisher counts its own).
     pub dropped: u64,
