@@ -6,7 +6,8 @@
  * Every function taking `const rkv_cache *` is safe to call from many threads at once;
  * rkv_cache_free and rkv_events_enable (which take `rkv_cache *`) must not run
  * concurrently with any other call on that cache.
- * Outputs are written only on RKV_OK (and *out_len on RKV_BUFFER_TOO_SMALL).
+ * Outputs are written only on RKV_OK (and *out_len, or rkv_events_drain's *out_info, on
+ * RKV_BUFFER_TOO_SMALL).
  * A failing call leaves a message saying exactly what was wrong for its thread:
  * rkv_last_error_message() (see docs/errors.md).
  */
@@ -33,7 +34,8 @@
 
 /**
  * Status of a call. `RKV_OK` is 0; every other value is an error after which the call has
- * written no output (except `*out_len` on `RKV_BUFFER_TOO_SMALL`) and changed nothing.
+ * written no output (except `*out_len`, or `rkv_events_drain`'s `*out_info`, on
+ * `RKV_BUFFER_TOO_SMALL`) and changed nothing.
  * A plain value: nothing to free, valid on any thread. `rkv_status_str` names a status;
  * `rkv_last_error_message()` says what exactly the last failing call on this thread found
  * wrong (which argument, which value, which limit).
@@ -57,7 +59,8 @@ typedef enum rkv_status {
    */
   RKV_INVALID_LOCK = 3,
   /**
-   * The output buffer is smaller than the result; the required length is in `*out_len`.
+   * The output buffer is smaller than the result; the required length is in `*out_len`
+   * (for `rkv_events_drain`, the sizes every buffer needs are in `*out_info`).
    */
   RKV_BUFFER_TOO_SMALL = 4,
   /**

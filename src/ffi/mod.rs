@@ -39,7 +39,8 @@ use handles::{LockTable, Reserved};
 pub const RKV_ABI_VERSION: u32 = 1;
 
 /// Status of a call. `RKV_OK` is 0; every other value is an error after which the call has
-/// written no output (except `*out_len` on `RKV_BUFFER_TOO_SMALL`) and changed nothing.
+/// written no output (except `*out_len`, or `rkv_events_drain`'s `*out_info`, on
+/// `RKV_BUFFER_TOO_SMALL`) and changed nothing.
 /// A plain value: nothing to free, valid on any thread. `rkv_status_str` names a status;
 /// `rkv_last_error_message()` says what exactly the last failing call on this thread found
 /// wrong (which argument, which value, which limit).
@@ -55,7 +56,8 @@ pub enum rkv_status {
     RKV_INVALID_ARGUMENT = 2,
     /// An unknown, already released, or another cache's lock.
     RKV_INVALID_LOCK = 3,
-    /// The output buffer is smaller than the result; the required length is in `*out_len`.
+    /// The output buffer is smaller than the result; the required length is in `*out_len`
+    /// (for `rkv_events_drain`, the sizes every buffer needs are in `*out_info`).
     RKV_BUFFER_TOO_SMALL = 4,
     /// The pool is short even after evicting everything evictable.
     RKV_OUT_OF_SLOTS = 5,
