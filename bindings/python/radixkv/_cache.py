@@ -489,6 +489,8 @@ class Publisher(_Unique):
     it runs on, so it may outlive its :class:`Cache`. Its methods may be called from many
     threads at once; the GIL is released while it stops (it lingers)."""
 
+    _closed_message = "the publisher is closed"
+
     def __init__(self, ptr: int):
         self._ptr: Optional[int] = ptr
         self._cond = threading.Condition(threading.RLock())
@@ -566,7 +568,7 @@ class _Call:
         cache = self.cache
         with cache._cond:
             if cache._ptr is None or cache._closing:
-                raise CacheClosedError("the cache is closed")
+                raise CacheClosedError(getattr(cache, "_closed_message", "the cache is closed"))
             cache._inflight += 1
             return cache._ptr
 

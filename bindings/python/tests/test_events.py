@@ -172,7 +172,7 @@ def test_a_publisher_publishes_stops_and_outlives_its_cache():
         assert final.published + final.dropped == 2
         assert p.stop() == final  # stopping again does nothing
     assert p.closed
-    with pytest.raises(radixkv.CacheClosedError):
+    with pytest.raises(radixkv.CacheClosedError, match="the publisher is closed"):
         p.stats()
     # Stopped: the cache drains again.
     fill(c, list(range(1, 49)))
