@@ -4,8 +4,10 @@
  *
  * Link with -lradixkv (shared), or libradixkv.a plus -lpthread -ldl -lm (static).
  * Every function taking `const rkv_cache *` is safe to call from many threads at once;
- * rkv_cache_free must not run concurrently with any other call on that cache.
- * Outputs are written only on RKV_OK (and *out_len on RKV_BUFFER_TOO_SMALL).
+ * rkv_cache_free and rkv_events_enable (which take `rkv_cache *`) must not run
+ * concurrently with any other call on that cache.
+ * Outputs are written only on RKV_OK (and *out_len, or rkv_events_drain's *out_info, on
+ * RKV_BUFFER_TOO_SMALL).
  * A failing call leaves a message saying exactly what was wrong for its thread:
  * rkv_last_error_message() (see docs/errors.md).
  */
@@ -25,8 +27,15 @@
 #define RKV_ABI_VERSION 1
 
 /**
+ * What `rkv_events_flush` writes to `*out_seq` when there was nothing to close: no batch,
+ * no sequence number used. Never a batch's number (it is also the replay's end marker).
+ */
+#define RKV_EVENTS_NO_SEQ 18446744073709551615ull
+
+/**
  * Status of a call. `RKV_OK` is 0; every other value is an error after which the call has
- * written no output (except `*out_len` on `RKV_BUFFER_TOO_SMALL`) and changed nothing.
+ * written no output (except `*out_len`, or `rkv_events_drain`'s `*out_info`, on
+ * `RKV_BUFFER_TOO_SMALL`) and changed nothing.
  * A plain value: nothing to free, valid on any thread. `rkv_status_str` names a status;
  * `rkv_last_error_message()` says what exactly the last failing call on this thread found
  * wrong (which argument, which value, which limit).
@@ -50,7 +59,8 @@ typedef enum rkv_status {
    */
   RKV_INVALID_LOCK = 3,
   /**
-   * The output buffer is smaller than the result; the required length is in `*out_len`.
+   * The output buffer is smaller than the result; the required length is in `*out_len`
+   * (for `rkv_events_drain`, the sizes every buffer needs are in `*out_info`).
    */
   RKV_BUFFER_TOO_SMALL = 4,
   /**
@@ -76,6 +86,12 @@ typedef enum rkv_status {
    * 2^20 - 1 live caches in the process.
    */
   RKV_INTERNAL_ERROR = 9,
+  /**
+   * The environment refused what a valid call needed (an extension of version 1): an
+   * address already in use, a socket, runtime or thread that could not be had. Produced
+   * only by `rkv_events_publish`; the cache is unchanged.
+   */
+  RKV_IO_ERROR = 10,
 } rkv_status;
 
 /**
@@ -94,11 +110,88 @@ typedef enum rkv_eviction_policy {
 } rkv_eviction_policy;
 
 /**
+ * Which page hash a cache publishes (the `hash_mode` field of `rkv_events_options`, a
+ * `uint32_t`: other values are `RKV_INVALID_ARGUMENT`). A plain value.
+ */
+typedef enum rkv_hash_mode {
+  /**
+   * Dynamo's and Mooncake's XXH3-64 sequence hash, seed 1337 (the default): the hashes
+   * routers compute themselves from `token_ids`.
+   */
+  RKV_HASH_XXH3 = 0,
+  /**
+   * SGLang's SHA-256 page chain cut to 64 bits. The hashes are the bits of SGLang's
+   * signed `int64` values (cast a `uint64_t` hash to `int64_t` to compare); the
+   * publisher sends them signed, as SGLang does.
+   */
+  RKV_HASH_SGLANG_SHA256 = 1,
+} rkv_hash_mode;
+
+/**
+ * Where a cache's pages live, vLLM's `medium` (the `medium` fields of `rkv_events_options`
+ * and `rkv_event`, `uint32_t`s). A plain value.
+ */
+typedef enum rkv_medium {
+  /**
+   * The device pool: `"GPU"` on the wire (the default).
+   */
+  RKV_MEDIUM_GPU = 0,
+  /**
+   * A host tier in pinned memory: `"CPU_PINNED"`.
+   */
+  RKV_MEDIUM_CPU_PINNED = 1,
+} rkv_medium;
+
+/**
+ * What an `rkv_event` is (its `kind` field, a `uint32_t`). A plain value.
+ */
+typedef enum rkv_event_kind {
+  /**
+   * Pages became cached (one insert that added pages), in token order.
+   */
+  RKV_EVENT_BLOCK_STORED = 0,
+  /**
+   * Pages stopped being cached (eviction, reset, a namespace dropped).
+   */
+  RKV_EVENT_BLOCK_REMOVED = 1,
+  /**
+   * Every page of the cache is gone.
+   */
+  RKV_EVENT_ALL_BLOCKS_CLEARED = 2,
+} rkv_event_kind;
+
+/**
+ * How a publisher encodes its payloads (the `encoding` field of `rkv_publisher_options`,
+ * a `uint32_t`: other values are `RKV_INVALID_ARGUMENT`). A plain value.
+ */
+typedef enum rkv_encoding {
+  /**
+   * vLLM's tagged arrays, every field present (the default).
+   */
+  RKV_ENCODING_VLLM_ARRAY = 0,
+  /**
+   * vLLM's tagged maps, `"type"` first, fields equal to their default omitted.
+   */
+  RKV_ENCODING_VLLM_MAP = 1,
+} rkv_encoding;
+
+/**
  * A cache: an opaque object created by `rkv_cache_new` and destroyed by `rkv_cache_free`.
  * Every function taking `const rkv_cache *` is safe to call from many threads at once;
  * `rkv_cache_free` must not run concurrently with any other call on the same cache.
  */
 typedef struct rkv_cache rkv_cache;
+
+/**
+ * A running (or stopped) ZMQ publisher of one cache's events: an opaque object created by
+ * `rkv_events_publish` and destroyed by `rkv_publisher_free`. It holds its own reference
+ * to the cache's event sink, so it stays valid after `rkv_cache_free` of its cache (it
+ * then publishes what the cache closed before, and its auto-flush what was pushed before,
+ * until it is stopped). `rkv_publisher_endpoint`, `rkv_publisher_counters` and
+ * `rkv_publisher_stop` may run from many threads at once; `rkv_publisher_free` must not
+ * run concurrently with any other call on the same publisher.
+ */
+typedef struct rkv_publisher rkv_publisher;
 
 /**
  * Options of a new cache. Get the defaults from `rkv_options_default()` and change fields.
@@ -239,6 +332,230 @@ typedef struct rkv_namespace_stats {
    */
   uint64_t nodes;
 } rkv_namespace_stats;
+
+/**
+ * How a cache publishes KV events (`rkv_events_enable`); the block size is the cache's
+ * page size. Get the defaults from `rkv_events_options_default()` and change fields. A
+ * plain value: the caller owns it, and `rkv_events_enable` only reads it.
+ */
+typedef struct rkv_events_options {
+  /**
+   * An `rkv_hash_mode` value (default `RKV_HASH_XXH3`).
+   */
+  uint32_t hash_mode;
+  /**
+   * An `rkv_medium` value (default `RKV_MEDIUM_GPU`).
+   */
+  uint32_t medium;
+  /**
+   * The most closed batches the drain queue holds (while no publisher is attached)
+   * before it drops new ones, whole and counted (`rkv_events_stats.dropped`); default
+   * 65536. 0 drops every batch closed while no publisher is attached.
+   */
+  uint64_t max_drain_batches;
+} rkv_events_options;
+
+/**
+ * A cache's event counters (`rkv_events_counters`). A plain value owned by the caller.
+ */
+typedef struct rkv_events_stats {
+  /**
+   * Batches closed (sequence numbers handed out).
+   */
+  uint64_t batches;
+  /**
+   * Events recorded (each push counts: two adjacent removals that merge into one
+   * drained event count two).
+   */
+  uint64_t events;
+  /**
+   * Batches dropped because the drain queue was full (a publisher counts its own).
+   */
+  uint64_t dropped;
+} rkv_events_stats;
+
+/**
+ * One KV event, as `rkv_events_drain` writes it. Its arrays and strings point into the
+ * buffers the caller passed to that call (`out_hashes`, `out_tokens`, `out_strings`): the
+ * caller owns them, nothing is to be freed, and the pointers are valid as long as those
+ * buffers are. A plain value.
+ */
+typedef struct rkv_event {
+  /**
+   * The sequence number of the batch the event belongs to (batches are numbered 0, 1,
+   * 2, ... per cache, gapless, in the order they closed).
+   */
+  uint64_t seq;
+  /**
+   * When its batch closed: seconds since the Unix epoch.
+   */
+  double ts;
+  /**
+   * An `rkv_event_kind` value.
+   */
+  uint32_t kind;
+  /**
+   * An `rkv_medium` value: where the pages live (lived); `RKV_MEDIUM_GPU` for
+   * `RKV_EVENT_ALL_BLOCKS_CLEARED`.
+   */
+  uint32_t medium;
+  /**
+   * `RKV_EVENT_BLOCK_STORED`: the cache's page size (tokens per hash); else 0.
+   */
+  uint32_t block_size;
+  /**
+   * `RKV_EVENT_BLOCK_STORED`: 1 when `parent_block_hash` is set (the first new page
+   * follows a cached page), 0 when the first new page is its namespace's first; else 0.
+   */
+  uint32_t has_parent;
+  /**
+   * The hash of the page just before the first new one, when `has_parent` is 1; else 0.
+   */
+  uint64_t parent_block_hash;
+  /**
+   * The pages' hashes (one per page, in token order), `n_block_hashes` of them, in the
+   * caller's `out_hashes`; NULL when there are none (`RKV_EVENT_ALL_BLOCKS_CLEARED`).
+   */
+  const uint64_t *block_hashes;
+  /**
+   * How many hashes `block_hashes` holds.
+   */
+  size_t n_block_hashes;
+  /**
+   * `RKV_EVENT_BLOCK_STORED`: the new pages' tokens, concatenated (`block_size` per
+   * page), `n_token_ids` of them, in the caller's `out_tokens`; else NULL.
+   */
+  const uint32_t *token_ids;
+  /**
+   * How many tokens `token_ids` holds.
+   */
+  size_t n_token_ids;
+  /**
+   * `RKV_EVENT_BLOCK_STORED`: the namespace's LoRA name, a NUL-terminated UTF-8 string
+   * in the caller's `out_strings`; NULL when it has none (and for the other kinds).
+   */
+  const char *lora_name;
+  /**
+   * `RKV_EVENT_BLOCK_STORED`: the namespace's cache salt as published, in
+   * `out_strings`, or NULL. A namespace other than 0 given neither a LoRA name nor a
+   * salt is published with its decimal id as the salt ("7").
+   */
+  const char *cache_salt;
+} rkv_event;
+
+/**
+ * What `rkv_events_drain` took, or needs (`rkv_events_drain`). A plain value owned by the
+ * caller. On `RKV_OK`: the batches taken and the entries of each buffer they used, and how
+ * many batches are still queued. On `RKV_BUFFER_TOO_SMALL`: the batches queued and the
+ * entries each buffer needs to take all of them (nothing was taken).
+ */
+typedef struct rkv_events_drain_info {
+  /**
+   * Batches taken (`RKV_OK`) or queued (`RKV_BUFFER_TOO_SMALL`).
+   */
+  size_t n_batches;
+  /**
+   * `rkv_event`s written to `out_events`, or needed there.
+   */
+  size_t n_events;
+  /**
+   * Hashes written to `out_hashes`, or needed there.
+   */
+  size_t n_hashes;
+  /**
+   * Tokens written to `out_tokens`, or needed there.
+   */
+  size_t n_tokens;
+  /**
+   * Bytes written to `out_strings` (each string with its NUL), or needed there.
+   */
+  size_t n_string_bytes;
+  /**
+   * Batches left in the queue after the call (those that did not fit, in sequence order
+   * after the ones taken); on `RKV_BUFFER_TOO_SMALL` every queued batch.
+   */
+  size_t batches_left;
+} rkv_events_drain_info;
+
+/**
+ * How `rkv_events_publish` publishes a cache's events on ZMQ (vLLM's KV-event stream).
+ * Get the defaults from `rkv_publisher_options_default()` and change fields. A plain
+ * value: the caller owns it and its strings, which `rkv_events_publish` only reads during
+ * the call (the publisher copies what it keeps).
+ */
+typedef struct rkv_publisher_options {
+  /**
+   * The PUB endpoint, a NUL-terminated UTF-8 string (required; default
+   * "tcp://\*:5557"). It binds when it contains `*` or is `ipc://`, and connects
+   * otherwise (vLLM's rule); `*` as the host is every interface, as the port any free
+   * port (`rkv_publisher_endpoint` says which). `inproc://` is not supported.
+   */
+  const char *endpoint;
+  /**
+   * The ROUTER replay endpoint (always bound), or NULL for none (default NULL).
+   */
+  const char *replay_endpoint;
+  /**
+   * The topic frame of every message, or NULL for the empty topic (default NULL; llm-d
+   * expects `kv@<pod-ip>:<port>@<model>`).
+   */
+  const char *topic;
+  /**
+   * An `rkv_encoding` value (default `RKV_ENCODING_VLLM_ARRAY`). Hashes go out unsigned
+   * with `RKV_HASH_XXH3` and signed with `RKV_HASH_SGLANG_SHA256`, as those engines
+   * send them.
+   */
+  uint32_t encoding;
+  /**
+   * How many of the last batches the replay socket keeps (vLLM's `buffer_steps`;
+   * default 10000; 0 keeps none).
+   */
+  uint64_t buffer_steps;
+  /**
+   * The most batches waiting for the publisher's thread, >= 1 (default 100000); past
+   * it, batches are dropped whole and counted (`rkv_publisher_stats.dropped`).
+   */
+  uint64_t max_queue;
+  /**
+   * Flush the cache's events this often, in milliseconds, from the publisher's thread,
+   * so events never wait for a caller that stopped calling `rkv_events_flush` (default
+   * 10; 0: only `rkv_events_flush` closes batches).
+   */
+  uint64_t auto_flush_ms;
+  /**
+   * How long stopping keeps the sockets open for messages still leaving, in
+   * milliseconds (default 1000).
+   */
+  uint64_t linger_ms;
+  /**
+   * The payload's `data_parallel_rank` (default 0).
+   */
+  int64_t data_parallel_rank;
+} rkv_publisher_options;
+
+/**
+ * A publisher's counters (`rkv_publisher_counters`). A plain value owned by the caller. Once
+ * the publisher has stopped, `published + dropped` is the number of batches the cache
+ * closed while it was attached.
+ */
+typedef struct rkv_publisher_stats {
+  /**
+   * Batches sent on the PUB socket.
+   */
+  uint64_t published;
+  /**
+   * Batches dropped because the publisher's queue was full.
+   */
+  uint64_t dropped;
+  /**
+   * Batches sent through replay (each time one is).
+   */
+  uint64_t replayed;
+  /**
+   * Replay requests answered.
+   */
+  uint64_t replay_requests;
+} rkv_publisher_stats;
 
 #ifdef __cplusplus
 extern "C" {
@@ -692,6 +1009,201 @@ enum rkv_status rkv_cache_namespace_stats(const struct rkv_cache *cache,
  */
 enum rkv_status rkv_namespace_count(const struct rkv_cache *cache,
                                     uint64_t *out_count);
+
+/**
+ * Default event options: `RKV_HASH_XXH3`, `RKV_MEDIUM_GPU`, max_drain_batches 65536.
+ * Returns a plain value. Thread-safe.
+ */
+struct rkv_events_options rkv_events_options_default(void);
+
+/**
+ * Turns KV events on for `cache` with `*opts` (required; read only during the call); an
+ * extension of version 1. From then on every insert that adds pages records one
+ * `RKV_EVENT_BLOCK_STORED`, every page that leaves (eviction, `rkv_cache_reset`,
+ * `rkv_drop_namespace`) an `RKV_EVENT_BLOCK_REMOVED`; `rkv_events_flush` closes them into
+ * numbered batches, which `rkv_events_drain` takes, or a publisher
+ * (`rkv_events_publish`) sends. Only once per cache, and only while the cache is empty
+ * (right after `rkv_cache_new`): `RKV_INVALID_ARGUMENT` otherwise, and for an unknown
+ * hash_mode or medium. The block size of the events is the cache's page size.
+ *
+ * Not thread-safe: it must not run concurrently with any other call on the same cache
+ * (like `rkv_cache_free`), which is why it takes a non-const `rkv_cache *`.
+ *
+ * # Safety
+ * `cache` is NULL or live, and no other call on it runs concurrently; `opts` NULL or a
+ * readable `rkv_events_options`.
+ */
+enum rkv_status rkv_events_enable(struct rkv_cache *cache,
+                                  const struct rkv_events_options *opts);
+
+/**
+ * Names namespace `ns` on the wire (an extension of version 1): `lora_name` (its LoRA
+ * adapter) and `cache_salt` (tenant isolation), each a NUL-terminated UTF-8 string read
+ * only during the call, or NULL for none. Must come before the namespace's first insert
+ * (its pages' hashes depend on it): `RKV_INVALID_ARGUMENT` afterwards, for an empty
+ * string, a string that is not UTF-8, or a cache without events. A namespace never named
+ * is published with neither (namespace 0, the base model) or with its decimal id as the
+ * salt (any other), so no router merges two namespaces. Thread-safe.
+ *
+ * # Safety
+ * `cache` is NULL or live; `lora_name` and `cache_salt` NULL or NUL-terminated strings.
+ */
+enum rkv_status rkv_events_set_namespace(const struct rkv_cache *cache,
+                                         uint64_t ns,
+                                         const char *lora_name,
+                                         const char *cache_salt);
+
+/**
+ * Closes the events recorded so far into one batch (an engine calls it once per scheduler
+ * step; an extension of version 1) and writes its sequence number to `*out_seq`
+ * (required), or `RKV_EVENTS_NO_SEQ` when there were none (no batch, no number used). The
+ * batch goes to the drain queue (`rkv_events_drain`), or to the publisher when one is
+ * attached. Never blocks on I/O. `RKV_INVALID_ARGUMENT` for a cache without events.
+ * Thread-safe.
+ *
+ * # Safety
+ * `cache` is NULL or live; `out_seq` NULL or writable.
+ */
+enum rkv_status rkv_events_flush(const struct rkv_cache *cache,
+                                 uint64_t *out_seq);
+
+/**
+ * Writes the cache's event counters to `*out_stats` (required, owned by the caller); an
+ * extension of version 1. `RKV_INVALID_ARGUMENT` for a cache without events.
+ * Thread-safe.
+ *
+ * # Safety
+ * `cache` is NULL or live; `out_stats` NULL or writable.
+ */
+enum rkv_status rkv_events_counters(const struct rkv_cache *cache,
+                                    struct rkv_events_stats *out_stats);
+
+/**
+ * Takes closed batches from the cache's drain queue, in sequence order, as many whole
+ * batches as fit in the caller's buffers (an extension of version 1), and writes their
+ * events to `out_events[0..events_cap]`, the events' hashes to `out_hashes[0..hashes_cap]`,
+ * their tokens to `out_tokens[0..tokens_cap]` and their LoRA names and salts
+ * (NUL-terminated) to `out_strings[0..strings_cap]`; each `rkv_event` points into those
+ * buffers (see `rkv_event`). `*out_info` (required) says what was taken and how many
+ * batches are left (`rkv_events_drain_info`). A batch is never split: it is taken with all
+ * its events, or left queued.
+ *
+ * - Nothing queued: `RKV_OK` with all counts 0 (also while a publisher is attached, which
+ *   takes every batch itself).
+ * - The first queued batch does not fit: `RKV_BUFFER_TOO_SMALL`, nothing taken, nothing
+ *   written but `*out_info`, which gives the entries each buffer needs to take every
+ *   batch queued now; grow the buffers to that and call again.
+ * - `RKV_OK` with `batches_left > 0`: the buffers held only the first batches; call again.
+ *
+ * Any buffer may be NULL when its capacity is 0 (all four with capacity 0 just measure).
+ * The buffers must not overlap one another. `RKV_INVALID_ARGUMENT` for a cache without
+ * events. Thread-safe: concurrent drains take disjoint batches; the measuring runs under
+ * the lock every insert's event push takes, so it costs them O(queued events) once.
+ *
+ * # Safety
+ * `cache` is NULL or live; each buffer NULL or writable for its capacity; `out_info` NULL
+ * or writable.
+ */
+enum rkv_status rkv_events_drain(const struct rkv_cache *cache,
+                                 struct rkv_event *out_events,
+                                 size_t events_cap,
+                                 uint64_t *out_hashes,
+                                 size_t hashes_cap,
+                                 uint32_t *out_tokens,
+                                 size_t tokens_cap,
+                                 char *out_strings,
+                                 size_t strings_cap,
+                                 struct rkv_events_drain_info *out_info);
+
+/**
+ * Default publisher options: endpoint "tcp://\*:5557" (a static string), no replay
+ * endpoint, the empty topic, `RKV_ENCODING_VLLM_ARRAY`, buffer_steps 10000, max_queue
+ * 100000, auto_flush_ms 10, linger_ms 1000, data_parallel_rank 0 (vLLM's defaults).
+ * Returns a plain value. Thread-safe.
+ */
+struct rkv_publisher_options rkv_publisher_options_default(void);
+
+/**
+ * Starts a ZMQ publisher of `cache`'s events with `*opts` (required; it and its strings
+ * are read only during the call) and writes it to `*out_publisher` (required); an
+ * extension of version 1. The sockets are made and bound here, so what would keep them
+ * from working is an error of this call, and then nothing changed (the cache keeps its
+ * drain queue): `RKV_NULL_ARGUMENT` for a NULL `opts->endpoint`; `RKV_INVALID_ARGUMENT`
+ * for an endpoint the transport cannot parse or does not have (`"nonsense"`,
+ * "tcp://\*:notaport", `"inproc://x"`), a string that is not UTF-8, an unknown encoding,
+ * max_queue 0, a cache without events, or a cache that has a publisher already;
+ * `RKV_IO_ERROR` for an address in use (or another refusal by the operating system).
+ *
+ * From then on every batch the cache closes (`rkv_events_flush`, or the publisher's
+ * auto-flush) goes to the publisher, first what was in the drain queue: vLLM's stream
+ * (three frames: topic, sequence number as big-endian u64, msgpack payload), off the
+ * calling thread; a full queue drops whole batches and counts them. One publisher per
+ * cache at a time; after `rkv_publisher_stop` another may start.
+ *
+ * The caller owns the publisher and frees it with `rkv_publisher_free` (which stops it
+ * first). It holds its own reference to the cache's events, so it may outlive the cache:
+ * stopping and freeing it after `rkv_cache_free` is safe. Thread-safe.
+ *
+ * # Safety
+ * `cache` is NULL or live; `opts` NULL or a readable `rkv_publisher_options` whose string
+ * fields are NULL or NUL-terminated strings; `out_publisher` NULL or writable.
+ */
+enum rkv_status rkv_events_publish(const struct rkv_cache *cache,
+                                   const struct rkv_publisher_options *opts,
+                                   struct rkv_publisher **out_publisher);
+
+/**
+ * Writes the publisher's endpoints (an extension of version 1): `*out_endpoint` (required)
+ * the PUB endpoint as bound (a wildcard port resolved: `"tcp://127.0.0.1:40123"` for
+ * `"tcp://127.0.0.1:*"`) or as connected, `*out_replay_endpoint` (required) the replay
+ * endpoint as bound, or NULL without one. The strings are owned by the publisher: valid,
+ * unchanged, until `rkv_publisher_free` (also after a stop); do not free them.
+ * Thread-safe.
+ *
+ * # Safety
+ * `publisher` is NULL or live; `out_endpoint` and `out_replay_endpoint` NULL or writable.
+ */
+enum rkv_status rkv_publisher_endpoint(const struct rkv_publisher *publisher,
+                                       const char **out_endpoint,
+                                       const char **out_replay_endpoint);
+
+/**
+ * Writes the publisher's counters to `*out_stats` (required, owned by the caller); an
+ * extension of version 1. Never waits, also while another thread stops the publisher;
+ * final once it has stopped. Thread-safe.
+ *
+ * # Safety
+ * `publisher` is NULL or live; `out_stats` NULL or writable.
+ */
+enum rkv_status rkv_publisher_counters(const struct rkv_publisher *publisher,
+                                       struct rkv_publisher_stats *out_stats);
+
+/**
+ * Stops the publisher (an extension of version 1): flushes the cache's events, detaches
+ * from the cache (its later batches go to the drain queue again), sends what is queued,
+ * keeps the sockets open for the linger (still answering replay) and closes them; returns
+ * when all that is done (it blocks for about `linger_ms`). A publisher stopped already:
+ * `RKV_OK`, nothing to do (a concurrent second stop returns once the first is done). Safe
+ * after the cache was freed. The handle stays valid (endpoints, final counters) until
+ * `rkv_publisher_free`. Thread-safe.
+ *
+ * # Safety
+ * `publisher` is NULL or live.
+ */
+enum rkv_status rkv_publisher_stop(struct rkv_publisher *publisher);
+
+/**
+ * Destroys a publisher, stopping it first if it runs (as `rkv_publisher_stop`, which
+ * blocks for the linger). NULL is a no-op. Safe after the cache was freed. Must not run
+ * concurrently with any other call on the same publisher, and the publisher (and the
+ * strings of `rkv_publisher_endpoint`) must not be used afterwards. Leaves
+ * `rkv_last_error_message()` as it is.
+ *
+ * # Safety
+ * `publisher` is NULL or was returned by `rkv_events_publish` and not freed yet, and no
+ * other call on it runs concurrently or follows.
+ */
+void rkv_publisher_free(struct rkv_publisher *publisher);
 
 #ifdef __cplusplus
 }  // extern "C"

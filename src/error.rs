@@ -28,6 +28,10 @@ pub enum Error {
     },
     /// KV storage or CUDA failure.
     Device(String),
+    /// The environment refused what a valid request needed: an address already in use, a
+    /// socket, runtime or thread that could not be had (the KV-event publisher). A bad
+    /// endpoint or option is [`Error::InvalidArgument`] instead.
+    Io(String),
 }
 
 impl fmt::Display for Error {
@@ -45,6 +49,7 @@ impl fmt::Display for Error {
                 write!(f, "slot {slot} is already free or held by the tree")
             }
             Error::Device(m) => write!(f, "device error: {m}"),
+            Error::Io(m) => write!(f, "I/O error: {m}"),
         }
     }
 }
@@ -57,4 +62,10 @@ pub type Result<T> = std::result::Result<T, Error>;
 /// Shorthand for an [`Error::InvalidArgument`].
 pub(crate) fn invalid(msg: impl Into<String>) -> Error {
     Error::InvalidArgument(msg.into())
+}
+
+/// Shorthand for an [`Error::Io`].
+#[cfg_attr(loom, allow(dead_code))]
+pub(crate) fn io(msg: impl Into<String>) -> Error {
+    Error::Io(msg.into())
 }

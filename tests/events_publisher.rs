@@ -262,6 +262,15 @@ fn start_err(s: &Arc<EventSink>, o: PublisherOptions) -> String {
     }
 }
 
+/// The refusal of an address in use: the environment's (`Error::Io`), not a bad argument.
+fn start_io_err(s: &Arc<EventSink>, o: PublisherOptions) -> String {
+    match Publisher::start(s, o) {
+        Err(Error::Io(m)) => m,
+        Err(e) => panic!("wrong error {e:?}"),
+        Ok(_) => panic!("started"),
+    }
+}
+
 #[test]
 fn bad_endpoints_and_ports_in_use_are_clear_errors() {
     let s = sink(1);
@@ -273,12 +282,12 @@ fn bad_endpoints_and_ports_in_use_are_clear_errors() {
     let held = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let port = held.local_addr().unwrap().port();
     let taken = format!("tcp://127.0.0.1:{port}");
-    let m = start_err(
+    let m = start_io_err(
         &s,
         PublisherOptions { replay_endpoint: Some(taken.clone()), ..opts(Encoding::VllmArray) },
     );
     assert!(m.contains(&taken) && m.to_lowercase().contains("in use"), "{m}");
-    let m = start_err(
+    let m = start_io_err(
         &s,
         PublisherOptions { endpoint: format!("tcp://*:{port}"), ..opts(Encoding::VllmArray) },
     );

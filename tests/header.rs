@@ -40,6 +40,13 @@ fn header_is_up_to_date() {
         "typedef void (*rkv_free_fn)(void *ctx, const uint32_t *slots, size_t n_slots);",
         "const char *rkv_status_str(rkv_status status);",
         "const char *rkv_last_error_message(void);",
+        // The KV-event additions (version 1 kept).
+        "RKV_IO_ERROR = 10,",
+        "#define RKV_EVENTS_NO_SEQ",
+        "typedef struct rkv_publisher rkv_publisher;",
+        "typedef struct rkv_event {",
+        "typedef struct rkv_events_options {",
+        "typedef struct rkv_publisher_options {",
     ] {
         assert!(flat.contains(name), "the header lacks `{name}`");
     }

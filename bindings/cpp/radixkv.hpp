@@ -7,6 +7,12 @@
 //   cache.insert(ns, tokens, slots);                        // or insert_lock
 //   lock.release();                                         // or let it go out of scope
 //
+// KV events (vLLM's stream, for cluster routers): cache.enable_events() right after
+// construction, then cache.flush_events() once per scheduler step and either
+// cache.drain_events() (typed rkv::Events) or rkv::Publisher p = cache.publish({"tcp://*:5557"})
+// (an RAII ZMQ publisher that stops and frees itself when destroyed; it may outlive the
+// Cache).
+//
 // Ownership: rkv::Cache owns an rkv_cache (freed by its destructor) and rkv::Lock owns one
 // rkv_lock (released by its destructor); both are move-only. A Lock may outlive its Cache
 // (a class declaring its members in the "wrong" order): destroying the Cache frees the
@@ -18,7 +24,8 @@
 //
 // Thread-safety: every const member function of rkv::Cache may run from many threads at
 // once (they map to the C functions that take `const rkv_cache *`); constructing,
-// assigning and destroying a Cache must not race with other calls on it. A Lock is a plain
+// assigning and destroying a Cache, and enable_events, must not race with other calls on
+// it. A Lock is a plain
 // object: one thread at a time uses it, but it may be moved to and released from any
 // thread, also while another thread destroys its Cache.
 //
@@ -27,10 +34,12 @@
 #define RADIXKV_HPP
 
 #include <algorithm>
+#include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <exception>
 #include <memory>
+#include <optional>
 #include <stdexcept>
 #include <string>
 #include <utility>
@@ -101,6 +110,129 @@ struct Span {
   Span() noexcept = default;
   Span(const std::uint32_t *d, std::size_t n) noexcept : data(d), size(n) {}
   Span(const std::vector<std::uint32_t> &v) noexcept : data(v.data()), size(v.size()) {}  // NOLINT
+};
+
+/// Which page hash KV events carry (rkv_hash_mode).
+enum class HashMode : std::uint32_t {
+  xxh3 = RKV_HASH_XXH3,                   ///< Dynamo / Mooncake XXH3-64 (the default).
+  sglang_sha256 = RKV_HASH_SGLANG_SHA256  ///< SGLang's SHA-256 chain (hashes are int64 bits).
+};
+
+/// Where a cache's pages live (rkv_medium).
+enum class Medium : std::uint32_t { gpu = RKV_MEDIUM_GPU, cpu_pinned = RKV_MEDIUM_CPU_PINNED };
+
+/// What an Event is (rkv_event_kind).
+enum class EventKind : std::uint32_t {
+  block_stored = RKV_EVENT_BLOCK_STORED,
+  block_removed = RKV_EVENT_BLOCK_REMOVED,
+  all_blocks_cleared = RKV_EVENT_ALL_BLOCKS_CLEARED
+};
+
+/// How a Publisher encodes payloads (rkv_encoding).
+enum class Encoding : std::uint32_t {
+  vllm_array = RKV_ENCODING_VLLM_ARRAY,  ///< Tagged arrays, every field (the default).
+  vllm_map = RKV_ENCODING_VLLM_MAP       ///< Tagged maps, default fields omitted.
+};
+
+/// How a cache records KV events (see rkv_events_options and Cache::enable_events).
+struct EventOptions {
+  HashMode hash_mode = HashMode::xxh3;
+  Medium medium = Medium::gpu;
+  std::uint64_t max_drain_batches = 65536;  ///< Closed batches kept for drain_events.
+};
+
+/// One KV event, owning its data (copied out of rkv_events_drain's buffers).
+struct Event {
+  std::uint64_t seq = 0;  ///< Its batch's sequence number (0, 1, 2, ... per cache).
+  double ts = 0;          ///< When its batch closed, seconds since the Unix epoch.
+  EventKind kind = EventKind::all_blocks_cleared;
+  Medium medium = Medium::gpu;
+  std::vector<std::uint64_t> block_hashes;          ///< One per page, in token order.
+  std::optional<std::uint64_t> parent_block_hash;   ///< block_stored after a cached page.
+  std::vector<std::uint32_t> token_ids;             ///< block_stored: the new pages' tokens.
+  std::uint32_t block_size = 0;                     ///< block_stored: the page size.
+  std::optional<std::string> lora_name;             ///< block_stored: the namespace's.
+  std::optional<std::string> cache_salt;            ///< block_stored: as published.
+};
+
+/// A cache's event counters (rkv_events_stats): batches, events, dropped.
+using EventStats = rkv_events_stats;
+/// A publisher's counters (rkv_publisher_stats): published, dropped, replayed,
+/// replay_requests.
+using PublisherStats = rkv_publisher_stats;
+
+/// Settings of Cache::publish (see rkv_publisher_options); the defaults are vLLM's.
+struct PublisherOptions {
+  /// PUB endpoint: binds when it has a '*' or is ipc://, connects otherwise.
+  std::string endpoint = "tcp://*:5557";
+  std::optional<std::string> replay_endpoint;  ///< ROUTER replay endpoint, if any.
+  std::string topic;                           ///< Topic frame (empty by default).
+  Encoding encoding = Encoding::vllm_array;
+  std::uint64_t buffer_steps = 10000;  ///< Batches kept for replay.
+  std::uint64_t max_queue = 100000;    ///< Batches waiting for the thread (>= 1).
+  std::chrono::milliseconds auto_flush{10};  ///< 0: only flush_events closes batches.
+  std::chrono::milliseconds linger{1000};    ///< Sockets kept open after stop().
+  std::int64_t data_parallel_rank = 0;
+};
+
+/// A running ZMQ publisher of one cache's KV events (Cache::publish): move-only, stops and
+/// frees itself when destroyed (which blocks for its linger). It owns what it runs on, so
+/// it may outlive its Cache. stats(), endpoint() and stop() may run from many threads at
+/// once; destroying or assigning it must not race with other calls on it.
+class Publisher {
+ public:
+  Publisher() noexcept = default;
+  Publisher(const Publisher &) = delete;
+  Publisher &operator=(const Publisher &) = delete;
+  Publisher(Publisher &&o) noexcept : p_(std::exchange(o.p_, nullptr)) {}
+  Publisher &operator=(Publisher &&o) noexcept {
+    if (this != &o) {
+      rkv_publisher_free(p_);
+      p_ = std::exchange(o.p_, nullptr);
+    }
+    return *this;
+  }
+  ~Publisher() { rkv_publisher_free(p_); }
+
+  /// Whether this object holds a publisher (running or stopped).
+  explicit operator bool() const noexcept { return p_ != nullptr; }
+  /// The C handle, still owned by this object.
+  rkv_publisher *get() const noexcept { return p_; }
+
+  /// The PUB endpoint as bound (a '*' port resolved) or as connected.
+  std::string endpoint() const {
+    const char *ep = nullptr, *replay = nullptr;
+    detail::check(rkv_publisher_endpoint(need(), &ep, &replay), "rkv_publisher_endpoint");
+    return ep ? ep : "";
+  }
+  /// The replay endpoint as bound, if there is one.
+  std::optional<std::string> replay_endpoint() const {
+    const char *ep = nullptr, *replay = nullptr;
+    detail::check(rkv_publisher_endpoint(need(), &ep, &replay), "rkv_publisher_endpoint");
+    if (!replay) return std::nullopt;
+    return std::string(replay);
+  }
+  /// The counters (final once stopped); never waits.
+  PublisherStats stats() const {
+    PublisherStats s{};
+    detail::check(rkv_publisher_counters(need(), &s), "rkv_publisher_counters");
+    return s;
+  }
+  /// Flushes the cache's events, sends what is queued, lingers and closes the sockets; the
+  /// cache's later batches go to drain_events again. A second stop does nothing.
+  void stop() const { detail::check(rkv_publisher_stop(need()), "rkv_publisher_stop"); }
+
+ private:
+  friend class Cache;
+  explicit Publisher(rkv_publisher *p) noexcept : p_(p) {}
+  rkv_publisher *need() const {
+    if (p_ == nullptr) {
+      throw Error(RKV_NULL_ARGUMENT, std::string("rkv_publisher: this rkv::Publisher is empty "
+                                                 "(default-constructed or moved from)"));
+    }
+    return p_;
+  }
+  rkv_publisher *p_ = nullptr;
 };
 
 class Cache;
@@ -480,6 +612,89 @@ class Cache {
   /// rkv_reclaim): call it once per scheduler step, where latency does not matter.
   void reclaim() const { detail::check(rkv_reclaim(cache_), "rkv_reclaim"); }
 
+  // -- KV events (rkv_events_*) --
+
+  /// Turns KV events on (rkv_events_enable): once, on an empty cache (right after
+  /// construction), else Error(RKV_INVALID_ARGUMENT). Not const: it must not race with any
+  /// other call on this cache.
+  void enable_events(const EventOptions &o = EventOptions{}) {
+    rkv_events_options opts = rkv_events_options_default();
+    opts.hash_mode = static_cast<std::uint32_t>(o.hash_mode);
+    opts.medium = static_cast<std::uint32_t>(o.medium);
+    opts.max_drain_batches = o.max_drain_batches;
+    detail::check(rkv_events_enable(owner_.get(), &opts), "rkv_events_enable");
+  }
+
+  /// Names namespace `ns` on the wire before its first insert (rkv_events_set_namespace);
+  /// std::nullopt for none.
+  void set_namespace_meta(std::uint64_t ns, const std::optional<std::string> &lora_name,
+                          const std::optional<std::string> &cache_salt = std::nullopt) const {
+    detail::check(rkv_events_set_namespace(cache_, ns, lora_name ? lora_name->c_str() : nullptr,
+                                           cache_salt ? cache_salt->c_str() : nullptr),
+                  "rkv_events_set_namespace");
+  }
+
+  /// Closes the events recorded so far into a batch; its sequence number, or std::nullopt
+  /// when there were none (rkv_events_flush).
+  std::optional<std::uint64_t> flush_events() const {
+    std::uint64_t seq = RKV_EVENTS_NO_SEQ;
+    detail::check(rkv_events_flush(cache_, &seq), "rkv_events_flush");
+    if (seq == RKV_EVENTS_NO_SEQ) return std::nullopt;
+    return seq;
+  }
+
+  /// Takes every closed batch (rkv_events_drain) and returns its events in sequence order
+  /// (empty while a Publisher is attached). Sizes its buffers from the library's answer:
+  /// one measuring call, then one that takes everything (more if batches close meanwhile).
+  std::vector<Event> drain_events() const {
+    std::vector<Event> out;
+    std::vector<rkv_event> ev;
+    std::vector<std::uint64_t> h;
+    std::vector<std::uint32_t> t;
+    std::vector<char> s;
+    for (;;) {
+      rkv_events_drain_info info{};
+      rkv_status st = rkv_events_drain(cache_, ev.data(), ev.size(), h.data(), h.size(),
+                                       t.data(), t.size(), s.data(), s.size(), &info);
+      if (st == RKV_BUFFER_TOO_SMALL) {
+        ev.resize(std::max(ev.size(), info.n_events));
+        h.resize(std::max(h.size(), info.n_hashes));
+        t.resize(std::max(t.size(), info.n_tokens));
+        s.resize(std::max(s.size(), info.n_string_bytes));
+        continue;
+      }
+      detail::check(st, "rkv_events_drain");
+      for (std::size_t i = 0; i < info.n_events; ++i) out.push_back(to_event(ev[i]));
+      if (info.batches_left == 0 || info.n_batches == 0) return out;
+    }
+  }
+
+  /// The event counters (rkv_events_counters).
+  EventStats events_stats() const {
+    EventStats s{};
+    detail::check(rkv_events_counters(cache_, &s), "rkv_events_counters");
+    return s;
+  }
+
+  /// Starts a ZMQ publisher of this cache's events (rkv_events_publish): a bad endpoint is
+  /// Error(RKV_INVALID_ARGUMENT), an address in use Error(RKV_IO_ERROR), and then nothing
+  /// changed. The Publisher stops itself when destroyed, and may outlive this Cache.
+  Publisher publish(const PublisherOptions &o = PublisherOptions{}) const {
+    rkv_publisher_options opts = rkv_publisher_options_default();
+    opts.endpoint = o.endpoint.c_str();
+    opts.replay_endpoint = o.replay_endpoint ? o.replay_endpoint->c_str() : nullptr;
+    opts.topic = o.topic.c_str();
+    opts.encoding = static_cast<std::uint32_t>(o.encoding);
+    opts.buffer_steps = o.buffer_steps;
+    opts.max_queue = o.max_queue;
+    opts.auto_flush_ms = o.auto_flush.count() > 0 ? static_cast<std::uint64_t>(o.auto_flush.count()) : 0;
+    opts.linger_ms = o.linger.count() > 0 ? static_cast<std::uint64_t>(o.linger.count()) : 0;
+    opts.data_parallel_rank = o.data_parallel_rank;
+    rkv_publisher *p = nullptr;
+    detail::check(rkv_events_publish(cache_, &opts, &p), "rkv_events_publish");
+    return Publisher(p);
+  }
+
  private:
   // `evict`, `evict_runs` and `drop_namespace`: calls `c_evict` (with `n`, a token count or
   // a namespace) with a trampoline that passes each array of `T` (slots or runs) to
@@ -504,6 +719,21 @@ class Cache {
     if (ctx.error) std::rethrow_exception(ctx.error);
     detail::check(st, what);
     return evicted;
+  }
+
+  static Event to_event(const rkv_event &e) {
+    Event out;
+    out.seq = e.seq;
+    out.ts = e.ts;
+    out.kind = static_cast<EventKind>(e.kind);
+    out.medium = static_cast<Medium>(e.medium);
+    if (e.n_block_hashes) out.block_hashes.assign(e.block_hashes, e.block_hashes + e.n_block_hashes);
+    if (e.has_parent) out.parent_block_hash = e.parent_block_hash;
+    if (e.n_token_ids) out.token_ids.assign(e.token_ids, e.token_ids + e.n_token_ids);
+    out.block_size = e.block_size;
+    if (e.lora_name) out.lora_name = std::string(e.lora_name);
+    if (e.cache_salt) out.cache_salt = std::string(e.cache_salt);
+    return out;
   }
 
   static void same_size(Span a, Span b, const char *function) {

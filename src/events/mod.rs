@@ -382,6 +382,26 @@ impl EventSink {
         }
     }
 
+    /// Takes the first `n` closed batches from the drain queue, in sequence order, where
+    /// `n = count(queued)` and `count` sees every queued batch (in order) before anything is
+    /// taken, under the sink's lock: a caller with bounded buffers takes as many whole
+    /// batches as fit and leaves the rest queued, never putting one back (the C ABI's
+    /// `rkv_events_drain`). `count` runs under the lock every push takes, so it should only
+    /// measure (it must not call into the sink). Empty while a publisher is attached.
+    pub fn drain_front(
+        &self,
+        count: impl FnOnce(&mut dyn Iterator<Item = &(u64, EventBatch)>) -> usize,
+    ) -> Vec<(u64, EventBatch)> {
+        match &mut self.lock().out {
+            Output::Drain(q) => {
+                let n = count(&mut q.iter()).min(q.len());
+                q.drain(..n).collect()
+            }
+            #[cfg(not(loom))]
+            Output::Publish(_) => Vec::new(),
+        }
+    }
+
     /// The counters.
     pub fn stats(&self) -> SinkStats {
         self.lock().stats
@@ -520,6 +540,25 @@ mod tests {
         assert!(d.iter().all(|b| b.1.events.len() == 1));
         assert_eq!(s.stats().dropped, 3);
         assert_eq!(s.stats().batches, 5);
+    }
+
+    #[test]
+    fn drain_front_takes_what_count_says_and_leaves_the_rest() {
+        let s = sink();
+        for i in 0..4 {
+            s.removed(vec![i]);
+            s.flush();
+        }
+        let mut seen = Vec::new();
+        let got = s.drain_front(|q| {
+            seen.extend(q.map(|b| b.0));
+            2
+        });
+        assert_eq!(seen, vec![0, 1, 2, 3], "count sees every queued batch");
+        assert_eq!(got.iter().map(|b| b.0).collect::<Vec<_>>(), vec![0, 1]);
+        assert!(s.drain_front(|_| 0).is_empty(), "0: nothing taken");
+        assert_eq!(s.drain_front(|_| 99).iter().map(|b| b.0).collect::<Vec<_>>(), vec![2, 3]);
+        assert!(s.drain().is_empty());
     }
 
     #[test]

@@ -18,10 +18,12 @@
 //! - **Endpoints.** The PUB socket binds when the endpoint contains `*` or is `ipc://` or
 //!   `inproc://`, and connects otherwise; the replay socket always binds. `*` as the host
 //!   means every interface and as the port any free port ([`Publisher::endpoint`] says which).
-//!   A bad endpoint, an address in use, or `inproc://` (which the transport does not have:
-//!   use `ipc://`) is an [`Error::InvalidArgument`](crate::Error::InvalidArgument) from
-//!   `start`, naming the endpoint and the reason. A connecting PUB socket connects in the
-//!   background and keeps trying until its peer listens.
+//!   A bad endpoint or `inproc://` (which the transport does not have: use `ipc://`) is an
+//!   [`Error::InvalidArgument`](crate::Error::InvalidArgument) from `start`, and an address
+//!   in use (or any other refusal by the operating system: a bind without permission, a
+//!   runtime or thread that cannot be had) an [`Error::Io`](crate::Error::Io), each naming
+//!   the endpoint and the reason. A connecting PUB socket connects in the background and
+//!   keeps trying until its peer listens.
 //! - **High-water mark.** The PUB socket drops messages for a subscriber whose queue holds
 //!   100,000 of them (the transport's fixed high-water mark, vLLM's default `hwm`); such
 //!   drops are invisible to the publisher and show up as gaps the subscriber repairs by
@@ -44,7 +46,7 @@ use zeromq::{Socket, SocketRecv, SocketSend, ZmqMessage};
 
 use super::wire::{WireOptions, encode_batch};
 use super::{EventBatch, EventSink};
-use crate::error::{Result, invalid};
+use crate::error::{Result, invalid, io};
 
 /// The sequence number of the replay's end marker.
 pub const REPLAY_END: u64 = u64::MAX;
@@ -100,6 +102,24 @@ pub struct PublisherStats {
     pub replay_requests: u64,
 }
 
+/// A publisher's counters, readable from any thread, before, during and after its
+/// [`Publisher::stop`] ([`Publisher::counters`]). Cheap to clone (one `Arc`).
+#[derive(Clone)]
+pub struct PublisherCounters(Arc<Shared>);
+
+impl PublisherCounters {
+    /// The counters now (final once the publisher has stopped).
+    pub fn get(&self) -> PublisherStats {
+        self.0.stats()
+    }
+}
+
+impl std::fmt::Debug for PublisherCounters {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_tuple("PublisherCounters").field(&self.get()).finish()
+    }
+}
+
 /// One closed batch, kept for replay; its payload is encoded once, by whoever needs it
 /// first.
 struct Item {
@@ -125,6 +145,16 @@ struct Shared {
 }
 
 impl Shared {
+    fn stats(&self) -> PublisherStats {
+        // Relaxed: counters.
+        PublisherStats {
+            published: self.published.load(Ordering::Relaxed),
+            dropped: self.dropped.load(Ordering::Relaxed),
+            replayed: self.replayed.load(Ordering::Relaxed),
+            replay_requests: self.replay_requests.load(Ordering::Relaxed),
+        }
+    }
+
     fn ring(&self) -> std::sync::MutexGuard<'_, VecDeque<Arc<Item>>> {
         self.ring.lock().unwrap_or_else(|p| p.into_inner())
     }
@@ -181,6 +211,16 @@ fn zmq_err(what: &str, endpoint: &str, e: impl std::fmt::Display) -> crate::Erro
     invalid(format!("events: cannot {what} {endpoint:?}: {e}"))
 }
 
+/// A failed bind: the operating system's refusal (an address in use, no permission) is
+/// [`Error::Io`](crate::Error::Io); an endpoint the transport cannot parse or does not
+/// have is [`Error::InvalidArgument`](crate::Error::InvalidArgument).
+fn bind_err(endpoint: &str, e: zeromq::ZmqError) -> crate::Error {
+    match e {
+        zeromq::ZmqError::Network(e) => io(format!("events: cannot bind {endpoint:?}: {e}")),
+        e => zmq_err("bind", endpoint, e),
+    }
+}
+
 /// Whether vLLM's rule binds the PUB socket to `endpoint` (else it connects).
 pub fn binds(endpoint: &str) -> bool {
     endpoint.contains('*') || endpoint.starts_with("ipc://") || endpoint.starts_with("inproc://")
@@ -210,8 +250,9 @@ fn transport_endpoint(endpoint: &str) -> Result<String> {
 impl Publisher {
     /// Opens the sockets (errors come back here, before anything runs), attaches to
     /// `sink` (batches already in its drain queue are published first) and starts the
-    /// thread. `InvalidArgument` for a bad endpoint, an address in use, `max_queue` of 0,
-    /// or a sink that has a publisher already.
+    /// thread. `InvalidArgument` for a bad endpoint, `max_queue` of 0, or a sink that has a
+    /// publisher already; `Io` for an address in use (or another refusal by the operating
+    /// system, a runtime or a thread that cannot be had).
     pub fn start(sink: &Arc<EventSink>, opts: PublisherOptions) -> Result<Publisher> {
         if opts.max_queue == 0 {
             return Err(invalid("events: max_queue must be at least 1"));
@@ -219,7 +260,7 @@ impl Publisher {
         let rt = tokio::runtime::Builder::new_current_thread()
             .enable_all()
             .build()
-            .map_err(|e| invalid(format!("events: cannot start the publisher's runtime: {e}")))?;
+            .map_err(|e| io(format!("events: cannot start the publisher's runtime: {e}")))?;
         // The sockets start tasks on the runtime they are made in: make them (and bind, and
         // attach) inside it, so whatever fails drops them there too.
         let (shared, worker, rx, endpoint, replay_endpoint) = {
@@ -227,9 +268,8 @@ impl Publisher {
             let ep = transport_endpoint(&opts.endpoint)?;
             let mut pub_sock = zeromq::PubSocket::new();
             let endpoint = if binds(&opts.endpoint) {
-                let bound = rt
-                    .block_on(pub_sock.bind(&ep))
-                    .map_err(|e| zmq_err("bind", &opts.endpoint, e))?;
+                let bound =
+                    rt.block_on(pub_sock.bind(&ep)).map_err(|e| bind_err(&opts.endpoint, e))?;
                 bound.to_string()
             } else {
                 // Parse now, so a bad endpoint is an error here; connect in the background.
@@ -243,7 +283,7 @@ impl Publisher {
                     let mut r = zeromq::RouterSocket::new();
                     let bound = rt
                         .block_on(r.bind(&transport_endpoint(ep)?))
-                        .map_err(|e| zmq_err("bind", ep, e))?;
+                        .map_err(|e| bind_err(ep, e))?;
                     (Some(r), Some(bound.to_string()))
                 }
             };
@@ -276,7 +316,7 @@ impl Publisher {
             .spawn(move || rt.block_on(worker.run(rx)))
             .map_err(|e| {
                 sink.detach();
-                invalid(format!("events: cannot start the publisher thread: {e}"))
+                io(format!("events: cannot start the publisher thread: {e}"))
             })?;
         Ok(Publisher {
             sink: sink.clone(),
@@ -299,13 +339,13 @@ impl Publisher {
 
     /// The counters.
     pub fn stats(&self) -> PublisherStats {
-        // Relaxed: counters.
-        PublisherStats {
-            published: self.shared.published.load(Ordering::Relaxed),
-            dropped: self.shared.dropped.load(Ordering::Relaxed),
-            replayed: self.shared.replayed.load(Ordering::Relaxed),
-            replay_requests: self.shared.replay_requests.load(Ordering::Relaxed),
-        }
+        self.shared.stats()
+    }
+
+    /// A handle on the counters that stays valid after the publisher stops (and reads them
+    /// without it): the C ABI's publisher reads its counters while another thread stops it.
+    pub fn counters(&self) -> PublisherCounters {
+        PublisherCounters(self.shared.clone())
     }
 
     /// Flushes the sink, detaches from it (later batches go to its drain queue again),

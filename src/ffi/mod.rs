@@ -18,6 +18,8 @@
 //! promised (a panic in the middle of a tree operation may leave it partly done).
 #![allow(non_camel_case_types)]
 
+mod events;
+pub use events::*;
 mod handles;
 
 use std::cell::{Cell, RefCell};
@@ -37,7 +39,8 @@ use handles::{LockTable, Reserved};
 pub const RKV_ABI_VERSION: u32 = 1;
 
 /// Status of a call. `RKV_OK` is 0; every other value is an error after which the call has
-/// written no output (except `*out_len` on `RKV_BUFFER_TOO_SMALL`) and changed nothing.
+/// written no output (except `*out_len`, or `rkv_events_drain`'s `*out_info`, on
+/// `RKV_BUFFER_TOO_SMALL`) and changed nothing.
 /// A plain value: nothing to free, valid on any thread. `rkv_status_str` names a status;
 /// `rkv_last_error_message()` says what exactly the last failing call on this thread found
 /// wrong (which argument, which value, which limit).
@@ -53,7 +56,8 @@ pub enum rkv_status {
     RKV_INVALID_ARGUMENT = 2,
     /// An unknown, already released, or another cache's lock.
     RKV_INVALID_LOCK = 3,
-    /// The output buffer is smaller than the result; the required length is in `*out_len`.
+    /// The output buffer is smaller than the result; the required length is in `*out_len`
+    /// (for `rkv_events_drain`, the sizes every buffer needs are in `*out_info`).
     RKV_BUFFER_TOO_SMALL = 4,
     /// The pool is short even after evicting everything evictable.
     RKV_OUT_OF_SLOTS = 5,
@@ -68,6 +72,10 @@ pub enum rkv_status {
     /// anything changes: more than 16.7 million live locks on one cache, or more than
     /// 2^20 - 1 live caches in the process.
     RKV_INTERNAL_ERROR = 9,
+    /// The environment refused what a valid call needed (an extension of version 1): an
+    /// address already in use, a socket, runtime or thread that could not be had. Produced
+    /// only by `rkv_events_publish`; the cache is unchanged.
+    RKV_IO_ERROR = 10,
 }
 
 /// How eviction orders evictable leaves (the `eviction_policy` field of `rkv_options`, a
@@ -281,6 +289,7 @@ impl From<&Error> for rkv_status {
             Error::NoPool => rkv_status::RKV_NO_POOL,
             Error::DoubleFree { .. } => rkv_status::RKV_DOUBLE_FREE,
             Error::Device(_) => rkv_status::RKV_DEVICE_ERROR,
+            Error::Io(_) => rkv_status::RKV_IO_ERROR,
         }
     }
 }
@@ -683,6 +692,7 @@ pub extern "C" fn rkv_status_str(status: rkv_status_value) -> *const c_char {
         7 => c"RKV_DOUBLE_FREE: slot already free or held by the tree",
         8 => c"RKV_DEVICE_ERROR: KV storage / device failure",
         9 => c"RKV_INTERNAL_ERROR: internal error (a bug in radixkv)",
+        10 => c"RKV_IO_ERROR: the environment refused (an address in use, a socket or thread)",
         _ => c"unknown status",
     };
     s.as_ptr()
@@ -1865,6 +1875,7 @@ mod tests {
             (Error::NoPool, 6),
             (Error::DoubleFree { slot: 4 }, 7),
             (Error::Device("x".into()), 8),
+            (Error::Io("x".into()), 10),
         ];
         for (e, code) in cases {
             assert_eq!(rkv_status::from(&e) as i32, code, "{e}");
@@ -1878,7 +1889,7 @@ mod tests {
             assert!(!p.is_null());
             // SAFETY: rkv_status_str returns a pointer to a static NUL-terminated string.
             let s = unsafe { CStr::from_ptr(p) }.to_str().unwrap();
-            if (0..=9).contains(&code) {
+            if (0..=10).contains(&code) {
                 assert!(s.starts_with("RKV_"), "{code}: {s}");
             } else {
                 assert_eq!(s, "unknown status");

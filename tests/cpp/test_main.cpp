@@ -143,6 +143,7 @@ int main() {
   if (const char *e = std::getenv("RKV_CPP_ITERS")) iters = std::atoi(e);
   api_tests();
   lifetime_tests();
+  events_tests();
   threads_conserve_slots(iters);
   std::printf("%d passed, %d failed\n", rkv_test::passed().load(), rkv_test::failed().load());
   return rkv_test::failed().load() == 0 ? 0 : 1;

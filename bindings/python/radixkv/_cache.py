@@ -10,7 +10,7 @@ import threading
 from array import array
 from ctypes import byref, c_size_t, c_uint32, c_uint64, c_void_p
 from dataclasses import asdict, dataclass
-from typing import Any, Callable, Dict, List, Optional, Tuple, Union
+from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple, Union
 
 from . import _native
 from ._native import lib
@@ -39,6 +39,7 @@ class Status(enum.IntEnum):
     DOUBLE_FREE = 7
     DEVICE_ERROR = 8
     INTERNAL_ERROR = 9
+    IO_ERROR = 10
 
 
 class RadixKvError(Exception):
@@ -89,6 +90,13 @@ class InternalError(RadixKvError):
     status = Status.INTERNAL_ERROR
 
 
+class IoError(RadixKvError, OSError):
+    """``RKV_IO_ERROR``: the environment refused what a valid call needed (an address
+    already in use, a socket or thread that could not be had). Also an :class:`OSError`."""
+
+    status = Status.IO_ERROR
+
+
 class CacheClosedError(RadixKvError):
     """The cache was closed."""
 
@@ -105,6 +113,7 @@ _ERRORS = {
         DoubleFreeError,
         DeviceError,
         InternalError,
+        IoError,
     )
 }
 
@@ -337,22 +346,229 @@ class Lock(_Unique):
         return f"<radixkv.Lock {self.handle:#x} length={self.length} {state}>"
 
 
+# ---- KV events ------------------------------------------------------------------------
+
+_HASH_MODES = {"xxh3": 0, "sglang-sha256": 1}
+_MEDIA = {"GPU": 0, "CPU_PINNED": 1}
+_MEDIUM_NAMES = {v: k for k, v in _MEDIA.items()}
+_ENCODINGS = {"vllm-array": 0, "vllm-map": 1}
+
+
+def _choice(value: Any, choices: Dict[str, int], what: str) -> int:
+    try:
+        return choices[value]
+    except (KeyError, TypeError):
+        raise InvalidArgumentError(
+            f"{what} must be one of {sorted(choices)}, got {value!r}", Status.INVALID_ARGUMENT
+        ) from None
+
+
+@dataclass(frozen=True)
+class EventOptions:
+    """How a cache records KV events (``Cache(..., events=EventOptions(...))``; the block
+    size is the cache's page size). ``hash_mode``: ``"xxh3"`` (Dynamo's and Mooncake's
+    XXH3-64 sequence hash, the default) or ``"sglang-sha256"`` (SGLang's; the hashes are
+    the bits of its signed int64 values). ``medium``: ``"GPU"`` or ``"CPU_PINNED"``.
+    ``max_drain_batches``: closed batches kept for :meth:`Cache.events` before new ones are
+    dropped (whole, counted)."""
+
+    hash_mode: str = "xxh3"
+    medium: str = "GPU"
+    max_drain_batches: int = 1 << 16
+
+
+@dataclass(frozen=True)
+class KvEvent:
+    """A change to the set of cached pages; ``seq`` is its batch's sequence number (0, 1,
+    2, ... per cache, gapless) and ``ts`` when the batch closed (seconds since the
+    epoch)."""
+
+    seq: int
+    ts: float
+
+
+@dataclass(frozen=True)
+class BlockStored(KvEvent):
+    """Pages became cached (one insert that added pages), in token order: one hash per
+    page, the hash of the page before the first (None at the namespace's start), the new
+    pages' tokens, the page size, and the namespace's LoRA name and cache salt as
+    published (a namespace other than 0 given neither has its decimal id as the salt)."""
+
+    block_hashes: List[int]
+    parent_block_hash: Optional[int]
+    token_ids: List[int]
+    block_size: int
+    lora_name: Optional[str]
+    cache_salt: Optional[str]
+    medium: str = "GPU"
+
+
+@dataclass(frozen=True)
+class BlockRemoved(KvEvent):
+    """Pages stopped being cached (eviction, reset, a namespace dropped)."""
+
+    block_hashes: List[int]
+    medium: str = "GPU"
+
+
+@dataclass(frozen=True)
+class AllBlocksCleared(KvEvent):
+    """Every page of the cache is gone."""
+
+
+@dataclass(frozen=True)
+class EventStats:
+    """A cache's event counters (``rkv_events_counters``)."""
+
+    batches: int
+    events: int
+    dropped: int
+
+    def as_dict(self) -> Dict[str, int]:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class PublisherStats:
+    """A publisher's counters (``rkv_publisher_counters``); once it has stopped,
+    ``published + dropped`` is the number of batches the cache closed while it ran."""
+
+    published: int
+    dropped: int
+    replayed: int
+    replay_requests: int
+
+    def as_dict(self) -> Dict[str, int]:
+        return asdict(self)
+
+
+def _event(e: Any) -> KvEvent:
+    """An ``rkv_event`` as a :class:`KvEvent` (copied out of the drain's buffers)."""
+    medium = _MEDIUM_NAMES.get(e.medium, str(e.medium))
+    hashes = e.block_hashes[: e.n_block_hashes] if e.n_block_hashes else []
+    if e.kind == 0:
+        return BlockStored(
+            seq=e.seq,
+            ts=e.ts,
+            block_hashes=hashes,
+            parent_block_hash=e.parent_block_hash if e.has_parent else None,
+            token_ids=e.token_ids[: e.n_token_ids] if e.n_token_ids else [],
+            block_size=e.block_size,
+            lora_name=e.lora_name.decode("utf-8", "replace") if e.lora_name is not None else None,
+            cache_salt=e.cache_salt.decode("utf-8", "replace") if e.cache_salt is not None else None,
+            medium=medium,
+        )
+    if e.kind == 1:
+        return BlockRemoved(seq=e.seq, ts=e.ts, block_hashes=hashes, medium=medium)
+    return AllBlocksCleared(seq=e.seq, ts=e.ts)
+
+
+def _c_str(value: Optional[str], what: str) -> Optional[bytes]:
+    """``value`` as a NUL-terminated UTF-8 argument (None stays NULL)."""
+    if value is None:
+        return None
+    if not isinstance(value, str):
+        raise TypeError(f"{what} must be a str or None, not {type(value).__name__}")
+    if "\0" in value:
+        raise InvalidArgumentError(f"{what} contains a NUL character", Status.INVALID_ARGUMENT)
+    return value.encode("utf-8")
+
+
+def _need_events() -> None:
+    if getattr(lib, "rkv_events_drain", None) is None:
+        raise RadixKvError(
+            f"{_native.lib_path} predates the KV-event functions (rkv_events_*): rebuild it"
+        )
+
+
+class Publisher(_Unique):
+    """A running ZMQ publisher of one cache's KV events (:meth:`Cache.publish`): vLLM's
+    stream on ``endpoint`` (as bound: a ``*`` port resolved), replay on
+    ``replay_endpoint``. Use it as a context manager, or call :meth:`close` (which stops
+    it first); :meth:`stop` alone stops it and keeps its final :meth:`stats`. It owns what
+    it runs on, so it may outlive its :class:`Cache`. Its methods may be called from many
+    threads at once; the GIL is released while it stops (it lingers)."""
+
+    _closed_message = "the publisher is closed"
+
+    def __init__(self, ptr: int):
+        self._ptr: Optional[int] = ptr
+        self._cond = threading.Condition(threading.RLock())
+        self._inflight = 0
+        self._closing = False
+        ep = ctypes.c_char_p()
+        replay = ctypes.c_char_p()
+        _check(lib.rkv_publisher_endpoint(ptr, byref(ep), byref(replay)), "rkv_publisher_endpoint")
+        #: The PUB endpoint as bound (or connected).
+        self.endpoint: str = (ep.value or b"").decode()
+        #: The replay endpoint as bound, or None.
+        self.replay_endpoint: Optional[str] = replay.value.decode() if replay.value else None
+
+    def stats(self) -> PublisherStats:
+        """The counters (final once stopped); never waits."""
+        st = _native.rkv_publisher_stats()
+        with _Call(self) as p:
+            _check(lib.rkv_publisher_counters(p, byref(st)), "rkv_publisher_counters")
+        return PublisherStats(**{f: getattr(st, f) for f in _native.PUBLISHER_STATS_FIELDS})
+
+    def stop(self) -> PublisherStats:
+        """Flushes the cache's events, sends what is queued, lingers, closes the sockets
+        (the cache's later batches go to :meth:`Cache.events` again) and returns the final
+        counters. Stopping again does nothing."""
+        with _Call(self) as p:
+            _check(lib.rkv_publisher_stop(p), "rkv_publisher_stop")
+        return self.stats()
+
+    def close(self) -> None:
+        """Stops (if running) and frees the publisher, waiting for calls running in other
+        threads. Idempotent; further calls raise :class:`CacheClosedError`."""
+        with self._cond:
+            if self._ptr is None or self._closing:
+                return
+            self._closing = True
+            while self._inflight:
+                self._cond.wait()
+            ptr, self._ptr = self._ptr, None
+        lib.rkv_publisher_free(ptr)
+
+    @property
+    def closed(self) -> bool:
+        return self._ptr is None
+
+    def __enter__(self) -> "Publisher":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    def __del__(self) -> None:
+        try:
+            self.close()
+        except Exception:
+            pass
+
+    def __repr__(self) -> str:
+        state = "closed" if self._ptr is None else "open"
+        return f"<radixkv.Publisher {self.endpoint} replay={self.replay_endpoint} {state}>"
+
+
 # ---- the cache ------------------------------------------------------------------------
 
 
 class _Call:
-    """Keeps the cache open while a C call runs (``close`` waits for running calls)."""
+    """Keeps the cache (or publisher) open while a C call runs (``close`` waits for running
+    calls)."""
 
     __slots__ = ("cache",)
 
-    def __init__(self, cache: "Cache"):
+    def __init__(self, cache: Any):
         self.cache = cache
 
     def __enter__(self) -> int:
         cache = self.cache
         with cache._cond:
             if cache._ptr is None or cache._closing:
-                raise CacheClosedError("the cache is closed")
+                raise CacheClosedError(getattr(cache, "_closed_message", "the cache is closed"))
             cache._inflight += 1
             return cache._ptr
 
@@ -388,7 +604,13 @@ class Cache(_Unique):
     :meth:`close` refuses new calls at once and waits for the running ones.
     """
 
-    def __init__(self, page_size: int = 1, pool_slots: int = 0, policy: str = "lru"):
+    def __init__(
+        self,
+        page_size: int = 1,
+        pool_slots: int = 0,
+        policy: str = "lru",
+        events: Union[bool, EventOptions, None] = None,
+    ):
         self._ptr: Optional[int] = None
         # Re-entrant: a garbage-collected Lock's __del__ may release itself while this
         # thread holds the condition's lock (a collection can run at any allocation).
@@ -412,9 +634,33 @@ class Cache(_Unique):
         opts.page_size = int(page_size)
         opts.eviction_policy = pol
         opts.pool_slots = int(pool_slots)
+        if events is True:
+            events = EventOptions()
+        elif events is False:
+            events = None
+        elif events is not None and not isinstance(events, EventOptions):
+            raise TypeError(f"events must be a bool or an EventOptions, not {type(events).__name__}")
+        if events is not None:
+            _need_events()
+            ev = lib.rkv_events_options_default()
+            ev.hash_mode = _choice(events.hash_mode, _HASH_MODES, "events.hash_mode")
+            ev.medium = _choice(events.medium, _MEDIA, "events.medium")
+            mdb = _size(events.max_drain_batches, "events.max_drain_batches")
+            if mdb > U64_MAX:
+                raise InvalidArgumentError("events.max_drain_batches must be below 2**64", Status.INVALID_ARGUMENT)
+            ev.max_drain_batches = mdb
         out = c_void_p()
         _check(lib.rkv_cache_new(byref(opts), byref(out)), "rkv_cache_new")
+        if events is not None:
+            # Enabled before the cache is shared: rkv_events_enable needs it exclusively.
+            try:
+                _check(lib.rkv_events_enable(out.value, byref(ev)), "rkv_events_enable")
+            except BaseException:
+                lib.rkv_cache_free(out.value)
+                raise
         self._ptr = out.value
+        #: The event options the cache was made with (None: events off).
+        self.events_options: Optional[EventOptions] = events
         self.page_size = int(page_size)
         self.pool_slots = int(pool_slots)
         self.policy = policy.lower()
@@ -780,6 +1026,131 @@ class Cache(_Unique):
         with self._call() as c:
             _check(lib.rkv_free(c, s.ptr, s.n), "rkv_free")
 
+    # -- KV events --
+
+    def set_namespace_meta(
+        self, ns: Namespace, lora_name: Optional[str] = None, cache_salt: Optional[str] = None
+    ) -> None:
+        """Names namespace ``ns`` on the wire (``rkv_events_set_namespace``): its LoRA
+        adapter's name and its cache salt (None for none). Before the namespace's first
+        insert: afterwards :class:`InvalidArgumentError` (its pages' hashes depend on it),
+        as for an empty string or a cache without events."""
+        nsid = self.namespace_id(ns)
+        lora = _c_str(lora_name, "lora_name")
+        salt = _c_str(cache_salt, "cache_salt")
+        self._need_events()
+        with self._call() as c:
+            _check(lib.rkv_events_set_namespace(c, nsid, lora, salt), "rkv_events_set_namespace")
+
+    def flush_events(self) -> Optional[int]:
+        """Closes the events recorded so far into one batch (once per scheduler step) and
+        returns its sequence number, or None when there were none."""
+        self._need_events()
+        seq = c_uint64()
+        with self._call() as c:
+            _check(lib.rkv_events_flush(c, byref(seq)), "rkv_events_flush")
+        return None if seq.value == _native.EVENTS_NO_SEQ else seq.value
+
+    def events(self) -> Iterator[KvEvent]:
+        """Takes every closed batch now (``rkv_events_drain``) and returns an iterator over
+        their events in sequence order: :class:`BlockStored`, :class:`BlockRemoved`,
+        :class:`AllBlocksCleared`, each with its batch's ``seq``. Empty while a
+        :class:`Publisher` is attached (it takes every batch). Events recorded but not yet
+        flushed stay for a later batch: call :meth:`flush_events` first."""
+        self._need_events()
+        out: List[KvEvent] = []
+        caps = [0, 0, 0, 0]
+        bufs: List[Any] = [None, None, None, None]
+        kinds = (_native.rkv_event, c_uint64, c_uint32, ctypes.c_char)
+        while True:
+            info = _native.rkv_events_drain_info()
+            args = []
+            for buf, cap in zip(bufs, caps):
+                args += [ctypes.addressof(buf) if buf is not None else None, cap]
+            with self._call() as c:
+                status = lib.rkv_events_drain(c, *args, byref(info))
+            if status == Status.BUFFER_TOO_SMALL:
+                need = (info.n_events, info.n_hashes, info.n_tokens, info.n_string_bytes)
+                for i, n in enumerate(need):
+                    if n > caps[i]:
+                        caps[i] = n
+                        bufs[i] = (kinds[i] * n)()
+                continue
+            _check(status, "rkv_events_drain")
+            evs = bufs[0]
+            out.extend(_event(evs[i]) for i in range(info.n_events))
+            if info.batches_left == 0 or info.n_batches == 0:
+                return iter(out)
+
+    def events_stats(self) -> EventStats:
+        """The event counters: batches closed, events recorded (each removal counts, also
+        when adjacent ones are drained merged into one event), batches dropped at a full
+        drain queue."""
+        self._need_events()
+        st = _native.rkv_events_stats()
+        with self._call() as c:
+            _check(lib.rkv_events_counters(c, byref(st)), "rkv_events_counters")
+        return EventStats(**{f: getattr(st, f) for f in _native.EVENTS_STATS_FIELDS})
+
+    def publish(
+        self,
+        endpoint: str = "tcp://*:5557",
+        *,
+        replay_endpoint: Optional[str] = None,
+        topic: str = "",
+        encoding: str = "vllm-array",
+        auto_flush_ms: int = 10,
+        linger_ms: int = 1000,
+        buffer_steps: int = 10_000,
+        max_queue: int = 100_000,
+        data_parallel_rank: int = 0,
+    ) -> Publisher:
+        """Starts a ZMQ publisher of this cache's events (``rkv_events_publish``): vLLM's
+        stream on ``endpoint`` (bound when it has a ``*`` or is ``ipc://``, else
+        connected), replay on ``replay_endpoint``, ``encoding`` ``"vllm-array"`` or
+        ``"vllm-map"``, an auto-flush every ``auto_flush_ms`` (0: only
+        :meth:`flush_events`). A bad endpoint raises :class:`InvalidArgumentError`, an
+        address in use :class:`IoError`, and then nothing changed. Use the
+        :class:`Publisher` as a context manager (closing stops it)."""
+        self._need_events()
+        o = lib.rkv_publisher_options_default()
+        ep = _c_str(endpoint, "endpoint")
+        replay = _c_str(replay_endpoint, "replay_endpoint")
+        top = _c_str(topic, "topic")
+        o.endpoint = ep
+        o.replay_endpoint = replay
+        o.topic = top
+        o.encoding = _choice(encoding, _ENCODINGS, "encoding")
+        for what, v in (
+            ("buffer_steps", buffer_steps),
+            ("max_queue", max_queue),
+            ("auto_flush_ms", auto_flush_ms),
+            ("linger_ms", linger_ms),
+        ):
+            n = _size(v, what)
+            if n > U64_MAX:
+                raise InvalidArgumentError(f"{what} must be below 2**64", Status.INVALID_ARGUMENT)
+            setattr(o, what, n)
+        if isinstance(data_parallel_rank, bool):
+            raise TypeError("data_parallel_rank must be an int, not bool")
+        rank = operator.index(data_parallel_rank)
+        if not -(1 << 63) <= rank < 1 << 63:
+            raise InvalidArgumentError("data_parallel_rank must fit an int64", Status.INVALID_ARGUMENT)
+        o.data_parallel_rank = rank
+        out = c_void_p()
+        with self._call() as c:
+            # ep, replay and top stay referenced here for the call (the struct holds pointers).
+            _check(lib.rkv_events_publish(c, byref(o), byref(out)), "rkv_events_publish")
+        try:
+            return Publisher(out.value)
+        except BaseException:
+            lib.rkv_publisher_free(out.value)
+            raise
+
+    def _need_events(self) -> None:
+        """The library has the event functions (else a clear error before any call)."""
+        _need_events()
+
     # -- the rest --
 
     def stats(self) -> Stats:
@@ -856,6 +1227,15 @@ __all__ = [
     "DeviceError",
     "InternalError",
     "CacheClosedError",
+    "IoError",
+    "EventOptions",
+    "KvEvent",
+    "BlockStored",
+    "BlockRemoved",
+    "AllBlocksCleared",
+    "EventStats",
+    "Publisher",
+    "PublisherStats",
     "as_u32",
     "version",
     "library_path",

@@ -22,7 +22,9 @@ from ctypes import (
     POINTER,
     Structure,
     c_char_p,
+    c_double,
     c_int,
+    c_int64,
     c_size_t,
     c_uint32,
     c_uint64,
@@ -83,8 +85,89 @@ class rkv_slot_run(Structure):
 
 FREE_RUNS_FN = CFUNCTYPE(None, c_void_p, POINTER(rkv_slot_run), c_size_t)
 
+# ---- KV events (rkv_events_*, rkv_publisher_*; additions within ABI version 1) ----------
+
+
+class rkv_events_options(Structure):
+    _fields_ = [("hash_mode", c_uint32), ("medium", c_uint32), ("max_drain_batches", c_uint64)]
+
+
+class rkv_event(Structure):
+    _fields_ = [
+        ("seq", c_uint64),
+        ("ts", c_double),
+        ("kind", c_uint32),
+        ("medium", c_uint32),
+        ("block_size", c_uint32),
+        ("has_parent", c_uint32),
+        ("parent_block_hash", c_uint64),
+        ("block_hashes", POINTER(c_uint64)),
+        ("n_block_hashes", c_size_t),
+        ("token_ids", POINTER(c_uint32)),
+        ("n_token_ids", c_size_t),
+        ("lora_name", c_char_p),
+        ("cache_salt", c_char_p),
+    ]
+
+
+DRAIN_INFO_FIELDS = ("n_batches", "n_events", "n_hashes", "n_tokens", "n_string_bytes", "batches_left")
+
+
+class rkv_events_drain_info(Structure):
+    _fields_ = [(name, c_size_t) for name in DRAIN_INFO_FIELDS]
+
+
+EVENTS_STATS_FIELDS = ("batches", "events", "dropped")
+
+
+class rkv_events_stats(Structure):
+    _fields_ = [(name, c_uint64) for name in EVENTS_STATS_FIELDS]
+
+
+class rkv_publisher_options(Structure):
+    _fields_ = [
+        ("endpoint", c_char_p),
+        ("replay_endpoint", c_char_p),
+        ("topic", c_char_p),
+        ("encoding", c_uint32),
+        ("buffer_steps", c_uint64),
+        ("max_queue", c_uint64),
+        ("auto_flush_ms", c_uint64),
+        ("linger_ms", c_uint64),
+        ("data_parallel_rank", c_int64),
+    ]
+
+
+PUBLISHER_STATS_FIELDS = ("published", "dropped", "replayed", "replay_requests")
+
+
+class rkv_publisher_stats(Structure):
+    _fields_ = [(name, c_uint64) for name in PUBLISHER_STATS_FIELDS]
+
+
+#: ``RKV_EVENTS_NO_SEQ``: what ``rkv_events_flush`` writes when there was nothing to close.
+EVENTS_NO_SEQ = (1 << 64) - 1
+
 rkv_lock = c_uint64
 _status = c_int  # rkv_status: a C enum, int-sized
+
+#: The KV-event functions, which a library built before them lacks.
+EVENT_FUNCTIONS = frozenset(
+    {
+        "rkv_events_options_default",
+        "rkv_events_enable",
+        "rkv_events_set_namespace",
+        "rkv_events_flush",
+        "rkv_events_counters",
+        "rkv_events_drain",
+        "rkv_publisher_options_default",
+        "rkv_events_publish",
+        "rkv_publisher_endpoint",
+        "rkv_publisher_counters",
+        "rkv_publisher_stop",
+        "rkv_publisher_free",
+    }
+)
 
 
 def candidates() -> list[Path]:
@@ -100,7 +183,7 @@ def candidates() -> list[Path]:
 #: Additions within ABI version 1 that a library built before them lacks.
 OPTIONAL = frozenset(
     {"rkv_last_error_message", "rkv_drop_namespace", "rkv_cache_namespace_stats", "rkv_namespace_count"}
-)
+) | EVENT_FUNCTIONS
 
 
 def _declare(lib: ctypes.CDLL) -> None:
@@ -203,6 +286,32 @@ def _declare(lib: ctypes.CDLL) -> None:
         "rkv_drop_namespace": (_status, [c_void_p, c_uint64, FREE_FN, c_void_p, POINTER(c_size_t)]),
         "rkv_cache_namespace_stats": (_status, [c_void_p, c_uint64, POINTER(rkv_namespace_stats)]),
         "rkv_namespace_count": (_status, [c_void_p, POINTER(c_uint64)]),
+        "rkv_events_options_default": (rkv_events_options, []),
+        "rkv_events_enable": (_status, [c_void_p, POINTER(rkv_events_options)]),
+        "rkv_events_set_namespace": (_status, [c_void_p, c_uint64, c_char_p, c_char_p]),
+        "rkv_events_flush": (_status, [c_void_p, POINTER(c_uint64)]),
+        "rkv_events_counters": (_status, [c_void_p, POINTER(rkv_events_stats)]),
+        "rkv_events_drain": (
+            _status,
+            [
+                c_void_p,
+                c_void_p,
+                c_size_t,
+                c_void_p,
+                c_size_t,
+                c_void_p,
+                c_size_t,
+                c_void_p,
+                c_size_t,
+                POINTER(rkv_events_drain_info),
+            ],
+        ),
+        "rkv_publisher_options_default": (rkv_publisher_options, []),
+        "rkv_events_publish": (_status, [c_void_p, POINTER(rkv_publisher_options), POINTER(c_void_p)]),
+        "rkv_publisher_endpoint": (_status, [c_void_p, POINTER(c_char_p), POINTER(c_char_p)]),
+        "rkv_publisher_counters": (_status, [c_void_p, POINTER(rkv_publisher_stats)]),
+        "rkv_publisher_stop": (_status, [c_void_p]),
+        "rkv_publisher_free": (None, [c_void_p]),
     }
     for name, (restype, argtypes) in sigs.items():
         fn = getattr(lib, name, None)

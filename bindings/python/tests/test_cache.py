@@ -23,8 +23,13 @@ def test_version_and_library():
 
 
 def test_status_codes_match_the_c_abi():
-    assert [s.value for s in Status] == list(range(10))
+    assert [s.value for s in Status] == list(range(11))
     assert radixkv.InvalidLockError.status == Status.INVALID_LOCK
+    assert radixkv.IoError.status == Status.IO_ERROR and issubclass(radixkv.IoError, OSError)
+    # Each status's name is the C name without the prefix (rkv_status_str starts with it).
+    from radixkv._native import lib
+    for s in Status:
+        assert lib.rkv_status_str(s.value).decode().startswith(f"RKV_{s.name}:")
     assert radixkv.DoubleFreeError.status == Status.DOUBLE_FREE
     for cls in (radixkv.NullArgumentError, radixkv.OutOfSlotsError, radixkv.NoPoolError):
         assert issubclass(cls, radixkv.RadixKvError)
