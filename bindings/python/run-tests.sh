@@ -1,62 +1,52 @@
 #!/usr/bin/env bash
-# Installs bindings/python into a fresh virtual environment (bundling the shared library
-# of the given cargo profile) and runs its pytest suite against the installed package.
+# Builds and installs bindings/python (the native extension, with maturin, from the sources
+# in place) into a fresh virtual environment and runs its pytest suite against the
+# installed package.
 #
-#   cargo build [--release]
-#   bindings/python/run-tests.sh [PROFILE_DIR]   # default: target/release, else target/debug
+#   bindings/python/run-tests.sh [PROFILE_DIR]   # default: target/release
 #
-# Needs python3 with venv, and pytest (numpy optional) importable by python3: the venv is
-# made with --system-site-packages. `pip install` uses build isolation (fetches
-# setuptools) unless setuptools and wheel are installed already. Environment: PYTHON
-# (default python3); RADIXKV_PY_NO_INSTALL=1 skips the install and tests the sources in
-# place (for offline machines without setuptools+wheel). Prints "N passed, M failed"
-# last; exits non-zero on any failure.
+# PROFILE_DIR names the cargo profile folder of the build to share: the extension is built
+# with CARGO_TARGET_DIR set to its parent (target/ by default), so it reuses the radixkv
+# crate and the dependencies `cargo build --release` compiled there (only pyo3 and the
+# extension itself compile again).
+#
+# Needs python3 with venv, a Rust toolchain, pytest (numpy optional) importable by python3
+# (the venv is made with --system-site-packages), and maturin: taken from the environment
+# when python3 can run it, else installed into the venv with pip (PEP 668: never into the
+# system). Environment: PYTHON (default python3). Prints "N passed, M failed" last; exits
+# non-zero on any failure, a failed build included.
 set -u
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
-PROFILE_DIR="${1:-}"
-if [ -z "$PROFILE_DIR" ]; then
-  if [ -f "$ROOT/target/release/libradixkv.so" ]; then PROFILE_DIR=target/release; else PROFILE_DIR=target/debug; fi
-fi
+PROFILE_DIR="${1:-${CARGO_TARGET_DIR:-target}/release}"
 case "$PROFILE_DIR" in /*) ;; *) PROFILE_DIR="$ROOT/$PROFILE_DIR" ;; esac
+mkdir -p "$PROFILE_DIR"
+export CARGO_TARGET_DIR
+CARGO_TARGET_DIR="$(cd "$PROFILE_DIR/.." && pwd)"
 PYTHON="${PYTHON:-python3}"
-LIB="$PROFILE_DIR/libradixkv.so"
-[ "$(uname)" = Darwin ] && LIB="$PROFILE_DIR/libradixkv.dylib"
-if [ ! -f "$LIB" ]; then
-  echo "missing $LIB: run 'cargo build --release' (or 'cargo build') first" >&2
-  echo "0 passed, 1 failed"
-  exit 1
-fi
+fail() { echo "$*" >&2; echo "0 passed, 1 failed"; exit 1; }
 
 REPORT="$PROFILE_DIR/python-tests.xml"
 rm -f "$REPORT"
-if [ "${RADIXKV_PY_NO_INSTALL:-0}" = 1 ]; then
-  # Offline without setuptools+wheel: run the suite from the source tree instead.
-  echo "== RADIXKV_PY_NO_INSTALL=1: testing bindings/python in place (no pip install)"
-  PY="$PYTHON"
-  ( cd "$ROOT/bindings/python" && RADIXKV_LIB="$LIB" PYTHONPATH="$ROOT/bindings/python" \
-      "$PY" -m pytest -q -p no:cacheprovider --junitxml="$REPORT" tests )
-else
-  VENV="$PROFILE_DIR/python-venv"
-  rm -rf "$VENV"
-  "$PYTHON" -m venv --system-site-packages "$VENV" || { echo "0 passed, 1 failed"; exit 1; }
-  PY="$VENV/bin/python"
-  PIP_FLAGS=(--quiet --no-deps --disable-pip-version-check)
-  if "$PY" -c "import setuptools, wheel" 2>/dev/null; then PIP_FLAGS+=(--no-build-isolation); fi
-  echo "== pip install bindings/python (bundling $LIB)"
-  # A copy of the sources, so that the build leaves nothing behind in the checkout.
-  SRC="$PROFILE_DIR/python-src"
-  rm -rf "$SRC" && mkdir -p "$SRC" && cp -r "$ROOT/bindings/python/." "$SRC/" &&
-    rm -rf "$SRC/build" "$SRC"/*.egg-info
-  if ! RADIXKV_LIB="$LIB" "$PY" -m pip install "${PIP_FLAGS[@]}" "$SRC"; then
-    echo "pip install failed (offline without setuptools and wheel? RADIXKV_PY_NO_INSTALL=1 tests in place)"
-    echo "0 passed, 1 failed"
-    exit 1
-  fi
-  # Run from outside the source tree, with RADIXKV_LIB unset: the installed package must
-  # find its bundled library.
-  ( cd "$VENV" && env -u RADIXKV_LIB "$PY" -m pytest -q -p no:cacheprovider \
-      --junitxml="$REPORT" "$ROOT/bindings/python/tests" )
+VENV="$PROFILE_DIR/python-venv"
+rm -rf "$VENV"
+"$PYTHON" -m venv --system-site-packages "$VENV" || fail "python3 -m venv $VENV failed"
+PY="$VENV/bin/python"
+export PATH="$VENV/bin:$PATH"
+PIP=("$PY" -m pip --disable-pip-version-check)
+if ! "$PY" -m maturin --version >/dev/null 2>&1; then
+  echo "== pip install maturin (into $VENV)"
+  "${PIP[@]}" install --quiet "maturin>=1.9,<2" || fail "pip install maturin failed (offline?)"
 fi
+echo "== pip install bindings/python ($("$PY" -m maturin --version), CARGO_TARGET_DIR=$CARGO_TARGET_DIR)"
+t0=$SECONDS
+# In place (the extension depends on the radixkv crate by path); a failed build fails here.
+"${PIP[@]}" install --quiet --no-deps --no-build-isolation "$ROOT/bindings/python" ||
+  fail "pip install bindings/python failed: the native extension did not build"
+echo "== installed in $((SECONDS - t0)) s"
+# Run from outside the source tree, with RADIXKV_LIB unset: the installed package must
+# load its own extension.
+( cd "$VENV" && env -u RADIXKV_LIB "$PY" -m pytest -q -p no:cacheprovider \
+    --junitxml="$REPORT" "$ROOT/bindings/python/tests" )
 rc=$?
 "$PY" - "$REPORT" <<'PYEOF'
 import sys, xml.etree.ElementTree as ET

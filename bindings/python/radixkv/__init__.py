@@ -1,8 +1,8 @@
 """radixkv: a lock-free concurrent radix index for LLM KV-cache prefix reuse.
 
-Python bindings over the C ABI (``include/radixkv.h``) with ctypes: no compiler is needed
-at install time, only the shared library (``cargo build --release``). See :class:`Cache`
-and, for SGLang-style schedulers, :class:`radixkv.sglang.RadixCache`.
+A native extension (PyO3) over radixkv's Rust API, one abi3 wheel for CPython >= 3.9. See
+:class:`Cache` and, for SGLang, :mod:`radixkv.sglang` (``RadixKvCache``, a drop-in radix
+cache backend, and the older ``RadixCache`` adapter).
 
     >>> import radixkv
     >>> cache = radixkv.Cache(page_size=1, pool_slots=1024)
@@ -38,6 +38,7 @@ from ._cache import (
     Publisher,
     PublisherStats,
     RadixKvError,
+    SlotBuffer,
     Stats,
     Status,
     library_path,
@@ -73,6 +74,7 @@ __all__ = [
     "PublisherStats",
     "RadixCache",
     "RadixKvError",
+    "SlotBuffer",
     "StaleNodeError",
     "Stats",
     "Status",

@@ -1,0 +1,889 @@
+//! `radixkv._radixkv.NativeCache`: a `radixkv::Cache` for Python.
+//!
+//! Every call into the tree runs with the GIL released (`Python::detach`): arguments are
+//! converted first (see `input.rs`; buffers stay borrowed, their memory is read without the
+//! GIL), the tree call and any conversion of the result's memory run detached, and the
+//! Python result is built after. Callbacks never run inside the tree: slots a call frees are
+//! collected and handed back as one buffer when it returns.
+//!
+//! Lifetime: `close()` refuses new calls at once (a flag checked before anything else),
+//! then takes the cache's write lock with the GIL released, which waits for the calls in
+//! flight (each holds the read lock only while detached), releases the outstanding locks
+//! and drops the cache.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Mutex, RwLock};
+
+use pyo3::prelude::*;
+use pyo3::sync::PyOnceLock;
+use pyo3::types::{PyByteArray, PyBytes, PyList, PyTuple};
+use radixkv::events::hash::HashMode;
+use radixkv::events::{KvEvent, Medium, NamespaceMeta};
+use radixkv::{Cache, CacheOptions, EventOptions, EvictionPolicy, PrefixLock, SlotRun};
+
+use crate::errors::*;
+use crate::input::{Input, OutOfRange, View, to_input, to_runs};
+
+/// The `SlotBuffer` class (an `array('I')` subclass), registered by `radixkv._cache`.
+static SLOT_BUFFER: PyOnceLock<Py<PyAny>> = PyOnceLock::new();
+
+pub fn register_slot_buffer(py: Python<'_>, cls: Bound<'_, PyAny>) -> PyResult<()> {
+    let _ = SLOT_BUFFER.set(py, cls.unbind());
+    Ok(())
+}
+
+/// `slots` as a `SlotBuffer` (an `array('I')`): one copy, no per-slot objects.
+pub fn slot_buffer<'py>(py: Python<'py>, slots: &[u32]) -> PyResult<Bound<'py, PyAny>> {
+    let bytes = PyBytes::new_with(py, slots.len() * 4, |b| {
+        for (d, s) in b.chunks_exact_mut(4).zip(slots) {
+            d.copy_from_slice(&s.to_ne_bytes());
+        }
+        Ok(())
+    })?;
+    match SLOT_BUFFER.get(py) {
+        Some(cls) => cls.bind(py).call1(("I", bytes)),
+        None => py.import("array")?.getattr("array")?.call1(("I", bytes)),
+    }
+}
+
+/// `slots` as native `int64` values in a `bytearray` (for `torch.frombuffer` /
+/// `numpy.frombuffer`, which view it without a copy).
+pub fn i64_bytes<'py>(py: Python<'py>, slots: &[u32]) -> PyResult<Bound<'py, PyByteArray>> {
+    PyByteArray::new_with(py, slots.len() * 8, |b| {
+        for (d, s) in b.chunks_exact_mut(8).zip(slots) {
+            d.copy_from_slice(&(*s as i64).to_ne_bytes());
+        }
+        Ok(())
+    })
+}
+
+fn runs_list<'py>(py: Python<'py>, runs: &[SlotRun]) -> PyResult<Bound<'py, PyList>> {
+    PyList::new(py, runs.iter().map(|r| (r.start, r.len)))
+}
+
+fn oor(e: OutOfRange) -> Fail {
+    fail(
+        VALUE,
+        format!("{}[{}] = {} is out of range: ids must be in [0, 2**32)", e.what, e.index, e.value),
+    )
+}
+
+/// The detached locks of one cache, by handle (sharded, so threads taking and releasing
+/// locks rarely meet on one mutex).
+struct LockTable {
+    shards: Vec<Mutex<HashMap<u64, PrefixLock>>>,
+    next: AtomicU64,
+}
+
+const SHARDS: u64 = 16;
+
+impl LockTable {
+    fn new() -> Self {
+        LockTable {
+            shards: (0..SHARDS).map(|_| Mutex::new(HashMap::new())).collect(),
+            next: AtomicU64::new(1),
+        }
+    }
+
+    fn shard(&self, h: u64) -> std::sync::MutexGuard<'_, HashMap<u64, PrefixLock>> {
+        self.shards[(h % SHARDS) as usize].lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn insert(&self, l: PrefixLock) -> u64 {
+        let h = self.next.fetch_add(1, Ordering::Relaxed);
+        self.shard(h).insert(h, l);
+        h
+    }
+
+    fn remove(&self, h: u64) -> Option<PrefixLock> {
+        self.shard(h).remove(&h)
+    }
+
+    fn explain(&self, h: u64) -> &'static str {
+        if h == 0 {
+            "is not a lock (0 is never a handle)"
+        } else if h < self.next.load(Ordering::Relaxed) {
+            "was released already (a lock is released exactly once)"
+        } else {
+            "is not a lock of this cache"
+        }
+    }
+
+    fn drain(&self) -> Vec<PrefixLock> {
+        let mut out = Vec::new();
+        for s in &self.shards {
+            out.extend(s.lock().unwrap_or_else(|p| p.into_inner()).drain().map(|(_, l)| l));
+        }
+        out
+    }
+}
+
+fn closed() -> Fail {
+    fail(CLOSED, "the cache is closed")
+}
+
+fn no_events(function: &str) -> Fail {
+    let _ = function;
+    fail(
+        INVALID_ARGUMENT,
+        "events are not enabled on this cache (create it with Cache(..., events=True))",
+    )
+}
+
+/// A radixkv cache (see the module docs).
+#[pyclass(frozen, module = "radixkv._radixkv")]
+pub struct NativeCache {
+    closing: AtomicBool,
+    state: RwLock<Option<Cache>>,
+    locks: LockTable,
+    #[pyo3(get)]
+    page_size: usize,
+    #[pyo3(get)]
+    pool_slots: usize,
+    #[pyo3(get)]
+    events: bool,
+}
+
+type Stats12 = (u64, u64, u64, u64, u64, u64, u64, u64, u64, u64, u64, u64);
+
+impl NativeCache {
+    /// Runs `f` on the cache with the GIL released (see the module docs); `function` names
+    /// the operation in an error's message.
+    fn with<T: Send>(
+        &self,
+        py: Python<'_>,
+        function: &str,
+        f: impl FnOnce(&Cache) -> Res<T> + Send,
+    ) -> PyResult<T> {
+        if self.closing.load(Ordering::Acquire) {
+            return Err(to_pyerr(py, function, closed()));
+        }
+        let r = py.detach(|| {
+            let g = self.state.read().unwrap_or_else(|p| p.into_inner());
+            match g.as_ref() {
+                Some(c) => f(c),
+                None => Err(closed()),
+            }
+        });
+        done(py, function, r)
+    }
+
+    fn hold(&self, lock: PrefixLock) -> (u64, usize) {
+        let n = lock.len();
+        (self.locks.insert(lock), n)
+    }
+
+    fn release_in(&self, c: &Cache, handle: u64) -> Res<()> {
+        let l = self.locks.remove(handle).ok_or_else(|| {
+            fail(INVALID_LOCK, format!("lock {handle:#x} {}", self.locks.explain(handle)))
+        })?;
+        c.release(l).map_err(|e| fail(status_of(&e), format!("lock {handle:#x}: {e}")))
+    }
+}
+
+fn tokens_of(obj: &Bound<'_, PyAny>) -> PyResult<Input> {
+    to_input(obj, "tokens")
+}
+
+fn pair_len(t: &Input, s: &Input) -> Res<()> {
+    if t.len() != s.len() {
+        return Err(fail(
+            INVALID_ARGUMENT,
+            format!("tokens and slots differ in length ({} != {})", t.len(), s.len()),
+        ));
+    }
+    Ok(())
+}
+
+/// Reads both views (tokens, then slots) and runs `f` on them.
+fn with_two<T>(t: View<'_>, s: View<'_>, f: impl FnOnce(&[u32], &[u32]) -> Res<T>) -> Res<T> {
+    let (mut a, mut b) = (Vec::new(), Vec::new());
+    let toks = t.get("tokens", &mut a).map_err(oor)?;
+    let slots = s.get("slots", &mut b).map_err(oor)?;
+    f(toks, slots)
+}
+
+#[pymethods]
+impl NativeCache {
+    /// `policy`: an eviction policy name (`lru`, `fifo`, and whatever else the library
+    /// knows); `events`: `(hash_mode, medium, max_drain_batches)` with hash_mode 0 = XXH3,
+    /// 1 = SGLang's SHA-256 and medium 0 = GPU, 1 = CPU_PINNED, or None.
+    #[new]
+    #[pyo3(signature = (page_size, pool_slots, policy, events=None))]
+    fn new(
+        py: Python<'_>,
+        page_size: u64,
+        pool_slots: u64,
+        policy: &str,
+        events: Option<(u32, u32, u64)>,
+    ) -> PyResult<Self> {
+        let r = (|| {
+            let bad = |m: String| Err(fail(INVALID_ARGUMENT, m));
+            let policy: EvictionPolicy = match policy.parse() {
+                Ok(p) => p,
+                Err(e) => return bad(format!("policy: {e}")),
+            };
+            if page_size == 0 {
+                return bad("opts->page_size = 0: the page size must be at least 1".into());
+            }
+            if page_size >= 1 << 32 {
+                return bad(format!("opts->page_size = {page_size} is above 2^32 - 1"));
+            }
+            if pool_slots > 1 << 32 {
+                return bad(format!(
+                    "opts->pool_slots = {pool_slots} is above 2^32 = 4294967296 (slot ids are \
+                     uint32)"
+                ));
+            }
+            if !pool_slots.is_multiple_of(page_size) {
+                return bad(format!(
+                    "opts->pool_slots = {pool_slots} is not a multiple of opts->page_size = \
+                     {page_size} (the pool holds whole pages)"
+                ));
+            }
+            let opts = CacheOptions {
+                page_size: page_size as usize,
+                policy,
+                pool_slots: pool_slots as usize,
+            };
+            let mut cache =
+                Cache::new(opts).map_err(|e| fail(status_of(&e), format!("opts: {e}")))?;
+            if let Some((hash_mode, medium, max_drain_batches)) = events {
+                let hash_mode = match hash_mode {
+                    0 => HashMode::Xxh3,
+                    1 => HashMode::SglangSha256,
+                    h => return bad(format!("events.hash_mode = {h} is not a hash mode")),
+                };
+                let medium = match medium {
+                    0 => Medium::Gpu,
+                    1 => Medium::CpuPinned,
+                    m => return bad(format!("events.medium = {m} is not a medium")),
+                };
+                let max_drain_batches = usize::try_from(max_drain_batches).unwrap_or(usize::MAX);
+                cache
+                    .enable_events(EventOptions { hash_mode, medium, max_drain_batches })
+                    .map_err(st)?;
+            }
+            Ok(cache)
+        })();
+        let cache = done(py, "rkv_cache_new", r)?;
+        Ok(NativeCache {
+            closing: AtomicBool::new(false),
+            page_size: cache.page_size(),
+            pool_slots: cache.options().pool_slots,
+            events: cache.events().is_some(),
+            state: RwLock::new(Some(cache)),
+            locks: LockTable::new(),
+        })
+    }
+
+    /// Refuses new calls, waits for those in flight, releases the outstanding locks and
+    /// frees the cache. Idempotent.
+    fn close(&self, py: Python<'_>) {
+        self.closing.store(true, Ordering::Release);
+        py.detach(|| {
+            let mut g = self.state.write().unwrap_or_else(|p| p.into_inner());
+            if let Some(c) = g.take() {
+                for l in self.locks.drain() {
+                    let _ = c.release(l);
+                }
+                drop(c);
+            }
+        });
+    }
+
+    #[getter]
+    fn closed(&self) -> bool {
+        self.state.read().map(|g| g.is_none()).unwrap_or(true)
+    }
+
+    /// Whether calls are refused (closing or closed).
+    #[getter]
+    fn closing(&self) -> bool {
+        self.closing.load(Ordering::Acquire)
+    }
+
+    // -- matching --
+
+    /// Slots of the longest cached prefix, as a `SlotBuffer`.
+    fn r#match<'py>(
+        &self,
+        py: Python<'py>,
+        ns: u64,
+        tokens: &Bound<'py, PyAny>,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        let t = tokens_of(tokens)?;
+        let tv = t.view();
+        let out = self.with(py, "rkv_match", |c| {
+            let mut sc = Vec::new();
+            let toks = tv.get("tokens", &mut sc).map_err(oor)?;
+            let mut out = Vec::with_capacity(toks.len());
+            c.match_prefix(ns, toks, &mut out);
+            Ok(out)
+        })?;
+        drop(t);
+        slot_buffer(py, &out)
+    }
+
+    /// Length of the longest cached prefix.
+    fn match_len(&self, py: Python<'_>, ns: u64, tokens: &Bound<'_, PyAny>) -> PyResult<usize> {
+        let t = tokens_of(tokens)?;
+        let tv = t.view();
+        self.with(py, "rkv_match", |c| {
+            let mut sc = Vec::new();
+            let toks = tv.get("tokens", &mut sc).map_err(oor)?;
+            let mut out = Vec::new();
+            Ok(c.match_prefix_runs(ns, toks, &mut out))
+        })
+    }
+
+    /// The match as `(start, length)` runs.
+    fn match_runs<'py>(
+        &self,
+        py: Python<'py>,
+        ns: u64,
+        tokens: &Bound<'py, PyAny>,
+    ) -> PyResult<Bound<'py, PyList>> {
+        let t = tokens_of(tokens)?;
+        let tv = t.view();
+        let runs = self.with(py, "rkv_match_runs", |c| {
+            let mut sc = Vec::new();
+            let toks = tv.get("tokens", &mut sc).map_err(oor)?;
+            let mut out = Vec::new();
+            c.match_prefix_runs(ns, toks, &mut out);
+            Ok(out)
+        })?;
+        runs_list(py, &runs)
+    }
+
+    /// Match and pin: `(handle, length, slots)`.
+    fn match_lock<'py>(
+        &self,
+        py: Python<'py>,
+        ns: u64,
+        tokens: &Bound<'py, PyAny>,
+    ) -> PyResult<(u64, usize, Bound<'py, PyAny>)> {
+        let t = tokens_of(tokens)?;
+        let tv = t.view();
+        let (h, n, out) = self.with(py, "rkv_match_lock", |c| {
+            let mut sc = Vec::new();
+            let toks = tv.get("tokens", &mut sc).map_err(oor)?;
+            let mut out = Vec::with_capacity(toks.len());
+            let lock = c.tree().match_and_lock_raw(ns, toks, &mut out);
+            let (h, n) = self.hold(lock);
+            Ok((h, n, out))
+        })?;
+        Ok((h, n, slot_buffer(py, &out)?))
+    }
+
+    /// Match and pin, the slots as runs: `(handle, length, runs)`.
+    fn match_lock_runs<'py>(
+        &self,
+        py: Python<'py>,
+        ns: u64,
+        tokens: &Bound<'py, PyAny>,
+    ) -> PyResult<(u64, usize, Bound<'py, PyList>)> {
+        let t = tokens_of(tokens)?;
+        let tv = t.view();
+        let (h, n, runs) = self.with(py, "rkv_match_lock_runs", |c| {
+            let mut sc = Vec::new();
+            let toks = tv.get("tokens", &mut sc).map_err(oor)?;
+            let mut out = Vec::new();
+            let lock = c.tree().match_and_lock_runs_raw(ns, toks, &mut out);
+            let (h, n) = self.hold(lock);
+            Ok((h, n, out))
+        })?;
+        Ok((h, n, runs_list(py, &runs)?))
+    }
+
+    // -- inserting --
+
+    /// Caches `tokens` with `slots`; returns how many leading tokens were cached already.
+    fn insert(
+        &self,
+        py: Python<'_>,
+        ns: u64,
+        tokens: &Bound<'_, PyAny>,
+        slots: &Bound<'_, PyAny>,
+    ) -> PyResult<usize> {
+        let t = tokens_of(tokens)?;
+        let s = to_input(slots, "slots")?;
+        done(py, "rkv_insert", pair_len(&t, &s))?;
+        let (tv, sv) = (t.view(), s.view());
+        self.with(py, "rkv_insert", |c| {
+            with_two(tv, sv, |toks, sl| {
+                c.insert(ns, toks, sl).map_err(|e| slot_refusal(e, Given::Slots(sl), c.pool()))
+            })
+        })
+    }
+
+    /// Insert and pin: `(existing, handle, length)`.
+    fn insert_lock(
+        &self,
+        py: Python<'_>,
+        ns: u64,
+        tokens: &Bound<'_, PyAny>,
+        slots: &Bound<'_, PyAny>,
+    ) -> PyResult<(usize, u64, usize)> {
+        let t = tokens_of(tokens)?;
+        let s = to_input(slots, "slots")?;
+        done(py, "rkv_insert_lock", pair_len(&t, &s))?;
+        let (tv, sv) = (t.view(), s.view());
+        self.with(py, "rkv_insert_lock", |c| {
+            with_two(tv, sv, |toks, sl| {
+                let (e, l) = c
+                    .insert_and_lock_raw(ns, toks, sl)
+                    .map_err(|e| slot_refusal(e, Given::Slots(sl), c.pool()))?;
+                let (h, n) = self.hold(l);
+                Ok((e, h, n))
+            })
+        })
+    }
+
+    /// Insert with the slots as `(start, length)` runs; returns `existing`.
+    fn insert_runs(
+        &self,
+        py: Python<'_>,
+        ns: u64,
+        tokens: &Bound<'_, PyAny>,
+        runs: &Bound<'_, PyAny>,
+    ) -> PyResult<usize> {
+        let t = tokens_of(tokens)?;
+        let r = to_runs(runs, "runs")?;
+        let tv = t.view();
+        self.with(py, "rkv_insert_runs", |c| {
+            let mut sc = Vec::new();
+            let toks = tv.get("tokens", &mut sc).map_err(oor)?;
+            c.insert_runs(ns, toks, &r).map_err(|e| runs_refusal(e, c, &r, toks.len()))
+        })
+    }
+
+    /// Insert and pin with the slots as runs: `(existing, handle, length)`.
+    fn insert_lock_runs(
+        &self,
+        py: Python<'_>,
+        ns: u64,
+        tokens: &Bound<'_, PyAny>,
+        runs: &Bound<'_, PyAny>,
+    ) -> PyResult<(usize, u64, usize)> {
+        let t = tokens_of(tokens)?;
+        let r = to_runs(runs, "runs")?;
+        let tv = t.view();
+        self.with(py, "rkv_insert_lock_runs", |c| {
+            let mut sc = Vec::new();
+            let toks = tv.get("tokens", &mut sc).map_err(oor)?;
+            let (e, l) = c
+                .insert_and_lock_runs_raw(ns, toks, &r)
+                .map_err(|e| runs_refusal(e, c, &r, toks.len()))?;
+            let (h, n) = self.hold(l);
+            Ok((e, h, n))
+        })
+    }
+
+    // -- locks --
+
+    /// Releases the lock `handle` (`InvalidLockError` if it is not a held lock).
+    fn release(&self, py: Python<'_>, handle: u64) -> PyResult<()> {
+        self.with(py, "rkv_release", |c| self.release_in(c, handle))
+    }
+
+    /// `release` returning the status instead of raising (0, or 3 for an invalid lock),
+    /// as the C ABI's `rkv_release` does.
+    fn release_status(&self, py: Python<'_>, handle: u64) -> i32 {
+        match self.release(py, handle) {
+            Ok(()) => 0,
+            Err(e) => e
+                .value(py)
+                .getattr("status")
+                .and_then(|s| s.extract::<i32>())
+                .unwrap_or(INTERNAL_ERROR),
+        }
+    }
+
+    /// Tokens the lock `handle` pins.
+    fn lock_len(&self, py: Python<'_>, handle: u64) -> PyResult<usize> {
+        self.with(py, "rkv_lock_len", |_| {
+            self.locks.shard(handle).get(&handle).map(|l| l.len()).ok_or_else(|| {
+                fail(INVALID_LOCK, format!("lock {handle:#x} {}", self.locks.explain(handle)))
+            })
+        })
+    }
+
+    // -- eviction and the pool --
+
+    /// Evicts at least `n` tokens; the freed slots as one `SlotBuffer` (as `int64` bytes
+    /// with `wide`).
+    #[pyo3(signature = (n, wide=false))]
+    fn evict<'py>(&self, py: Python<'py>, n: u64, wide: bool) -> PyResult<Bound<'py, PyAny>> {
+        let n = usize::try_from(n).unwrap_or(usize::MAX);
+        let freed = self.with(py, "rkv_evict", |c| {
+            let mut freed = Vec::new();
+            c.evict(n, Some(&mut |s: &[u32]| freed.extend_from_slice(s))).map_err(st)?;
+            Ok(freed)
+        })?;
+        if wide { Ok(i64_bytes(py, &freed)?.into_any()) } else { slot_buffer(py, &freed) }
+    }
+
+    /// Evicts at least `n` tokens; `(count, freed)` with the freed slots as native int64
+    /// bytes (a `bytearray`), for engines whose allocator frees int64 tensors.
+    fn evict_i64<'py>(
+        &self,
+        py: Python<'py>,
+        n: u64,
+    ) -> PyResult<(usize, Bound<'py, PyByteArray>)> {
+        let n = usize::try_from(n).unwrap_or(usize::MAX);
+        let freed = self.with(py, "rkv_evict", |c| {
+            let mut freed = Vec::new();
+            c.evict_runs(
+                n,
+                Some(&mut |runs: &[SlotRun]| {
+                    for r in runs {
+                        freed.extend(r.slots());
+                    }
+                }),
+            )
+            .map_err(st)?;
+            Ok(freed)
+        })?;
+        Ok((freed.len(), i64_bytes(py, &freed)?))
+    }
+
+    /// Evicts at least `n` tokens; the freed slots as `(start, length)` runs.
+    fn evict_runs<'py>(&self, py: Python<'py>, n: u64) -> PyResult<Bound<'py, PyList>> {
+        let n = usize::try_from(n).unwrap_or(usize::MAX);
+        let runs = self.with(py, "rkv_evict_runs", |c| {
+            let mut out = Vec::new();
+            c.evict_runs(n, Some(&mut |r: &[SlotRun]| out.extend_from_slice(r))).map_err(st)?;
+            Ok(out)
+        })?;
+        runs_list(py, &runs)
+    }
+
+    /// Pool mode: `n` slots, all or nothing, evicting when short.
+    fn alloc<'py>(&self, py: Python<'py>, n: u64) -> PyResult<Bound<'py, PyAny>> {
+        let out = self.with(py, "rkv_alloc", |c| {
+            let pool = c.pool().ok_or_else(no_pool)?;
+            let n = usize::try_from(n).unwrap_or(usize::MAX);
+            if n > pool.capacity() {
+                return Err(more_than_pool(n, pool.capacity()));
+            }
+            let mut runs = Vec::new();
+            c.alloc_runs(n, &mut runs).map_err(|e| alloc_refusal(e, n, c.page_size()))?;
+            let mut out = Vec::with_capacity(n);
+            for r in &runs {
+                out.extend(r.slots());
+            }
+            Ok(out)
+        })?;
+        slot_buffer(py, &out)
+    }
+
+    /// Pool mode: `n` slots as `(start, length)` runs.
+    fn alloc_runs<'py>(&self, py: Python<'py>, n: u64) -> PyResult<Bound<'py, PyList>> {
+        let runs = self.with(py, "rkv_alloc_runs", |c| {
+            let pool = c.pool().ok_or_else(no_pool)?;
+            let n = usize::try_from(n).unwrap_or(usize::MAX);
+            if n > pool.capacity() {
+                return Err(more_than_pool(n, pool.capacity()));
+            }
+            let mut runs = Vec::new();
+            c.alloc_runs(n, &mut runs).map_err(|e| alloc_refusal(e, n, c.page_size()))?;
+            Ok(runs)
+        })?;
+        runs_list(py, &runs)
+    }
+
+    /// Pool mode: gives allocated, never adopted slots back (refused whole).
+    fn free(&self, py: Python<'_>, slots: &Bound<'_, PyAny>) -> PyResult<()> {
+        let s = to_input(slots, "slots")?;
+        let sv = s.view();
+        self.with(py, "rkv_free", |c| {
+            let mut sc = Vec::new();
+            let sl = sv.get("slots", &mut sc).map_err(oor)?;
+            let pool = c.pool().ok_or_else(no_pool)?;
+            c.free(sl).map_err(|e| slot_refusal(e, Given::Slots(sl), Some(pool)))
+        })
+    }
+
+    /// Pool mode: `free` for `(start, length)` runs.
+    fn free_runs(&self, py: Python<'_>, runs: &Bound<'_, PyAny>) -> PyResult<()> {
+        let r = to_runs(runs, "runs")?;
+        self.with(py, "rkv_free_runs", |c| {
+            let pool = c.pool().ok_or_else(no_pool)?;
+            c.free_runs(&r).map_err(|e| {
+                if let Some((i, x)) = r.iter().enumerate().find(|(_, x)| x.len == 0) {
+                    let m = format!("runs[{i}] = {{start {}, len 0}} is empty", x.start);
+                    return fail(INVALID_ARGUMENT, m);
+                }
+                slot_refusal(e, Given::Runs(&r), Some(pool))
+            })
+        })
+    }
+
+    // -- stats, reset, namespaces --
+
+    /// `(cached, evictable, protected, nodes, pool_slots, free_slots, match_calls,
+    /// match_query_tokens, match_hit_tokens, inserted, evicted, namespaces)`.
+    fn stats(&self, py: Python<'_>) -> PyResult<Stats12> {
+        self.with(py, "rkv_cache_stats", |c| {
+            let s = c.stats();
+            let t = s.tree;
+            Ok((
+                t.cached_tokens,
+                t.evictable_tokens,
+                t.protected_tokens,
+                t.nodes,
+                s.pool_slots,
+                s.free_slots,
+                t.match_calls,
+                t.match_query_tokens,
+                t.match_hit_tokens,
+                t.inserted_tokens,
+                t.evicted_tokens,
+                c.tree().namespace_count(),
+            ))
+        })
+    }
+
+    /// `(cached_tokens, evictable_tokens, protected_tokens)`: the three counters, cheaply.
+    fn sizes(&self, py: Python<'_>) -> PyResult<(u64, u64, u64)> {
+        self.with(py, "rkv_cache_stats", |c| {
+            let t = c.tree().stats();
+            Ok((t.cached_tokens, t.evictable_tokens, t.protected_tokens))
+        })
+    }
+
+    /// Drops every unpinned page (locks stay valid).
+    fn reset(&self, py: Python<'_>) -> PyResult<()> {
+        self.with(py, "rkv_cache_reset", |c| {
+            if c.has_pool() { c.reset(None) } else { c.reset(Some(&mut |_: &[u32]| {})) }
+                .map_err(st)
+        })
+    }
+
+    /// Frees memory the index unlinked earlier (a bounded batch).
+    fn reclaim(&self, py: Python<'_>) -> PyResult<()> {
+        self.with(py, "rkv_reclaim", |c| {
+            c.reclaim();
+            Ok(())
+        })
+    }
+
+    /// Evicts every unpinned page of `ns`: `(tokens freed, freed slots)`. Without a pool
+    /// `want_slots` must be true (the slots are the caller's again).
+    fn drop_namespace<'py>(
+        &self,
+        py: Python<'py>,
+        ns: u64,
+        want_slots: bool,
+    ) -> PyResult<(usize, Bound<'py, PyAny>)> {
+        let (n, freed) = self.with(py, "rkv_drop_namespace", |c| {
+            if !want_slots && !c.has_pool() {
+                return Err(fail(
+                    NULL_ARGUMENT,
+                    "free_fn is NULL, but this cache has no pool (pool_slots = 0): pass on_free \
+                     to get the evicted slots back",
+                ));
+            }
+            let mut freed = Vec::new();
+            let n = if want_slots {
+                c.drop_namespace(ns, Some(&mut |s: &[u32]| freed.extend_from_slice(s)))
+            } else {
+                c.drop_namespace(ns, None)
+            }
+            .map_err(st)?;
+            Ok((n, freed))
+        })?;
+        Ok((n, slot_buffer(py, &freed)?))
+    }
+
+    /// `(cached_tokens, evictable_tokens, protected_tokens, nodes)` of `ns`.
+    fn namespace_stats(&self, py: Python<'_>, ns: u64) -> PyResult<(u64, u64, u64, u64)> {
+        self.with(py, "rkv_cache_namespace_stats", |c| {
+            let s = c.namespace_stats(ns);
+            Ok((s.cached_tokens, s.evictable_tokens, s.protected_tokens, s.nodes))
+        })
+    }
+
+    /// Live namespaces.
+    fn namespace_count(&self, py: Python<'_>) -> PyResult<u64> {
+        self.with(py, "rkv_namespace_count", |c| Ok(c.tree().namespace_count()))
+    }
+
+    // -- KV events --
+
+    /// Names namespace `ns` on the wire, before its first insert.
+    #[pyo3(signature = (ns, lora_name=None, cache_salt=None))]
+    fn set_namespace_meta(
+        &self,
+        py: Python<'_>,
+        ns: u64,
+        lora_name: Option<String>,
+        cache_salt: Option<String>,
+    ) -> PyResult<()> {
+        self.with(py, "rkv_events_set_namespace", |c| {
+            for (name, v) in [("lora_name", &lora_name), ("cache_salt", &cache_salt)] {
+                if v.as_deref().is_some_and(|s| s.contains('\0')) {
+                    return Err(fail(INVALID_ARGUMENT, format!("{name} holds a NUL character")));
+                }
+            }
+            if c.events().is_none() {
+                return Err(no_events("rkv_events_set_namespace"));
+            }
+            c.set_namespace_meta(ns, NamespaceMeta { lora_name, cache_salt }).map_err(st)
+        })
+    }
+
+    /// Closes the events so far into a batch: its sequence number, or None.
+    fn flush_events(&self, py: Python<'_>) -> PyResult<Option<u64>> {
+        self.with(py, "rkv_events_flush", |c| {
+            c.events().ok_or_else(|| no_events("rkv_events_flush"))?;
+            Ok(c.flush_events())
+        })
+    }
+
+    /// Takes every closed batch: a list of `(seq, ts, kind, medium, block_size, parent,
+    /// hashes, tokens, lora_name, cache_salt)`, kind 0 stored, 1 removed, 2 cleared; hashes
+    /// as unsigned 64-bit ints, or as signed ones with `signed`.
+    #[pyo3(signature = (signed=false))]
+    fn drain_events<'py>(&self, py: Python<'py>, signed: bool) -> PyResult<Bound<'py, PyList>> {
+        let batches = self.with(py, "rkv_events_drain", |c| {
+            c.events().ok_or_else(|| no_events("rkv_events_drain"))?;
+            Ok(c.drain_events())
+        })?;
+        let out = PyList::empty(py);
+        let hashes = |h: &[u64]| -> PyResult<Bound<'py, PyList>> {
+            if signed {
+                PyList::new(py, h.iter().map(|&x| x as i64))
+            } else {
+                PyList::new(py, h.iter().copied())
+            }
+        };
+        let hash1 = |h: u64| -> PyResult<Bound<'py, PyAny>> {
+            if signed {
+                Ok((h as i64).into_pyobject(py)?.into_any())
+            } else {
+                Ok(h.into_pyobject(py)?.into_any())
+            }
+        };
+        for (seq, batch) in batches {
+            for ev in &batch.events {
+                let item = match ev {
+                    KvEvent::BlockStored {
+                        block_hashes,
+                        parent_block_hash,
+                        token_ids,
+                        block_size,
+                        lora_name,
+                        cache_salt,
+                        medium,
+                    } => {
+                        let parent = match parent_block_hash {
+                            Some(p) => hash1(*p)?,
+                            None => py.None().into_bound(py),
+                        };
+                        PyTuple::new(
+                            py,
+                            [
+                                seq.into_pyobject(py)?.into_any(),
+                                batch.ts.into_pyobject(py)?.into_any(),
+                                0u32.into_pyobject(py)?.into_any(),
+                                medium.as_str().into_pyobject(py)?.into_any(),
+                                block_size.into_pyobject(py)?.into_any(),
+                                parent,
+                                hashes(block_hashes)?.into_any(),
+                                PyList::new(py, token_ids.iter().copied())?.into_any(),
+                                lora_name.as_deref().into_pyobject(py)?.into_any(),
+                                cache_salt.as_deref().into_pyobject(py)?.into_any(),
+                            ],
+                        )?
+                    }
+                    KvEvent::BlockRemoved { block_hashes, medium } => PyTuple::new(
+                        py,
+                        [
+                            seq.into_pyobject(py)?.into_any(),
+                            batch.ts.into_pyobject(py)?.into_any(),
+                            1u32.into_pyobject(py)?.into_any(),
+                            medium.as_str().into_pyobject(py)?.into_any(),
+                            0u32.into_pyobject(py)?.into_any(),
+                            py.None().into_bound(py),
+                            hashes(block_hashes)?.into_any(),
+                            PyList::empty(py).into_any(),
+                            py.None().into_bound(py),
+                            py.None().into_bound(py),
+                        ],
+                    )?,
+                    KvEvent::AllBlocksCleared => PyTuple::new(
+                        py,
+                        [
+                            seq.into_pyobject(py)?.into_any(),
+                            batch.ts.into_pyobject(py)?.into_any(),
+                            2u32.into_pyobject(py)?.into_any(),
+                            "GPU".into_pyobject(py)?.into_any(),
+                            0u32.into_pyobject(py)?.into_any(),
+                            py.None().into_bound(py),
+                            PyList::empty(py).into_any(),
+                            PyList::empty(py).into_any(),
+                            py.None().into_bound(py),
+                            py.None().into_bound(py),
+                        ],
+                    )?,
+                };
+                out.append(item)?;
+            }
+        }
+        Ok(out)
+    }
+
+    /// `(batches, events, dropped)`.
+    fn events_stats(&self, py: Python<'_>) -> PyResult<(u64, u64, u64)> {
+        self.with(py, "rkv_events_counters", |c| {
+            let s = c.events().ok_or_else(|| no_events("rkv_events_counters"))?.stats();
+            Ok((s.batches, s.events, s.dropped))
+        })
+    }
+
+    /// Starts a ZMQ publisher of this cache's events.
+    #[allow(clippy::too_many_arguments)]
+    #[pyo3(signature = (endpoint, replay_endpoint, topic, encoding, buffer_steps, max_queue, auto_flush_ms, linger_ms, data_parallel_rank))]
+    fn publish(
+        &self,
+        py: Python<'_>,
+        endpoint: String,
+        replay_endpoint: Option<String>,
+        topic: String,
+        encoding: u32,
+        buffer_steps: u64,
+        max_queue: u64,
+        auto_flush_ms: u64,
+        linger_ms: u64,
+        data_parallel_rank: i64,
+    ) -> PyResult<crate::publisher::NativePublisher> {
+        self.with(py, "rkv_events_publish", |c| {
+            let sink = c.events().ok_or_else(|| no_events("rkv_events_publish"))?;
+            crate::publisher::start(
+                sink,
+                crate::publisher::Opts {
+                    endpoint,
+                    replay_endpoint,
+                    topic,
+                    encoding,
+                    buffer_steps,
+                    max_queue,
+                    auto_flush_ms,
+                    linger_ms,
+                    data_parallel_rank,
+                },
+            )
+        })
+    }
+}
+
+/// An insert's refusal of the runs `r` given for `n_tokens` tokens.
+fn runs_refusal(e: radixkv::Error, c: &Cache, r: &[SlotRun], n_tokens: usize) -> Fail {
+    if let Some(f) = runs_shape(r, n_tokens) {
+        return f;
+    }
+    slot_refusal(e, Given::Runs(r), c.pool())
+}

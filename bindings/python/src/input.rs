@@ -1,0 +1,597 @@
+//! Token and slot arrays from Python, without a copy where the memory allows it.
+//!
+//! What a call may pass, in the order it is tried:
+//!
+//! 1. a `list` or `tuple` of ints: read item by item (the only path that builds a `Vec`
+//!    while holding the GIL);
+//! 2. any object with the buffer protocol (`array('I'/'i'/'q'/'l'/...)`, NumPy arrays,
+//!    `memoryview`s): borrowed for the call (the exporter cannot resize or free it while
+//!    borrowed);
+//! 3. a CPU `torch.Tensor` (they have no buffer protocol): read through `data_ptr()`, kept
+//!    alive by the call's reference;
+//! 4. an object with `__array_interface__` (version 3, CPU memory);
+//! 5. any other iterable of ints.
+//!
+//! The memory of 2-4 is read with the GIL released ([`View::get`]): one-dimensional,
+//! contiguous, native-order, 4-byte aligned `uint32` data is used in place; `int32` data is
+//! checked to be non-negative and then used in place too (the same bits); anything else
+//! (`int64`, other widths, another byte order, misaligned or strided memory) is converted
+//! into a `Vec<u32>` with a range check, and a value outside `[0, 2**32)` is a `ValueError`
+//! naming its position. Strings, bytes and floats are a `TypeError`.
+
+use std::ffi::{CStr, c_char, c_int, c_void};
+use std::marker::PhantomData;
+
+use pyo3::exceptions::{PyOverflowError, PyTypeError, PyValueError};
+use pyo3::ffi;
+use pyo3::prelude::*;
+use pyo3::sync::PyOnceLock;
+use pyo3::types::{PyByteArray, PyBytes, PyDict, PyList, PyString, PyTuple};
+
+/// CPython's `Py_buffer` (`Include/pybuffer.h`): its layout has not changed since Python
+/// 3.3. It joined the limited API in 3.11; on 3.9 and 3.10 the same struct and the same
+/// exported functions (`PyObject_GetBuffer`, `PyBuffer_Release`, present in every CPython
+/// 3 build) are used, so the abi3 wheel reads buffers on every version it supports.
+#[repr(C)]
+struct PyBufferRaw {
+    buf: *mut c_void,
+    obj: *mut ffi::PyObject,
+    len: isize,
+    itemsize: isize,
+    readonly: c_int,
+    ndim: c_int,
+    format: *mut c_char,
+    shape: *mut isize,
+    strides: *mut isize,
+    suboffsets: *mut isize,
+    internal: *mut c_void,
+}
+
+unsafe extern "C" {
+    fn PyObject_GetBuffer(obj: *mut ffi::PyObject, view: *mut PyBufferRaw, flags: c_int) -> c_int;
+    fn PyBuffer_Release(view: *mut PyBufferRaw);
+}
+
+/// `PyBUF_FORMAT | PyBUF_STRIDES` (`PyBUF_RECORDS_RO`): shape, strides and format, any
+/// contiguity, read-only allowed.
+const PYBUF_RECORDS_RO: c_int = 0x0004 | 0x0010 | 0x0008;
+
+/// An exported buffer, released (with the GIL held: it is dropped by the call that made it)
+/// when dropped.
+pub struct Exported {
+    view: Box<PyBufferRaw>,
+}
+
+impl Drop for Exported {
+    fn drop(&mut self) {
+        // SAFETY: the view was filled by a successful `PyObject_GetBuffer` and is released
+        // once; an `Exported` lives only in a function that holds the GIL (see `Input`).
+        unsafe { PyBuffer_Release(&mut *self.view) }
+    }
+}
+
+/// The element type of a borrowed array.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Kind {
+    /// Bytes per element: 1, 2, 4 or 8.
+    size: usize,
+    signed: bool,
+    /// Stored in the other byte order than this machine's.
+    swapped: bool,
+}
+
+const U32: Kind = Kind { size: 4, signed: false, swapped: false };
+
+/// Memory to read with the GIL released: `n` elements of `kind`, `stride` bytes apart.
+#[derive(Debug, Clone, Copy)]
+pub struct Raw {
+    ptr: *const u8,
+    n: usize,
+    stride: isize,
+    kind: Kind,
+}
+
+/// An argument's memory as the call reads it with the GIL released: `Send`, and only valid
+/// while the [`Input`] it came from lives (its lifetime says so).
+#[derive(Clone, Copy)]
+pub enum View<'a> {
+    Raw(RawView<'a>),
+    Slice(&'a [u32]),
+}
+
+#[derive(Clone, Copy)]
+pub struct RawView<'a> {
+    raw: Raw,
+    _input: PhantomData<&'a ()>,
+}
+
+// SAFETY: the pointer names memory kept alive (and, for a buffer, export-locked against
+// resizing) by the `Input` that outlives this view; the view only reads it.
+unsafe impl Send for RawView<'_> {}
+
+/// A converted argument: where its values are and what keeps them alive. Dropped only with
+/// the GIL held (by the call that made it, or by the Python object that keeps it).
+pub enum Input {
+    /// Borrowed memory (`Raw`), kept alive by the export or the object.
+    Borrowed(Raw, #[allow(dead_code)] Keep),
+    /// Values read from a Python sequence.
+    Owned(Vec<u32>),
+}
+
+/// What keeps borrowed memory alive.
+pub enum Keep {
+    #[allow(dead_code)] // held for its Drop (the buffer's release)
+    Buffer(Exported),
+    #[allow(dead_code)] // held for its reference
+    Object(Py<PyAny>),
+}
+
+// SAFETY: `Raw` is an address and a shape; the memory it names is only read, while the
+// `Input` holding it keeps that memory alive.
+unsafe impl Send for Raw {}
+// SAFETY: as above.
+unsafe impl Sync for Raw {}
+// SAFETY: an `Exported` is only released with the GIL held (an `Input` is dropped by the
+// call that made it, or by the pyclass that keeps it, both holding the GIL); moving it
+// between threads is what CPython allows for a `Py_buffer`.
+unsafe impl Send for Exported {}
+// SAFETY: no method reads it through a shared reference.
+unsafe impl Sync for Exported {}
+
+impl Input {
+    /// Elements in the argument.
+    pub fn len(&self) -> usize {
+        match self {
+            Input::Borrowed(r, _) => r.n,
+            Input::Owned(v) => v.len(),
+        }
+    }
+
+    /// The view the call reads with the GIL released.
+    pub fn view(&self) -> View<'_> {
+        match self {
+            Input::Borrowed(raw, _) => View::Raw(RawView { raw: *raw, _input: PhantomData }),
+            Input::Owned(v) => View::Slice(v),
+        }
+    }
+
+    /// The address of the memory a call reads in place (for tests: a borrowed `uint32`
+    /// buffer is read where it is), or `None` when the values are converted or copied.
+    pub fn borrowed_address(&self) -> Option<usize> {
+        match self {
+            Input::Borrowed(r, _) if in_place(r) => Some(r.ptr as usize),
+            _ => None,
+        }
+    }
+}
+
+/// Whether `r` can be read as a `&[u32]` where it is (native `uint32`, contiguous, aligned).
+fn in_place(r: &Raw) -> bool {
+    r.kind == U32 && (r.stride == 4 || r.n <= 1) && (r.ptr as usize).is_multiple_of(4)
+}
+
+/// A value that is not a token or slot id: `ValueError` naming the argument and position.
+pub struct OutOfRange {
+    pub what: &'static str,
+    pub index: usize,
+    pub value: i128,
+}
+
+impl OutOfRange {
+    pub fn into_err(self) -> PyErr {
+        PyValueError::new_err(format!(
+            "{}[{}] = {} is out of range: ids must be in [0, 2**32)",
+            self.what, self.index, self.value
+        ))
+    }
+}
+
+impl<'a> View<'a> {
+    /// The values as `u32`s: in place when the memory allows it (see the module docs),
+    /// else converted into `scratch`. Runs with or without the GIL.
+    pub fn get<'s>(
+        self,
+        what: &'static str,
+        scratch: &'s mut Vec<u32>,
+    ) -> Result<&'s [u32], OutOfRange>
+    where
+        'a: 's,
+    {
+        let r = match self {
+            View::Slice(s) => return Ok(s),
+            View::Raw(v) => v.raw,
+        };
+        if r.n == 0 {
+            return Ok(&[]);
+        }
+        let aligned = (r.ptr as usize).is_multiple_of(r.kind.size);
+        let contiguous = r.stride == r.kind.size as isize || r.n == 1;
+        if contiguous && aligned && !r.kind.swapped && r.kind.size == 4 {
+            // SAFETY: `r` names `n` readable, aligned, contiguous 4-byte elements kept alive
+            // by the `Input` this view borrows ('a outlives 's).
+            let s: &'s [u32] = unsafe { std::slice::from_raw_parts(r.ptr.cast::<u32>(), r.n) };
+            if r.kind.signed {
+                // int32: the same bits when non-negative.
+                if let Some(i) = s.iter().position(|&x| x > i32::MAX as u32) {
+                    return Err(OutOfRange { what, index: i, value: s[i] as i32 as i128 });
+                }
+            }
+            return Ok(s);
+        }
+        scratch.clear();
+        scratch.reserve(r.n);
+        for i in 0..r.n {
+            // SAFETY: element `i` lies in the memory `r` names (`i < n`, `stride` apart),
+            // kept alive by the `Input`; read unaligned, whatever the address.
+            let v = unsafe { read_elem(r.ptr.offset(i as isize * r.stride), r.kind) };
+            if !(0..1i128 << 32).contains(&v) {
+                return Err(OutOfRange { what, index: i, value: v });
+            }
+            scratch.push(v as u32);
+        }
+        Ok(scratch)
+    }
+}
+
+/// One element of `kind` at `p` (any alignment), as an integer.
+///
+/// # Safety
+/// `p[0..kind.size]` is readable.
+unsafe fn read_elem(p: *const u8, kind: Kind) -> i128 {
+    let mut b = [0u8; 8];
+    // SAFETY: the caller guarantees `kind.size` readable bytes at `p`; `b` holds 8.
+    unsafe { std::ptr::copy_nonoverlapping(p, b.as_mut_ptr(), kind.size) };
+    let bytes = &mut b[..kind.size];
+    if kind.swapped {
+        bytes.reverse();
+    }
+    macro_rules! ne {
+        ($t:ty) => {
+            <$t>::from_ne_bytes(bytes.try_into().unwrap()) as i128
+        };
+    }
+    match (kind.size, kind.signed) {
+        (1, false) => ne!(u8),
+        (1, true) => ne!(i8),
+        (2, false) => ne!(u16),
+        (2, true) => ne!(i16),
+        (4, false) => ne!(u32),
+        (4, true) => ne!(i32),
+        (8, false) => ne!(u64),
+        _ => ne!(i64),
+    }
+}
+
+/// The element kind of a struct-module format string (`"I"`, `"<q"`, `"=l"`, ...) with
+/// `itemsize`, if it names an integer type.
+fn kind_of_format(format: &str, itemsize: usize) -> Option<Kind> {
+    let (order, code) = match format.as_bytes() {
+        [c] => (b'@', *c),
+        [o @ (b'@' | b'=' | b'<' | b'>' | b'!'), c] => (*o, *c),
+        _ => return None,
+    };
+    let signed = match code {
+        b'b' | b'h' | b'i' | b'l' | b'q' | b'n' => true,
+        b'B' | b'H' | b'I' | b'L' | b'Q' | b'N' | b'?' => false,
+        _ => return None,
+    };
+    if ![1, 2, 4, 8].contains(&itemsize) {
+        return None;
+    }
+    let little = match order {
+        b'<' => true,
+        b'>' | b'!' => false,
+        _ => cfg!(target_endian = "little"),
+    };
+    let swapped = itemsize > 1 && little != cfg!(target_endian = "little");
+    Some(Kind { size: itemsize, signed, swapped })
+}
+
+/// The element kind of an `__array_interface__` typestr (`"<u4"`, `"|i1"`, ...).
+fn kind_of_typestr(t: &str) -> Option<Kind> {
+    let b = t.as_bytes();
+    if b.len() < 3 {
+        return None;
+    }
+    let signed = match b[1] {
+        b'i' => true,
+        b'u' | b'b' => false,
+        _ => return None,
+    };
+    let size: usize = t[2..].parse().ok()?;
+    if ![1, 2, 4, 8].contains(&size) {
+        return None;
+    }
+    let little = match b[0] {
+        b'<' => true,
+        b'>' => false,
+        _ => cfg!(target_endian = "little"), // '|' and '='
+    };
+    let swapped = size > 1 && little != cfg!(target_endian = "little");
+    Some(Kind { size, signed, swapped })
+}
+
+fn not_ints(what: &str, obj: &Bound<'_, PyAny>, why: &str) -> PyErr {
+    let ty = obj.get_type().name().map(|n| n.to_string()).unwrap_or_else(|_| "?".into());
+    PyTypeError::new_err(format!("{what}: expected a sequence of integer ids, got {ty}{why}"))
+}
+
+/// `obj` as an argument of `u32` ids (see the module docs).
+pub fn to_input(obj: &Bound<'_, PyAny>, what: &'static str) -> PyResult<Input> {
+    if obj.is_instance_of::<PyString>()
+        || obj.is_instance_of::<PyBytes>()
+        || obj.is_instance_of::<PyByteArray>()
+    {
+        return Err(not_ints(what, obj, ""));
+    }
+    if let Ok(l) = obj.cast_exact::<PyList>() {
+        return from_items(l.iter(), l.len(), what).map(Input::Owned);
+    }
+    if let Ok(t) = obj.cast_exact::<PyTuple>() {
+        return from_items(t.iter(), t.len(), what).map(Input::Owned);
+    }
+    if let Some(b) = buffer(obj, what)? {
+        return Ok(b);
+    }
+    if let Some(t) = tensor(obj, what)? {
+        return Ok(t);
+    }
+    if let Some(a) = array_interface(obj, what)? {
+        return Ok(a);
+    }
+    let iter = obj.try_iter().map_err(|_| not_ints(what, obj, ""))?;
+    let mut v = Vec::new();
+    for (i, item) in iter.enumerate() {
+        v.push(one_id(&item?, what, i)?);
+    }
+    Ok(Input::Owned(v))
+}
+
+fn from_items<'py>(
+    items: impl Iterator<Item = Bound<'py, PyAny>>,
+    n: usize,
+    what: &'static str,
+) -> PyResult<Vec<u32>> {
+    let mut v = Vec::with_capacity(n);
+    for (i, item) in items.enumerate() {
+        v.push(one_id(&item, what, i)?);
+    }
+    Ok(v)
+}
+
+/// One id of a Python sequence: an int (or any `__index__` integer) in `[0, 2**32)`.
+fn one_id(item: &Bound<'_, PyAny>, what: &'static str, i: usize) -> PyResult<u32> {
+    match item.extract::<i64>() {
+        Ok(x) if (0..1i64 << 32).contains(&x) => Ok(x as u32),
+        Ok(x) => Err(OutOfRange { what, index: i, value: x as i128 }.into_err()),
+        Err(e) if e.is_instance_of::<PyOverflowError>(item.py()) => {
+            let shown = item.str().map(|s| s.to_string()).unwrap_or_default();
+            Err(PyValueError::new_err(format!(
+                "{what}[{i}] = {shown} is out of range: ids must be in [0, 2**32)"
+            )))
+        }
+        Err(_) => {
+            let ty = item.get_type().name().map(|n| n.to_string()).unwrap_or_default();
+            Err(PyTypeError::new_err(format!("{what}[{i}]: expected an integer id, not {ty}")))
+        }
+    }
+}
+
+/// The buffer-protocol path: `None` when `obj` exports no buffer.
+fn buffer(obj: &Bound<'_, PyAny>, what: &'static str) -> PyResult<Option<Input>> {
+    let mut view = Box::new(PyBufferRaw {
+        buf: std::ptr::null_mut(),
+        obj: std::ptr::null_mut(),
+        len: 0,
+        itemsize: 0,
+        readonly: 0,
+        ndim: 0,
+        format: std::ptr::null_mut(),
+        shape: std::ptr::null_mut(),
+        strides: std::ptr::null_mut(),
+        suboffsets: std::ptr::null_mut(),
+        internal: std::ptr::null_mut(),
+    });
+    // SAFETY: `obj` is a live object (we hold the GIL through `obj`'s token) and `view` a
+    // writable `Py_buffer`.
+    let rc = unsafe { PyObject_GetBuffer(obj.as_ptr(), &mut *view, PYBUF_RECORDS_RO) };
+    if rc != 0 {
+        // No buffer protocol (a TypeError) or a refusal: fall through to the other paths.
+        let _ = PyErr::take(obj.py());
+        return Ok(None);
+    }
+    let ex = Exported { view };
+    let v = &*ex.view;
+    let format = if v.format.is_null() {
+        "B".to_string()
+    } else {
+        // SAFETY: a successful export's `format` is a NUL-terminated string that lives as
+        // long as the export.
+        unsafe { CStr::from_ptr(v.format) }.to_string_lossy().into_owned()
+    };
+    let itemsize = v.itemsize.max(0) as usize;
+    let Some(kind) = kind_of_format(&format, itemsize) else {
+        return Err(not_ints(what, obj, &format!(" of format {format:?} (not integers)")));
+    };
+    let (n, stride) = match v.ndim {
+        0 => return Err(not_ints(what, obj, " (a 0-dimensional buffer)")),
+        1 => {
+            // SAFETY: with PyBUF_STRIDES, shape and strides hold `ndim` entries.
+            let (n, s) = unsafe { (*v.shape, *v.strides) };
+            (n.max(0) as usize, s)
+        }
+        d => {
+            return Err(not_ints(what, obj, &format!(" ({d}-dimensional; pass a 1-D array)")));
+        }
+    };
+    if !v.suboffsets.is_null() {
+        return Err(not_ints(what, obj, " (an indirect buffer)"));
+    }
+    let raw = Raw { ptr: v.buf as *const u8, n, stride, kind };
+    Ok(Some(Input::Borrowed(raw, Keep::Buffer(ex))))
+}
+
+/// `torch.Tensor` when torch is loaded (never imported here).
+fn torch_tensor_type(py: Python<'_>) -> Option<&Bound<'_, PyAny>> {
+    static TENSOR: PyOnceLock<Py<PyAny>> = PyOnceLock::new();
+    if let Some(t) = TENSOR.get(py) {
+        return Some(t.bind(py));
+    }
+    let modules = py.import("sys").ok()?.getattr("modules").ok()?;
+    let torch = modules.cast_into::<PyDict>().ok()?.get_item("torch").ok()??;
+    let tensor = torch.getattr("Tensor").ok()?;
+    Some(TENSOR.get_or_init(py, || tensor.unbind()).bind(py))
+}
+
+/// The CPU-tensor path: `None` when `obj` is not a torch tensor.
+fn tensor(obj: &Bound<'_, PyAny>, what: &'static str) -> PyResult<Option<Input>> {
+    let py = obj.py();
+    let Some(tt) = torch_tensor_type(py) else { return Ok(None) };
+    if !obj.is_instance(tt)? {
+        return Ok(None);
+    }
+    if !obj.getattr("is_cpu")?.is_truthy()? {
+        return Err(not_ints(what, obj, " on a device (move it to the CPU first)"));
+    }
+    let dtype = obj.getattr("dtype")?;
+    let kind = tensor_kind(&dtype)
+        .ok_or_else(|| not_ints(what, obj, &format!(" of dtype {dtype} (not integers)")))?;
+    let n: usize = obj.call_method0("numel")?.extract()?;
+    let dim: usize = obj.call_method0("dim")?.extract()?;
+    if dim > 1 {
+        return Err(not_ints(what, obj, &format!(" ({dim}-dimensional; pass a 1-D tensor)")));
+    }
+    let stride: isize = if n > 1 && dim == 1 {
+        let s: isize = obj.call_method1("stride", (0,))?.extract()?;
+        s * kind.size as isize
+    } else {
+        kind.size as isize
+    };
+    let ptr: usize = obj.call_method0("data_ptr")?.extract()?;
+    let raw = Raw { ptr: ptr as *const u8, n, stride, kind };
+    Ok(Some(Input::Borrowed(raw, Keep::Object(obj.clone().unbind()))))
+}
+
+/// The element kind of a torch dtype, looked up once per dtype object.
+fn tensor_kind(dtype: &Bound<'_, PyAny>) -> Option<Kind> {
+    static KNOWN: PyOnceLock<Py<PyDict>> = PyOnceLock::new();
+    let py = dtype.py();
+    let known = KNOWN.get_or_init(py, || PyDict::new(py).unbind()).bind(py);
+    if let Ok(Some(k)) = known.get_item(dtype) {
+        let (size, signed): (usize, bool) = k.extract().ok()?;
+        return (size > 0).then_some(Kind { size, signed, swapped: false });
+    }
+    let float = dtype.getattr("is_floating_point").ok()?.is_truthy().ok()?;
+    let complex = dtype.getattr("is_complex").ok()?.is_truthy().ok()?;
+    let size: usize = dtype.getattr("itemsize").ok()?.extract().ok()?;
+    let signed = dtype.getattr("is_signed").ok()?.is_truthy().ok()?;
+    let ok = !float && !complex && [1, 2, 4, 8].contains(&size);
+    let _ = known.set_item(dtype, if ok { (size, signed) } else { (0, false) });
+    ok.then_some(Kind { size, signed, swapped: false })
+}
+
+/// The `__array_interface__` path (version 3, memory in this process): `None` without one.
+fn array_interface<'py>(obj: &Bound<'py, PyAny>, what: &'static str) -> PyResult<Option<Input>> {
+    let Ok(ai) = obj.getattr("__array_interface__") else {
+        let _ = PyErr::take(obj.py());
+        return Ok(None);
+    };
+    let ai = ai
+        .cast_into::<PyDict>()
+        .map_err(|_| not_ints(what, obj, " (a bad __array_interface__)"))?;
+    let get = |k: &str| -> PyResult<Bound<'py, PyAny>> {
+        ai.get_item(k)?
+            .ok_or_else(|| not_ints(what, obj, &format!(" (__array_interface__ without {k:?})")))
+    };
+    let typestr: String = get("typestr")?.extract()?;
+    let kind = kind_of_typestr(&typestr)
+        .ok_or_else(|| not_ints(what, obj, &format!(" of typestr {typestr:?} (not integers)")))?;
+    let shape: Vec<usize> = get("shape")?.extract()?;
+    let n = match shape.as_slice() {
+        [n] => *n,
+        [] => return Err(not_ints(what, obj, " (0-dimensional)")),
+        s => {
+            return Err(not_ints(
+                what,
+                obj,
+                &format!(" ({}-dimensional; pass a 1-D array)", s.len()),
+            ));
+        }
+    };
+    let stride = match ai.get_item("strides")? {
+        Some(s) if !s.is_none() => {
+            let s: Vec<isize> = s.extract()?;
+            s.first().copied().unwrap_or(kind.size as isize)
+        }
+        _ => kind.size as isize,
+    };
+    let (ptr, _readonly): (usize, bool) = get("data")?.extract().map_err(|_| {
+        not_ints(what, obj, " (its __array_interface__ 'data' is not an (address, readonly) pair)")
+    })?;
+    let raw = Raw { ptr: ptr as *const u8, n, stride, kind };
+    Ok(Some(Input::Borrowed(raw, Keep::Object(obj.clone().unbind()))))
+}
+
+/// `(start, length)` pairs as `SlotRun`s, range-checked.
+pub fn to_runs(obj: &Bound<'_, PyAny>, what: &str) -> PyResult<Vec<radixkv::SlotRun>> {
+    let mut out = Vec::new();
+    for (i, pair) in obj.try_iter()?.enumerate() {
+        let pair = pair?;
+        let r: PyResult<(i64, i64)> = pair.extract();
+        let (start, len) = r.map_err(|e| {
+            if e.is_instance_of::<PyOverflowError>(obj.py()) {
+                PyValueError::new_err(format!(
+                    "{what}[{i}]: start and length must be in [0, 2**32)"
+                ))
+            } else {
+                PyTypeError::new_err(format!(
+                    "{what}[{i}]: expected a (start, length) pair of ints"
+                ))
+            }
+        })?;
+        if !(0..1i64 << 32).contains(&start) || !(0..1i64 << 32).contains(&len) {
+            return Err(PyValueError::new_err(format!(
+                "{what}[{i}]: start and length must be in [0, 2**32)"
+            )));
+        }
+        out.push(radixkv::SlotRun { start: start as u32, len: len as u32 });
+    }
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn formats_name_integer_kinds() {
+        let k = |f: &str, n| kind_of_format(f, n);
+        assert_eq!(k("I", 4), Some(U32));
+        assert_eq!(k("=I", 4), Some(U32));
+        assert_eq!(k("q", 8), Some(Kind { size: 8, signed: true, swapped: false }));
+        assert_eq!(k("d", 8), None);
+        assert_eq!(k("2I", 8), None);
+        let big = k(">I", 4).unwrap();
+        assert_eq!(big.swapped, cfg!(target_endian = "little"));
+        assert_eq!(kind_of_typestr("<u4"), Some(U32).filter(|_| cfg!(target_endian = "little")));
+        assert_eq!(kind_of_typestr("<f8"), None);
+    }
+
+    #[test]
+    fn views_convert_with_a_range_check() {
+        let v: Vec<i64> = vec![1, 2, 1 << 32];
+        let raw = Raw {
+            ptr: v.as_ptr().cast(),
+            n: 3,
+            stride: 8,
+            kind: Kind { size: 8, signed: true, swapped: false },
+        };
+        let view = View::Raw(RawView { raw, _input: PhantomData });
+        let mut s = Vec::new();
+        let e = view.get("tokens", &mut s).err().unwrap();
+        assert_eq!((e.index, e.value), (2, 1 << 32));
+        let raw = Raw { n: 2, ..raw };
+        let view = View::Raw(RawView { raw, _input: PhantomData });
+        assert_eq!(view.get("tokens", &mut s).ok().unwrap(), &[1, 2]);
+    }
+}
