@@ -184,3 +184,31 @@ class RadixCache:
     def pretty_print(self) -> None:
         s = self.cache.stats()
         print(f"#tokens: {s.cached_tokens}, #nodes: {s.nodes}, protected: {s.protected_tokens}")
+
+
+# ---- the SGLang 0.5.x backend ---------------------------------------------------------
+
+_BACKEND_NAMES = ("RadixKvCache", "RadixKvNode")
+
+
+def __getattr__(name: str) -> Any:
+    """``RadixKvCache``, ``RadixKvNode`` and ``register`` come from
+    ``radixkv._sglang_backend``, imported on first use: it imports SGLang (and torch), which
+    the rest of the package never needs."""
+    if name in _BACKEND_NAMES:
+        from . import _sglang_backend
+
+        return getattr(_sglang_backend, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def register() -> bool:
+    """Registers ``RadixKvCache`` with SGLang as the radix-cache backend ``radixkv``
+    (``--radix-cache-backend radixkv``); False if it was registered already. SGLang's
+    plugin loader calls it through the package's ``sglang.srt.plugins`` entry point; it
+    does nothing (False) when SGLang is not installed."""
+    try:
+        from . import _sglang_backend
+    except ImportError:
+        return False
+    return _sglang_backend.register()

@@ -143,6 +143,25 @@ pub struct NativeCache {
     pool_slots: usize,
     #[pyo3(get)]
     events: bool,
+    /// Caller-managed mode, when asked for: which slots the tree holds (a bitmap), kept by
+    /// the inserts and evictions of this object (`cached_slots_i64`).
+    tracked: Option<Mutex<Vec<u64>>>,
+}
+
+/// Marks (`on`) or clears `slots` in a bitmap.
+fn mark(bits: &Mutex<Vec<u64>>, slots: impl Iterator<Item = u32>, on: bool) {
+    let mut b = bits.lock().unwrap_or_else(|p| p.into_inner());
+    for s in slots {
+        let (w, m) = ((s / 64) as usize, 1u64 << (s % 64));
+        if on {
+            if w >= b.len() {
+                b.resize(w + 1, 0);
+            }
+            b[w] |= m;
+        } else if w < b.len() {
+            b[w] &= !m;
+        }
+    }
 }
 
 type Stats12 = (u64, u64, u64, u64, u64, u64, u64, u64, u64, u64, u64, u64);
@@ -167,6 +186,12 @@ impl NativeCache {
             }
         });
         done(py, function, r)
+    }
+
+    fn untrack(&self, freed: &[u32]) {
+        if let Some(t) = &self.tracked {
+            mark(t, freed.iter().copied(), false);
+        }
     }
 
     fn hold(&self, lock: PrefixLock) -> (u64, usize) {
@@ -210,13 +235,16 @@ impl NativeCache {
     /// knows); `events`: `(hash_mode, medium, max_drain_batches)` with hash_mode 0 = XXH3,
     /// 1 = SGLang's SHA-256 and medium 0 = GPU, 1 = CPU_PINNED, or None.
     #[new]
-    #[pyo3(signature = (page_size, pool_slots, policy, events=None))]
+    /// `track_slots` (caller-managed mode only): keep a bitmap of the slots the tree holds,
+    /// for `cached_slots_i64` (what SGLang's `all_values_flatten` needs).
+    #[pyo3(signature = (page_size, pool_slots, policy, events=None, track_slots=false))]
     fn new(
         py: Python<'_>,
         page_size: u64,
         pool_slots: u64,
         policy: &str,
         events: Option<(u32, u32, u64)>,
+        track_slots: bool,
     ) -> PyResult<Self> {
         let r = (|| {
             let bad = |m: String| Err(fail(INVALID_ARGUMENT, m));
@@ -273,6 +301,7 @@ impl NativeCache {
             page_size: cache.page_size(),
             pool_slots: cache.options().pool_slots,
             events: cache.events().is_some(),
+            tracked: (track_slots && pool_slots == 0).then(|| Mutex::new(Vec::new())),
             state: RwLock::new(Some(cache)),
             locks: LockTable::new(),
         })
@@ -520,6 +549,7 @@ impl NativeCache {
         let freed = self.with(py, "rkv_evict", |c| {
             let mut freed = Vec::new();
             c.evict(n, Some(&mut |s: &[u32]| freed.extend_from_slice(s))).map_err(st)?;
+            self.untrack(&freed);
             Ok(freed)
         })?;
         if wide { Ok(i64_bytes(py, &freed)?.into_any()) } else { slot_buffer(py, &freed) }
@@ -544,6 +574,7 @@ impl NativeCache {
                 }),
             )
             .map_err(st)?;
+            self.untrack(&freed);
             Ok(freed)
         })?;
         Ok((freed.len(), i64_bytes(py, &freed)?))
@@ -555,6 +586,9 @@ impl NativeCache {
         let runs = self.with(py, "rkv_evict_runs", |c| {
             let mut out = Vec::new();
             c.evict_runs(n, Some(&mut |r: &[SlotRun]| out.extend_from_slice(r))).map_err(st)?;
+            if let Some(t) = &self.tracked {
+                mark(t, out.iter().flat_map(|r| r.slots()), false);
+            }
             Ok(out)
         })?;
         runs_list(py, &runs)
@@ -657,8 +691,12 @@ impl NativeCache {
     /// Drops every unpinned page (locks stay valid).
     fn reset(&self, py: Python<'_>) -> PyResult<()> {
         self.with(py, "rkv_cache_reset", |c| {
-            if c.has_pool() { c.reset(None) } else { c.reset(Some(&mut |_: &[u32]| {})) }
-                .map_err(st)
+            if c.has_pool() {
+                c.reset(None)
+            } else {
+                c.reset(Some(&mut |s: &[u32]| self.untrack(s)))
+            }
+            .map_err(st)
         })
     }
 
@@ -693,6 +731,7 @@ impl NativeCache {
                 c.drop_namespace(ns, None)
             }
             .map_err(st)?;
+            self.untrack(&freed);
             Ok((n, freed))
         })?;
         Ok((n, slot_buffer(py, &freed)?))
@@ -842,6 +881,151 @@ impl NativeCache {
             let s = c.events().ok_or_else(|| no_events("rkv_events_counters"))?.stats();
             Ok((s.batches, s.events, s.dropped))
         })
+    }
+
+    // -- spans (the SGLang backend's calls: a key is `tokens[start:stop]` of a buffer, read
+    // in place, and the results are what SGLang's scheduler needs) --
+
+    /// Length of the longest cached prefix of `tokens[start:stop]` (refreshing its access
+    /// stamps, as a match does).
+    fn span_match_len(
+        &self,
+        py: Python<'_>,
+        ns: u64,
+        tokens: &Bound<'_, PyAny>,
+        start: usize,
+        stop: usize,
+    ) -> PyResult<usize> {
+        let t = tokens_of(tokens)?;
+        let tv = t.view().narrow(start, stop);
+        self.with(py, "rkv_match", |c| {
+            let mut sc = Vec::new();
+            let toks = tv.get("tokens", &mut sc).map_err(oor)?;
+            let mut out = Vec::new();
+            Ok(c.match_prefix_runs(ns, toks, &mut out))
+        })
+    }
+
+    /// Slots of the longest cached prefix of `tokens[start:stop]` as native int64 bytes.
+    fn span_match_i64<'py>(
+        &self,
+        py: Python<'py>,
+        ns: u64,
+        tokens: &Bound<'py, PyAny>,
+        start: usize,
+        stop: usize,
+    ) -> PyResult<Bound<'py, PyByteArray>> {
+        let t = tokens_of(tokens)?;
+        let tv = t.view().narrow(start, stop);
+        let out = self.with(py, "rkv_match", |c| {
+            let mut sc = Vec::new();
+            let toks = tv.get("tokens", &mut sc).map_err(oor)?;
+            let mut out = Vec::with_capacity(toks.len());
+            c.match_prefix(ns, toks, &mut out);
+            Ok(out)
+        })?;
+        i64_bytes(py, &out)
+    }
+
+    /// Pins the longest cached prefix of `tokens[start:stop]`: `(handle, length, change of
+    /// the evictable count)`.
+    fn span_lock(
+        &self,
+        py: Python<'_>,
+        ns: u64,
+        tokens: &Bound<'_, PyAny>,
+        start: usize,
+        stop: usize,
+    ) -> PyResult<(u64, usize, i64)> {
+        let t = tokens_of(tokens)?;
+        let tv = t.view().narrow(start, stop);
+        self.with(py, "rkv_match_lock", |c| {
+            let mut sc = Vec::new();
+            let toks = tv.get("tokens", &mut sc).map_err(oor)?;
+            let before = c.tree().stats().evictable_tokens as i64;
+            let mut out = Vec::new();
+            let lock = c.tree().match_and_lock_runs_raw(ns, toks, &mut out);
+            let delta = c.tree().stats().evictable_tokens as i64 - before;
+            let (h, n) = self.hold(lock);
+            Ok((h, n, delta))
+        })
+    }
+
+    /// Releases the lock `handle`: the change of the evictable count.
+    fn span_release(&self, py: Python<'_>, handle: u64) -> PyResult<i64> {
+        self.with(py, "rkv_release", |c| {
+            let before = c.tree().stats().evictable_tokens as i64;
+            self.release_in(c, handle)?;
+            Ok(c.tree().stats().evictable_tokens as i64 - before)
+        })
+    }
+
+    /// Caches `tokens[start:stop]` with `values[vstart:vstart + (stop - start)]`: returns
+    /// how many leading tokens were cached already.
+    #[allow(clippy::too_many_arguments)]
+    fn span_insert(
+        &self,
+        py: Python<'_>,
+        ns: u64,
+        tokens: &Bound<'_, PyAny>,
+        start: usize,
+        stop: usize,
+        values: &Bound<'_, PyAny>,
+        vstart: usize,
+    ) -> PyResult<usize> {
+        let t = tokens_of(tokens)?;
+        let s = to_input(values, "value")?;
+        let stop = stop.min(t.len()).max(start.min(t.len()));
+        let n = stop - start.min(stop);
+        if s.len() < vstart + n {
+            return done(
+                py,
+                "rkv_insert",
+                Err(fail(
+                    INVALID_ARGUMENT,
+                    format!("{} values for {n} tokens from value[{vstart}]", s.len()),
+                )),
+            );
+        }
+        let tv = t.view().narrow(start, stop);
+        let sv = s.view().narrow(vstart, vstart + n);
+        self.with(py, "rkv_insert", |c| {
+            with_two(tv, sv, |toks, sl| {
+                let e = c
+                    .insert(ns, toks, sl)
+                    .map_err(|e| slot_refusal(e, Given::Slots(sl), c.pool()))?;
+                if let Some(t) = &self.tracked {
+                    let aligned = toks.len() / c.page_size() * c.page_size();
+                    mark(t, sl[e.min(aligned)..aligned].iter().copied(), true);
+                }
+                Ok(e)
+            })
+        })
+    }
+
+    /// The slots the tree holds (with `track_slots`), ascending, as native int64 bytes.
+    fn cached_slots_i64<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyByteArray>> {
+        let slots = self.with(py, "cached_slots", |_| {
+            let t = self.tracked.as_ref().ok_or_else(|| {
+                fail(INVALID_ARGUMENT, "the cache was not made with track_slots=True")
+            })?;
+            let b = t.lock().unwrap_or_else(|p| p.into_inner());
+            let mut out = Vec::new();
+            for (w, &bits) in b.iter().enumerate() {
+                let mut x = bits;
+                while x != 0 {
+                    out.push(w as u32 * 64 + x.trailing_zeros());
+                    x &= x - 1;
+                }
+            }
+            Ok(out)
+        })?;
+        i64_bytes(py, &slots)
+    }
+
+    /// The tree's invariants at quiescence: None when they hold, else what is wrong.
+    fn check_invariants(&self, py: Python<'_>) -> PyResult<Option<String>> {
+        self.with(py, "check_invariants", |c| Ok(c.tree().check_invariants().err()))
     }
 
     /// Starts a ZMQ publisher of this cache's events.

@@ -187,6 +187,24 @@ impl OutOfRange {
 }
 
 impl<'a> View<'a> {
+    /// The elements `start..stop` (clamped to the view).
+    pub fn narrow(self, start: usize, stop: usize) -> View<'a> {
+        match self {
+            View::Slice(s) => {
+                let stop = stop.min(s.len());
+                View::Slice(&s[start.min(stop)..stop])
+            }
+            View::Raw(mut v) => {
+                let stop = stop.min(v.raw.n);
+                let start = start.min(stop);
+                // Within the memory the view names (start <= n): the pointer stays in bounds.
+                v.raw.ptr = v.raw.ptr.wrapping_offset(start as isize * v.raw.stride);
+                v.raw.n = stop - start;
+                View::Raw(v)
+            }
+        }
+    }
+
     /// The values as `u32`s: in place when the memory allows it (see the module docs),
     /// else converted into `scratch`. Runs with or without the GIL.
     pub fn get<'s>(
