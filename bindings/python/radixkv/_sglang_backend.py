@@ -60,17 +60,39 @@ def _radixkv_policy(name: str) -> str:
     return policy
 
 
+class RadixKvMatchResult(MatchResult):
+    """SGLang's ``MatchResult`` (the same fields, what the 0.5.23 scheduler reads), plus
+    the two names callers written against earlier 0.5.x releases read: ``device_indices``
+    (the matched KV indices, an int64 tensor, computed when read) and ``prefix_len``
+    (``device_prefix_len``)."""
+
+    __slots__ = ()
+
+    @property
+    def device_indices(self) -> torch.Tensor:
+        node = self.last_device_node
+        cache = getattr(node, "cache", None)
+        if cache is None:
+            return torch.empty((0,), dtype=torch.int64)
+        return cache.path_device_indices(node)[: self.device_prefix_len]
+
+    @property
+    def prefix_len(self) -> int:
+        return self.device_prefix_len
+
+
 class RadixKvNode:
     """What ``match_prefix`` and ``insert`` return as ``last_device_node``: a prefix of a
     key, named by the key's token buffer and the span of it the tree holds (no copy: the
     prefix must not change while the node is used, as SGLang's request token lists only
     grow), in one namespace. ``lock_ref`` counts the locks ``inc_lock_ref`` took on it."""
 
-    __slots__ = ("ns", "tokens", "start", "stop", "key", "gen", "_locks", "id", "__weakref__")
+    __slots__ = ("cache", "ns", "tokens", "start", "stop", "key", "gen", "_locks", "id", "__weakref__")
 
     _next_id = 1
 
-    def __init__(self, ns: int, tokens: Any, start: int, stop: int, key: Any, gen: int):
+    def __init__(self, cache: Any, ns: int, tokens: Any, start: int, stop: int, key: Any, gen: int):
+        self.cache = cache
         self.ns = ns
         self.tokens = tokens
         self.start = start
@@ -180,9 +202,9 @@ class RadixKvCache(BasePrefixCache):
         self._n = _ext.NativeCache(self.page_size, 0, self._policy, events, True)
         self._ns: Dict[Any, int] = {}
         self._ns_key: Dict[int, Tuple[Any, Any]] = {0: (None, None)}
-        self.root_node = _Root(0, array("q"), 0, 0, RadixKey(token_ids=array("q"), extra_key=None), self._gen)
+        self.root_node = _Root(self, 0, array("q"), 0, 0, RadixKey(token_ids=array("q"), extra_key=None), self._gen)
         self._empty_device_indices = torch.empty((0,), dtype=torch.int64, device=self.device)
-        self._empty_match_result = MatchResult(
+        self._empty_match_result = RadixKvMatchResult(
             device_prefix_len=0,
             last_device_node=self.root_node,
             last_host_node=self.root_node,
@@ -255,8 +277,8 @@ class RadixKvCache(BasePrefixCache):
         m = self._n.span_match_len(ns, key.token_ids, start, stop)
         if m == 0:
             return self._empty_match_result
-        node = RadixKvNode(ns, key.token_ids, start, start + m, key, self._gen)
-        return MatchResult(
+        node = RadixKvNode(self, ns, key.token_ids, start, start + m, key, self._gen)
+        return RadixKvMatchResult(
             device_prefix_len=m,
             last_device_node=node,
             last_host_node=node,
@@ -287,7 +309,7 @@ class RadixKvCache(BasePrefixCache):
         elif isinstance(value, torch.Tensor) and not value.is_cpu:
             value = value.cpu()
         prefix = self._n.span_insert(ns, key.token_ids, start, stop, value, 0)
-        node = RadixKvNode(ns, key.token_ids, start, stop, key, self._gen)
+        node = RadixKvNode(self, ns, key.token_ids, start, stop, key, self._gen)
         return InsertResult(prefix_len=prefix, last_device_node=node)
 
     def evict(self, params: EvictParams) -> EvictResult:
