@@ -33,29 +33,96 @@ pub fn register_slot_buffer(py: Python<'_>, cls: Bound<'_, PyAny>) -> PyResult<(
     Ok(())
 }
 
-/// `slots` as a `SlotBuffer` (an `array('I')`): one copy, no per-slot objects.
+/// `slots` as a `SlotBuffer` (an `array('I')`): no per-slot objects.
 pub fn slot_buffer<'py>(py: Python<'py>, slots: &[u32]) -> PyResult<Bound<'py, PyAny>> {
-    let bytes = PyBytes::new_with(py, slots.len() * 4, |b| {
-        for (d, s) in b.chunks_exact_mut(4).zip(slots) {
-            d.copy_from_slice(&s.to_ne_bytes());
-        }
-        Ok(())
-    })?;
+    // SAFETY: any `u32` slice is readable as its bytes (native order, what array('I') holds).
+    let raw = unsafe { std::slice::from_raw_parts(slots.as_ptr().cast::<u8>(), slots.len() * 4) };
+    let bytes = PyBytes::new(py, raw);
     match SLOT_BUFFER.get(py) {
         Some(cls) => cls.bind(py).call1(("I", bytes)),
         None => py.import("array")?.getattr("array")?.call1(("I", bytes)),
     }
 }
 
+/// `out` (a buffer of 8-byte values from the allocator) as `i64`s.
+fn as_i64s(out: &mut [u8]) -> &mut [i64] {
+    // SAFETY: `align_to_mut` only yields the aligned middle as `i64`s; every bit pattern is
+    // an `i64`. CPython's allocator aligns a bytearray's buffer to at least 8 bytes, so the
+    // prefix and suffix are empty (checked).
+    let (pre, mid, post) = unsafe { out.align_to_mut::<i64>() };
+    assert!(pre.is_empty() && post.is_empty(), "a bytearray buffer aligned to 8 bytes");
+    mid
+}
+
+/// Writes `slots` as native int64 values into `out` (`out.len() == 8 * slots.len()`).
+fn fill_i64(out: &mut [u8], slots: &[u32]) {
+    for (d, &s) in as_i64s(out).iter_mut().zip(slots) {
+        *d = s as i64;
+    }
+}
+
+/// Writes the slots of `runs` as native int64 values into `out`.
+fn fill_i64_runs(out: &mut [u8], runs: &[SlotRun]) {
+    let out = as_i64s(out);
+    let mut at = 0;
+    for r in runs {
+        let d = &mut out[at..at + r.len as usize];
+        for (k, x) in d.iter_mut().enumerate() {
+            *x = r.start as i64 + k as i64;
+        }
+        at += r.len as usize;
+    }
+}
+
+/// A `bytearray` of `n` bytes whose content `fill` writes, with the GIL released when it
+/// is large (the bytearray is new and unshared, so nothing else reads or moves it).
+fn bytearray_filled<'py>(
+    py: Python<'py>,
+    n: usize,
+    fill: impl FnOnce(&mut [u8]) + Send,
+) -> PyResult<Bound<'py, PyByteArray>> {
+    // SAFETY: a NULL source makes an uninitialized bytearray of `n` bytes (or fails with a
+    // Python error, turned into one here); it is filled in full below before anyone reads it.
+    let ba = unsafe {
+        let p = pyo3::ffi::PyByteArray_FromStringAndSize(std::ptr::null(), n as isize);
+        Bound::from_owned_ptr_or_err(py, p)?.cast_into_unchecked::<PyByteArray>()
+    };
+    if n == 0 {
+        return Ok(ba);
+    }
+    // SAFETY: the bytearray's buffer holds `n` bytes; only this function has a reference to
+    // the new object until it returns, and nothing resizes it meanwhile.
+    let buf = unsafe {
+        std::slice::from_raw_parts_mut(pyo3::ffi::PyByteArray_AsString(ba.as_ptr()).cast::<u8>(), n)
+    };
+    struct Buf<'a>(&'a mut [u8]);
+    // SAFETY: the buffer is written by one thread at a time (this call) and read by no one.
+    unsafe impl Send for Buf<'_> {}
+    let b = Buf(buf);
+    if n >= 1 << 16 {
+        py.detach(move || {
+            let b = b;
+            fill(b.0)
+        });
+    } else {
+        fill(b.0);
+    }
+    Ok(ba)
+}
+
 /// `slots` as native `int64` values in a `bytearray` (for `torch.frombuffer` /
 /// `numpy.frombuffer`, which view it without a copy).
 pub fn i64_bytes<'py>(py: Python<'py>, slots: &[u32]) -> PyResult<Bound<'py, PyByteArray>> {
-    PyByteArray::new_with(py, slots.len() * 8, |b| {
-        for (d, s) in b.chunks_exact_mut(8).zip(slots) {
-            d.copy_from_slice(&(*s as i64).to_ne_bytes());
-        }
-        Ok(())
-    })
+    bytearray_filled(py, slots.len() * 8, |b| fill_i64(b, slots))
+}
+
+/// The slots of `runs`, in order, as native `int64` values in a `bytearray`.
+pub fn i64_bytes_of_runs<'py>(
+    py: Python<'py>,
+    runs: &[SlotRun],
+) -> PyResult<Bound<'py, PyByteArray>> {
+    let n: usize = runs.iter().map(|r| r.len as usize).sum();
+    bytearray_filled(py, n * 8, |b| fill_i64_runs(b, runs))
 }
 
 fn runs_list<'py>(py: Python<'py>, runs: &[SlotRun]) -> PyResult<Bound<'py, PyList>> {
@@ -146,6 +213,36 @@ pub struct NativeCache {
     /// Caller-managed mode, when asked for: which slots the tree holds (a bitmap), kept by
     /// the inserts and evictions of this object (`cached_slots_i64`).
     tracked: Option<Mutex<Vec<u64>>>,
+}
+
+/// Sets (`on`) or clears the slots of `runs` in a bitmap, a word at a time.
+fn mark_runs(bits: &Mutex<Vec<u64>>, runs: &[SlotRun], on: bool) {
+    let mut b = bits.lock().unwrap_or_else(|p| p.into_inner());
+    for r in runs {
+        let (mut s, end) = (r.start as u64, r.start as u64 + r.len as u64);
+        if on && end.div_ceil(64) as usize > b.len() {
+            b.resize(end.div_ceil(64) as usize, 0);
+        }
+        while s < end {
+            let w = (s / 64) as usize;
+            if w >= b.len() {
+                break;
+            }
+            let lo = s % 64;
+            let hi = (end - (s - lo)).min(64);
+            let m = if hi - lo == 64 { u64::MAX } else { ((1u64 << (hi - lo)) - 1) << lo };
+            if on {
+                b[w] |= m;
+            } else {
+                b[w] &= !m;
+            }
+            s += hi - lo;
+        }
+    }
+}
+
+fn clear_runs(bits: &Mutex<Vec<u64>>, runs: &[SlotRun]) {
+    mark_runs(bits, runs, false)
 }
 
 /// Marks (`on`) or clears `slots` in a bitmap.
@@ -541,18 +638,35 @@ impl NativeCache {
 
     // -- eviction and the pool --
 
-    /// Evicts at least `n` tokens; the freed slots as one `SlotBuffer` (as `int64` bytes
-    /// with `wide`).
-    #[pyo3(signature = (n, wide=false))]
-    fn evict<'py>(&self, py: Python<'py>, n: u64, wide: bool) -> PyResult<Bound<'py, PyAny>> {
+    /// Evicts at least `n` tokens; the freed slots as one `SlotBuffer` (taken from the
+    /// tree as runs, expanded once).
+    fn evict<'py>(&self, py: Python<'py>, n: u64) -> PyResult<Bound<'py, PyAny>> {
         let n = usize::try_from(n).unwrap_or(usize::MAX);
-        let freed = self.with(py, "rkv_evict", |c| {
-            let mut freed = Vec::new();
-            c.evict(n, Some(&mut |s: &[u32]| freed.extend_from_slice(s))).map_err(st)?;
-            self.untrack(&freed);
-            Ok(freed)
+        let runs = self.with(py, "rkv_evict", |c| {
+            let mut runs = Vec::new();
+            c.evict_runs(n, Some(&mut |r: &[SlotRun]| runs.extend_from_slice(r))).map_err(st)?;
+            if let Some(t) = &self.tracked {
+                clear_runs(t, &runs);
+            }
+            Ok(runs)
         })?;
-        if wide { Ok(i64_bytes(py, &freed)?.into_any()) } else { slot_buffer(py, &freed) }
+        let total: usize = runs.iter().map(|r| r.len as usize).sum();
+        let ba = bytearray_filled(py, total * 4, |b| {
+            // SAFETY: as in `as_i64s`, for 4-byte values.
+            let (pre, out, post) = unsafe { b.align_to_mut::<u32>() };
+            assert!(pre.is_empty() && post.is_empty(), "a bytearray buffer aligned to 4 bytes");
+            let mut at = 0;
+            for r in &runs {
+                for (k, x) in out[at..at + r.len as usize].iter_mut().enumerate() {
+                    *x = r.start.wrapping_add(k as u32);
+                }
+                at += r.len as usize;
+            }
+        })?;
+        match SLOT_BUFFER.get(py) {
+            Some(cls) => cls.bind(py).call1(("I", ba)),
+            None => py.import("array")?.getattr("array")?.call1(("I", ba)),
+        }
     }
 
     /// Evicts at least `n` tokens; `(count, freed)` with the freed slots as native int64
@@ -563,21 +677,17 @@ impl NativeCache {
         n: u64,
     ) -> PyResult<(usize, Bound<'py, PyByteArray>)> {
         let n = usize::try_from(n).unwrap_or(usize::MAX);
-        let freed = self.with(py, "rkv_evict", |c| {
-            let mut freed = Vec::new();
-            c.evict_runs(
-                n,
-                Some(&mut |runs: &[SlotRun]| {
-                    for r in runs {
-                        freed.extend(r.slots());
-                    }
-                }),
-            )
-            .map_err(st)?;
-            self.untrack(&freed);
-            Ok(freed)
+        let (count, runs) = self.with(py, "rkv_evict", |c| {
+            let mut runs = Vec::new();
+            let count = c
+                .evict_runs(n, Some(&mut |r: &[SlotRun]| runs.extend_from_slice(r)))
+                .map_err(st)?;
+            if let Some(t) = &self.tracked {
+                clear_runs(t, &runs);
+            }
+            Ok((count, runs))
         })?;
-        Ok((freed.len(), i64_bytes(py, &freed)?))
+        Ok((count, i64_bytes_of_runs(py, &runs)?))
     }
 
     /// Evicts at least `n` tokens; the freed slots as `(start, length)` runs.
@@ -587,7 +697,7 @@ impl NativeCache {
             let mut out = Vec::new();
             c.evict_runs(n, Some(&mut |r: &[SlotRun]| out.extend_from_slice(r))).map_err(st)?;
             if let Some(t) = &self.tracked {
-                mark(t, out.iter().flat_map(|r| r.slots()), false);
+                clear_runs(t, &out);
             }
             Ok(out)
         })?;
@@ -996,7 +1106,9 @@ impl NativeCache {
                     .map_err(|e| slot_refusal(e, Given::Slots(sl), c.pool()))?;
                 if let Some(t) = &self.tracked {
                     let aligned = toks.len() / c.page_size() * c.page_size();
-                    mark(t, sl[e.min(aligned)..aligned].iter().copied(), true);
+                    let mut runs = Vec::new();
+                    SlotRun::push_runs_of(&sl[e.min(aligned)..aligned], &mut runs);
+                    mark_runs(t, &runs, true);
                 }
                 Ok(e)
             })

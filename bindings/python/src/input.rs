@@ -224,17 +224,50 @@ impl<'a> View<'a> {
         }
         let aligned = (r.ptr as usize).is_multiple_of(r.kind.size);
         let contiguous = r.stride == r.kind.size as isize || r.n == 1;
-        if contiguous && aligned && !r.kind.swapped && r.kind.size == 4 {
-            // SAFETY: `r` names `n` readable, aligned, contiguous 4-byte elements kept alive
-            // by the `Input` this view borrows ('a outlives 's).
-            let s: &'s [u32] = unsafe { std::slice::from_raw_parts(r.ptr.cast::<u32>(), r.n) };
-            if r.kind.signed {
-                // int32: the same bits when non-negative.
-                if let Some(i) = s.iter().position(|&x| x > i32::MAX as u32) {
-                    return Err(OutOfRange { what, index: i, value: s[i] as i32 as i128 });
-                }
+        if contiguous && aligned && !r.kind.swapped {
+            // SAFETY (each arm): `r` names `n` readable, aligned, contiguous elements of
+            // the arm's type, kept alive by the `Input` this view borrows ('a outlives 's).
+            macro_rules! typed {
+                ($t:ty) => {
+                    unsafe { std::slice::from_raw_parts(r.ptr.cast::<$t>(), r.n) }
+                };
             }
-            return Ok(s);
+            match (r.kind.size, r.kind.signed) {
+                (4, false) => return Ok(typed!(u32)),
+                (4, true) => {
+                    // int32: the same bits when non-negative (one vectorized pass to check).
+                    let s: &'s [u32] = typed!(u32);
+                    if s.iter().fold(0, |a, &x| a | x) >> 31 != 0 {
+                        let i = s.iter().position(|&x| x >> 31 != 0).unwrap_or(0);
+                        return Err(OutOfRange { what, index: i, value: s[i] as i32 as i128 });
+                    }
+                    return Ok(s);
+                }
+                (8, signed) => {
+                    let s: &[u64] = typed!(u64);
+                    if s.iter().fold(0, |a, &x| a | x) >> 32 != 0 {
+                        let i = s.iter().position(|&x| x >> 32 != 0).unwrap_or(0);
+                        let v = if signed { s[i] as i64 as i128 } else { s[i] as i128 };
+                        return Err(OutOfRange { what, index: i, value: v });
+                    }
+                    scratch.clear();
+                    scratch.extend(s.iter().map(|&x| x as u32));
+                    return Ok(scratch);
+                }
+                (2, false) => {
+                    let s: &[u16] = typed!(u16);
+                    scratch.clear();
+                    scratch.extend(s.iter().map(|&x| x as u32));
+                    return Ok(scratch);
+                }
+                (1, false) => {
+                    let s: &[u8] = typed!(u8);
+                    scratch.clear();
+                    scratch.extend(s.iter().map(|&x| x as u32));
+                    return Ok(scratch);
+                }
+                _ => {} // signed 8- and 16-bit: the general loop below
+            }
         }
         scratch.clear();
         scratch.reserve(r.n);
