@@ -29,8 +29,8 @@
 //!   channel's bound, so a subscriber that stops reading makes the publisher's process
 //!   hold every message it has not taken, without limit (measured: 1,000,000 one-page
 //!   batches to a stalled subscriber, all delivered once it read again, the publisher's
-//!   RSS at 640 MiB; `BENCHMARKS.md`, "KV events"). Nothing is dropped there, and the
-//!   publisher cannot see that queue; the batches dropped at its own queue are counted.
+//!   RSS peaking at 632 MiB; `BENCHMARKS.md`, "KV events"). Nothing is dropped there, and
+//!   the publisher cannot see that queue; the batches dropped at its own queue are counted.
 //!
 //! The ZMQ implementation is the pure-Rust `zeromq` crate (zmq.rs), run on a one-thread
 //! tokio runtime inside the publisher's thread: it speaks ZMTP 3 to libzmq peers (vLLM's
