@@ -23,6 +23,9 @@ mod sweep;
 use clap::{Args, Parser, Subcommand, ValueEnum};
 use kv::{Capacity, KvArgs, KvSize, parse_capacity};
 use radixkv::EvictionPolicy;
+use radixkv::events::hash::HashMode;
+use radixkv::events::publisher::PublisherOptions;
+use radixkv::events::wire::{Encoding, WireOptions};
 use radixkv::sched::{Schedule, default_defer_threshold};
 use radixkv::trace::{Format, Trace, TraceOptions, synthetic};
 use rayon::prelude::*;
@@ -30,6 +33,7 @@ use report::{Report, capacity_label, thousands};
 use std::io::IsTerminal;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::time::Duration;
 
 /// Replays that move at least this many tokens show a progress bar (on a terminal).
 const PROGRESS_MIN_TOKENS: u64 = 20_000_000;
@@ -138,6 +142,102 @@ struct ReplayArgs {
     /// Windows compared by --compare-schedules.
     #[arg(long, value_delimiter = ',', default_value = "1,16,64,256", allow_hyphen_values = true, value_parser = positive)]
     windows: Vec<usize>,
+    #[command(flatten)]
+    events: EventArgs,
+}
+
+/// The replay's KV events (vLLM's ZMQ stream, as an engine publishes it).
+#[derive(Args, Debug, Clone)]
+struct EventArgs {
+    /// Publish the replay's KV events on this ZMQ endpoint, one batch per request (vLLM's
+    /// stream, what Dynamo, llm-d, the SGLang gateway and Mooncake consume).
+    ///
+    /// vLLM's rule: the PUB socket binds when the endpoint has a `*` or is ipc://
+    /// (tcp://*:5557, tcp://127.0.0.1:*), and connects otherwise (tcp://host:port, to a
+    /// subscriber that binds). The endpoints in use are printed on stderr before the replay.
+    #[arg(long, value_name = "ENDPOINT", conflicts_with = "compare_schedules")]
+    kv_events: Option<String>,
+    /// Also answer replay requests (vLLM's ROUTER socket, always bound) on this endpoint:
+    /// the last 10,000 batches.
+    #[arg(long, value_name = "ENDPOINT", requires = "kv_events")]
+    kv_events_replay: Option<String>,
+    /// How events are encoded: vllm-array (tagged arrays) or vllm-map (tagged maps).
+    #[arg(
+        long,
+        value_enum,
+        default_value = "vllm-array",
+        value_name = "FORMAT",
+        requires = "kv_events"
+    )]
+    kv_events_format: EventFormatArg,
+    /// The topic frame of every message (llm-d expects kv@<pod-ip>:<port>@<model>).
+    #[arg(
+        long,
+        default_value = "",
+        value_name = "TOPIC",
+        hide_default_value = true,
+        requires = "kv_events"
+    )]
+    kv_events_topic: String,
+    /// Page hashes: xxh3 (Dynamo's and Mooncake's) or sglang (SGLang's SHA-256 chain,
+    /// sent signed).
+    #[arg(long, value_enum, default_value = "xxh3", value_name = "HASH", requires = "kv_events")]
+    kv_events_hash: EventHashArg,
+    /// After the report, keep the sockets open this long (still answering replay) so
+    /// subscribers get the tail.
+    #[arg(
+        long,
+        default_value_t = 1000,
+        value_name = "MS",
+        allow_hyphen_values = true,
+        requires = "kv_events"
+    )]
+    kv_events_linger_ms: u64,
+}
+
+#[derive(ValueEnum, Debug, Clone, Copy, PartialEq, Eq)]
+enum EventFormatArg {
+    VllmArray,
+    VllmMap,
+}
+
+#[derive(ValueEnum, Debug, Clone, Copy, PartialEq, Eq)]
+enum EventHashArg {
+    Xxh3,
+    Sglang,
+}
+
+impl EventArgs {
+    /// The replay's event settings, `None` without `--kv-events`.
+    fn events(&self) -> Option<replay::Events> {
+        let endpoint = self.kv_events.clone()?;
+        let hash_mode = match self.kv_events_hash {
+            EventHashArg::Xxh3 => HashMode::Xxh3,
+            EventHashArg::Sglang => HashMode::SglangSha256,
+        };
+        let encoding = match self.kv_events_format {
+            EventFormatArg::VllmArray => Encoding::VllmArray,
+            EventFormatArg::VllmMap => Encoding::VllmMap,
+        };
+        Some(replay::Events {
+            hash_mode,
+            publisher: PublisherOptions {
+                endpoint,
+                replay_endpoint: self.kv_events_replay.clone(),
+                topic: self.kv_events_topic.clone(),
+                wire: WireOptions {
+                    encoding,
+                    signed_hashes: hash_mode.signed_on_wire(),
+                    ..Default::default()
+                },
+                // One batch per request, closed by the replay itself, as an engine's
+                // scheduler step closes one.
+                auto_flush: None,
+                linger: Duration::from_millis(self.kv_events_linger_ms),
+                ..Default::default()
+            },
+        })
+    }
 }
 
 #[derive(Args, Debug)]
@@ -233,6 +333,7 @@ fn config(
         with_output: e.with_output,
         progress: progress.cloned(),
         kv: kv.cloned(),
+        events: None,
     }
 }
 
@@ -250,15 +351,22 @@ fn run_replay(a: &ReplayArgs) -> Result<(), String> {
     let progress =
         (!a.json && std::io::stdout().is_terminal() && trace.input_tokens() >= PROGRESS_MIN_TOKENS)
             .then(|| replay::progress_bar(trace.len() as u64));
-    let r = replay::replay(&trace, &config(&a.engine, capacity, kv.as_ref(), progress.as_ref()));
+    let mut cfg = config(&a.engine, capacity, kv.as_ref(), progress.as_ref());
+    cfg.events = a.events.events();
+    let r = replay::replay_publishing(&trace, &cfg);
     if let Some(b) = &progress {
         b.finish_and_clear();
     }
-    let r = r?;
+    let (r, publisher) = r?;
     if a.json {
         outln!("{}", json(&r)?);
     } else {
         out!("{}", r.human());
+    }
+    // After the report: the publisher sends what is left and keeps its sockets open for
+    // the linger, so subscribers get the tail.
+    if let Some(p) = publisher {
+        p.stop();
     }
     Ok(())
 }

@@ -9,13 +9,20 @@
 //! engine using the pool would: no call lists them one by one.
 //!
 //! N worker threads share the cache and pull from one [`WindowQueue`].
+//!
+//! With [`Config::events`] the cache publishes its KV events (`--kv-events`): each worker
+//! closes a batch after each of its requests (`Cache::flush_events`), as an engine closes
+//! one per scheduler step; with several threads a batch holds whatever the cache pushed
+//! since the last flush, whichever thread pushed it.
 
 use super::kv::KvSize;
-use super::report::{Latencies, Report, peak_rss_bytes};
+use super::report::{EventsReport, Latencies, Report, peak_rss_bytes};
 use indicatif::{ProgressBar, ProgressStyle};
+use radixkv::events::hash::HashMode;
+use radixkv::events::publisher::{Publisher, PublisherOptions, binds};
 use radixkv::sched::{PrefixOracle, Schedule, Scheduler, WindowQueue};
 use radixkv::trace::Trace;
-use radixkv::{Cache, CacheOptions, Error, EvictionPolicy, SlotRun};
+use radixkv::{Cache, CacheOptions, Error, EventOptions, EvictionPolicy, SlotRun};
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
@@ -45,7 +52,22 @@ pub struct Config {
     pub progress: Option<ProgressBar>,
     /// KV bytes per token, for the report's byte figures.
     pub kv: Option<KvSize>,
+    /// Publish the cache's KV events (`None`: events off).
+    pub events: Option<Events>,
 }
+
+/// How a replay publishes its KV events.
+#[derive(Debug, Clone)]
+pub struct Events {
+    /// The page hash.
+    pub hash_mode: HashMode,
+    /// The publisher (endpoints, encoding, topic, linger).
+    pub publisher: PublisherOptions,
+}
+
+/// How long the report waits for the publisher's thread to take every batch (so that
+/// `published` is final); it never waits on a subscriber, which the socket drops for.
+const DRAIN_WAIT: Duration = Duration::from_secs(30);
 
 /// How often an allocation that finds every slot pinned by other threads is retried.
 const ALLOC_RETRIES: u32 = 2_000;
@@ -254,8 +276,37 @@ impl Shared<'_> {
     }
 }
 
-/// Replays `trace` under `cfg`.
+/// Replays `trace` under `cfg` (its publisher, if any, stopped before returning).
 pub fn replay(trace: &Trace, cfg: &Config) -> Result<Report, String> {
+    let (r, publisher) = replay_publishing(trace, cfg)?;
+    drop(publisher);
+    Ok(r)
+}
+
+/// Starts the publisher of `cache` (events enabled on it first) and says on stderr where
+/// it publishes.
+fn start_events(cache: &mut Cache, ev: &Events) -> Result<Publisher, String> {
+    let opts = EventOptions { hash_mode: ev.hash_mode, ..Default::default() };
+    cache.enable_events(opts).map_err(|e| format!("cannot enable KV events: {e}"))?;
+    let p = cache.publish(ev.publisher.clone()).map_err(|e| {
+        let e = e.to_string();
+        // The library's "invalid argument: events: " says nothing here.
+        let e = e.strip_prefix("invalid argument: ").unwrap_or(&e);
+        let e = e.strip_prefix("events: ").unwrap_or(e);
+        format!("cannot publish KV events: {e}")
+    })?;
+    let how = if binds(&ev.publisher.endpoint) { "bound" } else { "connecting" };
+    let replay = p.replay_endpoint().map_or(String::new(), |r| format!(", replay on {r}"));
+    eprintln!("radixkv: KV events on {} ({how}){replay}", p.endpoint());
+    Ok(p)
+}
+
+/// [`replay`], returning the running publisher (with `cfg.events`) for the caller to stop
+/// once the report is out: stopping sends the tail and lingers.
+pub fn replay_publishing(
+    trace: &Trace,
+    cfg: &Config,
+) -> Result<(Report, Option<Publisher>), String> {
     let page = cfg.page_size;
     let pool = match cfg.capacity {
         None => 0,
@@ -267,8 +318,14 @@ pub fn replay(trace: &Trace, cfg: &Config) -> Result<Report, String> {
             usize::try_from(p).map_err(|_| format!("capacity {c} too large for this machine"))?
         }
     };
-    let cache = Cache::new(CacheOptions { page_size: page, policy: cfg.policy, pool_slots: pool })
-        .map_err(|e| format!("cannot create the cache: {e}"))?;
+    let mut cache =
+        Cache::new(CacheOptions { page_size: page, policy: cfg.policy, pool_slots: pool })
+            .map_err(|e| format!("cannot create the cache: {e}"))?;
+    let publisher = match &cfg.events {
+        Some(ev) => Some(start_events(&mut cache, ev)?),
+        None => None,
+    };
+    let cache = cache;
     let shared = Shared {
         cache: &cache,
         cfg,
@@ -310,6 +367,9 @@ pub fn replay(trace: &Trace, cfg: &Config) -> Result<Report, String> {
                         first_error.lock().unwrap_or_else(|e| e.into_inner()).get_or_insert(e);
                         break;
                     }
+                    // One batch per request (none when it changed no page; a no-op with
+                    // events off).
+                    cache.flush_events();
                     bar.inc(1);
                 }
                 c
@@ -348,6 +408,7 @@ pub fn replay(trace: &Trace, cfg: &Config) -> Result<Report, String> {
         let q = queue.lock().unwrap_or_else(|e| e.into_inner());
         (q.rounds(), q.deferrals())
     };
+    let events = publisher.as_ref().map(|p| events_report(&cache, p, cfg));
     let st = cache.stats();
     // The workers are joined: the walk sees the tree at rest.
     let index_bytes = cache.tree().memory_bytes() as u64;
@@ -408,9 +469,39 @@ pub fn replay(trace: &Trace, cfg: &Config) -> Result<Report, String> {
         schedule: cfg.schedule.name().to_string(),
         window: cfg.window as u64,
         with_output: cfg.with_output,
+        events,
     };
     report.set_kv(cfg.kv.as_ref());
-    Ok(report)
+    Ok((report, publisher))
+}
+
+/// The events section of the report, once the publisher's thread has taken every batch
+/// (or [`DRAIN_WAIT`] has passed).
+fn events_report(cache: &Cache, p: &Publisher, cfg: &Config) -> EventsReport {
+    let sink = cache.events().expect("events are on with a publisher");
+    sink.flush();
+    let deadline = Instant::now() + DRAIN_WAIT;
+    let batches = sink.stats().batches;
+    while p.stats().published + p.stats().dropped < batches && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    let (s, ps) = (sink.stats(), p.stats());
+    let ev = cfg.events.as_ref().expect("events configured");
+    EventsReport {
+        endpoint: p.endpoint().to_string(),
+        replay_endpoint: p.replay_endpoint().map(str::to_string),
+        format: ev.publisher.wire.encoding.name().to_string(),
+        hash: match ev.hash_mode {
+            HashMode::Xxh3 => "xxh3",
+            HashMode::SglangSha256 => "sglang",
+        }
+        .to_string(),
+        topic: ev.publisher.topic.clone(),
+        batches: s.batches,
+        events: s.events,
+        published: ps.published,
+        dropped: ps.dropped + s.dropped,
+    }
 }
 
 /// A progress bar on stderr counting `len` requests of one replay.

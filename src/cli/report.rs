@@ -158,6 +158,33 @@ pub struct Report {
     pub window: u64,
     /// Whether outputs were cached.
     pub with_output: bool,
+    /// The KV events published (`--kv-events`); `null` with events off.
+    pub events: Option<EventsReport>,
+}
+
+/// What a replay published (`--kv-events`), counted once the publisher's thread has taken
+/// every batch (before the linger).
+#[derive(Debug, Clone, Serialize)]
+pub struct EventsReport {
+    /// The PUB endpoint, as bound (a `*` port resolved) or as connected to.
+    pub endpoint: String,
+    /// The replay (ROUTER) endpoint as bound, if any.
+    pub replay_endpoint: Option<String>,
+    /// `vllm-array` or `vllm-map`.
+    pub format: String,
+    /// `xxh3` or `sglang`.
+    pub hash: String,
+    /// The topic frame.
+    pub topic: String,
+    /// Batches closed (sequence numbers 0 to `batches - 1`): one per request that changed
+    /// the cached pages.
+    pub batches: u64,
+    /// Events pushed by the cache (adjacent removals travel merged into one on the wire).
+    pub events: u64,
+    /// Batches sent on the PUB socket (to every subscriber connected then).
+    pub published: u64,
+    /// Batches dropped whole because the publisher's queue was full (a gap in `seq`).
+    pub dropped: u64,
 }
 
 /// `1234567` as `1,234,567`.
@@ -331,6 +358,21 @@ impl Report {
                 thousands(b),
                 bytes_label(cached),
                 bytes_label(hit)
+            );
+        }
+        if let Some(e) = &self.events {
+            let replay =
+                e.replay_endpoint.as_ref().map_or(String::new(), |r| format!(", replay on {r}"));
+            let _ = writeln!(
+                s,
+                "  events    {} batches, {} events on {} ({}, {} hashes{replay}): {} published, {} dropped",
+                thousands(e.batches),
+                thousands(e.events),
+                e.endpoint,
+                e.format,
+                e.hash,
+                thousands(e.published),
+                thousands(e.dropped)
             );
         }
         let _ = writeln!(

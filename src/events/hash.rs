@@ -249,6 +249,9 @@ impl PageHasher {
         hashes: &mut Vec<u64>,
     ) {
         assert!(page_size > 0, "page size 0");
+        // Grown once: an insert of a long prompt hashes hundreds of pages.
+        states.reserve(tokens.len() / page_size);
+        hashes.reserve(tokens.len() / page_size);
         let mut prev = parent.copied();
         for page in tokens.chunks_exact(page_size) {
             let s = self.next(prev.as_ref(), page);

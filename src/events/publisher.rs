@@ -24,10 +24,15 @@
 //!   runtime or thread that cannot be had) an [`Error::Io`](crate::Error::Io), each naming
 //!   the endpoint and the reason. A connecting PUB socket connects in the background and
 //!   keeps trying until its peer listens.
-//! - **High-water mark.** The PUB socket drops messages for a subscriber whose queue holds
-//!   100,000 of them (the transport's fixed high-water mark, vLLM's default `hwm`); such
-//!   drops are invisible to the publisher and show up as gaps the subscriber repairs by
-//!   replay.
+//! - **High-water mark.** The transport means to drop messages for a subscriber whose queue
+//!   holds 100,000 of them (its fixed high-water mark, vLLM's default `hwm`), but as built
+//!   (`zeromq` 0.7) it does not: it sends through a fresh clone of the subscriber's
+//!   `futures` channel sender each time, and each clone is granted a slot past the
+//!   channel's bound, so a subscriber that stops reading makes the publisher's process
+//!   hold every message it has not taken, without limit (measured: 1,000,000 one-page
+//!   batches to a stalled subscriber, all delivered once it read again, the publisher's
+//!   RSS peaking at 632 MiB; `BENCHMARKS.md`, "KV events"). Nothing is dropped there, and
+//!   the publisher cannot see that queue; the batches dropped at its own queue are counted.
 //!
 //! The ZMQ implementation is the pure-Rust `zeromq` crate (zmq.rs), run on a one-thread
 //! tokio runtime inside the publisher's thread: it speaks ZMTP 3 to libzmq peers (vLLM's
@@ -58,7 +63,8 @@ pub struct PublisherOptions {
     pub endpoint: String,
     /// The ROUTER replay endpoint, if any (always bound).
     pub replay_endpoint: Option<String>,
-    /// How many of the last batches replay keeps (vLLM's `buffer_steps`).
+    /// How many of the last batches replay keeps (vLLM's `buffer_steps`; none are kept
+    /// without a replay endpoint).
     pub buffer_steps: usize,
     /// The most batches waiting for the publisher's thread; past it, batches are dropped.
     pub max_queue: usize,
@@ -121,16 +127,21 @@ impl std::fmt::Debug for PublisherCounters {
 }
 
 /// One closed batch, kept for replay; its payload is encoded once, by whoever needs it
-/// first.
+/// first, and the batch itself is dropped then (replay keeps only the payload).
 struct Item {
     seq: u64,
-    batch: EventBatch,
+    batch: Mutex<Option<EventBatch>>,
     payload: OnceLock<Bytes>,
 }
 
 impl Item {
     fn payload(&self, wire: &WireOptions) -> Bytes {
-        self.payload.get_or_init(|| Bytes::from(encode_batch(&self.batch, wire))).clone()
+        self.payload
+            .get_or_init(|| {
+                let b = self.batch.lock().unwrap_or_else(|p| p.into_inner()).take();
+                Bytes::from(encode_batch(&b.expect("a batch is encoded once"), wire))
+            })
+            .clone()
     }
 }
 
@@ -170,7 +181,7 @@ impl Feed {
     /// Keeps the batch for replay and queues it for the thread, or drops it (counted)
     /// when the queue is full. Never blocks.
     pub(crate) fn submit(&mut self, seq: u64, batch: EventBatch) {
-        let item = Arc::new(Item { seq, batch, payload: OnceLock::new() });
+        let item = Arc::new(Item { seq, batch: Mutex::new(Some(batch)), payload: OnceLock::new() });
         if self.shared.buffer_steps > 0 {
             let mut r = self.shared.ring();
             if r.len() == self.shared.buffer_steps {
@@ -293,7 +304,9 @@ impl Publisher {
                 replayed: AtomicU64::new(0),
                 replay_requests: AtomicU64::new(0),
                 ring: Mutex::new(VecDeque::new()),
-                buffer_steps: opts.buffer_steps,
+                // Without a replay socket nothing reads the ring: keep nothing (a replay of a
+                // long trace would otherwise hold its last 10,000 batches for nobody).
+                buffer_steps: if opts.replay_endpoint.is_some() { opts.buffer_steps } else { 0 },
             });
             let (tx, rx) = tokio::sync::mpsc::channel(opts.max_queue);
             sink.attach(Feed { tx, shared: shared.clone() })?;
@@ -501,8 +514,8 @@ impl Worker {
         let mut m = ZmqMessage::from(self.topic.clone());
         m.push_back(Bytes::copy_from_slice(&item.seq.to_be_bytes()));
         m.push_back(item.payload(&self.wire));
-        // A PUB socket does not wait for subscribers: past the high-water mark it drops the
-        // message for that subscriber.
+        // A PUB socket does not wait for subscribers (libzmq drops a message for a subscriber
+        // past its high-water mark; `zeromq` 0.7 queues it: see the module docs).
         if self.pub_sock.send(m).await.is_ok() {
             // Relaxed: a counter.
             self.shared.published.fetch_add(1, Ordering::Relaxed);

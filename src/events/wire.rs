@@ -1,4 +1,4 @@
-//! vLLM's KV-event wire format: msgpack, encoded with `rmp-serde`.
+//! vLLM's KV-event wire format: msgpack, encoded with `rmp` (decoded with `rmp-serde`).
 //!
 //! A payload is `[ts: float64, events: [...], data_parallel_rank: int]`. Each event is
 //! one of (field for field as vLLM's `msgspec` structs in `vllm/distributed/kv_events.py`):
@@ -29,9 +29,8 @@
 
 use std::sync::Arc;
 
+use serde::Deserialize;
 use serde::de::{self, Deserializer, MapAccess, SeqAccess, Visitor};
-use serde::ser::{SerializeMap, SerializeSeq, SerializeTuple, Serializer};
-use serde::{Deserialize, Serialize};
 
 use super::{EventBatch, KvEvent, Medium};
 use crate::error::{Result, invalid};
@@ -85,85 +84,149 @@ pub struct WireOptions {
 }
 
 /// Encodes one batch as a payload.
+///
+/// Written straight into one buffer reserved up front with `rmp`'s encoders, in the compact
+/// forms msgspec (and `rmp-serde`) choose: the smallest array, map, string and integer
+/// headers that fit, a `float64` `ts`. A store's `token_ids` are most of a payload, and
+/// going through serde's per-value dispatch for each of them cost the publisher's thread
+/// about 9 ns a token (`BENCHMARKS.md`, "KV events"). The unit tests check the bytes equal
+/// `rmp-serde`'s encoding of the same structure, the integration tests equal msgspec's.
 pub fn encode_batch(batch: &EventBatch, opts: &WireOptions) -> Vec<u8> {
-    rmp_serde::to_vec(&WireBatch { batch, opts }).expect("encoding into a Vec cannot fail")
-}
-
-struct WireBatch<'a> {
-    batch: &'a EventBatch,
-    opts: &'a WireOptions,
-}
-
-impl Serialize for WireBatch<'_> {
-    fn serialize<S: Serializer>(&self, s: S) -> std::result::Result<S::Ok, S::Error> {
-        let mut t = s.serialize_tuple(3)?;
-        t.serialize_element(&self.batch.ts)?;
-        t.serialize_element(&Events(self))?;
-        t.serialize_element(&self.opts.data_parallel_rank)?;
-        t.end()
+    let size: usize = batch
+        .events
+        .iter()
+        .map(|e| match e {
+            KvEvent::BlockStored { block_hashes, token_ids, lora_name, cache_salt, .. } => {
+                160 + 9 * block_hashes.len()
+                    + 5 * token_ids.len()
+                    + lora_name.as_ref().map_or(0, |s| s.len())
+                    + cache_salt.as_ref().map_or(0, |s| s.len())
+            }
+            KvEvent::BlockRemoved { block_hashes, .. } => 48 + 9 * block_hashes.len(),
+            KvEvent::AllBlocksCleared => 24,
+        })
+        .sum();
+    let mut w = Mp(Vec::with_capacity(24 + size));
+    w.arr(3);
+    w.f64(batch.ts);
+    w.arr(batch.events.len());
+    for e in &batch.events {
+        w.event(e, opts);
     }
+    w.sint(opts.data_parallel_rank);
+    w.0
 }
 
-struct Events<'a>(&'a WireBatch<'a>);
+/// A msgpack writer: `rmp`'s encoders (the crate under `rmp-serde`) writing into one
+/// `Vec`, without serde's per-value dispatch. Each picks the smallest form that fits, as
+/// msgspec and `rmp-serde` do.
+struct Mp(Vec<u8>);
 
-impl Serialize for Events<'_> {
-    fn serialize<S: Serializer>(&self, s: S) -> std::result::Result<S::Ok, S::Error> {
-        let mut q = s.serialize_seq(Some(self.0.batch.events.len()))?;
-        for e in &self.0.batch.events {
-            q.serialize_element(&WireEvent { e, opts: self.0.opts })?;
-        }
-        q.end()
+/// Writing into a `Vec` cannot fail (it grows or aborts), so an encoder's error is a bug.
+fn infallible<T, E: std::fmt::Debug>(r: std::result::Result<T, E>) {
+    r.map(|_| ()).expect("msgpack into a Vec cannot fail");
+}
+
+/// A msgpack length (arrays, maps: at most `u32::MAX` entries; a batch is far smaller).
+fn len32(n: usize) -> u32 {
+    u32::try_from(n).expect("a msgpack array or map holds at most u32::MAX entries")
+}
+
+impl Mp {
+    fn arr(&mut self, n: usize) {
+        infallible(rmp::encode::write_array_len(&mut self.0, len32(n)));
     }
-}
 
-struct WireEvent<'a> {
-    e: &'a KvEvent,
-    opts: &'a WireOptions,
-}
-
-/// A list of block hashes, unsigned or signed.
-struct Hashes<'a>(&'a [u64], bool);
-
-impl Serialize for Hashes<'_> {
-    fn serialize<S: Serializer>(&self, s: S) -> std::result::Result<S::Ok, S::Error> {
-        let mut q = s.serialize_seq(Some(self.0.len()))?;
-        for h in self.0 {
-            q.serialize_element(&Hash(*h, self.1))?;
-        }
-        q.end()
+    fn map(&mut self, n: usize) {
+        infallible(rmp::encode::write_map_len(&mut self.0, len32(n)));
     }
-}
 
-struct Hash(u64, bool);
-
-impl Serialize for Hash {
-    fn serialize<S: Serializer>(&self, s: S) -> std::result::Result<S::Ok, S::Error> {
-        if self.1 { s.serialize_i64(self.0 as i64) } else { s.serialize_u64(self.0) }
+    fn str(&mut self, s: &str) {
+        infallible(rmp::encode::write_str(&mut self.0, s));
     }
-}
 
-/// `extra_keys` of a salted store: the tagged salt on the first block, nil on the others.
-struct ExtraKeys<'a>(&'a str, usize);
+    fn nil(&mut self) {
+        infallible(rmp::encode::write_nil(&mut self.0));
+    }
 
-impl Serialize for ExtraKeys<'_> {
-    fn serialize<S: Serializer>(&self, s: S) -> std::result::Result<S::Ok, S::Error> {
-        let mut q = s.serialize_seq(Some(self.1))?;
-        for i in 0..self.1 {
-            if i == 0 {
-                q.serialize_element(&[format!("{CACHE_SALT_PREFIX}{}", self.0)])?;
+    fn uint(&mut self, v: u64) {
+        infallible(rmp::encode::write_uint(&mut self.0, v));
+    }
+
+    fn sint(&mut self, v: i64) {
+        infallible(rmp::encode::write_sint(&mut self.0, v));
+    }
+
+    fn f64(&mut self, v: f64) {
+        infallible(rmp::encode::write_f64(&mut self.0, v));
+    }
+
+    /// An array of token ids: most of a store's bytes, so the one loop written out by hand
+    /// (`rmp::encode::write_uint` per id goes through `io::Write` for each and took 5.9 ns
+    /// a token against 3.3 here, measured side by side). The same forms as `write_uint`:
+    /// positive fixint, `uint8`, `uint16`, `uint32`; the unit tests check the bytes against
+    /// `rmp-serde`'s across every boundary.
+    fn tokens(&mut self, t: &[u32]) {
+        self.arr(t.len());
+        let start = self.0.len();
+        self.0.resize(start + 5 * t.len(), 0);
+        let out = &mut self.0[start..];
+        let mut n = 0;
+        for &x in t {
+            let b = x.to_be_bytes();
+            if x < 128 {
+                out[n] = b[3];
+                n += 1;
+            } else if x < 256 {
+                out[n..n + 2].copy_from_slice(&[0xcc, b[3]]);
+                n += 2;
+            } else if x < 65536 {
+                out[n..n + 3].copy_from_slice(&[0xcd, b[2], b[3]]);
+                n += 3;
             } else {
-                q.serialize_element(&Option::<()>::None)?;
+                out[n..n + 5].copy_from_slice(&[0xce, b[0], b[1], b[2], b[3]]);
+                n += 5;
             }
         }
-        q.end()
+        self.0.truncate(start + n);
     }
-}
 
-impl Serialize for WireEvent<'_> {
-    fn serialize<S: Serializer>(&self, s: S) -> std::result::Result<S::Ok, S::Error> {
-        let signed = self.opts.signed_hashes;
-        let map = self.opts.encoding == Encoding::VllmMap;
-        match self.e {
+    fn hash(&mut self, h: u64, signed: bool) {
+        if signed { self.sint(h as i64) } else { self.uint(h) }
+    }
+
+    fn hashes(&mut self, hs: &[u64], signed: bool) {
+        self.arr(hs.len());
+        for &h in hs {
+            self.hash(h, signed);
+        }
+    }
+
+    fn opt_str(&mut self, s: Option<&str>) {
+        match s {
+            Some(s) => self.str(s),
+            None => self.nil(),
+        }
+    }
+
+    /// `extra_keys` of a salted store: the tagged salt on the first block, nil on the
+    /// others.
+    fn extra_keys(&mut self, salt: &str, blocks: usize) {
+        self.arr(blocks);
+        for i in 0..blocks {
+            if i == 0 {
+                self.arr(1);
+                self.str(&format!("{CACHE_SALT_PREFIX}{salt}"));
+            } else {
+                self.nil();
+            }
+        }
+    }
+
+    fn event(&mut self, e: &KvEvent, opts: &WireOptions) {
+        let signed = opts.signed_hashes;
+        let map = opts.encoding == Encoding::VllmMap;
+        match e {
             KvEvent::BlockStored {
                 block_hashes,
                 parent_block_hash,
@@ -173,71 +236,77 @@ impl Serialize for WireEvent<'_> {
                 cache_salt,
                 medium,
             } => {
-                let hashes = Hashes(block_hashes, signed);
-                let parent = parent_block_hash.map(|h| Hash(h, signed));
-                let extra = cache_salt.as_deref().map(|c| ExtraKeys(c, block_hashes.len()));
-                if map {
-                    let n = 10 + extra.is_some() as usize;
-                    let mut m = s.serialize_map(Some(n))?;
-                    m.serialize_entry("type", "BlockStored")?;
-                    m.serialize_entry("block_hashes", &hashes)?;
-                    m.serialize_entry("parent_block_hash", &parent)?;
-                    m.serialize_entry("token_ids", token_ids)?;
-                    m.serialize_entry("block_size", block_size)?;
-                    m.serialize_entry("lora_id", &Option::<()>::None)?;
-                    m.serialize_entry("medium", medium.as_str())?;
-                    m.serialize_entry("lora_name", &lora_name.as_deref())?;
-                    if let Some(x) = &extra {
-                        m.serialize_entry("extra_keys", x)?;
+                let key = |w: &mut Mp, k: &str| {
+                    if map {
+                        w.str(k);
                     }
-                    m.serialize_entry("group_idx", &0u32)?;
-                    m.serialize_entry("kv_cache_spec_kind", KV_CACHE_SPEC_KIND)?;
-                    m.end()
+                };
+                if map {
+                    self.map(10 + cache_salt.is_some() as usize);
                 } else {
-                    let mut t = s.serialize_tuple(12)?;
-                    t.serialize_element("BlockStored")?;
-                    t.serialize_element(&hashes)?;
-                    t.serialize_element(&parent)?;
-                    t.serialize_element(token_ids)?;
-                    t.serialize_element(block_size)?;
-                    t.serialize_element(&Option::<()>::None)?;
-                    t.serialize_element(medium.as_str())?;
-                    t.serialize_element(&lora_name.as_deref())?;
-                    t.serialize_element(&extra)?;
-                    t.serialize_element(&0u32)?;
-                    t.serialize_element(KV_CACHE_SPEC_KIND)?;
-                    t.serialize_element(&Option::<()>::None)?;
-                    t.end()
+                    self.arr(12);
+                }
+                key(self, "type");
+                self.str("BlockStored");
+                key(self, "block_hashes");
+                self.hashes(block_hashes, signed);
+                key(self, "parent_block_hash");
+                match parent_block_hash {
+                    Some(h) => self.hash(*h, signed),
+                    None => self.nil(),
+                }
+                key(self, "token_ids");
+                self.tokens(token_ids);
+                key(self, "block_size");
+                self.uint(u64::from(*block_size));
+                key(self, "lora_id");
+                self.nil();
+                key(self, "medium");
+                self.str(medium.as_str());
+                key(self, "lora_name");
+                self.opt_str(lora_name.as_deref());
+                match (cache_salt, map) {
+                    (Some(c), _) => {
+                        key(self, "extra_keys");
+                        self.extra_keys(c, block_hashes.len());
+                    }
+                    (None, false) => self.nil(),
+                    (None, true) => {}
+                }
+                key(self, "group_idx");
+                self.uint(0);
+                key(self, "kv_cache_spec_kind");
+                self.str(KV_CACHE_SPEC_KIND);
+                if !map {
+                    self.nil();
                 }
             }
             KvEvent::BlockRemoved { block_hashes, medium } => {
-                let hashes = Hashes(block_hashes, signed);
                 if map {
-                    let mut m = s.serialize_map(Some(4))?;
-                    m.serialize_entry("type", "BlockRemoved")?;
-                    m.serialize_entry("block_hashes", &hashes)?;
-                    m.serialize_entry("medium", medium.as_str())?;
-                    m.serialize_entry("group_idx", &0u32)?;
-                    m.end()
+                    self.map(4);
+                    self.str("type");
+                    self.str("BlockRemoved");
+                    self.str("block_hashes");
+                    self.hashes(block_hashes, signed);
+                    self.str("medium");
+                    self.str(medium.as_str());
+                    self.str("group_idx");
                 } else {
-                    let mut t = s.serialize_tuple(4)?;
-                    t.serialize_element("BlockRemoved")?;
-                    t.serialize_element(&hashes)?;
-                    t.serialize_element(medium.as_str())?;
-                    t.serialize_element(&0u32)?;
-                    t.end()
+                    self.arr(4);
+                    self.str("BlockRemoved");
+                    self.hashes(block_hashes, signed);
+                    self.str(medium.as_str());
                 }
+                self.uint(0);
             }
             KvEvent::AllBlocksCleared => {
                 if map {
-                    let mut m = s.serialize_map(Some(1))?;
-                    m.serialize_entry("type", "AllBlocksCleared")?;
-                    m.end()
+                    self.map(1);
+                    self.str("type");
                 } else {
-                    let mut t = s.serialize_tuple(1)?;
-                    t.serialize_element("AllBlocksCleared")?;
-                    t.end()
+                    self.arr(1);
                 }
+                self.str("AllBlocksCleared");
             }
         }
     }
@@ -514,6 +583,175 @@ impl<'de> Visitor<'de> for ValVisitor {
     }
 }
 
+/// The serde encoder `encode_batch` replaced, kept as the tests' reference for its bytes.
+#[cfg(all(test, not(loom)))]
+mod reference {
+    use serde::Serialize;
+    use serde::ser::{SerializeMap, SerializeSeq, SerializeTuple, Serializer};
+
+    use super::{CACHE_SALT_PREFIX, Encoding, KV_CACHE_SPEC_KIND, WireOptions};
+    use crate::events::{EventBatch, KvEvent};
+
+    /// The payload as `rmp-serde` writes it.
+    pub fn encode(batch: &EventBatch, opts: &WireOptions) -> Vec<u8> {
+        rmp_serde::to_vec(&WireBatch { batch, opts }).expect("encoding into a Vec cannot fail")
+    }
+
+    struct WireBatch<'a> {
+        batch: &'a EventBatch,
+        opts: &'a WireOptions,
+    }
+
+    impl Serialize for WireBatch<'_> {
+        fn serialize<S: Serializer>(&self, s: S) -> std::result::Result<S::Ok, S::Error> {
+            let mut t = s.serialize_tuple(3)?;
+            t.serialize_element(&self.batch.ts)?;
+            t.serialize_element(&Events(self))?;
+            t.serialize_element(&self.opts.data_parallel_rank)?;
+            t.end()
+        }
+    }
+
+    struct Events<'a>(&'a WireBatch<'a>);
+
+    impl Serialize for Events<'_> {
+        fn serialize<S: Serializer>(&self, s: S) -> std::result::Result<S::Ok, S::Error> {
+            let mut q = s.serialize_seq(Some(self.0.batch.events.len()))?;
+            for e in &self.0.batch.events {
+                q.serialize_element(&WireEvent { e, opts: self.0.opts })?;
+            }
+            q.end()
+        }
+    }
+
+    struct WireEvent<'a> {
+        e: &'a KvEvent,
+        opts: &'a WireOptions,
+    }
+
+    /// A list of block hashes, unsigned or signed.
+    struct Hashes<'a>(&'a [u64], bool);
+
+    impl Serialize for Hashes<'_> {
+        fn serialize<S: Serializer>(&self, s: S) -> std::result::Result<S::Ok, S::Error> {
+            let mut q = s.serialize_seq(Some(self.0.len()))?;
+            for h in self.0 {
+                q.serialize_element(&Hash(*h, self.1))?;
+            }
+            q.end()
+        }
+    }
+
+    struct Hash(u64, bool);
+
+    impl Serialize for Hash {
+        fn serialize<S: Serializer>(&self, s: S) -> std::result::Result<S::Ok, S::Error> {
+            if self.1 { s.serialize_i64(self.0 as i64) } else { s.serialize_u64(self.0) }
+        }
+    }
+
+    /// `extra_keys` of a salted store: the tagged salt on the first block, nil on the others.
+    struct ExtraKeys<'a>(&'a str, usize);
+
+    impl Serialize for ExtraKeys<'_> {
+        fn serialize<S: Serializer>(&self, s: S) -> std::result::Result<S::Ok, S::Error> {
+            let mut q = s.serialize_seq(Some(self.1))?;
+            for i in 0..self.1 {
+                if i == 0 {
+                    q.serialize_element(&[format!("{CACHE_SALT_PREFIX}{}", self.0)])?;
+                } else {
+                    q.serialize_element(&Option::<()>::None)?;
+                }
+            }
+            q.end()
+        }
+    }
+
+    impl Serialize for WireEvent<'_> {
+        fn serialize<S: Serializer>(&self, s: S) -> std::result::Result<S::Ok, S::Error> {
+            let signed = self.opts.signed_hashes;
+            let map = self.opts.encoding == Encoding::VllmMap;
+            match self.e {
+                KvEvent::BlockStored {
+                    block_hashes,
+                    parent_block_hash,
+                    token_ids,
+                    block_size,
+                    lora_name,
+                    cache_salt,
+                    medium,
+                } => {
+                    let hashes = Hashes(block_hashes, signed);
+                    let parent = parent_block_hash.map(|h| Hash(h, signed));
+                    let extra = cache_salt.as_deref().map(|c| ExtraKeys(c, block_hashes.len()));
+                    if map {
+                        let n = 10 + extra.is_some() as usize;
+                        let mut m = s.serialize_map(Some(n))?;
+                        m.serialize_entry("type", "BlockStored")?;
+                        m.serialize_entry("block_hashes", &hashes)?;
+                        m.serialize_entry("parent_block_hash", &parent)?;
+                        m.serialize_entry("token_ids", token_ids)?;
+                        m.serialize_entry("block_size", block_size)?;
+                        m.serialize_entry("lora_id", &Option::<()>::None)?;
+                        m.serialize_entry("medium", medium.as_str())?;
+                        m.serialize_entry("lora_name", &lora_name.as_deref())?;
+                        if let Some(x) = &extra {
+                            m.serialize_entry("extra_keys", x)?;
+                        }
+                        m.serialize_entry("group_idx", &0u32)?;
+                        m.serialize_entry("kv_cache_spec_kind", KV_CACHE_SPEC_KIND)?;
+                        m.end()
+                    } else {
+                        let mut t = s.serialize_tuple(12)?;
+                        t.serialize_element("BlockStored")?;
+                        t.serialize_element(&hashes)?;
+                        t.serialize_element(&parent)?;
+                        t.serialize_element(token_ids)?;
+                        t.serialize_element(block_size)?;
+                        t.serialize_element(&Option::<()>::None)?;
+                        t.serialize_element(medium.as_str())?;
+                        t.serialize_element(&lora_name.as_deref())?;
+                        t.serialize_element(&extra)?;
+                        t.serialize_element(&0u32)?;
+                        t.serialize_element(KV_CACHE_SPEC_KIND)?;
+                        t.serialize_element(&Option::<()>::None)?;
+                        t.end()
+                    }
+                }
+                KvEvent::BlockRemoved { block_hashes, medium } => {
+                    let hashes = Hashes(block_hashes, signed);
+                    if map {
+                        let mut m = s.serialize_map(Some(4))?;
+                        m.serialize_entry("type", "BlockRemoved")?;
+                        m.serialize_entry("block_hashes", &hashes)?;
+                        m.serialize_entry("medium", medium.as_str())?;
+                        m.serialize_entry("group_idx", &0u32)?;
+                        m.end()
+                    } else {
+                        let mut t = s.serialize_tuple(4)?;
+                        t.serialize_element("BlockRemoved")?;
+                        t.serialize_element(&hashes)?;
+                        t.serialize_element(medium.as_str())?;
+                        t.serialize_element(&0u32)?;
+                        t.end()
+                    }
+                }
+                KvEvent::AllBlocksCleared => {
+                    if map {
+                        let mut m = s.serialize_map(Some(1))?;
+                        m.serialize_entry("type", "AllBlocksCleared")?;
+                        m.end()
+                    } else {
+                        let mut t = s.serialize_tuple(1)?;
+                        t.serialize_element("AllBlocksCleared")?;
+                        t.end()
+                    }
+                }
+            }
+        }
+    }
+}
+
 #[cfg(all(test, not(loom)))]
 mod tests {
     use super::*;
@@ -545,6 +783,104 @@ mod tests {
                 let d = decode_batch(&encode_batch(&sample(), &o)).unwrap();
                 assert_eq!(d.batch, sample());
                 assert_eq!(d.data_parallel_rank, Some(3));
+            }
+        }
+    }
+
+    /// The direct encoder writes exactly the bytes `rmp-serde` wrote through serde (which
+    /// the integration tests pin against msgspec's), on batches whose lengths and values
+    /// cross every msgpack header and integer boundary.
+    #[test]
+    fn the_direct_encoder_writes_rmp_serdes_bytes() {
+        let mut x = 0x9e37_79b9_7f4a_7c15u64;
+        let mut rnd = move || {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x
+        };
+        const INTS: [u64; 18] = [
+            0,
+            1,
+            31,
+            32,
+            127,
+            128,
+            255,
+            256,
+            65535,
+            65536,
+            (1 << 31) - 1,
+            1 << 31,
+            (1 << 32) - 1,
+            1 << 32,
+            (1 << 63) - 1,
+            1 << 63,
+            u64::MAX - 127,
+            u64::MAX,
+        ];
+        const LENS: [usize; 9] = [0, 1, 15, 16, 31, 32, 255, 256, 300];
+        let int = |r: u64| {
+            if r.is_multiple_of(3) { INTS[(r / 3) as usize % INTS.len()] } else { r >> (r % 64) }
+        };
+        let name = |r: u64| match r % 4 {
+            0 => None,
+            _ => Some(Arc::<str>::from("n".repeat(LENS[(r / 4) as usize % LENS.len()]))),
+        };
+        let mut batches = Vec::new();
+        for round in 0..400 {
+            let mut events = Vec::new();
+            let n_events = [0usize, 1, 2, 15, 16, 17][round % 6];
+            for _ in 0..n_events {
+                let r = rnd();
+                events.push(match r % 4 {
+                    0 | 1 => {
+                        let pages = LENS[(r >> 8) as usize % LENS.len()].min(40);
+                        let block = 1 + (r >> 16) as u32 % 4;
+                        KvEvent::BlockStored {
+                            block_hashes: (0..pages).map(|_| int(rnd())).collect(),
+                            parent_block_hash: (r % 8 != 0).then(|| int(rnd())),
+                            token_ids: (0..pages * block as usize)
+                                .map(|_| int(rnd()) as u32)
+                                .collect(),
+                            block_size: block,
+                            lora_name: name(rnd()),
+                            cache_salt: name(rnd()),
+                            medium: if r % 16 == 1 { Medium::CpuPinned } else { Medium::Gpu },
+                        }
+                    }
+                    2 => KvEvent::BlockRemoved {
+                        block_hashes: (0..LENS[(r >> 8) as usize % LENS.len()])
+                            .map(|_| int(rnd()))
+                            .collect(),
+                        medium: Medium::Gpu,
+                    },
+                    _ => KvEvent::AllBlocksCleared,
+                });
+            }
+            batches.push(EventBatch { ts: f64::from_bits(rnd() >> 2), events });
+        }
+        // One store long enough for the 32-bit array header (65,536 tokens and more).
+        batches.push(EventBatch {
+            ts: 0.0,
+            events: vec![KvEvent::BlockStored {
+                block_hashes: (0..4097).collect(),
+                parent_block_hash: None,
+                token_ids: (0..4097 * 16).collect(),
+                block_size: 16,
+                lora_name: None,
+                cache_salt: Some("s".into()),
+                medium: Medium::Gpu,
+            }],
+        });
+        for b in &batches {
+            for encoding in [Encoding::VllmArray, Encoding::VllmMap] {
+                for signed_hashes in [false, true] {
+                    for data_parallel_rank in [0, 5, -1, -40, 1 << 40, i64::MIN] {
+                        let o = WireOptions { encoding, signed_hashes, data_parallel_rank };
+                        assert_eq!(encode_batch(b, &o), reference::encode(b, &o), "{o:?}");
+                    }
+                }
             }
         }
     }

@@ -1,135 +1,131 @@
 //! The consumer proof: radixkv's KV-event stream read by a real consumer, Dynamo's KV
 //! router (`dynamo-kv-router` 1.6.1), through a real loopback ZMQ socket.
 //!
-//! - [`PageModel`] is a simple sequential page cache (prefix-closed, LRU over leaves, a
-//!   capacity in pages) that pushes the events a cache would into a radixkv
-//!   [`EventSink`]: a `BlockStored` for an insert's new pages, a `BlockRemoved` for the
-//!   pages each insert's eviction takes. The real cache will feed the same sink later.
+//! - [`Engine`] drives a real radixkv [`Cache`] with KV events on, as a serving engine
+//!   (and `radixkv replay`) does: match and lock, allocate (evicting from the pool),
+//!   insert, release; its tree's hooks push the events.
 //! - [`DynamoConsumer`] subscribes to the publisher, decodes every batch with Dynamo's
 //!   `zmq_wire::decode_event_batch`, runs each event through Dynamo's
 //!   `ZmqEventNormalizer`, and applies it to Dynamo's `RadixTree` indexer. It repairs gaps
 //!   (a batch missed before the subscription landed) through the publisher's replay socket,
 //!   as a router does.
 
-use std::collections::{BTreeSet, HashMap};
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use dynamo_kv_router::RadixTree;
+use dynamo_kv_router::protocols::KvCacheEventData;
 use dynamo_kv_router::protocols::{BlockHashOptions, WorkerWithDpRank, compute_block_hash_for_seq};
 use dynamo_kv_router::zmq_wire::{ZmqEventNormalizer, decode_event_batch};
-use radixkv::events::EventSink;
-use radixkv::events::publisher::REPLAY_END;
+use radixkv::events::hash::HashMode;
+use radixkv::events::publisher::{Publisher, PublisherOptions, REPLAY_END};
+use radixkv::events::{EventSink, NamespaceMeta};
+use radixkv::{Cache, CacheOptions, Error, EventOptions, SlotRun};
 
-/// One cached page of the model.
-struct Page {
-    parent: Option<u64>,
-    children: u32,
-    stamp: u64,
-}
+/// How often an engine retries an allocation that finds every slot pinned by the other
+/// threads (they release within a request).
+const ALLOC_RETRIES: u32 = 10_000;
 
-/// A sequential page cache that publishes its changes into an [`EventSink`].
-pub struct PageModel {
-    sink: Arc<EventSink>,
+/// A serving engine's use of a radixkv [`Cache`] with KV events on: per request,
+/// `match_and_lock` the prompt, take slots for the uncached page-aligned rest (evicting
+/// the shortfall from the pool, or fresh slot numbers without one), insert, release (what
+/// `radixkv replay` does). The caller flushes the events ([`Cache::flush_events`]).
+pub struct Engine {
+    cache: Cache,
     page: usize,
-    capacity: usize,
-    pages: HashMap<(u64, u64), Page>,
-    /// Leaves by (stamp, namespace, hash): the LRU order.
-    leaves: BTreeSet<(u64, u64, u64)>,
-    clock: u64,
+    pool: usize,
+    next_slot: AtomicU64,
 }
 
-impl PageModel {
-    /// A model of `capacity` pages publishing into `sink` (its page size is the model's).
-    pub fn new(sink: Arc<EventSink>, capacity: usize) -> Self {
-        let page = sink.options().block_size as usize;
-        PageModel { sink, page, capacity, pages: HashMap::new(), leaves: BTreeSet::new(), clock: 0 }
+impl Engine {
+    /// A cache of page size `page` with events on (`hash_mode`) and, with `capacity`, a
+    /// pool of that many slots (a multiple of the page); namespaces named by `names`
+    /// before anything is inserted.
+    pub fn new(
+        page: usize,
+        capacity: Option<usize>,
+        hash_mode: HashMode,
+        names: &[(u64, NamespaceMeta)],
+    ) -> Engine {
+        let pool = capacity.unwrap_or(0);
+        let mut cache =
+            Cache::new(CacheOptions { page_size: page, pool_slots: pool, ..Default::default() })
+                .expect("a cache");
+        cache.enable_events(EventOptions { hash_mode, ..Default::default() }).expect("events on");
+        for (ns, meta) in names {
+            cache.set_namespace_meta(*ns, meta.clone()).expect("a namespace named");
+        }
+        Engine { cache, page, pool, next_slot: AtomicU64::new(0) }
     }
 
-    /// Cached pages.
-    pub fn len(&self) -> usize {
-        self.pages.len()
+    /// The cache.
+    pub fn cache(&self) -> &Cache {
+        &self.cache
     }
 
-    /// Whether nothing is cached.
-    pub fn is_empty(&self) -> bool {
-        self.pages.is_empty()
+    /// The event sink.
+    pub fn sink(&self) -> &Arc<EventSink> {
+        self.cache.events().expect("events are on")
     }
 
-    /// The hashes of the pages of `tokens` in namespace `ns`.
-    fn chain(&self, ns: u64, tokens: &[u32]) -> Vec<u64> {
-        self.sink.namespace(ns).hasher.block_hashes(tokens, self.page)
+    /// Attaches a publisher to the cache's sink.
+    pub fn publish(&self, opts: PublisherOptions) -> Publisher {
+        self.cache.publish(opts).expect("a publisher")
     }
 
-    /// How many leading pages of `tokens` are cached in `ns` (changes nothing).
+    /// The last batch closed so far, if any.
+    pub fn last_seq(&self) -> Option<u64> {
+        self.sink().stats().batches.checked_sub(1)
+    }
+
+    /// Cached pages (exact at quiescence).
+    pub fn cached_pages(&self) -> u64 {
+        self.cache.stats().tree.cached_tokens / self.page as u64
+    }
+
+    /// How many leading pages of `tokens` are cached in `ns` now (exact at quiescence).
     pub fn matched(&self, ns: u64, tokens: &[u32]) -> usize {
-        let hashes = self.chain(ns, tokens);
-        hashes.iter().take_while(|h| self.pages.contains_key(&(ns, **h))).count()
+        let mut runs = Vec::new();
+        self.cache.match_prefix_runs(ns, tokens, &mut runs) / self.page
     }
 
-    fn touch(&mut self, ns: u64, h: u64) {
-        self.clock += 1;
-        let p = self.pages.get_mut(&(ns, h)).expect("cached");
-        if p.children == 0 {
-            self.leaves.remove(&(p.stamp, ns, h));
-            self.leaves.insert((self.clock, ns, h));
+    /// Runs one request of `tokens` in `ns`; returns the pages its `match_and_lock` found.
+    pub fn run(&self, ns: u64, tokens: &[u32]) -> usize {
+        let n = tokens.len() / self.page * self.page;
+        if self.pool > 0 && n > self.pool {
+            return 0;
         }
-        p.stamp = self.clock;
+        let mut runs = Vec::new();
+        let guard = self.cache.match_and_lock_runs(ns, tokens, &mut runs);
+        let m = guard.len();
+        if n > m {
+            self.take_slots(n - m, &mut runs);
+            self.cache.insert_runs(ns, &tokens[..n], &runs).expect("insert");
+        }
+        drop(guard);
+        self.cache.reclaim();
+        m / self.page
     }
 
-    /// Caches the pages of `tokens` in `ns`, evicts LRU leaves down to the capacity, and
-    /// pushes the events (a store of the new pages, then a removal of the evicted ones).
-    /// Returns the pages that were cached before.
-    pub fn insert(&mut self, ns: u64, tokens: &[u32]) -> usize {
-        let hashes = self.chain(ns, tokens);
-        let m = hashes.iter().take_while(|h| self.pages.contains_key(&(ns, **h))).count();
-        for h in &hashes[..m] {
-            self.touch(ns, *h);
+    fn take_slots(&self, k: usize, runs: &mut Vec<SlotRun>) {
+        if self.pool == 0 {
+            let start = self.next_slot.fetch_add(k as u64, Ordering::Relaxed);
+            runs.push(SlotRun { start: start as u32, len: k as u32 });
+            return;
         }
-        if m < hashes.len() {
-            let parent = m.checked_sub(1).map(|i| hashes[i]);
-            if let Some(ph) = parent {
-                let p = self.pages.get_mut(&(ns, ph)).expect("cached");
-                if p.children == 0 {
-                    self.leaves.remove(&(p.stamp, ns, ph));
-                }
-                p.children += 1;
+        for _ in 0..ALLOC_RETRIES {
+            let free = self.cache.stats().free_slots as usize;
+            if free < k {
+                self.cache.evict(k - free, None).expect("evict");
             }
-            for i in m..hashes.len() {
-                self.clock += 1;
-                let leaf = i + 1 == hashes.len();
-                self.pages.insert(
-                    (ns, hashes[i]),
-                    Page {
-                        parent: i.checked_sub(1).map(|j| hashes[j]),
-                        children: u32::from(!leaf),
-                        stamp: self.clock,
-                    },
-                );
-                if leaf {
-                    self.leaves.insert((self.clock, ns, hashes[i]));
-                }
-            }
-            let tokens = tokens[m * self.page..hashes.len() * self.page].to_vec();
-            self.sink.stored(ns, hashes[m..].to_vec(), parent, tokens);
-        }
-        let mut removed = Vec::new();
-        while self.pages.len() > self.capacity {
-            let (_, ns, h) = self.leaves.pop_first().expect("a full cache has a leaf");
-            let gone = self.pages.remove(&(ns, h)).expect("a leaf is cached");
-            removed.push(h);
-            if let Some(ph) = gone.parent {
-                let p = self.pages.get_mut(&(ns, ph)).expect("a parent is cached");
-                p.children -= 1;
-                if p.children == 0 {
-                    self.leaves.insert((p.stamp, ns, ph));
-                }
+            match self.cache.alloc_runs(k, runs) {
+                Ok(()) => return,
+                Err(Error::OutOfSlots { .. }) => std::thread::yield_now(),
+                Err(e) => panic!("alloc: {e}"),
             }
         }
-        if !removed.is_empty() {
-            self.sink.removed(removed);
-        }
-        m
+        panic!("the pool stayed short of {k} slots");
     }
 }
 
@@ -255,5 +251,22 @@ impl DynamoConsumer {
             BlockHashOptions { lora_name, cache_namespace: cache_salt, ..Default::default() };
         let local = compute_block_hash_for_seq(tokens, self.page, opts);
         self.tree.find_matches(local, false).scores.get(&self.worker).copied().unwrap_or(0)
+    }
+
+    /// Blocks Dynamo's index holds for this consumer's worker (its lookup's size).
+    pub fn size(&self) -> usize {
+        self.tree.current_size()
+    }
+
+    /// The sequence hashes of every block Dynamo's index holds, sorted (from its own dump).
+    pub fn block_hashes(&self) -> Vec<u64> {
+        let mut out = Vec::new();
+        for ev in self.tree.dump_tree_as_events() {
+            if let KvCacheEventData::Stored(s) = ev.event.data {
+                out.extend(s.blocks.iter().map(|b| b.block_hash.0));
+            }
+        }
+        out.sort_unstable();
+        out
     }
 }
