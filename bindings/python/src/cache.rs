@@ -320,9 +320,19 @@ fn pair_len(t: &Input, s: &Input) -> Res<()> {
 
 /// Reads both views (tokens, then slots) and runs `f` on them.
 fn with_two<T>(t: View<'_>, s: View<'_>, f: impl FnOnce(&[u32], &[u32]) -> Res<T>) -> Res<T> {
+    with_two_named(t, s, "slots", f)
+}
+
+/// [`with_two`], the slots' argument called `slots_name` in errors.
+fn with_two_named<T>(
+    t: View<'_>,
+    s: View<'_>,
+    slots_name: &'static str,
+    f: impl FnOnce(&[u32], &[u32]) -> Res<T>,
+) -> Res<T> {
     let (mut a, mut b) = (Vec::new(), Vec::new());
     let toks = t.get("tokens", &mut a).map_err(oor)?;
-    let slots = s.get("slots", &mut b).map_err(oor)?;
+    let slots = s.get(slots_name, &mut b).map_err(oor)?;
     f(toks, slots)
 }
 
@@ -1100,7 +1110,7 @@ impl NativeCache {
         let tv = t.view().narrow(start, stop);
         let sv = s.view().narrow(vstart, vstart + n);
         self.with(py, "rkv_insert", |c| {
-            with_two(tv, sv, |toks, sl| {
+            with_two_named(tv, sv, "value", |toks, sl| {
                 let e = c
                     .insert(ns, toks, sl)
                     .map_err(|e| slot_refusal(e, Given::Slots(sl), c.pool()))?;

@@ -80,6 +80,7 @@ pub struct Kind {
     swapped: bool,
 }
 
+#[cfg(test)]
 const U32: Kind = Kind { size: 4, signed: false, swapped: false };
 
 /// Memory to read with the GIL released: `n` elements of `kind`, `stride` bytes apart.
@@ -165,9 +166,13 @@ impl Input {
     }
 }
 
-/// Whether `r` can be read as a `&[u32]` where it is (native `uint32`, contiguous, aligned).
+/// Whether `r` is read as a `&[u32]` where it is: native `uint32`, or `int32` (once
+/// checked non-negative), contiguous and aligned.
 fn in_place(r: &Raw) -> bool {
-    r.kind == U32 && (r.stride == 4 || r.n <= 1) && (r.ptr as usize).is_multiple_of(4)
+    r.kind.size == 4
+        && !r.kind.swapped
+        && (r.stride == 4 || r.n <= 1)
+        && (r.ptr as usize).is_multiple_of(4)
 }
 
 /// A value that is not a token or slot id: `ValueError` naming the argument and position.
