@@ -19,7 +19,10 @@ Differences from SGLang's class, all of them deliberate:
   raises :class:`StaleNodeError` instead of pinning slots that are no longer the node's.
 - ``device_indices`` are an ``array('I')`` (``to_indices`` converts them, e.g.
   ``lambda a: torch.frombuffer(a, dtype=torch.int32).long()``).
-- ``extra_key`` (SGLang's LoRA id / cache salt) maps to an exact radixkv namespace.
+- ``extra_key`` (SGLang's LoRA id) maps to an exact radixkv namespace; with a
+  ``cache_salt`` (or a bigram key) the whole ``(extra_key, cache_salt)`` pair does, so
+  tenants with the same ``extra_key`` stay apart. ``limit`` caps the key, and EAGLE's bigram
+  keys cache one entry per bigram.
 - ``inc_lock_ref`` / ``dec_lock_ref`` return the change of ``evictable_size()`` measured
   around the call, as SGLang's do; under concurrent use by several threads the figure
   includes their changes too.
@@ -69,11 +72,29 @@ class MatchResult(NamedTuple):
     host_hit_length: int = 0
 
 
+#: Where the adapter's interned ``(extra_key, cache_salt)`` namespaces start (int
+#: ``extra_key`` namespaces must stay below it).
+_SALTED_BASE = 1 << 62
+
+
 def _key(key: Any, extra_key: Any = None) -> tuple:
-    """(tokens, namespace) of a ``RadixKey``-like object or a plain sequence of ids."""
-    if hasattr(key, "token_ids"):
-        return key.token_ids, getattr(key, "extra_key", extra_key)
-    return key, extra_key
+    """``(tokens, extra_key, cache_salt, first)`` of a ``RadixKey``-like object or a plain
+    sequence of ids: the tokens cut to ``limit``; for a bigram key (raw tokens ``t[0..n]``,
+    ``n - 1`` bigrams) the tokens ``t[1:n]``, held under their first token ``first`` (two
+    bigram keys share ``m`` bigrams exactly when they share ``t[0]`` and ``t[1:m + 1]``)."""
+    if not hasattr(key, "token_ids"):
+        return key, extra_key, None, None
+    tokens = key.token_ids
+    limit = getattr(key, "limit", None)
+    if limit is not None and limit < len(tokens):
+        tokens = tokens[:limit]
+    salt = getattr(key, "cache_salt", None) or None
+    ek = getattr(key, "extra_key", extra_key)
+    if getattr(key, "is_bigram", False):
+        if len(tokens) < 2:
+            return tokens[:0], ek, salt, None
+        return tokens[1:], ek, salt, int(tokens[0])
+    return tokens, ek, salt, None
 
 
 class RadixCache:
@@ -100,6 +121,18 @@ class RadixCache:
         self._free_slots = free_slots
         self._to_indices = to_indices or (lambda a: a)
         self.root_node = TreeNode(array("I"), None, array("I"))
+        self._salted: dict = {}
+
+    def _ns(self, extra_key: Any, salt: Any, first: Any) -> Any:
+        """The namespace of a key: its ``extra_key`` alone (as before) when it has no cache
+        salt and is not a bigram key, else an exact id interned for the whole tuple."""
+        if salt is None and first is None:
+            return extra_key
+        k = (extra_key, salt, first)
+        ns = self._salted.get(k)
+        if ns is None:
+            ns = self._salted.setdefault(k, _SALTED_BASE + len(self._salted))
+        return ns
 
     # -- SGLang's methods --
 
@@ -110,7 +143,8 @@ class RadixCache:
     def match_prefix(self, key: Any, **kwargs: Any) -> MatchResult:
         """The longest cached prefix of ``key``: ``MatchResult(device_indices,
         last_device_node, last_host_node)``; the node is what ``inc_lock_ref`` takes."""
-        tokens, ns = _key(key, kwargs.get("extra_key"))
+        tokens, ek, salt, first = _key(key, kwargs.get("extra_key"))
+        ns = self._ns(ek, salt, first)
         if self.disable:
             slots = array("I")
             node = self.root_node
@@ -122,12 +156,14 @@ class RadixCache:
     def insert(self, key: Any, value: Optional[Sequence[int]] = None, **kwargs: Any) -> int:
         """Caches ``key`` with ``value`` (its KV indices; SGLang's default, the token ids
         themselves, when None). Returns the length of the prefix that was cached already."""
-        tokens, ns = _key(key, kwargs.get("extra_key"))
+        tokens, ek, salt, first = _key(key, kwargs.get("extra_key"))
         if self.disable:
             return 0
+        ns = self._ns(ek, salt, first)
         if value is None:
-            value = tokens
-        return self.cache.insert(tokens, value, ns)
+            value = key.token_ids if first is not None else tokens  # SGLang: the raw tokens
+        n = len(tokens)
+        return self.cache.insert(tokens, value[:n] if len(value) > n else value, ns)
 
     def evict(self, num_tokens: int) -> int:
         """Evicts at least ``num_tokens`` tokens; the freed slots go to ``free_slots`` (or

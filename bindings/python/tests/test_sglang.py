@@ -93,3 +93,34 @@ def test_evict_needs_somewhere_for_caller_managed_slots():
     slots = pooled.cache.alloc(4)
     pooled.insert([1, 2, 3, 4], slots)
     assert pooled.evict(4) == 4  # the pool takes them back
+
+
+class FullKey:
+    """SGLang 0.5.x's RadixKey fields (token_ids, extra_key, cache_salt, limit, is_bigram)."""
+
+    def __init__(self, token_ids, extra_key=None, is_bigram=False, limit=None, cache_salt=None):
+        self.token_ids = token_ids
+        self.extra_key = extra_key
+        self.is_bigram = is_bigram
+        self.limit = limit
+        self.cache_salt = cache_salt or None
+
+
+def test_the_cache_salt_is_part_of_the_namespace():
+    # Found by the SGLang check: tenant B matched tenant A's tokens under the same extra_key.
+    cache = RadixCache()
+    cache.insert(FullKey([1, 2, 3], "lora", cache_salt="tenant-a"), [10, 11, 12])
+    assert len(cache.match_prefix(FullKey([1, 2, 3], "lora", cache_salt="tenant-b")).device_indices) == 0
+    assert len(cache.match_prefix(FullKey([1, 2, 3], "lora")).device_indices) == 0
+    assert list(cache.match_prefix(FullKey([1, 2, 3], "lora", cache_salt="tenant-a")).device_indices) == [10, 11, 12]
+
+
+def test_limit_and_bigram_keys():
+    cache = RadixCache()
+    cache.insert(FullKey([1, 2, 3, 4, 5, 6]), [10, 11, 12, 13, 14, 15])
+    assert len(cache.match_prefix(FullKey([1, 2, 3, 4, 5, 6], limit=4)).device_indices) == 4
+    bigrams = RadixCache()
+    assert bigrams.insert(FullKey([5, 6, 7, 8], is_bigram=True)) == 0
+    assert bigrams.total_size() == 3  # 4 raw tokens are 3 bigrams
+    assert len(bigrams.match_prefix(FullKey([5, 6, 7, 9], is_bigram=True)).device_indices) == 2
+    assert len(bigrams.match_prefix(FullKey([4, 6, 7, 8], is_bigram=True)).device_indices) == 0
