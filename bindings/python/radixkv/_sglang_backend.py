@@ -405,6 +405,9 @@ class RadixKvCache(BasePrefixCache):
 
         return sorted(range(len(node_handles)), key=key)
 
+    def is_root(self, node: Any) -> bool:
+        return node is self.root_node or node.stop == node.start
+
     def supports_prefix_sharing(self) -> bool:
         return not self.disable
 
