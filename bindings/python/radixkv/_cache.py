@@ -822,8 +822,6 @@ class Cache(_Unique):
         every ``auto_flush_ms`` (0: only :meth:`flush_events`). A bad endpoint raises
         :class:`InvalidArgumentError`, an address in use :class:`IoError`, and then nothing
         changed. Use the :class:`Publisher` as a context manager (closing stops it)."""
-        if not self._n.events:
-            self._n.flush_events()  # raises: events are not enabled
         ep = _opt_str(endpoint, "endpoint")
         replay = _opt_str(replay_endpoint, "replay_endpoint")
         top = _opt_str(topic, "topic")
