@@ -86,7 +86,12 @@ fn runs_cycle(cache: &Cache, prompt: &[u32], failures: &Failures) {
 /// of `threads * PAGES` pages: asserts that no allocation failed and that no slot was lost.
 fn run(threads: usize, page: usize, cycles: usize) {
     let pool = threads * PAGES * page;
-    let opts = CacheOptions { page_size: page, policy: EvictionPolicy::Lru, pool_slots: pool };
+    let opts = CacheOptions {
+        page_size: page,
+        policy: EvictionPolicy::Lru,
+        pool_slots: pool,
+        ..Default::default()
+    };
     let cache = Arc::new(Cache::new(opts).unwrap());
     let failures = Arc::new(Failures::default());
     let hs: Vec<_> = (0..threads)

@@ -39,8 +39,13 @@ use rng::Rng;
 
 fn run(page: usize, pool: usize, threads: usize, cycles: usize) {
     let cache = Arc::new(
-        Cache::new(CacheOptions { page_size: page, policy: EvictionPolicy::Lru, pool_slots: pool })
-            .unwrap(),
+        Cache::new(CacheOptions {
+            page_size: page,
+            policy: EvictionPolicy::Lru,
+            pool_slots: pool,
+            ..Default::default()
+        })
+        .unwrap(),
     );
     let owners = Arc::new(Owners((0..pool).map(|_| AtomicU32::new(0)).collect()));
     let hs: Vec<_> = (0..threads)

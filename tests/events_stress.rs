@@ -16,7 +16,13 @@ mod rng;
 use rng::Rng;
 
 fn run(page: usize, pool: usize, policy: EvictionPolicy, cycles: usize) {
-    let mut cache = Cache::new(CacheOptions { page_size: page, policy, pool_slots: pool }).unwrap();
+    let mut cache = Cache::new(CacheOptions {
+        page_size: page,
+        policy,
+        pool_slots: pool,
+        ..Default::default()
+    })
+    .unwrap();
     cache.enable_events(EventOptions::default()).unwrap();
     cache
         .set_namespace_meta(

@@ -85,7 +85,12 @@ fn expand(runs: &[SlotRun]) -> Result<Vec<u32>, TestCaseError> {
 }
 
 fn run(p: usize, ops: Vec<Op>) -> Result<(), TestCaseError> {
-    let tree = RadixTree::new(TreeConfig { page_size: p, policy: EvictionPolicy::Lru }).unwrap();
+    let tree = RadixTree::new(TreeConfig {
+        page_size: p,
+        policy: EvictionPolicy::Lru,
+        ..Default::default()
+    })
+    .unwrap();
     let mut model = Model { p, pages: HashMap::new() };
     let mut locks: Vec<(PrefixLock, u64, Vec<u32>)> = Vec::new();
     let mut next_slot = 0u32;
@@ -326,7 +331,7 @@ proptest! {
 /// exactly the key the model names: the least recently accessed (LRU: an insert or a match
 /// that reaches the key is an access) or the first inserted (FIFO).
 fn run_order(policy: EvictionPolicy, ops: Vec<(u8, u32, usize)>) -> Result<(), TestCaseError> {
-    let tree = RadixTree::new(TreeConfig { page_size: 1, policy }).unwrap();
+    let tree = RadixTree::new(TreeConfig { page_size: 1, policy, ..Default::default() }).unwrap();
     let key = |i: u32| -> Vec<u32> { (0..4).map(|j| 10 * i + j).collect() };
     // Cached keys -> (last access, creation), both in operation order.
     let mut model: HashMap<u32, (usize, usize)> = HashMap::new();

@@ -154,7 +154,9 @@ fn request(rng: &mut Rng) -> Vec<u32> {
 }
 
 fn run(page: usize, threads: usize, ops: usize, policy: EvictionPolicy) {
-    let tree = Arc::new(RadixTree::new(TreeConfig { page_size: page, policy }).unwrap());
+    let tree = Arc::new(
+        RadixTree::new(TreeConfig { page_size: page, policy, ..Default::default() }).unwrap(),
+    );
     let ledger = Arc::new(Ledger::new());
     let handles: Vec<_> = (0..threads)
         .map(|t| {

@@ -6,7 +6,13 @@ use crate::pool::SlotState;
 use crate::slot_run::SlotRun;
 
 fn pooled(n: usize, p: usize) -> Cache {
-    Cache::new(CacheOptions { page_size: p, policy: EvictionPolicy::Lru, pool_slots: n }).unwrap()
+    Cache::new(CacheOptions {
+        page_size: p,
+        policy: EvictionPolicy::Lru,
+        pool_slots: n,
+        ..Default::default()
+    })
+    .unwrap()
 }
 
 fn conserved(c: &Cache, held: usize) {
@@ -182,7 +188,9 @@ fn insert_runs_settles_the_pool_as_insert_does() {
             assert_eq!(expand(&rb), sa, "p {p} request {i}");
             assert_eq!(sl, sa, "p {p} request {i}");
             let n = t.len();
-            let (el, _) = l.insert_list(0, t, &sl[..n], false, None, l.pool().unwrap()).unwrap();
+            let (el, _) = l
+                .insert_list(0, t, &sl[..n], false, Default::default(), None, l.pool().unwrap())
+                .unwrap();
             let ea = a.insert(0, t, &sa[..n]).unwrap();
             let eb = b.insert_runs(0, t, &first(&rb, n)).unwrap();
             assert_eq!((el, ea), (eb, eb), "p {p} request {i}");

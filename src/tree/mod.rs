@@ -152,6 +152,7 @@ mod namespace;
 mod node;
 mod ns_map;
 mod pins;
+mod policy;
 mod slots;
 mod split;
 mod stripes;
@@ -165,6 +166,10 @@ use namespace::Root;
 use node::{ChildTable, DEAD, Node, PIN_MASK, REPLACED, node_ref};
 use ns_map::NsMap;
 use pins::Pin;
+pub use policy::{
+    DEFAULT_SLRU_THRESHOLD, EvictionPolicy, InsertOptions, NodeInfo, checked_priority,
+};
+use policy::{FROZEN, Keys};
 pub(crate) use slots::{OutBuf, SlotSink, SlotSource, cut_runs, push_differing};
 use stripes::MatchCounters;
 
@@ -173,36 +178,6 @@ use crate::slot_run::SlotRun;
 use crate::sync::epoch::{Domain, Guard, Owned};
 use crate::sync::{AtomicU64, Ordering, lock, next_id};
 
-/// How eviction orders evictable leaves.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum EvictionPolicy {
-    /// Least recently accessed leaf first (`RKV_EVICT_LRU = 0`).
-    #[default]
-    Lru,
-    /// Oldest inserted leaf first, ignoring later accesses (`RKV_EVICT_FIFO = 1`).
-    Fifo,
-}
-
-impl std::str::FromStr for EvictionPolicy {
-    type Err = Error;
-    fn from_str(s: &str) -> Result<Self> {
-        match s.to_ascii_lowercase().as_str() {
-            "lru" => Ok(EvictionPolicy::Lru),
-            "fifo" => Ok(EvictionPolicy::Fifo),
-            _ => Err(invalid(format!("unknown eviction policy {s:?} (expected lru or fifo)"))),
-        }
-    }
-}
-
-impl fmt::Display for EvictionPolicy {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(match self {
-            EvictionPolicy::Lru => "lru",
-            EvictionPolicy::Fifo => "fifo",
-        })
-    }
-}
-
 /// Settings fixed for a tree's life.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct TreeConfig {
@@ -210,11 +185,19 @@ pub struct TreeConfig {
     pub page_size: usize,
     /// Eviction order.
     pub policy: EvictionPolicy,
+    /// [`EvictionPolicy::Slru`]'s threshold: a node with at least this many hits is in the
+    /// protected segment (default [`DEFAULT_SLRU_THRESHOLD`], SGLang's; 0 puts every node
+    /// there, which is LRU). Ignored by the other policies.
+    pub slru_threshold: u32,
 }
 
 impl Default for TreeConfig {
     fn default() -> Self {
-        TreeConfig { page_size: 1, policy: EvictionPolicy::Lru }
+        TreeConfig {
+            page_size: 1,
+            policy: EvictionPolicy::Lru,
+            slru_threshold: DEFAULT_SLRU_THRESHOLD,
+        }
     }
 }
 
@@ -383,7 +366,7 @@ impl RadixTree {
             domain: Domain::new(),
             roots: NsMap::new(),
             namespaces: AtomicU64::new(0),
-            index: EvictIndex::new(),
+            index: EvictIndex::new(Keys { policy: cfg.policy, slru_threshold: cfg.slru_threshold }),
             cached: AtomicU64::new(0),
             evictable: AtomicU64::new(0),
             protected: AtomicU64::new(0),
@@ -420,14 +403,108 @@ impl RadixTree {
         crate::sync::clock::now()
     }
 
-    /// Refreshes `n`'s access stamp (LRU only), writing only when it is older than `now`
-    /// (a racing access may have stored a newer one: stamps only grow).
+    /// Records an access of `n` by an operation that started at `now`, under the policies
+    /// whose key reads accesses (not `fifo`, `filo`).
+    ///
+    /// Under the lazy index (every such policy but `mru`) the stamp is written only when it
+    /// is older than `now`, a load and a store: keys that grow need no index update (`pop`
+    /// re-queues), and two racing touches may leave the older of their stamps (between
+    /// racing accesses the order is approximate anyway). Under `mru` a touch makes the key
+    /// smaller, so a queued node is re-keyed at once: the touch half of the touch/queue
+    /// pair (`evict_index.rs`, module docs): an RMW on the stamp, then the `evq` load.
     #[inline]
     pub(super) fn touch(&self, n: &Node, now: u64) {
-        // Relaxed: a stamp is an eviction-order hint; no data depends on it.
-        if self.cfg.policy == EvictionPolicy::Lru && n.stamp.load(Ordering::Relaxed) < now {
-            n.stamp.store(now, Ordering::Relaxed);
+        match self.cfg.policy {
+            EvictionPolicy::Fifo | EvictionPolicy::Filo => {}
+            EvictionPolicy::Mru => {
+                // AcqRel: the touch half of the pair: an RMW, so it is ordered with the
+                // push's RMW in the stamp's modification order; Acquire so that, reading
+                // from that push, the `evq` load below sees its store.
+                // Relaxed (`evq`): a hint; the lock in `rekey` orders the rest.
+                if n.stamp.fetch_max(now, Ordering::AcqRel) < now
+                    && !n.evq.load(Ordering::Relaxed).is_null()
+                {
+                    self.index.rekey(n);
+                }
+            }
+            _ => {
+                // Relaxed: a stamp is an eviction-order hint; no data depends on it.
+                if n.stamp.load(Ordering::Relaxed) < now {
+                    n.stamp.store(now, Ordering::Relaxed);
+                }
+            }
         }
+    }
+
+    /// Raises `n`'s priority to at least `priority` and adds `hits` to its hit count (the
+    /// policy's metadata, see [`InsertOptions`]), unless a split froze its word: then
+    /// `false`, and the caller bumps the nodes that replaced it (`Insert::bump`).
+    ///
+    /// A CAS loop: bumps never get lost between racing inserts, and the split's freeze (an
+    /// RMW on the same word, see `split.rs`) is ordered with it: a bump before the freeze
+    /// is in what the split hands to the halves, one after it fails here.
+    #[inline]
+    pub(super) fn try_bump(&self, n: &Node, priority: i32, hits: u32) -> bool {
+        // Relaxed: only the CAS's expected value.
+        let mut m = n.meta.load(Ordering::Relaxed);
+        loop {
+            if m & FROZEN != 0 {
+                return false;
+            }
+            let b = policy::meta_bumped(m, priority, hits);
+            if b == m {
+                return true; // nothing to raise, nothing to count
+            }
+            // Relaxed on success: metadata is an eviction-order hint. Acquire on failure:
+            // a FROZEN read here comes from the split's freeze (Release), after its REPLACED
+            // CAS, which the caller then follows (`resolve`).
+            match n.meta.compare_exchange_weak(m, b, Ordering::Relaxed, Ordering::Acquire) {
+                Ok(_) => return true,
+                Err(x) => m = x,
+            }
+        }
+    }
+
+    /// The nodes on the path `tokens` (cut to a page multiple) of namespace `ns` as they
+    /// are now, with their eviction metadata: one [`NodeInfo`] per node, root first (the
+    /// root excluded), ending with the node that holds the last matched page. Lock-free,
+    /// changes nothing (no access is recorded). For tests and diagnostics: under
+    /// concurrency each figure is a recent value.
+    pub fn inspect(&self, ns: u64, tokens: &[u32]) -> Vec<NodeInfo> {
+        let g = self.domain.pin();
+        let key = &tokens[..self.aligned(tokens.len())];
+        let mut out = Vec::new();
+        let Some(root) = self.root(ns, &g) else { return out };
+        let mut cur = root;
+        let mut pos = 0;
+        while pos < key.len() {
+            let Some((c, k)) = self.step(cur, &key[pos..], &g) else { break };
+            // Relaxed (all): diagnostics.
+            let s = c.state.load(Ordering::Relaxed);
+            let m = c.meta.load(Ordering::Relaxed);
+            let (priority, hits) = if self.cfg.policy.reads_meta() {
+                (
+                    if self.cfg.policy.reads_priority() { policy::meta_priority(m) } else { 0 },
+                    if self.cfg.policy.reads_hits() { policy::meta_hits(m) } else { 0 },
+                )
+            } else {
+                (0, 0)
+            };
+            out.push(NodeInfo {
+                len: c.len(),
+                pins: (s & PIN_MASK) as u32,
+                priority,
+                hits,
+                stamp: c.stamp.load(Ordering::Relaxed),
+                leaf: c.is_leaf(&g),
+            });
+            pos += k;
+            if k < c.len() {
+                break;
+            }
+            cur = c;
+        }
+        out
     }
 
     // ---------------------------------------------------------------- memory

@@ -3,7 +3,8 @@
 use super::*;
 
 fn tree(p: usize) -> RadixTree {
-    RadixTree::new(TreeConfig { page_size: p, policy: EvictionPolicy::Lru }).unwrap()
+    RadixTree::new(TreeConfig { page_size: p, policy: EvictionPolicy::Lru, ..Default::default() })
+        .unwrap()
 }
 
 fn m(t: &RadixTree, ns: u64, tokens: &[u32]) -> Vec<u32> {
@@ -92,6 +93,7 @@ fn inserts_that_cache_nothing_leave_no_namespace_behind() {
         &[1, 2, 3, 4],
         SlotSource::List(&[1, 2, 3, 4]),
         false,
+        InsertOptions::default(),
         None,
         &mut |_, _, stage| match stage {
             Stage::Check => Ok(()),
@@ -371,7 +373,14 @@ fn insert_and_lock_pins_atomically() {
 
 #[test]
 fn empty_and_bad_inputs() {
-    assert!(RadixTree::new(TreeConfig { page_size: 0, policy: EvictionPolicy::Lru }).is_err());
+    assert!(
+        RadixTree::new(TreeConfig {
+            page_size: 0,
+            policy: EvictionPolicy::Lru,
+            ..Default::default()
+        })
+        .is_err()
+    );
     let t = tree(4);
     assert!(matches!(t.insert(0, &[1, 2], &[1]), Err(Error::InvalidArgument(_))));
     assert_eq!(t.stats().cached_tokens, 0);
@@ -406,7 +415,12 @@ fn reset_drops_unpinned_only() {
 
 #[test]
 fn fifo_ignores_accesses() {
-    let t = RadixTree::new(TreeConfig { page_size: 1, policy: EvictionPolicy::Fifo }).unwrap();
+    let t = RadixTree::new(TreeConfig {
+        page_size: 1,
+        policy: EvictionPolicy::Fifo,
+        ..Default::default()
+    })
+    .unwrap();
     t.insert(0, &[1], &[1]).unwrap();
     t.insert(0, &[2], &[2]).unwrap();
     m(&t, 0, &[1]);
@@ -682,7 +696,7 @@ fn a_panicking_free_callback_leaves_the_counts_exact() {
 fn slot_sinks_rewind_to_a_mark() {
     // An insert checks its outcome with an edge's slots appended, then rewinds: the sink
     // must be exactly as before, also when the edge's first run continued the sink's last.
-    let node = Node::new(super::slots::Edge::new(&[1, 2, 3, 4], &[10, 11, 12, 40], 1), 0, 0);
+    let node = Node::new(super::slots::Edge::new(&[1, 2, 3, 4], &[10, 11, 12, 40], 1), 0, 0, 0);
     let mut runs = vec![SlotRun { start: 5, len: 1 }, SlotRun { start: 8, len: 2 }];
     let before = runs.clone();
     let m = runs.mark();

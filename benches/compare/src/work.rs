@@ -222,9 +222,13 @@ pub enum CacheCycle {
 }
 
 pub fn evict_replay_rkv(reqs: &[Req], cap: usize, cycle: CacheCycle) -> EvictRun {
-    let cache =
-        Cache::new(CacheOptions { page_size: 1, policy: EvictionPolicy::Lru, pool_slots: cap })
-            .unwrap();
+    let cache = Cache::new(CacheOptions {
+        page_size: 1,
+        policy: EvictionPolicy::Lru,
+        pool_slots: cap,
+        ..Default::default()
+    })
+    .unwrap();
     let pool = cache.pool().unwrap();
     let mut slots = Vec::new();
     let mut runs = Vec::new();
@@ -346,7 +350,12 @@ impl RunFreeList {
 /// The tree alone with caller-managed slots: a free list of slot runs stands in for the
 /// pool (`evict_runs` hands evicted runs to it, allocations take from it).
 pub fn evict_replay_tree(reqs: &[Req], cap: usize, reclaim: bool) -> EvictRun {
-    let tree = RadixTree::new(TreeConfig { page_size: 1, policy: EvictionPolicy::Lru }).unwrap();
+    let tree = RadixTree::new(TreeConfig {
+        page_size: 1,
+        policy: EvictionPolicy::Lru,
+        ..Default::default()
+    })
+    .unwrap();
     let mut free = RunFreeList::new(cap);
     let mut slots = Vec::new();
     let mut calls = Vec::new();
@@ -505,7 +514,12 @@ pub const EVICT_OP_TOKENS: usize = 16_384;
 /// The bare tree with caller-managed slots: a `Mutex<RunFreeList>` stands in for the pool
 /// (`evict_runs` refills it; allocations take from it). Isolates the tree from the pool.
 pub fn mix_tree(reqs: &[Req], threads: usize, cap: usize) -> MixRun {
-    let tree = RadixTree::new(TreeConfig { page_size: 1, policy: EvictionPolicy::Lru }).unwrap();
+    let tree = RadixTree::new(TreeConfig {
+        page_size: 1,
+        policy: EvictionPolicy::Lru,
+        ..Default::default()
+    })
+    .unwrap();
     let free = Mutex::new(RunFreeList::new(cap));
     let refill = |runs: &[SlotRun]| free.lock().unwrap().put(runs);
     mix_driver(reqs, threads, &|r, slots| match r {
@@ -543,9 +557,13 @@ pub fn mix_tree(reqs: &[Req], threads: usize, cap: usize) -> MixRun {
 }
 
 pub fn mix_rkv(reqs: &[Req], threads: usize, cap: usize) -> MixRun {
-    let cache =
-        Cache::new(CacheOptions { page_size: 1, policy: EvictionPolicy::Lru, pool_slots: cap })
-            .unwrap();
+    let cache = Cache::new(CacheOptions {
+        page_size: 1,
+        policy: EvictionPolicy::Lru,
+        pool_slots: cap,
+        ..Default::default()
+    })
+    .unwrap();
     mix_driver(reqs, threads, &|r, slots| match r {
         Some(r) => rkv_cycle(&cache, r, slots),
         None => {
@@ -558,9 +576,13 @@ pub fn mix_rkv(reqs: &[Req], threads: usize, cap: usize) -> MixRun {
 /// [`mix_rkv`] with slots as runs end to end (`match_and_lock_runs`, `alloc_runs`,
 /// `insert_runs`).
 pub fn mix_rkv_runs(reqs: &[Req], threads: usize, cap: usize) -> MixRun {
-    let cache =
-        Cache::new(CacheOptions { page_size: 1, policy: EvictionPolicy::Lru, pool_slots: cap })
-            .unwrap();
+    let cache = Cache::new(CacheOptions {
+        page_size: 1,
+        policy: EvictionPolicy::Lru,
+        pool_slots: cap,
+        ..Default::default()
+    })
+    .unwrap();
     thread_local! {
         static RUNS: std::cell::RefCell<Vec<SlotRun>> = const { std::cell::RefCell::new(Vec::new()) };
     }
@@ -577,8 +599,13 @@ pub fn mix_rkv_runs(reqs: &[Req], threads: usize, cap: usize) -> MixRun {
 /// match_and_lock + alloc; finish: insert + release), as a scheduler would.
 pub fn mix_rkv_mutex(reqs: &[Req], threads: usize, cap: usize) -> MixRun {
     let cache = Mutex::new(
-        Cache::new(CacheOptions { page_size: 1, policy: EvictionPolicy::Lru, pool_slots: cap })
-            .unwrap(),
+        Cache::new(CacheOptions {
+            page_size: 1,
+            policy: EvictionPolicy::Lru,
+            pool_slots: cap,
+            ..Default::default()
+        })
+        .unwrap(),
     );
     mix_driver(reqs, threads, &|r, slots| match r {
         Some(r) => {
