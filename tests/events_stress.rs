@@ -137,3 +137,13 @@ fn stream_replays_to_the_tree_s_pages_page_1() {
 fn stream_replays_to_the_tree_s_pages_page_4_fifo() {
     run(4, 256, EvictionPolicy::Fifo, 50_000);
 }
+
+#[test]
+fn stream_replays_to_the_tree_s_pages_page_2_mru() {
+    run(2, 128, EvictionPolicy::Mru, 30_000);
+}
+
+#[test]
+fn stream_replays_to_the_tree_s_pages_page_1_priority() {
+    run(1, 96, EvictionPolicy::Priority, 30_000);
+}
