@@ -703,3 +703,6 @@ fn events_insert_of_a_leaf_racing_an_insert_of_its_child() {
         assert_eq!(t.cached_page_hashes().len(), 3);
     });
 }
+
+#[path = "loom_support/policy.rs"]
+mod policy;

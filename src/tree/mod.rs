@@ -445,8 +445,10 @@ impl RadixTree {
     /// is in what the split hands to the halves, one after it fails here.
     #[inline]
     pub(super) fn try_bump(&self, n: &Node, priority: i32, hits: u32) -> bool {
-        // Relaxed: only the CAS's expected value.
-        let mut m = n.meta.load(Ordering::Relaxed);
+        // Acquire (this load and the CAS's failure): a FROZEN read here comes from the
+        // split's freeze (Release), after its REPLACED CAS, which the caller then follows
+        // (`resolve` must see REPLACED, or the caller would find the frozen node again).
+        let mut m = n.meta.load(Ordering::Acquire);
         loop {
             if m & FROZEN != 0 {
                 return false;
@@ -456,8 +458,7 @@ impl RadixTree {
                 return true; // nothing to raise, nothing to count
             }
             // Relaxed on success: metadata is an eviction-order hint. Acquire on failure:
-            // a FROZEN read here comes from the split's freeze (Release), after its REPLACED
-            // CAS, which the caller then follows (`resolve`).
+            // as the load above.
             match n.meta.compare_exchange_weak(m, b, Ordering::Relaxed, Ordering::Acquire) {
                 Ok(_) => return true,
                 Err(x) => m = x,
