@@ -3,7 +3,7 @@
 //!
 //! Without a pool ("caller-managed"), slots are the caller's: the cache only indexes them,
 //! and hands evicted slots back through a callback. With a pool of `N` slots, the cache owns
-//! them: [`Cache::alloc`] hands out free slots (evicting LRU leaves when short), inserts adopt
+//! them: [`Cache::alloc`] hands out free slots (evicting leaves in policy order when short), inserts adopt
 //! slots and free the ones they did not adopt, and eviction returns slots to the pool.
 //!
 //! # Consistency

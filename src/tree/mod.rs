@@ -15,7 +15,8 @@
 //! (a prefix-closed map from pages to slots with pin counts):
 //!
 //! - [`RadixTree::match_prefix`] is lock-free and writes no structure (only access stamps
-//!   of the edges it passes). It linearizes at the moment it observed the end of the match
+//!   of the edges it passes; under `mru`, a match that ends at a queued leaf also re-keys it
+//!   in the eviction index, under the index's mutex). It linearizes at the moment it observed the end of the match
 //!   (a missing child, or the last edge it read). The slots it writes are valid memory
 //!   whatever races it (the epoch keeps every node it read); before returning it re-checks
 //!   that the last edge it used is still cached, a freshness choice that keeps its answer
@@ -32,15 +33,18 @@
 //!   slots) runs after that read under no node lock. [`RadixTree::insert_and_lock`] pins as
 //!   it descends, like `match_and_lock`, and creates its leaf already pinned, so the pin is
 //!   atomic with the insertion.
-//! - [`RadixTree::evict`] removes only unpinned leaves, in policy order. A node is marked
-//!   `DEAD` with a CAS from exactly "0 pins, live" before it is unlinked, so a racing pin
-//!   either lands first (and the eviction skips the node) or fails and treats the node as
-//!   absent.
+//! - [`RadixTree::evict`] removes only unpinned leaves, in policy order ([`EvictionPolicy`]:
+//!   SGLang's seven keys, smallest first; `docs/eviction.md`). A node is marked `DEAD` with a
+//!   CAS from exactly "0 pins, live" before it is unlinked, so a racing pin either lands
+//!   first (and the eviction skips the node) or fails and treats the node as absent.
 //! - Access stamps come from a clock that is strictly increasing in each thread and
 //!   monotonic across threads (`sync::clock`; reading it writes no shared
-//!   memory), so LRU and FIFO order are exact in any sequential history and between
-//!   operations ordered by happens-before; between racing accesses they are approximate
-//!   (a racing access may land on an edge after an eviction pass compared its stamp).
+//!   memory), so every policy's order is exact in any sequential history and between
+//!   operations ordered by happens-before; between racing accesses it is approximate
+//!   (a racing access may land on an edge after an eviction pass compared its key).
+//!   Priorities and hit counts (the metadata word, under `priority`, `lfu` and `slru`) are
+//!   never lost to a race: bumps are CAS loops, and a split freezes the word it replaces and
+//!   hands the halves what landed on it (`split.rs`, step (2')).
 //! - `stats()` counts are exact at quiescence (`cached == evictable + protected`); under
 //!   concurrency they are sums of counters updated at slightly different moments.
 //!
@@ -69,7 +73,9 @@
 //! [`RadixTree::namespace_stats`] walks one namespace (O(its nodes), lock-free): exact at
 //! quiescence, like `stats()`.
 //!
-//! **Locks.** Matches take none (a namespace lookup included). A split holds the edge's parent's lock, the edge's lock,
+//! **Locks.** Matches take none (a namespace lookup included), except under `mru`, where a
+//! match that ends at a queued leaf takes the eviction index's mutex once to re-key it (the
+//! touch/queue pair, `evict_index.rs`), as does any other access of a queued node. A split holds the edge's parent's lock, the edge's lock,
 //! and the new lower half's lock (uncontended), and takes the eviction index's mutex twice
 //! (to queue the lower half if it is an unpinned leaf, and to retire the old edge). A
 //! release takes that mutex when an unpin takes a leaf from 1 pin to 0 (to queue it). An
@@ -94,7 +100,10 @@
 //! - pins, and the unpin/evict pair: `pins.rs` (`try_pin`, `try_unpin`);
 //! - insert: `insert.rs` (`Insert::hang`);
 //! - eviction of one leaf and the pass: `evict.rs` (`evict_leaf`, `evict_with`), and the
-//!   index's tickets: `evict_index.rs`;
+//!   index (its tickets, the lazy queue for keys that grow, the ordered map for `mru`'s,
+//!   which shrink, and the touch/queue pair): `evict_index.rs` (module docs); the policies'
+//!   keys and the metadata word: `policy.rs`; the metadata's bumps and the split's freeze:
+//!   `RadixTree::try_bump`, `Insert::bump`, `split.rs` (step (2'));
 //! - KV events (with them on): the store pushed under the parent's lock before the leaf's
 //!   publish (`Insert::hang`), the removal after the `DEAD` CAS under the parent's lock
 //!   (`evict_leaf`), the page hashes kept on nodes and split between halves: `events.rs`,
@@ -108,7 +117,9 @@
 //! yet. (2) store `A.forward = U`; read A's pin count v, store it into U and L, and CAS A's
 //! state from `v` to `v | REPLACED` (Release), retrying with the new count if a pin or
 //! unpin landed meanwhile: from that CAS on, A's count is frozen and every holder of a pin
-//! on A holds one on U and on L. (3) publish U in the parent's table with one atomic store
+//! on A holds one on U and on L. (2') Under the policies that keep a metadata word, freeze
+//! A's with an RMW and hand U and L what landed on it since (1) copied it into them; a bump
+//! that meets the frozen word goes to the nodes holding A's tokens instead. (3) publish U in the parent's table with one atomic store
 //! (Release): readers see A or U->L, never a half-split edge (A's content is immutable, so
 //! a reader still on A reads valid data and, meeting `REPLACED`, moves to U). (4) point A's
 //! children's parent pointers at L, queue L for eviction if A was an unpinned leaf, drop
@@ -127,8 +138,9 @@
 //! the node's last child; each must see the other, or the node is never queued) is an RMW
 //! on the node's state word on both sides (see `try_unpin`), not a SeqCst store/load pair.
 //!
-//! **Eviction** keeps evictable leaves in a lazy priority queue (`evict_index`), O(log n)
-//! per leaf, O(1) for leaves queued in stamp order (most of them). To evict, it locks the
+//! **Eviction** keeps evictable leaves in the eviction index (`evict_index`: a lazy priority
+//! queue, or under `mru` an ordered map), O(log n) per leaf, O(1) for leaves queued in key
+//! order (most of them, in the lazy queue). To evict, it locks the
 //! parent, then the leaf, re-checks it is an unpinned leaf, CASes its state `0 -> DEAD`,
 //! swaps the parent's table for one without it, hands its slots over and retires it. A
 //! parent that became an unpinned leaf is queued; a root left without children is marked
