@@ -265,7 +265,7 @@ fn insert(
         e
     } else if by_runs {
         tree.insert_runs_with_options(ns, &t, &runs, opts).unwrap()
-    } else if base % 2 == 0 {
+    } else if base.is_multiple_of(2) {
         tree.insert_with_options(ns, &t, &slots, opts).unwrap()
     } else {
         tree.insert(ns, &t, &slots).unwrap()
