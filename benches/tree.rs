@@ -19,7 +19,8 @@ fn requests() -> Vec<Vec<u32>> {
 }
 
 fn new_tree() -> RadixTree {
-    RadixTree::new(TreeConfig { page_size: 1, policy: EvictionPolicy::Lru }).unwrap()
+    RadixTree::new(TreeConfig { page_size: 1, policy: EvictionPolicy::Lru, ..Default::default() })
+        .unwrap()
 }
 
 fn filled(reqs: &[Vec<u32>]) -> RadixTree {

@@ -84,9 +84,9 @@ fn runs_cycle(cache: &Cache, prompt: &[u32], failures: &Failures) {
 
 /// `threads` threads, `cycles` request cycles each, with pages of `page` tokens on a pool
 /// of `threads * PAGES` pages: asserts that no allocation failed and that no slot was lost.
-fn run(threads: usize, page: usize, cycles: usize) {
+fn run(threads: usize, page: usize, cycles: usize, policy: EvictionPolicy) {
     let pool = threads * PAGES * page;
-    let opts = CacheOptions { page_size: page, policy: EvictionPolicy::Lru, pool_slots: pool };
+    let opts = CacheOptions { page_size: page, policy, pool_slots: pool, ..Default::default() };
     let cache = Arc::new(Cache::new(opts).unwrap());
     let failures = Arc::new(Failures::default());
     let hs: Vec<_> = (0..threads)
@@ -148,11 +148,19 @@ fn cycles() -> usize {
 /// 6 threads on 24 slots (page size 1), as in the report of the bug.
 #[test]
 fn alloc_never_fails_while_others_evict() {
-    run(6, 1, cycles());
+    run(6, 1, cycles(), EvictionPolicy::Lru);
+}
+
+/// The same under the policies with their own index paths: `mru` (an ordered map re-keyed
+/// on every access) and `lfu` (pairs in the lazy queue).
+#[test]
+fn alloc_never_fails_while_others_evict_mru_and_lfu() {
+    run(6, 1, cycles() / 2, EvictionPolicy::Mru);
+    run(6, 1, cycles() / 2, EvictionPolicy::Lfu);
 }
 
 /// The same with pages of 4 tokens (96 slots): whole pages are allocated and evicted.
 #[test]
 fn alloc_never_fails_while_others_evict_page_4() {
-    run(6, 4, cycles());
+    run(6, 4, cycles(), EvictionPolicy::Lru);
 }

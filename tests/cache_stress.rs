@@ -9,6 +9,7 @@
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, Ordering};
 
+use radixkv::tree::InsertOptions;
 use radixkv::{Cache, CacheOptions, Error, EvictionPolicy, Request, SlotRun};
 
 struct Owners(Vec<AtomicU32>);
@@ -37,10 +38,15 @@ fn held<'a>(r: &'a Request<'_>) -> &'a [u32] {
 mod rng;
 use rng::Rng;
 
-fn run(page: usize, pool: usize, threads: usize, cycles: usize) {
+fn run(page: usize, pool: usize, threads: usize, cycles: usize, policy: EvictionPolicy) {
     let cache = Arc::new(
-        Cache::new(CacheOptions { page_size: page, policy: EvictionPolicy::Lru, pool_slots: pool })
-            .unwrap(),
+        Cache::new(CacheOptions {
+            page_size: page,
+            policy,
+            pool_slots: pool,
+            ..Default::default()
+        })
+        .unwrap(),
     );
     let owners = Arc::new(Owners((0..pool).map(|_| AtomicU32::new(0)).collect()));
     let hs: Vec<_> = (0..threads)
@@ -65,11 +71,14 @@ fn run(page: usize, pool: usize, threads: usize, cycles: usize) {
                             }
                         })
                         .collect();
+                    // Priorities from -2 to 2 (the `priority` policy reads them).
+                    let priority = rng.below(5) as i32 - 2;
                     if rng.below(3) == 0 {
-                        runs_cycle(&cache, &owners, who, ns, &prompt, rng.below(8) != 0, page);
+                        let finish = rng.below(8) != 0;
+                        runs_cycle(&cache, &owners, who, ns, &prompt, finish, page, priority);
                         continue;
                     }
-                    let mut r = match cache.admit(ns, &prompt) {
+                    let mut r = match cache.admit_with_priority(ns, &prompt, priority) {
                         Ok(r) => r,
                         Err(Error::OutOfSlots { .. }) => continue, // everything pinned by others
                         Err(e) => panic!("admit: {e}"),
@@ -137,6 +146,7 @@ fn run(page: usize, pool: usize, threads: usize, cycles: usize) {
 
 /// One request with slots as runs end to end: pin the cached prefix, allocate the rest as
 /// runs, then insert the prompt (`finish`) or give the slots back.
+#[allow(clippy::too_many_arguments)]
 fn runs_cycle(
     cache: &Cache,
     owners: &Owners,
@@ -145,6 +155,7 @@ fn runs_cycle(
     prompt: &[u32],
     finish: bool,
     page: usize,
+    priority: i32,
 ) {
     let mut runs = Vec::new();
     let lock = cache.match_and_lock_runs(ns, prompt, &mut runs);
@@ -170,7 +181,8 @@ fn runs_cycle(
     };
     if finish {
         // The insert adopts or frees the prompt's slots; the page-rounding spare is ours.
-        cache.insert_runs(ns, prompt, &runs_of(&all[..prompt.len()])).unwrap();
+        let opts = InsertOptions::with_priority(priority);
+        cache.insert_runs_with_options(ns, prompt, &runs_of(&all[..prompt.len()]), opts).unwrap();
         if all.len() > prompt.len() {
             cache.free_runs(&runs_of(&all[prompt.len()..])).unwrap();
         }
@@ -190,15 +202,54 @@ fn cycles() -> usize {
 
 #[test]
 fn request_cycles_page_1() {
-    run(1, 2_048, threads(), cycles());
+    run(1, 2_048, threads(), cycles(), EvictionPolicy::Lru);
 }
 
 #[test]
 fn request_cycles_page_4() {
-    run(4, 4_096, threads(), cycles());
+    run(4, 4_096, threads(), cycles(), EvictionPolicy::Lru);
+}
+
+// Every other policy, at one page size each (the same checks: no slot held twice, pinned
+// prefixes keep their slots, and at quiescence free + cached == N, cached == evictable +
+// protected, every unpinned leaf queued).
+
+#[test]
+fn request_cycles_page_1_lfu() {
+    run(1, 2_048, threads(), cycles(), EvictionPolicy::Lfu);
+}
+
+#[test]
+fn request_cycles_page_4_fifo() {
+    run(4, 4_096, threads(), cycles(), EvictionPolicy::Fifo);
+}
+
+#[test]
+fn request_cycles_page_1_mru() {
+    run(1, 2_048, threads(), cycles(), EvictionPolicy::Mru);
+}
+
+#[test]
+fn request_cycles_page_4_mru() {
+    run(4, 4_096, threads(), cycles(), EvictionPolicy::Mru);
+}
+
+#[test]
+fn request_cycles_page_1_filo() {
+    run(1, 2_048, threads(), cycles(), EvictionPolicy::Filo);
+}
+
+#[test]
+fn request_cycles_page_4_priority() {
+    run(4, 4_096, threads(), cycles(), EvictionPolicy::Priority);
+}
+
+#[test]
+fn request_cycles_page_1_slru() {
+    run(1, 2_048, threads(), cycles(), EvictionPolicy::Slru);
 }
 
 #[test]
 fn request_cycles_page_16() {
-    run(16, 8_192, threads(), cycles());
+    run(16, 8_192, threads(), cycles(), EvictionPolicy::Lru);
 }

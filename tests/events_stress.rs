@@ -16,7 +16,13 @@ mod rng;
 use rng::Rng;
 
 fn run(page: usize, pool: usize, policy: EvictionPolicy, cycles: usize) {
-    let mut cache = Cache::new(CacheOptions { page_size: page, policy, pool_slots: pool }).unwrap();
+    let mut cache = Cache::new(CacheOptions {
+        page_size: page,
+        policy,
+        pool_slots: pool,
+        ..Default::default()
+    })
+    .unwrap();
     cache.enable_events(EventOptions::default()).unwrap();
     cache
         .set_namespace_meta(
@@ -130,4 +136,14 @@ fn stream_replays_to_the_tree_s_pages_page_1() {
 #[test]
 fn stream_replays_to_the_tree_s_pages_page_4_fifo() {
     run(4, 256, EvictionPolicy::Fifo, 50_000);
+}
+
+#[test]
+fn stream_replays_to_the_tree_s_pages_page_2_mru() {
+    run(2, 128, EvictionPolicy::Mru, 30_000);
+}
+
+#[test]
+fn stream_replays_to_the_tree_s_pages_page_1_priority() {
+    run(1, 96, EvictionPolicy::Priority, 30_000);
 }

@@ -12,7 +12,12 @@ mod replay;
 const P: usize = 2;
 
 fn tree() -> RadixTree {
-    let mut t = RadixTree::new(TreeConfig { page_size: P, policy: EvictionPolicy::Lru }).unwrap();
+    let mut t = RadixTree::new(TreeConfig {
+        page_size: P,
+        policy: EvictionPolicy::Lru,
+        ..Default::default()
+    })
+    .unwrap();
     t.enable_events(SinkOptions { block_size: P as u32, ..Default::default() }).unwrap();
     t
 }
@@ -164,9 +169,13 @@ fn drop_namespace_removes_its_pages_and_metadata_names_them() {
 
 #[test]
 fn exclusive_reset_clears_all_or_removes_what_left() {
-    let mut c =
-        Cache::new(CacheOptions { page_size: P, policy: EvictionPolicy::Lru, pool_slots: 64 })
-            .unwrap();
+    let mut c = Cache::new(CacheOptions {
+        page_size: P,
+        policy: EvictionPolicy::Lru,
+        pool_slots: 64,
+        ..Default::default()
+    })
+    .unwrap();
     c.enable_events(EventOptions::default()).unwrap();
     assert!(c.enable_events(EventOptions::default()).is_err(), "once");
     let a = [1, 2, 3, 4];
@@ -208,7 +217,12 @@ fn exclusive_reset_clears_all_or_removes_what_left() {
 
 #[test]
 fn events_off_and_enabling_rules() {
-    let mut t = RadixTree::new(TreeConfig { page_size: P, policy: EvictionPolicy::Lru }).unwrap();
+    let mut t = RadixTree::new(TreeConfig {
+        page_size: P,
+        policy: EvictionPolicy::Lru,
+        ..Default::default()
+    })
+    .unwrap();
     t.insert(0, &[1, 2], &[0, 1]).unwrap();
     assert!(t.events().is_none());
     assert!(t.cached_page_hashes().is_empty());
@@ -216,7 +230,12 @@ fn events_off_and_enabling_rules() {
         t.enable_events(SinkOptions { block_size: P as u32, ..Default::default() }).is_err(),
         "not empty"
     );
-    let mut u = RadixTree::new(TreeConfig { page_size: P, policy: EvictionPolicy::Lru }).unwrap();
+    let mut u = RadixTree::new(TreeConfig {
+        page_size: P,
+        policy: EvictionPolicy::Lru,
+        ..Default::default()
+    })
+    .unwrap();
     assert!(
         u.enable_events(SinkOptions { block_size: 3, ..Default::default() }).is_err(),
         "block size"

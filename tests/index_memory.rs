@@ -42,7 +42,12 @@ fn memory_bytes_matches_the_allocator() {
     let _one = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     // Slots one per token (scattered), runs (consecutive), several namespaces, splits.
     for scattered in [false, true] {
-        let t = RadixTree::new(TreeConfig { page_size: 1, policy: EvictionPolicy::Lru }).unwrap();
+        let t = RadixTree::new(TreeConfig {
+            page_size: 1,
+            policy: EvictionPolicy::Lru,
+            ..Default::default()
+        })
+        .unwrap();
         t.reclaim();
         let before = live();
         // An empty tree holds the namespace map's shards and their first tables.
@@ -83,8 +88,13 @@ fn memory_bytes_matches_the_allocator() {
 #[test]
 fn a_cache_reports_its_tree() {
     let _one = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
-    let c = Cache::new(CacheOptions { page_size: 4, policy: EvictionPolicy::Lru, pool_slots: 0 })
-        .unwrap();
+    let c = Cache::new(CacheOptions {
+        page_size: 4,
+        policy: EvictionPolicy::Lru,
+        pool_slots: 0,
+        ..Default::default()
+    })
+    .unwrap();
     let toks: Vec<u32> = (0..4_096).collect();
     let empty = c.tree().memory_bytes();
     c.insert(0, &toks, &toks).unwrap();

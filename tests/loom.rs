@@ -21,7 +21,8 @@ use loom::thread;
 use radixkv::{EvictionPolicy, RadixTree, TreeConfig};
 
 fn tree() -> RadixTree {
-    RadixTree::new(TreeConfig { page_size: 1, policy: EvictionPolicy::Lru }).unwrap()
+    RadixTree::new(TreeConfig { page_size: 1, policy: EvictionPolicy::Lru, ..Default::default() })
+        .unwrap()
 }
 
 /// Explores `f` with loom (preemption bound 2 unless `LOOM_MAX_PREEMPTIONS` says otherwise)
@@ -773,3 +774,6 @@ fn events_pinned_insert_and_release_racing_an_eviction() {
         t.check_invariants().unwrap();
     });
 }
+
+#[path = "loom_support/policy.rs"]
+mod policy;

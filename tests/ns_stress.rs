@@ -31,12 +31,23 @@ fn tokens(ns: u64, fam: u32, len: usize) -> Vec<u32> {
 /// dropped back into the pool.
 #[test]
 fn short_lived_namespaces_in_a_pooled_cache() {
+    for policy in [EvictionPolicy::Lru, EvictionPolicy::Mru, EvictionPolicy::Slru] {
+        namespaces_in_a_pooled_cache(policy);
+    }
+}
+
+fn namespaces_in_a_pooled_cache(policy: EvictionPolicy) {
     let page = 2;
     let pool = 4_096;
     let cycles = if cfg!(debug_assertions) { 2_000 } else { 20_000 };
     let cache = Arc::new(
-        Cache::new(CacheOptions { page_size: page, policy: EvictionPolicy::Lru, pool_slots: pool })
-            .unwrap(),
+        Cache::new(CacheOptions {
+            page_size: page,
+            policy,
+            pool_slots: pool,
+            ..Default::default()
+        })
+        .unwrap(),
     );
     // The namespace each slot was allocated for (written by the allocating thread before
     // its insert, so a match that finds the slot cached sees the tag).

@@ -12,7 +12,12 @@ fn load_trace() -> Option<Vec<Vec<u32>>> {
 }
 
 fn replay(reqs: &[Vec<u32>], page: usize, lock: bool) -> (u64, u64) {
-    let t = RadixTree::new(TreeConfig { page_size: page, policy: EvictionPolicy::Lru }).unwrap();
+    let t = RadixTree::new(TreeConfig {
+        page_size: page,
+        policy: EvictionPolicy::Lru,
+        ..Default::default()
+    })
+    .unwrap();
     let (mut hit, mut total) = (0u64, 0u64);
     let mut out = Vec::new();
     let mut next_slot = 0u32;

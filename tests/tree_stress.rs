@@ -8,6 +8,7 @@
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU8, AtomicU32, AtomicU64, Ordering};
 
+use radixkv::tree::InsertOptions;
 use radixkv::{EvictionPolicy, PrefixLock, RadixTree, TreeConfig};
 
 const MAX_SLOTS: usize = 40_000_000;
@@ -154,7 +155,9 @@ fn request(rng: &mut Rng) -> Vec<u32> {
 }
 
 fn run(page: usize, threads: usize, ops: usize, policy: EvictionPolicy) {
-    let tree = Arc::new(RadixTree::new(TreeConfig { page_size: page, policy }).unwrap());
+    let tree = Arc::new(
+        RadixTree::new(TreeConfig { page_size: page, policy, ..Default::default() }).unwrap(),
+    );
     let ledger = Arc::new(Ledger::new());
     let handles: Vec<_> = (0..threads)
         .map(|t| {
@@ -187,8 +190,16 @@ fn run(page: usize, threads: usize, ops: usize, policy: EvictionPolicy) {
                         4..=6 => {
                             let slots = ledger.fresh(ns, &q);
                             let n = q.len() / page * page;
+                            // Priorities and `inserted_len` move keys (and, under some
+                            // policies, make the insert split where its key ends).
+                            let opts = InsertOptions {
+                                priority: rng.below(5) as i32 - 2,
+                                inserted_len: if rng.below(4) == 0 { n / 2 } else { 0 },
+                            };
                             if rng.below(3) == 0 {
-                                let (e, l) = tree.insert_and_lock_raw(ns, &q, &slots).unwrap();
+                                let (e, l) = tree
+                                    .insert_and_lock_raw_with_options(ns, &q, &slots, opts)
+                                    .unwrap();
                                 assert_eq!(l.len(), n);
                                 ledger.settle(&slots, e, n);
                                 let m = tree.match_prefix(ns, &q, &mut out);
@@ -196,7 +207,7 @@ fn run(page: usize, threads: usize, ops: usize, policy: EvictionPolicy) {
                                 ledger.check_match(ns, &q, &out[..n], true);
                                 locks.push((l, q.clone(), out[..n].to_vec()));
                             } else {
-                                let e = tree.insert(ns, &q, &slots).unwrap();
+                                let e = tree.insert_with_options(ns, &q, &slots, opts).unwrap();
                                 assert!(e <= n && e.is_multiple_of(page));
                                 ledger.settle(&slots, e, n);
                             }
@@ -299,4 +310,38 @@ fn stress_page_4_lru() {
 #[test]
 fn stress_page_2_fifo() {
     run(2, threads(), ops(), EvictionPolicy::Fifo);
+}
+
+// Every other policy, each at a page size of its own: the same checks (every match's slots
+// belong to its context, pinned prefixes keep theirs, every slot freed once or cached, the
+// counters equal the walk, and every unpinned leaf queued, under `mru` with its current key).
+
+#[test]
+fn stress_page_1_lfu() {
+    run(1, threads(), ops(), EvictionPolicy::Lfu);
+}
+
+#[test]
+fn stress_page_2_mru() {
+    run(2, threads(), ops(), EvictionPolicy::Mru);
+}
+
+#[test]
+fn stress_page_1_mru() {
+    run(1, threads(), ops(), EvictionPolicy::Mru);
+}
+
+#[test]
+fn stress_page_4_filo() {
+    run(4, threads(), ops(), EvictionPolicy::Filo);
+}
+
+#[test]
+fn stress_page_1_priority() {
+    run(1, threads(), ops(), EvictionPolicy::Priority);
+}
+
+#[test]
+fn stress_page_2_slru() {
+    run(2, threads(), ops(), EvictionPolicy::Slru);
 }

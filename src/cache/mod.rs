@@ -3,7 +3,7 @@
 //!
 //! Without a pool ("caller-managed"), slots are the caller's: the cache only indexes them,
 //! and hands evicted slots back through a callback. With a pool of `N` slots, the cache owns
-//! them: [`Cache::alloc`] hands out free slots (evicting LRU leaves when short), inserts adopt
+//! them: [`Cache::alloc`] hands out free slots (evicting leaves in policy order when short), inserts adopt
 //! slots and free the ones they did not adopt, and eviction returns slots to the pool.
 //!
 //! # Consistency
@@ -38,8 +38,8 @@ use crate::pool::SlotPool;
 use crate::slot_run::{SlotRun, run_len};
 use crate::sync::{AtomicU64, AtomicUsize, Ordering, yield_now};
 use crate::tree::{
-    EvictionPolicy, LockGuard, NamespaceStats, PrefixLock, RadixTree, SlotSource, Stage,
-    TreeConfig, TreeStats, cut_runs, push_differing,
+    DEFAULT_SLRU_THRESHOLD, EvictionPolicy, InsertOptions, LockGuard, NamespaceStats, PrefixLock,
+    RadixTree, SlotSource, Stage, TreeConfig, TreeStats, cut_runs, push_differing,
 };
 
 /// How many times [`Cache::alloc`] tries again, at most, when it found nothing to evict
@@ -80,11 +80,19 @@ pub struct CacheOptions {
     /// 0: the caller manages slots; N: a built-in pool of N slots (a multiple of
     /// `page_size`).
     pub pool_slots: usize,
+    /// [`EvictionPolicy::Slru`]'s threshold (see [`TreeConfig::slru_threshold`]; default
+    /// [`DEFAULT_SLRU_THRESHOLD`]).
+    pub slru_threshold: u32,
 }
 
 impl Default for CacheOptions {
     fn default() -> Self {
-        CacheOptions { page_size: 1, policy: EvictionPolicy::Lru, pool_slots: 0 }
+        CacheOptions {
+            page_size: 1,
+            policy: EvictionPolicy::Lru,
+            pool_slots: 0,
+            slru_threshold: DEFAULT_SLRU_THRESHOLD,
+        }
     }
 }
 
@@ -200,7 +208,11 @@ impl Cache {
     /// A new cache. `InvalidArgument` for page size 0 or a pool size that is not a
     /// multiple of the page size.
     pub fn new(opts: CacheOptions) -> Result<Self> {
-        let tree = RadixTree::new(TreeConfig { page_size: opts.page_size, policy: opts.policy })?;
+        let tree = RadixTree::new(TreeConfig {
+            page_size: opts.page_size,
+            policy: opts.policy,
+            slru_threshold: opts.slru_threshold,
+        })?;
         let pool = match opts.pool_slots {
             0 => None,
             n => Some(SlotPool::new(n, opts.page_size)?),
@@ -274,7 +286,30 @@ impl Cache {
     /// then handled as runs, as [`Cache::insert_runs`] does; scattered slots (runs under 4
     /// slots on average) are checked and stored one by one.
     pub fn insert(&self, ns: u64, tokens: &[u32], slots: &[u32]) -> Result<usize> {
-        self.insert_impl(ns, tokens, slots, false, None).map(|(e, _)| e)
+        self.insert_with_options(ns, tokens, slots, InsertOptions::default())
+    }
+
+    /// [`Cache::insert`] with an eviction priority (see [`InsertOptions::priority`]).
+    pub fn insert_with_priority(
+        &self,
+        ns: u64,
+        tokens: &[u32],
+        slots: &[u32],
+        priority: i32,
+    ) -> Result<usize> {
+        self.insert_with_options(ns, tokens, slots, InsertOptions::with_priority(priority))
+    }
+
+    /// [`Cache::insert`] with [`InsertOptions`] (priority, and what the request inserted
+    /// before, for hit counting).
+    pub fn insert_with_options(
+        &self,
+        ns: u64,
+        tokens: &[u32],
+        slots: &[u32],
+        opts: InsertOptions,
+    ) -> Result<usize> {
+        self.insert_impl(ns, tokens, slots, false, opts, None).map(|(e, _)| e)
     }
 
     /// Insert and pin `tokens[..n]` atomically (chunked prefill; a request that keeps
@@ -285,8 +320,18 @@ impl Cache {
         tokens: &[u32],
         slots: &[u32],
     ) -> Result<(usize, LockGuard<'_>)> {
-        let (e, l) = self.insert_impl(ns, tokens, slots, true, None)?;
-        let l = l.expect("a pinning insert returns a lock");
+        self.insert_and_lock_with_options(ns, tokens, slots, InsertOptions::default())
+    }
+
+    /// [`Cache::insert_and_lock`] with [`InsertOptions`].
+    pub fn insert_and_lock_with_options(
+        &self,
+        ns: u64,
+        tokens: &[u32],
+        slots: &[u32],
+        opts: InsertOptions,
+    ) -> Result<(usize, LockGuard<'_>)> {
+        let (e, l) = self.insert_and_lock_raw_with_options(ns, tokens, slots, opts)?;
         Ok((e, self.tree.guard(l)))
     }
 
@@ -297,7 +342,18 @@ impl Cache {
         tokens: &[u32],
         slots: &[u32],
     ) -> Result<(usize, PrefixLock)> {
-        let (e, l) = self.insert_impl(ns, tokens, slots, true, None)?;
+        self.insert_and_lock_raw_with_options(ns, tokens, slots, InsertOptions::default())
+    }
+
+    /// [`Cache::insert_and_lock_raw`] with [`InsertOptions`].
+    pub fn insert_and_lock_raw_with_options(
+        &self,
+        ns: u64,
+        tokens: &[u32],
+        slots: &[u32],
+        opts: InsertOptions,
+    ) -> Result<(usize, PrefixLock)> {
+        let (e, l) = self.insert_impl(ns, tokens, slots, true, opts, None)?;
         Ok((e, l.expect("a pinning insert returns a lock")))
     }
 
@@ -309,11 +365,13 @@ impl Cache {
         tokens: &[u32],
         slots: &[u32],
         pin: bool,
+        opts: InsertOptions,
         cached: Option<&mut Vec<u32>>,
     ) -> Result<(usize, Option<PrefixLock>)> {
         let Some(pool) = &self.pool else {
             let src = SlotSource::List(slots);
-            return self.tree.insert_with(ns, tokens, src, pin, cached, &mut |_, _, _| Ok(()));
+            let ok = &mut |_: usize, _: &Vec<u32>, _| Ok(());
+            return self.tree.insert_with(ns, tokens, src, pin, opts, cached, ok);
         };
         if tokens.len() != slots.len() {
             return Err(invalid(format!(
@@ -336,19 +394,21 @@ impl Cache {
                 i += len;
             }
             if i == slots.len() {
-                return self.insert_runs_impl(ns, tokens, &runs, pin);
+                return self.insert_runs_impl(ns, tokens, &runs, pin, opts);
             }
         }
-        self.insert_list(ns, tokens, slots, pin, cached, pool)
+        self.insert_list(ns, tokens, slots, pin, opts, cached, pool)
     }
 
     /// The pool-mode insert of a slot list, slot by slot.
+    #[allow(clippy::too_many_arguments)]
     pub(crate) fn insert_list(
         &self,
         ns: u64,
         tokens: &[u32],
         slots: &[u32],
         pin: bool,
+        opts: InsertOptions,
         cached: Option<&mut Vec<u32>>,
         pool: &SlotPool,
     ) -> Result<(usize, Option<PrefixLock>)> {
@@ -373,7 +433,8 @@ impl Cache {
                 Stage::Commit => pool.settle(&slots[existing..n], release),
             }
         };
-        self.tree.insert_with(ns, tokens, SlotSource::List(slots), pin, Some(cached), &mut prepare)
+        let src = SlotSource::List(slots);
+        self.tree.insert_with(ns, tokens, src, pin, opts, Some(cached), &mut prepare)
     }
 
     /// [`Cache::insert`] with the slots given as runs of consecutive slots ([`SlotRun`], in
@@ -383,7 +444,18 @@ impl Cache {
     /// runs past `existing` (up to `n`) are adopted, and the given slots of the cached prefix
     /// that differ from the cached ones, and those past `n`, go back to the pool.
     pub fn insert_runs(&self, ns: u64, tokens: &[u32], runs: &[SlotRun]) -> Result<usize> {
-        self.insert_runs_impl(ns, tokens, runs, false).map(|(e, _)| e)
+        self.insert_runs_with_options(ns, tokens, runs, InsertOptions::default())
+    }
+
+    /// [`Cache::insert_runs`] with [`InsertOptions`].
+    pub fn insert_runs_with_options(
+        &self,
+        ns: u64,
+        tokens: &[u32],
+        runs: &[SlotRun],
+        opts: InsertOptions,
+    ) -> Result<usize> {
+        self.insert_runs_impl(ns, tokens, runs, false, opts).map(|(e, _)| e)
     }
 
     /// [`Cache::insert_and_lock`] with the slots given as runs (see [`Cache::insert_runs`]).
@@ -404,7 +476,18 @@ impl Cache {
         tokens: &[u32],
         runs: &[SlotRun],
     ) -> Result<(usize, PrefixLock)> {
-        let (e, l) = self.insert_runs_impl(ns, tokens, runs, true)?;
+        self.insert_and_lock_runs_raw_with_options(ns, tokens, runs, InsertOptions::default())
+    }
+
+    /// [`Cache::insert_and_lock_runs_raw`] with [`InsertOptions`].
+    pub fn insert_and_lock_runs_raw_with_options(
+        &self,
+        ns: u64,
+        tokens: &[u32],
+        runs: &[SlotRun],
+        opts: InsertOptions,
+    ) -> Result<(usize, PrefixLock)> {
+        let (e, l) = self.insert_runs_impl(ns, tokens, runs, true, opts)?;
         Ok((e, l.expect("a pinning insert returns a lock")))
     }
 
@@ -414,6 +497,7 @@ impl Cache {
         tokens: &[u32],
         runs: &[SlotRun],
         pin: bool,
+        opts: InsertOptions,
     ) -> Result<(usize, Option<PrefixLock>)> {
         let src = SlotSource::runs(runs, tokens.len())?;
         let Some(pool) = &self.pool else {
@@ -422,6 +506,7 @@ impl Cache {
                 tokens,
                 src,
                 pin,
+                opts,
                 None,
                 &mut |_, _, _| Ok(()),
             );
@@ -440,7 +525,7 @@ impl Cache {
                 Stage::Commit => pool.settle_runs(&adopt, &release),
             }
         };
-        self.tree.insert_with(ns, tokens, src, pin, Some(&mut cached), &mut prepare)
+        self.tree.insert_with(ns, tokens, src, pin, opts, Some(&mut cached), &mut prepare)
     }
 
     /// Unpins a detached lock. `InvalidLock` for another cache's lock.

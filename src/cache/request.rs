@@ -14,6 +14,12 @@
 //! request's lock); the rest are held by the request until `finish`/`abort` (dropping an
 //! unfinished request aborts it).
 //!
+//! Eviction metadata, as SGLang's scheduler passes it: every insert of the request
+//! (`checkpoint`, `finish`) carries the request's priority ([`Cache::admit_with_priority`];
+//! 0 by default), and the length it inserted before as [`InsertOptions::inserted_len`]
+//! (SGLang's `cache_inserted_len`), so a request counts one hit per node however often it
+//! checkpoints.
+//!
 //! ```
 //! use radixkv::{Cache, CacheOptions};
 //!
@@ -32,7 +38,7 @@
 
 use super::Cache;
 use crate::error::{Error, Result};
-use crate::tree::PrefixLock;
+use crate::tree::{InsertOptions, PrefixLock};
 
 /// One request's trip through a pooled cache (see the module docs). `Send`: a request may
 /// be admitted on one scheduler thread and finished on another.
@@ -45,6 +51,10 @@ pub struct Request<'c> {
     slots: Vec<u32>,
     cached_len: usize,
     lock: Option<PrefixLock>,
+    /// The priority its inserts carry.
+    priority: i32,
+    /// The longest key it inserted so far (SGLang's `cache_inserted_len`).
+    inserted_len: usize,
 }
 
 fn round_up(n: usize, p: usize) -> usize {
@@ -56,6 +66,17 @@ impl Cache {
     /// (whole pages, evicting when short) for the rest. On `OutOfSlots` nothing is held.
     /// `NoPool` without a pool.
     pub fn admit(&self, ns: u64, prompt: &[u32]) -> Result<Request<'_>> {
+        self.admit_with_priority(ns, prompt, 0)
+    }
+
+    /// [`Cache::admit`] for a request whose inserts carry eviction priority `priority`
+    /// (see [`InsertOptions::priority`]: read by the `priority` policy).
+    pub fn admit_with_priority(
+        &self,
+        ns: u64,
+        prompt: &[u32],
+        priority: i32,
+    ) -> Result<Request<'_>> {
         if !self.has_pool() {
             return Err(Error::NoPool);
         }
@@ -75,6 +96,8 @@ impl Cache {
             slots,
             cached_len: m,
             lock: Some(lock),
+            priority,
+            inserted_len: 0,
         })
     }
 }
@@ -110,6 +133,17 @@ impl<'c> Request<'c> {
         self.cached_len
     }
 
+    /// The eviction priority its inserts carry.
+    pub fn priority(&self) -> i32 {
+        self.priority
+    }
+
+    /// What its inserts pass as [`InsertOptions`] (once one succeeds, `inserted_len` grows
+    /// to its key's length).
+    fn insert_options(&self) -> InsertOptions {
+        InsertOptions { priority: self.priority, inserted_len: self.inserted_len }
+    }
+
     /// Tokens currently pinned in the tree for this request.
     pub fn locked_len(&self) -> usize {
         self.lock.as_ref().map_or(0, |l| l.len())
@@ -141,8 +175,10 @@ impl<'c> Request<'c> {
             &self.tokens[..n],
             &self.slots[..n],
             true,
+            self.insert_options(),
             Some(&mut cached),
         )?;
+        self.inserted_len = self.inserted_len.max(n);
         self.slots[..existing].copy_from_slice(&cached[..existing]);
         let lock = lock.expect("a pinning insert returns a lock");
         if let Some(old) = self.lock.replace(lock) {
@@ -157,7 +193,12 @@ impl<'c> Request<'c> {
     /// Returns the tokens that were cached already.
     pub fn finish(mut self) -> Result<usize> {
         let len = self.tokens.len();
-        let res = self.cache.insert(self.ns, &self.tokens, &self.slots[..len]);
+        let res = self.cache.insert_with_options(
+            self.ns,
+            &self.tokens,
+            &self.slots[..len],
+            self.insert_options(),
+        );
         match res {
             Ok(existing) => {
                 // The insert adopted or freed slots[..len]; the spare ones are still ours.

@@ -6,7 +6,13 @@ use crate::pool::SlotState;
 use crate::slot_run::SlotRun;
 
 fn pooled(n: usize, p: usize) -> Cache {
-    Cache::new(CacheOptions { page_size: p, policy: EvictionPolicy::Lru, pool_slots: n }).unwrap()
+    Cache::new(CacheOptions {
+        page_size: p,
+        policy: EvictionPolicy::Lru,
+        pool_slots: n,
+        ..Default::default()
+    })
+    .unwrap()
 }
 
 fn conserved(c: &Cache, held: usize) {
@@ -182,7 +188,9 @@ fn insert_runs_settles_the_pool_as_insert_does() {
             assert_eq!(expand(&rb), sa, "p {p} request {i}");
             assert_eq!(sl, sa, "p {p} request {i}");
             let n = t.len();
-            let (el, _) = l.insert_list(0, t, &sl[..n], false, None, l.pool().unwrap()).unwrap();
+            let (el, _) = l
+                .insert_list(0, t, &sl[..n], false, Default::default(), None, l.pool().unwrap())
+                .unwrap();
             let ea = a.insert(0, t, &sa[..n]).unwrap();
             let eb = b.insert_runs(0, t, &first(&rb, n)).unwrap();
             assert_eq!((el, ea), (eb, eb), "p {p} request {i}");
@@ -573,4 +581,78 @@ fn drop_namespace_returns_its_slots_to_the_pool() {
     let plain = Cache::new(CacheOptions::default()).unwrap();
     assert!(plain.drop_namespace(1, None).is_err());
     assert_eq!(plain.drop_namespace(1, Some(&mut |_: &[u32]| {})).unwrap(), 0);
+}
+
+fn pooled_with(n: usize, p: usize, policy: EvictionPolicy) -> Cache {
+    Cache::new(CacheOptions { page_size: p, policy, pool_slots: n, ..Default::default() }).unwrap()
+}
+
+/// A request's inserts carry its priority, and count one hit per node however often it
+/// checkpoints (SGLang's `cache_inserted_len`); a second request over the same prefix
+/// counts one more.
+#[test]
+fn the_request_cycle_passes_its_priority_and_counts_each_node_once() {
+    let prompt: Vec<u32> = (0..8).collect();
+    let c = pooled_with(64, 4, EvictionPolicy::Priority);
+    let mut r = c.admit_with_priority(0, &prompt, 6).unwrap();
+    assert_eq!(r.priority(), 6);
+    r.checkpoint().unwrap();
+    r.extend(&[100, 101, 102, 103]).unwrap();
+    r.finish().unwrap();
+    let path: Vec<(i32, usize)> = c
+        .tree()
+        .inspect(0, &[0, 1, 2, 3, 4, 5, 6, 7, 100, 101, 102, 103])
+        .iter()
+        .map(|i| (i.priority, i.len))
+        .collect();
+    assert_eq!(path, vec![(6, 8), (6, 4)]);
+    conserved(&c, 0);
+
+    let c = pooled_with(64, 4, EvictionPolicy::Lfu);
+    let hits = |c: &Cache| -> Vec<u32> {
+        c.tree()
+            .inspect(0, &[0, 1, 2, 3, 4, 5, 6, 7, 100, 101, 102, 103])
+            .iter()
+            .map(|i| i.hits)
+            .collect()
+    };
+    let mut r = c.admit(0, &prompt).unwrap();
+    r.checkpoint().unwrap();
+    r.checkpoint().unwrap();
+    r.extend(&[100, 101, 102, 103]).unwrap();
+    r.checkpoint().unwrap();
+    r.finish().unwrap();
+    assert_eq!(hits(&c), vec![1, 1]);
+    let mut r = c.admit(0, &prompt).unwrap();
+    assert_eq!(r.cached_len(), 8);
+    r.extend(&[100, 101, 102, 103]).unwrap();
+    r.finish().unwrap();
+    assert_eq!(hits(&c), vec![2, 2]);
+    conserved(&c, 0);
+}
+
+/// The pool's allocations evict in the cache's policy order.
+#[test]
+fn allocations_evict_in_policy_order() {
+    // Leaves A, B, C inserted in that order, then A matched: by last access B < C < A.
+    for (policy, victim) in
+        [(EvictionPolicy::Lru, 1), (EvictionPolicy::Mru, 0), (EvictionPolicy::Fifo, 0)]
+    {
+        let c = pooled_with(12, 4, policy);
+        let mut held = Vec::new();
+        for k in 0..3u32 {
+            let mut s = Vec::new();
+            c.alloc(4, &mut s).unwrap();
+            c.insert(0, &[k * 10, k * 10 + 1, k * 10 + 2, k * 10 + 3], &s).unwrap();
+            held.push(s);
+        }
+        let mut out = Vec::new();
+        c.match_prefix(0, &[0, 1, 2, 3], &mut out);
+        let mut s = Vec::new();
+        c.alloc(4, &mut s).unwrap();
+        s.sort_unstable();
+        held[victim].sort_unstable();
+        assert_eq!(s, held[victim], "{policy}");
+        conserved(&c, 4);
+    }
 }

@@ -318,9 +318,13 @@ pub fn replay_publishing(
             usize::try_from(p).map_err(|_| format!("capacity {c} too large for this machine"))?
         }
     };
-    let mut cache =
-        Cache::new(CacheOptions { page_size: page, policy: cfg.policy, pool_slots: pool })
-            .map_err(|e| format!("cannot create the cache: {e}"))?;
+    let mut cache = Cache::new(CacheOptions {
+        page_size: page,
+        policy: cfg.policy,
+        pool_slots: pool,
+        ..Default::default()
+    })
+    .map_err(|e| format!("cannot create the cache: {e}"))?;
     let publisher = match &cfg.events {
         Some(ev) => Some(start_events(&mut cache, ev)?),
         None => None,
@@ -461,11 +465,7 @@ pub fn replay_publishing(
         threads: threads as u64,
         page_size: page as u64,
         capacity: if pool == 0 { None } else { Some(pool as u64) },
-        policy: match cfg.policy {
-            EvictionPolicy::Lru => "lru",
-            EvictionPolicy::Fifo => "fifo",
-        }
-        .to_string(),
+        policy: cfg.policy.to_string(),
         schedule: cfg.schedule.name().to_string(),
         window: cfg.window as u64,
         with_output: cfg.with_output,

@@ -804,9 +804,13 @@ pub unsafe extern "C" fn rkv_cache_new(
                 o.pool_slots
             ));
         };
-        let cache =
-            Cache::new(CacheOptions { page_size: o.page_size as usize, policy, pool_slots })
-                .map_err(|e| fail(rkv_status::from(&e), format!("opts: {e}")))?;
+        let cache = Cache::new(CacheOptions {
+            page_size: o.page_size as usize,
+            policy,
+            pool_slots,
+            ..Default::default()
+        })
+        .map_err(|e| fail(rkv_status::from(&e), format!("opts: {e}")))?;
         // `None` only with 2^20 - 1 caches live at once (see `handles`).
         let locks = LockTable::new().ok_or_else(|| {
             fail(

@@ -525,7 +525,7 @@ mod tests {
     }
 
     fn req(ns: u64, tokens: Vec<u32>) -> Request {
-        Request { namespace: ns, tokens, output_length: 0, timestamp_ms: 0 }
+        Request { namespace: ns, tokens, output_length: 0, timestamp_ms: 0, priority: 0 }
     }
 
     #[test]

@@ -7,8 +7,12 @@
 //!   `{"timestamp": ms, "input_length": n, "output_length": m, "hash_ids": [h0, h1, ...]}`.
 //!   Each hash id stands for one block of `B` tokens (`block_size`, default 512); the tokens
 //!   are `concat over h of [h*B + i for i in 0..B]`, cut to `input_length`.
-//! - **tokens**: `{"tokens": [u32...], "namespace": u64, "output_length": m, "timestamp": ms}`
-//!   (all but `tokens` optional).
+//! - **tokens**: `{"tokens": [u32...], "namespace": u64, "output_length": m, "timestamp": ms,
+//!   "priority": p}` (all but `tokens` optional).
+//!
+//! Either format may carry a `"priority"`: the request's eviction priority (an integer in
+//! the `i32` range, default 0), which a replay passes to its inserts
+//! ([`crate::tree::InsertOptions::priority`], read by the `priority` eviction policy).
 //!
 //! Every bad input (unreadable file, malformed JSON, a token id or a length out of range,
 //! an `input_length` larger than its blocks) is a [`TraceError`] naming the file and line.
@@ -40,6 +44,8 @@ pub struct Request {
     pub output_length: usize,
     /// Arrival time in milliseconds (0 when the trace does not say).
     pub timestamp_ms: u64,
+    /// Eviction priority of the request's inserts (0 when the trace does not say).
+    pub priority: i32,
 }
 
 /// A bad trace: what went wrong, in which file, on which line.
@@ -130,6 +136,7 @@ enum Entry {
         input_length: usize,
         output_length: usize,
         timestamp_ms: u64,
+        priority: i32,
     },
     Tokens(Request),
 }
@@ -154,6 +161,15 @@ struct RawLine {
     /// token id is (an integer in [0, 2^32)), not serde's generic one.
     tokens: Option<Vec<serde_json::Number>>,
     namespace: Option<u64>,
+    /// A JSON number, so that one out of the `i32` range gets an error naming the range.
+    priority: Option<serde_json::Number>,
+}
+
+fn priority(n: &Option<serde_json::Number>) -> Result<i32, String> {
+    let Some(n) = n else { return Ok(0) };
+    n.as_i64()
+        .and_then(|v| crate::tree::checked_priority(v).ok())
+        .ok_or_else(|| format!("priority {n} out of range (expected an integer in [-2^31, 2^31))"))
 }
 
 fn timestamp_ms(n: &Option<serde_json::Number>) -> Result<u64, String> {
@@ -315,7 +331,14 @@ impl Trace {
     /// Request `i`, materialized. Panics if `i >= len()`.
     pub fn get(&self, i: usize) -> Request {
         match &self.entries[i] {
-            Entry::Blocks { hash_ids, block_size, input_length, output_length, timestamp_ms } => {
+            Entry::Blocks {
+                hash_ids,
+                block_size,
+                input_length,
+                output_length,
+                timestamp_ms,
+                priority,
+            } => {
                 let b = *block_size;
                 let mut tokens = Vec::with_capacity(*input_length);
                 for &h in hash_ids.iter() {
@@ -332,6 +355,7 @@ impl Trace {
                     tokens,
                     output_length: *output_length,
                     timestamp_ms: *timestamp_ms,
+                    priority: *priority,
                 }
             }
             Entry::Tokens(r) => r.clone(),
@@ -374,6 +398,7 @@ fn parse_line(line: &str, opts: TraceOptions) -> Result<Entry, String> {
     };
     let timestamp_ms = timestamp_ms(&raw.timestamp)?;
     let output_length = output_length(raw.output_length)?;
+    let priority = priority(&raw.priority)?;
     match format {
         Format::Tokens => {
             let Some(toks) = raw.tokens else { return Err("missing 'tokens'".into()) };
@@ -395,6 +420,7 @@ fn parse_line(line: &str, opts: TraceOptions) -> Result<Entry, String> {
                 tokens,
                 output_length,
                 timestamp_ms,
+                priority,
             }))
         }
         _ => {
@@ -434,6 +460,7 @@ fn parse_line(line: &str, opts: TraceOptions) -> Result<Entry, String> {
                 input_length: input_length as usize,
                 output_length,
                 timestamp_ms,
+                priority,
             })
         }
     }
@@ -485,13 +512,47 @@ mod tests {
         assert_eq!(t.len(), 2);
         assert_eq!(
             t.get(0),
-            Request { namespace: 5, tokens: vec![1, 2, 3], output_length: 2, timestamp_ms: 1 }
+            Request {
+                namespace: 5,
+                tokens: vec![1, 2, 3],
+                output_length: 2,
+                timestamp_ms: 1,
+                priority: 0
+            }
         );
         assert_eq!(
             t.get(1),
-            Request { namespace: 0, tokens: vec![], output_length: 0, timestamp_ms: 0 }
+            Request {
+                namespace: 0,
+                tokens: vec![],
+                output_length: 0,
+                timestamp_ms: 0,
+                priority: 0
+            }
         );
         assert_eq!(t.iter().count(), 2);
+    }
+
+    #[test]
+    fn priorities_are_read_and_checked() {
+        let text = concat!(
+            r#"{"tokens": [1], "priority": -3}"#,
+            "\n",
+            r#"{"tokens": [2], "priority": 2147483647}"#,
+            "\n",
+            r#"{"input_length": 2, "hash_ids": [1], "priority": 9}"#,
+            "\n",
+            r#"{"tokens": [3]}"#,
+        );
+        let t = parse(text, Format::Auto, 4).unwrap();
+        let p: Vec<i32> = t.iter().map(|r| r.priority).collect();
+        assert_eq!(p, vec![-3, i32::MAX, 9, 0]);
+        for bad in ["2147483648", "-2147483649", "1.5"] {
+            let e = err(&format!("{{\"tokens\": [1], \"priority\": {bad}}}"), Format::Auto, 4);
+            assert_eq!(e.line, Some(1));
+            assert!(e.message.contains(&format!("priority {bad} out of range")), "{e}");
+            assert!(e.message.contains("[-2^31, 2^31)"), "{e}");
+        }
     }
 
     #[test]

@@ -114,7 +114,13 @@ pub fn generate(cfg: &SyntheticConfig) -> Trace {
             events.push((
                 t,
                 seq,
-                Request { namespace: ns, tokens, output_length: out as usize, timestamp_ms: t },
+                Request {
+                    namespace: ns,
+                    tokens,
+                    output_length: out as usize,
+                    timestamp_ms: t,
+                    priority: 0,
+                },
             ));
         };
 

@@ -6,7 +6,8 @@ use node::Without;
 
 impl RadixTree {
     /// Frees at least `k` tokens (fewer only if nothing more is evictable), taking
-    /// unpinned leaves in policy order (LRU: least recently accessed first). A whole leaf
+    /// unpinned leaves in policy order (smallest key first: LRU takes the least recently
+    /// accessed; see [`EvictionPolicy`] and `docs/eviction.md` for the others). A whole leaf
     /// edge goes at once, so it may free more than `k`. Every freed slot is handed to
     /// `free` exactly once (called with no tree lock held; it must not call back into the
     /// tree). Returns the tokens freed. O(log n) per evicted leaf, plus O(tokens) to list
@@ -47,7 +48,7 @@ impl RadixTree {
         let mut since_repin = 0;
         loop {
             let next = pass.freed < k;
-            let popped = self.index.pop_after(pass.done.take(), next, pass.lru, &pass.guard);
+            let popped = self.index.pop_after(pass.done.take(), next, &pass.guard);
             let Some(x) = popped else {
                 break;
             };
@@ -61,7 +62,7 @@ impl RadixTree {
             if since_repin == 64 {
                 since_repin = 0;
                 // Nothing may stay pending across the repin (`done` names nodes by the guard).
-                self.index.pop_after(pass.done.take(), false, pass.lru, &pass.guard);
+                self.index.pop_after(pass.done.take(), false, &pass.guard);
                 pass.guard.repin();
             }
         }
@@ -235,7 +236,7 @@ impl RadixTree {
             for x in order {
                 // Retire the leaf taken last and queue its parent (one index step).
                 if pass.done.is_some() {
-                    self.index.pop_after(pass.done.take(), false, pass.lru, &pass.guard);
+                    self.index.pop_after(pass.done.take(), false, &pass.guard);
                 }
                 // `x` was reachable through tables after the guard was pinned, which is what
                 // `evict_leaf` needs (as for a node popped from the index).
@@ -259,14 +260,7 @@ impl RadixTree {
 
     /// A new eviction call's state.
     fn pass(&self) -> Pass<'_> {
-        Pass {
-            tree: self,
-            lru: self.cfg.policy == EvictionPolicy::Lru,
-            guard: self.domain.pin(),
-            done: None,
-            freed: 0,
-            leaves: 0,
-        }
+        Pass { tree: self, guard: self.domain.pin(), done: None, freed: 0, leaves: 0 }
     }
 }
 
@@ -278,7 +272,6 @@ const DROP_ROUNDS: usize = 4;
 /// step, or by the drop), and the counters it moves when it ends (see `evict_with`).
 struct Pass<'a> {
     tree: &'a RadixTree,
-    lru: bool,
     guard: Guard,
     done: Option<Evicted>,
     freed: usize,
@@ -290,7 +283,7 @@ impl Drop for Pass<'_> {
         // Also on unwind (a panicking `hand`): the pending leaf is unlinked and its slots
         // were handed over, so retire it and queue its parent, then count every leaf out.
         if let Some(d) = self.done.take() {
-            self.tree.index.pop_after(Some(d), false, self.lru, &self.guard);
+            self.tree.index.pop_after(Some(d), false, &self.guard);
         }
         let (t, f) = (self.tree, self.freed as u64);
         // Release (pairs with `stats`' Acquire): an allocation that sees this pass's tokens

@@ -9,7 +9,31 @@ impl RadixTree {
     /// of insertion: the slots `slots[..existing]` are not adopted (the tree keeps its
     /// own), nor are `slots[n..]`; the caller owns every slot not adopted.
     pub fn insert(&self, ns: u64, tokens: &[u32], slots: &[u32]) -> Result<usize> {
-        self.insert_plain(ns, tokens, SlotSource::List(slots), false).map(|(e, _)| e)
+        self.insert_with_options(ns, tokens, slots, InsertOptions::default())
+    }
+
+    /// [`RadixTree::insert`] with an eviction priority (see [`InsertOptions::priority`]:
+    /// read by [`EvictionPolicy::Priority`]; the other policies ignore it).
+    pub fn insert_with_priority(
+        &self,
+        ns: u64,
+        tokens: &[u32],
+        slots: &[u32],
+        priority: i32,
+    ) -> Result<usize> {
+        self.insert_with_options(ns, tokens, slots, InsertOptions::with_priority(priority))
+    }
+
+    /// [`RadixTree::insert`] with [`InsertOptions`] (priority, and what the request
+    /// inserted before, for hit counting).
+    pub fn insert_with_options(
+        &self,
+        ns: u64,
+        tokens: &[u32],
+        slots: &[u32],
+        opts: InsertOptions,
+    ) -> Result<usize> {
+        self.insert_plain(ns, tokens, SlotSource::List(slots), false, opts).map(|(e, _)| e)
     }
 
     /// [`RadixTree::insert`] with the slots given as runs of consecutive slots, in token
@@ -18,8 +42,19 @@ impl RadixTree {
     /// they are, O(runs) instead of scanning every slot. The runs `slots[..existing]` and
     /// past `n` cover are not adopted, as in `insert`.
     pub fn insert_runs(&self, ns: u64, tokens: &[u32], runs: &[SlotRun]) -> Result<usize> {
+        self.insert_runs_with_options(ns, tokens, runs, InsertOptions::default())
+    }
+
+    /// [`RadixTree::insert_runs`] with [`InsertOptions`].
+    pub fn insert_runs_with_options(
+        &self,
+        ns: u64,
+        tokens: &[u32],
+        runs: &[SlotRun],
+        opts: InsertOptions,
+    ) -> Result<usize> {
         let src = SlotSource::runs(runs, tokens.len())?;
-        self.insert_plain(ns, tokens, src, false).map(|(e, _)| e)
+        self.insert_plain(ns, tokens, src, false, opts).map(|(e, _)| e)
     }
 
     /// [`RadixTree::insert_and_lock_raw`] with the slots given as runs (as in
@@ -30,8 +65,19 @@ impl RadixTree {
         tokens: &[u32],
         runs: &[SlotRun],
     ) -> Result<(usize, PrefixLock)> {
+        self.insert_and_lock_runs_raw_with_options(ns, tokens, runs, InsertOptions::default())
+    }
+
+    /// [`RadixTree::insert_and_lock_runs_raw`] with [`InsertOptions`].
+    pub fn insert_and_lock_runs_raw_with_options(
+        &self,
+        ns: u64,
+        tokens: &[u32],
+        runs: &[SlotRun],
+        opts: InsertOptions,
+    ) -> Result<(usize, PrefixLock)> {
         let src = SlotSource::runs(runs, tokens.len())?;
-        let (e, l) = self.insert_plain(ns, tokens, src, true)?;
+        let (e, l) = self.insert_plain(ns, tokens, src, true, opts)?;
         Ok((e, l.expect("a pinning insert returns a lock")))
     }
 
@@ -42,8 +88,9 @@ impl RadixTree {
         tokens: &[u32],
         slots: SlotSource<'_>,
         pin: bool,
+        opts: InsertOptions,
     ) -> Result<(usize, Option<PrefixLock>)> {
-        self.insert_with::<Vec<u32>>(ns, tokens, slots, pin, None, &mut |_, _, _| Ok(()))
+        self.insert_with::<Vec<u32>>(ns, tokens, slots, pin, opts, None, &mut |_, _, _| Ok(()))
     }
 
     /// Insert and pin `tokens[..n]` atomically (chunked prefill, or a request that keeps
@@ -54,7 +101,18 @@ impl RadixTree {
         tokens: &[u32],
         slots: &[u32],
     ) -> Result<(usize, LockGuard<'_>)> {
-        let (e, l) = self.insert_and_lock_raw(ns, tokens, slots)?;
+        self.insert_and_lock_with_options(ns, tokens, slots, InsertOptions::default())
+    }
+
+    /// [`RadixTree::insert_and_lock`] with [`InsertOptions`].
+    pub fn insert_and_lock_with_options(
+        &self,
+        ns: u64,
+        tokens: &[u32],
+        slots: &[u32],
+        opts: InsertOptions,
+    ) -> Result<(usize, LockGuard<'_>)> {
+        let (e, l) = self.insert_and_lock_raw_with_options(ns, tokens, slots, opts)?;
         Ok((e, self.guard(l)))
     }
 
@@ -65,7 +123,18 @@ impl RadixTree {
         tokens: &[u32],
         slots: &[u32],
     ) -> Result<(usize, PrefixLock)> {
-        let (e, l) = self.insert_plain(ns, tokens, SlotSource::List(slots), true)?;
+        self.insert_and_lock_raw_with_options(ns, tokens, slots, InsertOptions::default())
+    }
+
+    /// [`RadixTree::insert_and_lock_raw`] with [`InsertOptions`].
+    pub fn insert_and_lock_raw_with_options(
+        &self,
+        ns: u64,
+        tokens: &[u32],
+        slots: &[u32],
+        opts: InsertOptions,
+    ) -> Result<(usize, PrefixLock)> {
+        let (e, l) = self.insert_plain(ns, tokens, SlotSource::List(slots), true, opts)?;
         Ok((e, l.expect("a pinning insert returns a lock")))
     }
 
@@ -93,12 +162,17 @@ impl RadixTree {
     /// that found its last edge, and its `Commit` step (the pool's settle) then runs under
     /// no node lock; the pool step is all or nothing by itself, and pinned (with `pin`) or
     /// not, what it settles against is what the tree held at that read.
+    ///
+    /// `opts`: the priority and hit counting (see [`InsertOptions`]); applied to the path
+    /// once the insert has succeeded, with the access stamps (`Insert::bump`).
+    #[allow(clippy::too_many_arguments)]
     pub(crate) fn insert_with<S: SlotSink + Default>(
         &self,
         ns: u64,
         tokens: &[u32],
         slots: SlotSource<'_>,
         pin: bool,
+        opts: InsertOptions,
         mut collect: Option<&mut S>,
         prepare: &mut dyn FnMut(usize, &S, Stage) -> Result<()>,
     ) -> Result<(usize, Option<PrefixLock>)> {
@@ -137,6 +211,7 @@ impl RadixTree {
             key,
             slots,
             pin,
+            opts,
             want,
             now: self.now(),
             g: &g,
@@ -165,6 +240,7 @@ struct Insert<'a, 'g, S> {
     key: &'a [u32],
     slots: SlotSource<'a>,
     pin: bool,
+    opts: InsertOptions,
     /// Whether the caller collects the cached slots (and so can check them).
     want: bool,
     now: u64,
@@ -173,8 +249,9 @@ struct Insert<'a, 'g, S> {
     /// The slots of the cached part of the path so far (when `want`).
     cached: &'a mut S,
     prepare: &'a mut dyn FnMut(usize, &S, Stage) -> Result<()>,
-    /// The nodes whose access stamps the insert refreshes, once it has succeeded.
-    path: Vec<&'g Node>,
+    /// The nodes whose access stamps (and metadata) the insert refreshes once it has
+    /// succeeded, each with where it ends in the key.
+    path: Vec<(&'g Node, usize)>,
     /// Whether `prepare` has checked the outcome before a change to the tree's shape.
     checked: bool,
 }
@@ -237,8 +314,9 @@ impl<'g, S: SlotSink> Insert<'_, 'g, S> {
                     self.path.clear();
                 }
                 Next::Done(existing) => {
-                    for x in &self.path {
+                    for &(x, end) in &self.path {
                         self.tree.touch(x, self.now);
+                        self.bump(x, end);
                     }
                     let lock = self.pin.then(|| self.tree.lock_of(self.ns, self.key));
                     return Ok((existing, lock));
@@ -271,10 +349,13 @@ impl<'g, S: SlotSink> Insert<'_, 'g, S> {
             if self.want {
                 self.cached.take(c, k);
             }
-            self.path.push(c);
+            self.path.push((c, pos + k));
             return Ok(Next::Down(c, pos + k));
         }
-        if self.want && (self.pin || pos + k < n) && !self.checked {
+        // Ends inside this edge: split it there anyway when the insert changes metadata the
+        // policy reads, so that only the inserted tokens take it (see `InsertOptions`).
+        let split_end = pos + k == n && !self.pin && self.splits_at_end(c);
+        if self.want && (self.pin || pos + k < n || split_end) && !self.checked {
             // A split comes next: check the outcome first (`existing = pos + k`). Only a
             // caller that collects the cached slots can check anything (the pool's
             // inserts); the others would only pay for the copy.
@@ -285,8 +366,9 @@ impl<'g, S: SlotSink> Insert<'_, 'g, S> {
             self.cached.rewind(mark);
             r.map_err(|e| self.fail(e, pos))?;
         }
-        if pos + k < n {
-            // Diverges inside the edge: split it, then look again.
+        if pos + k < n || split_end {
+            // Diverges inside the edge (or ends there, see above): split it, then look
+            // again.
             self.tree.split(c, k, false, self.g);
             return Ok(Next::Again);
         }
@@ -298,15 +380,69 @@ impl<'g, S: SlotSink> Insert<'_, 'g, S> {
             if self.want {
                 self.cached.take(u, u.len());
             }
-            self.path.push(u);
+            self.path.push((u, n));
             return Ok(Next::Down(u, n));
         }
         if self.want {
             self.cached.take(c, k);
         }
         self.commit(n, pos)?;
-        self.path.push(c);
+        self.path.push((c, n));
         Ok(Next::Done(n))
+    }
+
+    /// What the insert adds to the metadata of a node ending at `end` in the key: the
+    /// priority to raise it to, and the hits to count (see [`InsertOptions`]); `None` when
+    /// the policy reads neither or there is nothing to change.
+    fn bump_of(&self, end: usize) -> Option<(i32, u32)> {
+        let pol = self.tree.cfg.policy;
+        let prio = if pol.reads_priority() { self.opts.priority } else { i32::MIN };
+        let hits = (pol.reads_hits() && end > self.opts.inserted_len) as u32;
+        (prio != i32::MIN || hits > 0).then_some((prio, hits))
+    }
+
+    /// The metadata word of a new leaf ending at `end`: the insert's priority, and one hit
+    /// if it counts one (under the policies that read them; see [`InsertOptions`]).
+    fn leaf_meta(&self, end: usize) -> u64 {
+        let pol = self.tree.cfg.policy;
+        let prio = if pol.reads_priority() { self.opts.priority } else { 0 };
+        policy::meta(prio, (pol.reads_hits() && end > self.opts.inserted_len) as u32)
+    }
+
+    /// Whether an insert whose key ends inside the live edge `c` splits it there: when it
+    /// would count a hit on it or raise its priority.
+    fn splits_at_end(&self, c: &Node) -> bool {
+        let Some((prio, hits)) = self.bump_of(self.key.len()) else { return false };
+        // Relaxed: an eviction-order hint (a racing raise only makes the split unneeded).
+        hits > 0 || prio > policy::meta_priority(c.meta.load(Ordering::Relaxed))
+    }
+
+    /// Applies the insert's priority and hit to `x`, a node of its path ending at `end`. If a
+    /// split froze `x` meanwhile (`split.rs`, step (2')), the bump goes to the nodes that
+    /// hold `x`'s tokens now: a fresh descent along the key bumps every node overlapping
+    /// `x`'s range (`x`'s halves, or whatever replaced them since; none if they went).
+    fn bump(&self, x: &'g Node, end: usize) {
+        let Some((prio, hits)) = self.bump_of(end) else { return };
+        if self.tree.try_bump(x, prio, hits) {
+            return;
+        }
+        let start = end - x.len();
+        let mut cur = self.root;
+        let mut pos = 0;
+        while pos < end {
+            // `step` resolves replaced nodes: one whose bump failed below is REPLACED (the
+            // freeze follows that CAS, and the failed CAS read it with Acquire), so looking
+            // again finds what replaced it.
+            let Some((c, k)) = self.tree.step(cur, &self.key[pos..], self.g) else { return };
+            if pos + c.len() > start && !self.tree.try_bump(c, prio, hits) {
+                continue; // split meanwhile: look again
+            }
+            if k < c.len() {
+                return; // the key leaves the tree (or ends) inside `c`
+            }
+            pos += k;
+            cur = c;
+        }
     }
 
     /// No live child of `cur` holds the key's page at `pos`: hang a new leaf with the rest
@@ -324,8 +460,9 @@ impl<'g, S: SlotSink> Insert<'_, 'g, S> {
     fn hang(&mut self, cur: &'g Node, pos: usize) -> Result<Next<'g>> {
         let (tree, p) = (self.tree, self.tree.cfg.page_size);
         let page = &self.key[pos..pos + p];
+        let meta = self.leaf_meta(self.key.len());
         let mut built =
-            Box::new(self.slots.leaf(&self.key[pos..], pos, self.pin as u64, self.now, p));
+            Box::new(self.slots.leaf(&self.key[pos..], pos, self.pin as u64, self.now, meta, p));
         // KV events (one field read; nothing else with events off): hash the new pages from
         // `cur`'s last chain state and build the `BlockStored`, all before the lock.
         let stored = tree.events.as_deref().map(|sink| {

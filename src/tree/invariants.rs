@@ -24,7 +24,8 @@ impl RadixTree {
     /// Walks the whole tree and checks its structure: every namespace in the map has a live
     /// root with something cached (an empty one was reclaimed), no dead or replaced node reachable,
     /// edges non-empty page multiples, children keyed by distinct first pages in sorted
-    /// order, parent pointers right, and the counters equal to what the walk finds
+    /// order, parent pointers right, every unpinned leaf in the eviction index (under `mru`
+    /// with its current key), and the counters equal to what the walk finds
     /// (`cached == evictable + protected`). Meant for tests at quiescence; concurrent
     /// writers make it report spurious differences.
     pub fn check_invariants(&self) -> std::result::Result<TreeCensus, String> {
@@ -80,6 +81,9 @@ impl RadixTree {
                     }
                     if c.is_leaf(&g) {
                         census.leaves += 1;
+                        if s & PIN_MASK == 0 {
+                            self.index.check_queued(c)?;
+                        }
                     }
                     census.heap_bytes += c.heap_bytes() as u64;
                     stack.push(c);

@@ -15,7 +15,8 @@
 //! (a prefix-closed map from pages to slots with pin counts):
 //!
 //! - [`RadixTree::match_prefix`] is lock-free and writes no structure (only access stamps
-//!   of the edges it passes). It linearizes at the moment it observed the end of the match
+//!   of the edges it passes; under `mru`, a match that ends at a queued leaf also re-keys it
+//!   in the eviction index, under the index's mutex). It linearizes at the moment it observed the end of the match
 //!   (a missing child, or the last edge it read). The slots it writes are valid memory
 //!   whatever races it (the epoch keeps every node it read); before returning it re-checks
 //!   that the last edge it used is still cached, a freshness choice that keeps its answer
@@ -32,15 +33,18 @@
 //!   slots) runs after that read under no node lock. [`RadixTree::insert_and_lock`] pins as
 //!   it descends, like `match_and_lock`, and creates its leaf already pinned, so the pin is
 //!   atomic with the insertion.
-//! - [`RadixTree::evict`] removes only unpinned leaves, in policy order. A node is marked
-//!   `DEAD` with a CAS from exactly "0 pins, live" before it is unlinked, so a racing pin
-//!   either lands first (and the eviction skips the node) or fails and treats the node as
-//!   absent.
+//! - [`RadixTree::evict`] removes only unpinned leaves, in policy order ([`EvictionPolicy`]:
+//!   SGLang's seven keys, smallest first; `docs/eviction.md`). A node is marked `DEAD` with a
+//!   CAS from exactly "0 pins, live" before it is unlinked, so a racing pin either lands
+//!   first (and the eviction skips the node) or fails and treats the node as absent.
 //! - Access stamps come from a clock that is strictly increasing in each thread and
 //!   monotonic across threads (`sync::clock`; reading it writes no shared
-//!   memory), so LRU and FIFO order are exact in any sequential history and between
-//!   operations ordered by happens-before; between racing accesses they are approximate
-//!   (a racing access may land on an edge after an eviction pass compared its stamp).
+//!   memory), so every policy's order is exact in any sequential history and between
+//!   operations ordered by happens-before; between racing accesses it is approximate
+//!   (a racing access may land on an edge after an eviction pass compared its key).
+//!   Priorities and hit counts (the metadata word, under `priority`, `lfu` and `slru`) are
+//!   never lost to a race: bumps are CAS loops, and a split freezes the word it replaces and
+//!   hands the halves what landed on it (`split.rs`, step (2')).
 //! - `stats()` counts are exact at quiescence (`cached == evictable + protected`); under
 //!   concurrency they are sums of counters updated at slightly different moments.
 //!
@@ -69,7 +73,9 @@
 //! [`RadixTree::namespace_stats`] walks one namespace (O(its nodes), lock-free): exact at
 //! quiescence, like `stats()`.
 //!
-//! **Locks.** Matches take none (a namespace lookup included). A split holds the edge's parent's lock, the edge's lock,
+//! **Locks.** Matches take none (a namespace lookup included), except under `mru`, where a
+//! match that ends at a queued leaf takes the eviction index's mutex once to re-key it (the
+//! touch/queue pair, `evict_index.rs`), as does any other access of a queued node. A split holds the edge's parent's lock, the edge's lock,
 //! and the new lower half's lock (uncontended), and takes the eviction index's mutex twice
 //! (to queue the lower half if it is an unpinned leaf, and to retire the old edge). A
 //! release takes that mutex when an unpin takes a leaf from 1 pin to 0 (to queue it). An
@@ -94,7 +100,10 @@
 //! - pins, and the unpin/evict pair: `pins.rs` (`try_pin`, `try_unpin`);
 //! - insert: `insert.rs` (`Insert::hang`);
 //! - eviction of one leaf and the pass: `evict.rs` (`evict_leaf`, `evict_with`), and the
-//!   index's tickets: `evict_index.rs`;
+//!   index (its tickets, the lazy queue for keys that grow, the ordered map for `mru`'s,
+//!   which shrink, and the touch/queue pair): `evict_index.rs` (module docs); the policies'
+//!   keys and the metadata word: `policy.rs`; the metadata's bumps and the split's freeze:
+//!   `RadixTree::try_bump`, `Insert::bump`, `split.rs` (step (2'));
 //! - KV events (with them on): the store pushed under the parent's lock before the leaf's
 //!   publish (`Insert::hang`), the removal after the `DEAD` CAS under the parent's lock
 //!   (`evict_leaf`), the page hashes kept on nodes and split between halves: `events.rs`,
@@ -108,7 +117,9 @@
 //! yet. (2) store `A.forward = U`; read A's pin count v, store it into U and L, and CAS A's
 //! state from `v` to `v | REPLACED` (Release), retrying with the new count if a pin or
 //! unpin landed meanwhile: from that CAS on, A's count is frozen and every holder of a pin
-//! on A holds one on U and on L. (3) publish U in the parent's table with one atomic store
+//! on A holds one on U and on L. (2') Under the policies that keep a metadata word, freeze
+//! A's with an RMW and hand U and L what landed on it since (1) copied it into them; a bump
+//! that meets the frozen word goes to the nodes holding A's tokens instead. (3) publish U in the parent's table with one atomic store
 //! (Release): readers see A or U->L, never a half-split edge (A's content is immutable, so
 //! a reader still on A reads valid data and, meeting `REPLACED`, moves to U). (4) point A's
 //! children's parent pointers at L, queue L for eviction if A was an unpinned leaf, drop
@@ -127,8 +138,9 @@
 //! the node's last child; each must see the other, or the node is never queued) is an RMW
 //! on the node's state word on both sides (see `try_unpin`), not a SeqCst store/load pair.
 //!
-//! **Eviction** keeps evictable leaves in a lazy priority queue (`evict_index`), O(log n)
-//! per leaf, O(1) for leaves queued in stamp order (most of them). To evict, it locks the
+//! **Eviction** keeps evictable leaves in the eviction index (`evict_index`: a lazy priority
+//! queue, or under `mru` an ordered map), O(log n) per leaf, O(1) for leaves queued in key
+//! order (most of them, in the lazy queue). To evict, it locks the
 //! parent, then the leaf, re-checks it is an unpinned leaf, CASes its state `0 -> DEAD`,
 //! swaps the parent's table for one without it, hands its slots over and retires it. A
 //! parent that became an unpinned leaf is queued; a root left without children is marked
@@ -152,6 +164,7 @@ mod namespace;
 mod node;
 mod ns_map;
 mod pins;
+mod policy;
 mod slots;
 mod split;
 mod stripes;
@@ -165,6 +178,10 @@ use namespace::Root;
 use node::{ChildTable, DEAD, Node, PIN_MASK, REPLACED, node_ref};
 use ns_map::NsMap;
 use pins::Pin;
+pub use policy::{
+    DEFAULT_SLRU_THRESHOLD, EvictionPolicy, InsertOptions, NodeInfo, checked_priority,
+};
+use policy::{FROZEN, Keys};
 pub(crate) use slots::{OutBuf, SlotSink, SlotSource, cut_runs, push_differing};
 use stripes::MatchCounters;
 
@@ -173,36 +190,6 @@ use crate::slot_run::SlotRun;
 use crate::sync::epoch::{Domain, Guard, Owned};
 use crate::sync::{AtomicU64, Ordering, lock, next_id};
 
-/// How eviction orders evictable leaves.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum EvictionPolicy {
-    /// Least recently accessed leaf first (`RKV_EVICT_LRU = 0`).
-    #[default]
-    Lru,
-    /// Oldest inserted leaf first, ignoring later accesses (`RKV_EVICT_FIFO = 1`).
-    Fifo,
-}
-
-impl std::str::FromStr for EvictionPolicy {
-    type Err = Error;
-    fn from_str(s: &str) -> Result<Self> {
-        match s.to_ascii_lowercase().as_str() {
-            "lru" => Ok(EvictionPolicy::Lru),
-            "fifo" => Ok(EvictionPolicy::Fifo),
-            _ => Err(invalid(format!("unknown eviction policy {s:?} (expected lru or fifo)"))),
-        }
-    }
-}
-
-impl fmt::Display for EvictionPolicy {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(match self {
-            EvictionPolicy::Lru => "lru",
-            EvictionPolicy::Fifo => "fifo",
-        })
-    }
-}
-
 /// Settings fixed for a tree's life.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct TreeConfig {
@@ -210,11 +197,19 @@ pub struct TreeConfig {
     pub page_size: usize,
     /// Eviction order.
     pub policy: EvictionPolicy,
+    /// [`EvictionPolicy::Slru`]'s threshold: a node with at least this many hits is in the
+    /// protected segment (default [`DEFAULT_SLRU_THRESHOLD`], SGLang's; 0 puts every node
+    /// there, which is LRU). Ignored by the other policies.
+    pub slru_threshold: u32,
 }
 
 impl Default for TreeConfig {
     fn default() -> Self {
-        TreeConfig { page_size: 1, policy: EvictionPolicy::Lru }
+        TreeConfig {
+            page_size: 1,
+            policy: EvictionPolicy::Lru,
+            slru_threshold: DEFAULT_SLRU_THRESHOLD,
+        }
     }
 }
 
@@ -383,7 +378,7 @@ impl RadixTree {
             domain: Domain::new(),
             roots: NsMap::new(),
             namespaces: AtomicU64::new(0),
-            index: EvictIndex::new(),
+            index: EvictIndex::new(Keys { policy: cfg.policy, slru_threshold: cfg.slru_threshold }),
             cached: AtomicU64::new(0),
             evictable: AtomicU64::new(0),
             protected: AtomicU64::new(0),
@@ -420,14 +415,109 @@ impl RadixTree {
         crate::sync::clock::now()
     }
 
-    /// Refreshes `n`'s access stamp (LRU only), writing only when it is older than `now`
-    /// (a racing access may have stored a newer one: stamps only grow).
+    /// Records an access of `n` by an operation that started at `now`, under the policies
+    /// whose key reads accesses (not `fifo`, `filo`).
+    ///
+    /// Under the lazy index (every such policy but `mru`) the stamp is written only when it
+    /// is older than `now`, a load and a store: keys that grow need no index update (`pop`
+    /// re-queues), and two racing touches may leave the older of their stamps (between
+    /// racing accesses the order is approximate anyway). Under `mru` a touch makes the key
+    /// smaller, so a queued node is re-keyed at once: the touch half of the touch/queue
+    /// pair (`evict_index.rs`, module docs): an RMW on the stamp, then the `evq` load.
     #[inline]
     pub(super) fn touch(&self, n: &Node, now: u64) {
-        // Relaxed: a stamp is an eviction-order hint; no data depends on it.
-        if self.cfg.policy == EvictionPolicy::Lru && n.stamp.load(Ordering::Relaxed) < now {
-            n.stamp.store(now, Ordering::Relaxed);
+        match self.cfg.policy {
+            EvictionPolicy::Fifo | EvictionPolicy::Filo => {}
+            EvictionPolicy::Mru => {
+                // AcqRel: the touch half of the pair: an RMW, so it is ordered with the
+                // push's RMW in the stamp's modification order; Acquire so that, reading
+                // from that push, the `evq` load below sees its store.
+                // Relaxed (`evq`): a hint; the lock in `rekey` orders the rest.
+                if n.stamp.fetch_max(now, Ordering::AcqRel) < now
+                    && !n.evq.load(Ordering::Relaxed).is_null()
+                {
+                    self.index.rekey(n);
+                }
+            }
+            _ => {
+                // Relaxed: a stamp is an eviction-order hint; no data depends on it.
+                if n.stamp.load(Ordering::Relaxed) < now {
+                    n.stamp.store(now, Ordering::Relaxed);
+                }
+            }
         }
+    }
+
+    /// Raises `n`'s priority to at least `priority` and adds `hits` to its hit count (the
+    /// policy's metadata, see [`InsertOptions`]), unless a split froze its word: then
+    /// `false`, and the caller bumps the nodes that replaced it (`Insert::bump`).
+    ///
+    /// A CAS loop: bumps never get lost between racing inserts, and the split's freeze (an
+    /// RMW on the same word, see `split.rs`) is ordered with it: a bump before the freeze
+    /// is in what the split hands to the halves, one after it fails here.
+    #[inline]
+    pub(super) fn try_bump(&self, n: &Node, priority: i32, hits: u32) -> bool {
+        // Acquire (this load and the CAS's failure): a FROZEN read here comes from the
+        // split's freeze (Release), after its REPLACED CAS, which the caller then follows
+        // (`resolve` must see REPLACED, or the caller would find the frozen node again).
+        let mut m = n.meta.load(Ordering::Acquire);
+        loop {
+            if m & FROZEN != 0 {
+                return false;
+            }
+            let b = policy::meta_bumped(m, priority, hits);
+            if b == m {
+                return true; // nothing to raise, nothing to count
+            }
+            // Relaxed on success: metadata is an eviction-order hint. Acquire on failure:
+            // as the load above.
+            match n.meta.compare_exchange_weak(m, b, Ordering::Relaxed, Ordering::Acquire) {
+                Ok(_) => return true,
+                Err(x) => m = x,
+            }
+        }
+    }
+
+    /// The nodes on the path `tokens` (cut to a page multiple) of namespace `ns` as they
+    /// are now, with their eviction metadata: one [`NodeInfo`] per node, root first (the
+    /// root excluded), ending with the node that holds the last matched page. Lock-free,
+    /// changes nothing (no access is recorded). For tests and diagnostics: under
+    /// concurrency each figure is a recent value.
+    pub fn inspect(&self, ns: u64, tokens: &[u32]) -> Vec<NodeInfo> {
+        let g = self.domain.pin();
+        let key = &tokens[..self.aligned(tokens.len())];
+        let mut out = Vec::new();
+        let Some(root) = self.root(ns, &g) else { return out };
+        let mut cur = root;
+        let mut pos = 0;
+        while pos < key.len() {
+            let Some((c, k)) = self.step(cur, &key[pos..], &g) else { break };
+            // Relaxed (all): diagnostics.
+            let s = c.state.load(Ordering::Relaxed);
+            let m = c.meta.load(Ordering::Relaxed);
+            let (priority, hits) = if self.cfg.policy.reads_meta() {
+                (
+                    if self.cfg.policy.reads_priority() { policy::meta_priority(m) } else { 0 },
+                    if self.cfg.policy.reads_hits() { policy::meta_hits(m) } else { 0 },
+                )
+            } else {
+                (0, 0)
+            };
+            out.push(NodeInfo {
+                len: c.len(),
+                pins: (s & PIN_MASK) as u32,
+                priority,
+                hits,
+                stamp: c.stamp.load(Ordering::Relaxed),
+                leaf: c.is_leaf(&g),
+            });
+            pos += k;
+            if k < c.len() {
+                break;
+            }
+            cur = c;
+        }
+        out
     }
 
     // ---------------------------------------------------------------- memory

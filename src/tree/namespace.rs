@@ -57,7 +57,7 @@ pub(crate) struct Root {
 
 impl Root {
     fn new(ns: u64) -> Root {
-        Root { node: Node::new(Edge::new(&[], &[], 1), 0, 0), ns }
+        Root { node: Node::new(Edge::new(&[], &[], 1), 0, 0, 0), ns }
     }
 
     /// The `Root` a root node is the first field of.

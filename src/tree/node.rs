@@ -40,11 +40,18 @@ pub(crate) struct Node {
     pub(crate) forward: AtomicPtr<Node>,
     /// See [`StateWord`].
     pub(crate) state: AtomicU64,
-    /// Last access tick (LRU) or creation tick (FIFO).
+    /// Last access tick, or creation tick under the policies that ignore accesses (`fifo`,
+    /// `filo`). Only grows once the node is published (see `RadixTree::touch`).
     pub(crate) stamp: AtomicU64,
+    /// Priority and hit count, under the policies that read them (see
+    /// [`policy::MetaWord`](super::policy::MetaWord) for the bit layout; a split freezes
+    /// the replaced node's word and hands what it held to the halves).
+    pub(crate) meta: AtomicU64,
     /// Writer lock: held to change `children`, to split this node, or to evict it.
     pub(crate) lock: Mutex<()>,
-    /// Its entry in the eviction index (null: not queued); under the index's lock only.
+    /// Its entry in the eviction index (null: not queued). Written only under the index's
+    /// lock; read under it, and (under `mru` only) outside it as a hint by a touch (the
+    /// touch/queue pair, see `evict_index.rs`).
     pub(crate) evq: AtomicPtr<Ticket>,
     /// The pages' event hashes (only with KV events on; see the `events` module).
     /// Immutable once the node is published, like `edge`.
@@ -56,6 +63,11 @@ pub(crate) struct Node {
     #[cfg(loom)]
     canary: std::sync::atomic::AtomicU64,
 }
+
+// 96 bytes on 64-bit Linux (88 before the metadata word of the eviction policies): the
+// memory tests bound bytes per token, and docs/eviction.md gives the size.
+#[cfg(all(target_os = "linux", target_pointer_width = "64", not(loom)))]
+const _: () = assert!(std::mem::size_of::<Node>() == 96);
 
 /// A live node's canary (loom only).
 #[cfg(loom)]
@@ -73,8 +85,9 @@ impl Drop for Node {
 }
 
 impl Node {
-    /// A node holding `edge`, pinned `pins` times, with access stamp `stamp`.
-    pub(crate) fn new(edge: Edge, pins: u64, stamp: u64) -> Node {
+    /// A node holding `edge`, pinned `pins` times, with access stamp `stamp` and metadata
+    /// word `meta` (a [`policy::MetaWord`](super::policy::MetaWord)).
+    pub(crate) fn new(edge: Edge, pins: u64, stamp: u64, meta: u64) -> Node {
         Node {
             edge,
             children: Atomic::null(),
@@ -82,6 +95,7 @@ impl Node {
             forward: AtomicPtr::new(std::ptr::null_mut()),
             state: AtomicU64::new(pins),
             stamp: AtomicU64::new(stamp),
+            meta: AtomicU64::new(meta),
             lock: Mutex::new(()),
             evq: AtomicPtr::new(std::ptr::null_mut()),
             ev: None,

@@ -39,11 +39,16 @@ impl RadixTree {
             }
             // Relaxed: the bits are set under the parent's lock, which we hold.
             debug_assert_eq!(parent.state.load(Ordering::Relaxed) & (DEAD | REPLACED), 0);
-            // (1) Build U and L off to the side.
-            // Relaxed: an access stamp is an eviction-order hint; nothing depends on it.
+            // (1) Build U and L off to the side. Both inherit A's stamp and metadata
+            // (priority and hit count, as SGLang's `_split_node` gives its new node the
+            // child's); bumps of A that land after this read reach them in (2').
+            // Relaxed (both): eviction-order hints. A's word is not frozen: only a split of
+            // A freezes it, under A's lock, after setting REPLACED (checked above).
             let stamp = a.stamp.load(Ordering::Relaxed);
-            let mut ub = Box::new(Node::new(Edge::part_of(&a.edge, 0, k), 0, stamp));
-            let mut lb = Box::new(Node::new(Edge::part_of(&a.edge, k, a.len()), 0, stamp));
+            let m0 = a.meta.load(Ordering::Relaxed);
+            debug_assert_eq!(m0 & FROZEN, 0);
+            let mut ub = Box::new(Node::new(Edge::part_of(&a.edge, 0, k), 0, stamp, m0));
+            let mut lb = Box::new(Node::new(Edge::part_of(&a.edge, k, a.len()), 0, stamp, m0));
             // KV events: a split publishes nothing (no page changes); the halves take their
             // share of A's page hashes (immutable, like the edges), so nothing is rehashed.
             if let Some(ev) = &a.ev {
@@ -90,6 +95,23 @@ impl RadixTree {
             }
             if pin_u && v & PIN_MASK == 0 {
                 self.on_pinned(k);
+            }
+            // (2') Freeze A's metadata word (policies that keep one): from this RMW on, a
+            // bump of A fails and goes to the nodes that now hold A's tokens (`Insert::bump`
+            // walks to them; they are reachable through `forward`, REPLACED being set), and
+            // what bumps landed on A since (1) goes to U and L here: each bump counts once.
+            // AcqRel: Release so that a bump whose CAS reads FROZEN (Acquire) sees REPLACED
+            // and `forward`; the RMW reads A's last bump whatever its ordering.
+            if self.cfg.policy.reads_meta() {
+                let m1 = a.meta.fetch_or(FROZEN, Ordering::AcqRel);
+                if m1 != m0 {
+                    let hits = policy::meta_hits(m1).saturating_sub(policy::meta_hits(m0));
+                    let prio = policy::meta_priority(m1);
+                    // Cannot fail: only a split freezes a word, and neither half can be split
+                    // while we hold A's parent's lock (U's parent) and L's lock.
+                    let ok = self.try_bump(un, prio, hits) && self.try_bump(ln, prio, hits);
+                    debug_assert!(ok, "a half of a split in progress is frozen");
+                }
             }
             // (3) Publish U in place of A: one atomic store.
             // Relaxed: the parent is locked, so this is its current table, and its content

@@ -3,7 +3,8 @@
 use super::*;
 
 fn tree(p: usize) -> RadixTree {
-    RadixTree::new(TreeConfig { page_size: p, policy: EvictionPolicy::Lru }).unwrap()
+    RadixTree::new(TreeConfig { page_size: p, policy: EvictionPolicy::Lru, ..Default::default() })
+        .unwrap()
 }
 
 fn m(t: &RadixTree, ns: u64, tokens: &[u32]) -> Vec<u32> {
@@ -92,6 +93,7 @@ fn inserts_that_cache_nothing_leave_no_namespace_behind() {
         &[1, 2, 3, 4],
         SlotSource::List(&[1, 2, 3, 4]),
         false,
+        InsertOptions::default(),
         None,
         &mut |_, _, stage| match stage {
             Stage::Check => Ok(()),
@@ -371,7 +373,14 @@ fn insert_and_lock_pins_atomically() {
 
 #[test]
 fn empty_and_bad_inputs() {
-    assert!(RadixTree::new(TreeConfig { page_size: 0, policy: EvictionPolicy::Lru }).is_err());
+    assert!(
+        RadixTree::new(TreeConfig {
+            page_size: 0,
+            policy: EvictionPolicy::Lru,
+            ..Default::default()
+        })
+        .is_err()
+    );
     let t = tree(4);
     assert!(matches!(t.insert(0, &[1, 2], &[1]), Err(Error::InvalidArgument(_))));
     assert_eq!(t.stats().cached_tokens, 0);
@@ -406,7 +415,12 @@ fn reset_drops_unpinned_only() {
 
 #[test]
 fn fifo_ignores_accesses() {
-    let t = RadixTree::new(TreeConfig { page_size: 1, policy: EvictionPolicy::Fifo }).unwrap();
+    let t = RadixTree::new(TreeConfig {
+        page_size: 1,
+        policy: EvictionPolicy::Fifo,
+        ..Default::default()
+    })
+    .unwrap();
     t.insert(0, &[1], &[1]).unwrap();
     t.insert(0, &[2], &[2]).unwrap();
     m(&t, 0, &[1]);
@@ -682,7 +696,7 @@ fn a_panicking_free_callback_leaves_the_counts_exact() {
 fn slot_sinks_rewind_to_a_mark() {
     // An insert checks its outcome with an edge's slots appended, then rewinds: the sink
     // must be exactly as before, also when the edge's first run continued the sink's last.
-    let node = Node::new(super::slots::Edge::new(&[1, 2, 3, 4], &[10, 11, 12, 40], 1), 0, 0);
+    let node = Node::new(super::slots::Edge::new(&[1, 2, 3, 4], &[10, 11, 12, 40], 1), 0, 0, 0);
     let mut runs = vec![SlotRun { start: 5, len: 1 }, SlotRun { start: 8, len: 2 }];
     let before = runs.clone();
     let m = runs.mark();
@@ -759,4 +773,207 @@ fn child_table_without_tells_not_found_from_empty() {
         _ => panic!("one child is left"),
     }
     assert!(two.without(3, a).is_none(), "wrong first token");
+}
+
+// ---------------------------------------------------------------- eviction policies
+
+fn policy_tree(policy: EvictionPolicy, p: usize) -> RadixTree {
+    RadixTree::new(TreeConfig { page_size: p, policy, ..Default::default() }).unwrap()
+}
+
+/// Evicts one leaf at a time until nothing is left: the first slot of each, in order.
+fn order(t: &RadixTree) -> Vec<u32> {
+    let mut seq = Vec::new();
+    loop {
+        let mut freed = Vec::new();
+        t.evict(1, &mut |s| freed.extend_from_slice(s));
+        match freed.first() {
+            Some(&f) => seq.push(f),
+            None => return seq,
+        }
+    }
+}
+
+/// (priority, hits, len) of each node on the path `key`.
+fn meta_of(t: &RadixTree, key: &[u32]) -> Vec<(i32, u32, usize)> {
+    t.inspect(0, key).iter().map(|i| (i.priority, i.hits, i.len)).collect()
+}
+
+#[test]
+fn each_policy_orders_three_leaves_as_sglang_does() {
+    // Leaves [1], [2], [3] inserted in that order; [1] matched since; [3] inserted again
+    // (a hit) with priority 2, [2] with priority 1.
+    let build = |policy| {
+        let t = policy_tree(policy, 1);
+        t.insert(0, &[1], &[1]).unwrap();
+        t.insert(0, &[2], &[2]).unwrap();
+        t.insert(0, &[3], &[3]).unwrap();
+        m(&t, 0, &[1]);
+        t.insert_with_priority(0, &[3], &[3], 2).unwrap();
+        t.insert_with_priority(0, &[2], &[2], 1).unwrap();
+        t
+    };
+    // Last accesses: [1] < [3] < [2] (the re-inserts access); creation: [1] < [2] < [3].
+    let want = [
+        (EvictionPolicy::Lru, vec![1, 3, 2]),
+        (EvictionPolicy::Fifo, vec![1, 2, 3]),
+        (EvictionPolicy::Mru, vec![2, 3, 1]),
+        (EvictionPolicy::Filo, vec![3, 2, 1]),
+        // Hits: [1] 1, [2] 2, [3] 2; then by last access.
+        (EvictionPolicy::Lfu, vec![1, 3, 2]),
+        // Threshold 2: [1] probationary, [2] and [3] protected.
+        (EvictionPolicy::Slru, vec![1, 3, 2]),
+        // Priorities: [1] 0, [2] 1, [3] 2.
+        (EvictionPolicy::Priority, vec![1, 2, 3]),
+    ];
+    for (policy, w) in want {
+        let t = build(policy);
+        assert_eq!(order(&t), w, "{policy}");
+        t.check_invariants().unwrap();
+    }
+}
+
+#[test]
+fn lfu_counts_inserts_not_matches_and_slru_reads_its_threshold() {
+    let t = policy_tree(EvictionPolicy::Lfu, 1);
+    t.insert(0, &[1], &[1]).unwrap();
+    t.insert(0, &[2], &[2]).unwrap();
+    for _ in 0..5 {
+        m(&t, 0, &[1]); // matches count no hit
+    }
+    t.insert(0, &[2], &[2]).unwrap();
+    assert_eq!(meta_of(&t, &[1]), vec![(0, 1, 1)]);
+    assert_eq!(meta_of(&t, &[2]), vec![(0, 2, 1)]);
+    assert_eq!(order(&t), vec![1, 2]);
+    // Threshold 3: both probationary, LRU between them; 2: [1] protected.
+    for (threshold, want) in [(3, vec![1, 2]), (2, vec![2, 1])] {
+        let cfg =
+            TreeConfig { policy: EvictionPolicy::Slru, slru_threshold: threshold, page_size: 1 };
+        let t = RadixTree::new(cfg).unwrap();
+        t.insert(0, &[1], &[1]).unwrap();
+        t.insert(0, &[1], &[1]).unwrap(); // 2 hits
+        t.insert(0, &[2], &[2]).unwrap(); // 1 hit, accessed last
+        assert_eq!(order(&t), want, "threshold {threshold}");
+    }
+}
+
+#[test]
+fn split_halves_inherit_priority_and_hit_count() {
+    let key: Vec<u32> = (1..=8).collect();
+    let slots: Vec<u32> = (10..18).collect();
+    let mut out = Vec::new();
+    // Priority: a locking match splits [1..8] at 4; both halves keep priority 5.
+    let t = policy_tree(EvictionPolicy::Priority, 2);
+    t.insert_with_priority(0, &key, &slots, 5).unwrap();
+    let g = t.match_and_lock(0, &key[..4], &mut out);
+    assert_eq!(meta_of(&t, &key), vec![(5, 0, 4), (5, 0, 4)]);
+    // An insert diverging after [1..4] raises the upper half only (its path), and the new
+    // leaf takes its priority.
+    t.insert_with_priority(0, &[1, 2, 3, 4, 9, 9], &[0, 0, 0, 0, 20, 21], 7).unwrap();
+    assert_eq!(meta_of(&t, &key), vec![(7, 0, 4), (5, 0, 4)]);
+    assert_eq!(meta_of(&t, &[1, 2, 3, 4, 9, 9]), vec![(7, 0, 4), (7, 0, 2)]);
+    drop(g);
+    t.check_invariants().unwrap();
+
+    // Hits: [1..8] inserted twice (2 hits), then split by a locking match; an insert of
+    // [1..4] passes the upper half only.
+    let t = policy_tree(EvictionPolicy::Lfu, 2);
+    t.insert(0, &key, &slots).unwrap();
+    t.insert(0, &key, &slots).unwrap();
+    assert_eq!(meta_of(&t, &key), vec![(0, 2, 8)]);
+    let g = t.match_and_lock(0, &key[..4], &mut out);
+    assert_eq!(meta_of(&t, &key), vec![(0, 2, 4), (0, 2, 4)]);
+    t.insert(0, &key[..4], &slots[..4]).unwrap();
+    assert_eq!(meta_of(&t, &key), vec![(0, 3, 4), (0, 2, 4)]);
+    // A split inside the lower half: both of its halves keep its 2 hits.
+    t.insert(0, &[1, 2, 3, 4, 5, 6, 0, 0], &[0; 8]).unwrap();
+    assert_eq!(meta_of(&t, &key), vec![(0, 4, 4), (0, 3, 2), (0, 2, 2)]);
+    drop(g);
+    t.check_invariants().unwrap();
+}
+
+#[test]
+fn an_insert_ending_inside_an_edge_splits_only_when_its_policy_reads_what_changes() {
+    let key: Vec<u32> = (1..=8).collect();
+    let slots: Vec<u32> = (10..18).collect();
+    for policy in EvictionPolicy::ALL {
+        let t = policy_tree(policy, 2);
+        t.insert(0, &key, &slots).unwrap();
+        // Same priority (0): splits only where it counts a hit.
+        t.insert(0, &key[..4], &slots[..4]).unwrap();
+        let nodes = t.stats().nodes;
+        let split = matches!(policy, EvictionPolicy::Lfu | EvictionPolicy::Slru);
+        assert_eq!(nodes, 1 + split as u64, "{policy}");
+        // A higher priority: splits under `priority` too (only the inserted part is raised).
+        t.insert_with_priority(0, &key[..2], &slots[..2], 3).unwrap();
+        let want = match policy {
+            EvictionPolicy::Lfu | EvictionPolicy::Slru => 3,
+            EvictionPolicy::Priority => 2,
+            _ => 1,
+        };
+        assert_eq!(t.stats().nodes, want, "{policy}");
+        if policy == EvictionPolicy::Priority {
+            assert_eq!(meta_of(&t, &key), vec![(3, 0, 2), (0, 0, 6)]);
+        }
+        // Counted once per request: `inserted_len` covers what it inserted before.
+        if policy == EvictionPolicy::Lfu {
+            let before = meta_of(&t, &key);
+            let o = InsertOptions { priority: 0, inserted_len: 8 };
+            t.insert_with_options(0, &key, &slots, o).unwrap();
+            assert_eq!(meta_of(&t, &key), before);
+            let o = InsertOptions { priority: 0, inserted_len: 4 };
+            t.insert_with_options(0, &key, &slots, o).unwrap();
+            let hits: Vec<u32> = meta_of(&t, &key).iter().map(|x| x.1).collect();
+            let was: Vec<u32> = before.iter().map(|x| x.1).collect();
+            // Nodes ending at 2 and 4 count nothing, the one ending at 8 one more.
+            assert_eq!(hits, vec![was[0], was[1], was[2] + 1]);
+        }
+        t.check_invariants().unwrap();
+    }
+}
+
+#[test]
+fn mru_rekeys_a_queued_leaf_on_every_kind_of_access() {
+    let t = policy_tree(EvictionPolicy::Mru, 1);
+    for i in 1..=4 {
+        t.insert(0, &[i], &[i]).unwrap();
+    }
+    // [2] matched, [3] locked and released, [1] re-inserted: [1] is now the most recent.
+    m(&t, 0, &[2]);
+    let mut out = Vec::new();
+    drop(t.match_and_lock(0, &[3], &mut out));
+    t.insert(0, &[1], &[1]).unwrap();
+    t.check_invariants().unwrap();
+    assert_eq!(order(&t), vec![1, 3, 2, 4]);
+    // No stale entry is left behind by re-keying: the map holds one entry per queued leaf.
+    for i in 1..=50 {
+        t.insert(0, &[i], &[i]).unwrap();
+    }
+    for _ in 0..1000 {
+        m(&t, 0, &[7]);
+    }
+    assert_eq!(t.eviction_queue_len(), 50);
+}
+
+#[test]
+fn a_parent_left_without_children_competes_with_its_own_key() {
+    // [1] -> {[1, 2], [1, 3]}; under filo the newest goes first, and once both children
+    // went, the parent [1] (created first) competes: it goes last.
+    let t = policy_tree(EvictionPolicy::Filo, 1);
+    t.insert(0, &[1], &[1]).unwrap();
+    t.insert(0, &[5], &[5]).unwrap();
+    t.insert(0, &[1, 2], &[1, 2]).unwrap();
+    t.insert(0, &[1, 3], &[1, 3]).unwrap();
+    assert_eq!(order(&t), vec![3, 2, 5, 1]);
+}
+
+#[test]
+fn priorities_outside_i32_are_refused_at_wide_boundaries() {
+    assert!(checked_priority(1 << 40).is_err());
+    assert_eq!(checked_priority(-(1 << 31)).unwrap(), i32::MIN);
+    let t = policy_tree(EvictionPolicy::Priority, 1);
+    t.insert_with_priority(0, &[1], &[1], i32::MIN).unwrap();
+    t.insert_with_priority(0, &[2], &[2], i32::MAX).unwrap();
+    t.insert(0, &[3], &[3]).unwrap();
+    assert_eq!(order(&t), vec![1, 3, 2]);
 }

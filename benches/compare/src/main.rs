@@ -6,7 +6,8 @@
 //!
 //! Workloads: (1) Mooncake replay, (2) match only at 1 and N threads with a CPU spin loop for
 //! the machine's own scaling, (3) a branching agent-style workload with 10^5+ nodes,
-//! (4) eviction under a 2,000,000-token capacity and per-leaf eviction cost by tree size,
+//! (4) eviction under a 2,000,000-token capacity and per-leaf eviction cost by tree size (and
+//! both again per eviction policy: 4c, 4d),
 //! (5) a mixed concurrent engine load, (6) memory per cached token. Every measurement runs in
 //! a child process of its own (the same binary, `--measure ...`). See BENCHMARKS.md.
 
@@ -54,6 +55,8 @@ struct Opts {
     /// `libradixkv.so` for the C ABI contestants (`--lib`; else `$RADIXKV_COMPARE_LIB`, else
     /// next to this binary).
     lib: Option<String>,
+    /// The eviction policies of workloads 4c and 4d (`--policies`; default all).
+    policies: Vec<String>,
     /// The child side: one measurement.
     measure: Vec<String>,
 }
@@ -89,6 +92,8 @@ cargo run --release -p radixkv-compare -- [options]
   --mix-requests N   Mooncake requests in the mixed load (default: all)
   --mix-threads LIST thread counts of the mixed load, e.g. 1,2,4,8,16 (default: 1, 2, 4, ... up to
                      the CPUs, at least 4; then the CPU count itself if it is no power of two)
+  --policies LIST    eviction policies of workloads 4c and 4d (4a and 4b per policy), e.g. lru,mru, or
+                     none (default: all of lru, lfu, fifo, mru, filo, priority, slru)
   --sglang-python PY also run SGLang's Python RadixCache (sglang/replay.py) in workloads 1, 2 and 4a,
                      with the interpreter PY, which must have sglang and torch installed";
 
@@ -129,6 +134,7 @@ fn parse() -> Opts {
         dynamo_page1: true,
         sglang_python: None,
         lib: None,
+        policies: radixkv::EvictionPolicy::ALL.iter().map(|p| p.to_string()).collect(),
         measure: Vec::new(),
     };
     let mut quick = false;
@@ -145,7 +151,7 @@ fn parse() -> Opts {
             "--per-tenant" => o.branching.per_tenant = num(&mut i),
             "--mix-requests" => o.mix_requests = num(&mut i),
             "--only" | "--mix-threads" | "--trace" | "--out" | "--who" | "--sglang-python"
-            | "--lib" => {
+            | "--lib" | "--policies" => {
                 let k = args[i].clone();
                 i += 1;
                 let v = args.get(i).cloned().unwrap_or_else(|| usage());
@@ -168,6 +174,22 @@ fn parse() -> Opts {
                     "--out" => o.out = Some(v),
                     "--sglang-python" => o.sglang_python = Some(v),
                     "--lib" => o.lib = Some(v),
+                    "--policies" => {
+                        o.policies = if v == "none" {
+                            Vec::new()
+                        } else {
+                            v.split(',')
+                                .map(|x| {
+                                    let p: radixkv::EvictionPolicy =
+                                        x.trim().parse().unwrap_or_else(|e| {
+                                            eprintln!("--policies: {e}");
+                                            usage()
+                                        });
+                                    p.to_string()
+                                })
+                                .collect()
+                        }
+                    }
                     _ => o.who = v.split(',').map(|x| x.trim().to_string()).collect(),
                 }
             }
@@ -435,6 +457,11 @@ fn main() {
                 });
                 rep.table(&tables::w4a(&run, o.runs, sglang.as_ref(), &mut tg));
                 rep.table(&tables::w4b(&run, o.runs, &o.leaf_sizes, o.kvi_leaf_max, &mut tg));
+                if !o.policies.is_empty() {
+                    rep.table(&tables::w4c(&run, o.runs, &o.policies));
+                    let sizes = [o.leaf_sizes[0], *o.leaf_sizes.last().unwrap()];
+                    rep.table(&tables::w4d(&run, o.runs, &sizes, &o.policies));
+                }
             }
             5 => rep.table(&tables::w5(&run, o.runs, &o.mix_threads)),
             6 => {

@@ -22,6 +22,13 @@ pub struct Ctx {
 
 pub const CAPACITY: usize = 2_000_000;
 
+/// The slots `w4b`'s build gave leaf `i` (the leaves' keys are all as long, their slots
+/// handed out in order).
+fn slots_of(keys: &[Vec<u32>], i: usize) -> Vec<u32> {
+    let len = keys[i].len();
+    ((i * len) as u32..((i + 1) * len) as u32).collect()
+}
+
 fn mooncake(ctx: &Ctx, page: usize) -> (Vec<Req>, Vec<u32>) {
     let mut reqs = trace::mooncake(&ctx.trace);
     let slots = slot_array(ctx, &mut reqs, page);
@@ -281,14 +288,20 @@ pub fn measure(ctx: &Ctx, spec: &[String]) -> Value {
         }
         "w4a" => {
             let (reqs, _) = mooncake(ctx, 1);
-            let f: fn(&[Req], usize) -> EvictRun = match spec[1].as_str() {
-                "cache" => |r, c| evict_replay_rkv(r, c, CacheCycle::Lists),
-                "cache-inline" => |r, c| evict_replay_rkv(r, c, CacheCycle::ListsInline),
-                "cache-runs" => |r, c| evict_replay_rkv(r, c, CacheCycle::Runs),
-                "cache-c" => crate::cabi::evict_replay_c,
-                "tree" => |r, c| evict_replay_tree(r, c, true),
-                "tree-inline" => |r, c| evict_replay_tree(r, c, false),
-                "kvi" => evict_replay_kvi,
+            // An optional third word: the radixkv contestants' eviction policy (workload 4c).
+            let policy: radixkv::EvictionPolicy =
+                spec.get(2).map_or(Ok(Default::default()), |p| p.parse()).expect("a policy");
+            type Replay = Box<dyn Fn(&[Req], usize) -> EvictRun>;
+            let f: Replay = match spec[1].as_str() {
+                "cache" => {
+                    Box::new(move |r, c| evict_replay_rkv_policy(r, c, CacheCycle::Lists, policy))
+                }
+                "cache-inline" => Box::new(|r, c| evict_replay_rkv(r, c, CacheCycle::ListsInline)),
+                "cache-runs" => Box::new(|r, c| evict_replay_rkv(r, c, CacheCycle::Runs)),
+                "cache-c" => Box::new(crate::cabi::evict_replay_c),
+                "tree" => Box::new(move |r, c| evict_replay_tree_policy(r, c, true, policy)),
+                "tree-inline" => Box::new(|r, c| evict_replay_tree(r, c, false)),
+                "kvi" => Box::new(evict_replay_kvi),
                 k => panic!("unknown w4a contestant {k}"),
             };
             let _ = f(&reqs, CAPACITY); // warm-up
@@ -307,6 +320,11 @@ pub fn measure(ctx: &Ctx, spec: &[String]) -> Value {
         }
         "w4b" => {
             let n: usize = spec[2].parse().unwrap();
+            // Optional: the eviction policy, and "mixed" for a build whose keys do not come
+            // in insertion order (workload 4d).
+            let policy: radixkv::EvictionPolicy =
+                spec.get(3).map_or(Ok(Default::default()), |p| p.parse()).expect("a policy");
+            let mixed = spec.get(4).is_some_and(|b| b == "mixed");
             let keys = leaf_keys(n);
             let k = n / 2 * 8;
             let mut per = Vec::new();
@@ -316,15 +334,34 @@ pub fn measure(ctx: &Ctx, spec: &[String]) -> Value {
             for run in 0..=ctx.runs {
                 let (b, s, evicted_nodes) = match spec[1].as_str() {
                     "rkv" => {
-                        let tree = radixkv::RadixTree::new(radixkv::TreeConfig::default()).unwrap();
+                        let cfg = radixkv::TreeConfig { policy, ..Default::default() };
+                        let tree = radixkv::RadixTree::new(cfg).unwrap();
                         let (_, b) = time(|| {
                             let mut next = 0u32;
                             let mut slots = Vec::new();
-                            for key in &keys {
+                            for (i, key) in keys.iter().enumerate() {
                                 slots.clear();
                                 slots.extend(next..next + key.len() as u32);
                                 next += key.len() as u32;
-                                tree.insert(0, key, &slots).unwrap();
+                                if mixed {
+                                    tree.insert_with_priority(0, key, &slots, priority_of(i))
+                                        .unwrap();
+                                } else {
+                                    tree.insert(0, key, &slots).unwrap();
+                                }
+                            }
+                            if mixed {
+                                // A quarter of the leaves inserted again (a hit, and an
+                                // access): with the priorities, keys far from insertion order.
+                                for i in (0..keys.len()).filter(|i| priority_of(*i + 7) == 0) {
+                                    tree.insert_with_priority(
+                                        0,
+                                        &keys[i],
+                                        &slots_of(&keys, i),
+                                        priority_of(i),
+                                    )
+                                    .unwrap();
+                                }
                             }
                         });
                         let n0 = tree.stats().nodes;

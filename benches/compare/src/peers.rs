@@ -76,7 +76,12 @@ pub trait Index {
 }
 
 fn rkv_tree(page: usize) -> RadixTree {
-    RadixTree::new(TreeConfig { page_size: page, policy: EvictionPolicy::Lru }).unwrap()
+    RadixTree::new(TreeConfig {
+        page_size: page,
+        policy: EvictionPolicy::Lru,
+        ..Default::default()
+    })
+    .unwrap()
 }
 
 // ------------------------------------------------------------------------ radixkv

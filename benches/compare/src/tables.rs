@@ -860,6 +860,119 @@ pub fn w4b(run: Run, runs: usize, sizes: &[usize], kvi_max: usize, tg: &mut Targ
     t
 }
 
+/// Workload 4c: 4a's radixkv Cache and bare-tree cycles under each eviction policy.
+pub fn w4c(run: Run, runs: usize, policies: &[String]) -> Table {
+    let mut t = Table::new(
+        "4c. Eviction per policy under a 2,000,000-token capacity (Mooncake, page 1): time per evict call",
+        &[
+            "policy",
+            "contestant",
+            "hit tokens",
+            "evicted tokens",
+            "evict calls",
+            "p50 per call [range]",
+            "p99 per call [range]",
+            "max (median)",
+            "per evicted node",
+        ],
+    );
+    for policy in policies {
+        for (key, name) in [
+            ("cache", "radixkv Cache (its slot pool), reclaim() between requests"),
+            (
+                "tree",
+                "radixkv RadixTree (caller's free list of slot runs), reclaim() between requests",
+            ),
+        ] {
+            let v = match run(&["w4a", key, policy]) {
+                Ok(v) => v,
+                Err(e) => {
+                    failed(&mut t, policy.clone(), name.into(), e);
+                    continue;
+                }
+            };
+            let rs = v["runs"].as_array().unwrap();
+            let col =
+                |k: &str| summarize(&rs.iter().filter_map(|r| r[k].as_f64()).collect::<Vec<_>>());
+            let first = &rs[0];
+            t.row(vec![
+                policy.clone(),
+                name.into(),
+                commas(first["hits"].as_u64().unwrap_or(0)),
+                commas(first["evicted"].as_u64().unwrap_or(0)),
+                commas(first["calls"].as_u64().unwrap_or(0)),
+                secs_range(&col("p50")),
+                secs_range(&col("p99")),
+                secs(col("max").median),
+                secs_range(&col("per_node")),
+            ]);
+            eprintln!(
+                "  w4c {policy} {key}: p50 {} p99 {}",
+                secs_range(&col("p50")),
+                secs_range(&col("p99"))
+            );
+        }
+    }
+    t.note(format!(
+        "{runs} timed runs after one warm-up; the cycles of 4a's `cache` and `tree` rows, each request \
+         inserted with priority hash(index) mod 4 (only `priority` reads it; the trace has none). Keys: lru \
+         last access, fifo creation, mru minus last access, filo minus creation, lfu (hits, last access), \
+         slru (hits >= 2, last access), priority (priority, last access); see docs/eviction.md."
+    ));
+    t
+}
+
+/// Workload 4d: 4b's per-leaf cost under each eviction policy, with 4b's build (keys in
+/// insertion order) and a mixed one (priorities, a quarter of the leaves inserted again).
+pub fn w4d(run: Run, runs: usize, sizes: &[usize], policies: &[String]) -> Table {
+    let mut t = Table::new(
+        "4d. Per-leaf eviction cost per policy (page 1, 16-way branching, 8-token leaves): one call evicts half the leaves",
+        &[
+            "policy",
+            "build",
+            "leaves",
+            "evict call, median [range]",
+            "nodes evicted",
+            "per evicted node, median [range]",
+            "× the smallest tree",
+        ],
+    );
+    for policy in policies {
+        for build in ["ordered", "mixed"] {
+            let mut base = None;
+            for &n in sizes {
+                let v = match run(&["w4b", "rkv", &n.to_string(), policy, build]) {
+                    Ok(v) => v,
+                    Err(e) => {
+                        failed(&mut t, policy.clone(), build.into(), e);
+                        continue;
+                    }
+                };
+                let p = summarize(&f64s(&v["per"]));
+                let b0 = *base.get_or_insert(p.median);
+                t.row(vec![
+                    policy.clone(),
+                    build.into(),
+                    commas(n as u64),
+                    secs_range(&summarize(&f64s(&v["calls"]))),
+                    commas(v["nodes"].as_u64().unwrap_or(0)),
+                    secs_range(&p),
+                    format!("{:.2}×", p.median / b0),
+                ]);
+                eprintln!("  w4d {policy} {build} {n}: {}", secs_range(&p));
+            }
+        }
+    }
+    t.note(format!(
+        "{runs} timed runs per size after one warm-up, a fresh tree per run, as 4b. ordered: 4b's build \
+         (leaves inserted once, in order: their keys come in order under every policy). mixed: each leaf \
+         inserted with priority hash(i) mod 4, then a quarter of them inserted again (one more hit, a later \
+         access), so that under priority, lfu and slru the keys are far from insertion order (the lazy \
+         queue's heap, not its sorted run), and under lru and mru a quarter of the keys move."
+    ));
+    t
+}
+
 // ============================================================================ 5. mixed concurrent
 
 pub fn w5(run: Run, runs: usize, threads: &[usize]) -> Table {

@@ -4,6 +4,7 @@ use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 
 use kv_index::TokenTree;
+use radixkv::tree::InsertOptions;
 use radixkv::{Cache, CacheOptions, EvictionPolicy, RadixTree, SlotRun, TreeConfig};
 
 use crate::peers::*;
@@ -221,9 +222,26 @@ pub enum CacheCycle {
     Runs,
 }
 
+/// The eviction priority workload 4's per-policy runs give request `i` (the trace has
+/// none): a hash of its index, 0 to 3. Only the `priority` policy reads it.
+pub fn priority_of(i: usize) -> i32 {
+    ((i as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15) >> 62) as i32
+}
+
 pub fn evict_replay_rkv(reqs: &[Req], cap: usize, cycle: CacheCycle) -> EvictRun {
+    evict_replay_rkv_policy(reqs, cap, cycle, EvictionPolicy::Lru)
+}
+
+/// [`evict_replay_rkv`] under `policy`, each request inserted with [`priority_of`] its
+/// index (ignored by every policy but `priority`; under LRU this is workload 4a's cycle).
+pub fn evict_replay_rkv_policy(
+    reqs: &[Req],
+    cap: usize,
+    cycle: CacheCycle,
+    policy: EvictionPolicy,
+) -> EvictRun {
     let cache =
-        Cache::new(CacheOptions { page_size: 1, policy: EvictionPolicy::Lru, pool_slots: cap })
+        Cache::new(CacheOptions { page_size: 1, policy, pool_slots: cap, ..Default::default() })
             .unwrap();
     let pool = cache.pool().unwrap();
     let mut slots = Vec::new();
@@ -233,7 +251,8 @@ pub fn evict_replay_rkv(reqs: &[Req], cap: usize, cycle: CacheCycle) -> EvictRun
     let mut nodes_evicted = 0u64;
     let mut hits = 0u64;
     let t0 = std::time::Instant::now();
-    for r in reqs {
+    for (i, r) in reqs.iter().enumerate() {
+        let opts = InsertOptions::with_priority(priority_of(i));
         let lock = if cycle == CacheCycle::Runs {
             cache.tree().match_and_lock_runs_raw(r.ns, &r.tokens, &mut runs)
         } else {
@@ -253,10 +272,10 @@ pub fn evict_replay_rkv(reqs: &[Req], cap: usize, cycle: CacheCycle) -> EvictRun
         }
         if cycle == CacheCycle::Runs {
             cache.alloc_runs(need, &mut runs).expect("the pool holds every request");
-            cache.insert_runs(r.ns, &r.tokens, &runs).unwrap();
+            cache.insert_runs_with_options(r.ns, &r.tokens, &runs, opts).unwrap();
         } else {
             cache.alloc(need, &mut slots).expect("the pool holds every request");
-            cache.insert(r.ns, &r.tokens, &slots).unwrap();
+            cache.insert_with_options(r.ns, &r.tokens, &slots, opts).unwrap();
         }
         cache.release(lock).unwrap();
         if cycle != CacheCycle::ListsInline {
@@ -346,7 +365,17 @@ impl RunFreeList {
 /// The tree alone with caller-managed slots: a free list of slot runs stands in for the
 /// pool (`evict_runs` hands evicted runs to it, allocations take from it).
 pub fn evict_replay_tree(reqs: &[Req], cap: usize, reclaim: bool) -> EvictRun {
-    let tree = RadixTree::new(TreeConfig { page_size: 1, policy: EvictionPolicy::Lru }).unwrap();
+    evict_replay_tree_policy(reqs, cap, reclaim, EvictionPolicy::Lru)
+}
+
+/// [`evict_replay_tree`] under `policy`, with [`priority_of`] each request's index.
+pub fn evict_replay_tree_policy(
+    reqs: &[Req],
+    cap: usize,
+    reclaim: bool,
+    policy: EvictionPolicy,
+) -> EvictRun {
+    let tree = RadixTree::new(TreeConfig { page_size: 1, policy, ..Default::default() }).unwrap();
     let mut free = RunFreeList::new(cap);
     let mut slots = Vec::new();
     let mut calls = Vec::new();
@@ -354,7 +383,7 @@ pub fn evict_replay_tree(reqs: &[Req], cap: usize, reclaim: bool) -> EvictRun {
     let mut nodes_evicted = 0u64;
     let mut hits = 0u64;
     let t0 = std::time::Instant::now();
-    for r in reqs {
+    for (i, r) in reqs.iter().enumerate() {
         let lock = tree.match_and_lock_raw(r.ns, &r.tokens, &mut slots);
         let m = lock.len();
         hits += m as u64;
@@ -369,7 +398,7 @@ pub fn evict_replay_tree(reqs: &[Req], cap: usize, reclaim: bool) -> EvictRun {
             nodes_evicted += n0 - tree.stats().nodes;
         }
         free.take(need, &mut slots);
-        let existing = tree.insert(r.ns, &r.tokens, &slots).unwrap();
+        let existing = tree.insert_with_priority(r.ns, &r.tokens, &slots, priority_of(i)).unwrap();
         debug_assert_eq!(existing, m);
         tree.release(lock).unwrap();
         if reclaim {
@@ -505,7 +534,12 @@ pub const EVICT_OP_TOKENS: usize = 16_384;
 /// The bare tree with caller-managed slots: a `Mutex<RunFreeList>` stands in for the pool
 /// (`evict_runs` refills it; allocations take from it). Isolates the tree from the pool.
 pub fn mix_tree(reqs: &[Req], threads: usize, cap: usize) -> MixRun {
-    let tree = RadixTree::new(TreeConfig { page_size: 1, policy: EvictionPolicy::Lru }).unwrap();
+    let tree = RadixTree::new(TreeConfig {
+        page_size: 1,
+        policy: EvictionPolicy::Lru,
+        ..Default::default()
+    })
+    .unwrap();
     let free = Mutex::new(RunFreeList::new(cap));
     let refill = |runs: &[SlotRun]| free.lock().unwrap().put(runs);
     mix_driver(reqs, threads, &|r, slots| match r {
@@ -543,9 +577,13 @@ pub fn mix_tree(reqs: &[Req], threads: usize, cap: usize) -> MixRun {
 }
 
 pub fn mix_rkv(reqs: &[Req], threads: usize, cap: usize) -> MixRun {
-    let cache =
-        Cache::new(CacheOptions { page_size: 1, policy: EvictionPolicy::Lru, pool_slots: cap })
-            .unwrap();
+    let cache = Cache::new(CacheOptions {
+        page_size: 1,
+        policy: EvictionPolicy::Lru,
+        pool_slots: cap,
+        ..Default::default()
+    })
+    .unwrap();
     mix_driver(reqs, threads, &|r, slots| match r {
         Some(r) => rkv_cycle(&cache, r, slots),
         None => {
@@ -558,9 +596,13 @@ pub fn mix_rkv(reqs: &[Req], threads: usize, cap: usize) -> MixRun {
 /// [`mix_rkv`] with slots as runs end to end (`match_and_lock_runs`, `alloc_runs`,
 /// `insert_runs`).
 pub fn mix_rkv_runs(reqs: &[Req], threads: usize, cap: usize) -> MixRun {
-    let cache =
-        Cache::new(CacheOptions { page_size: 1, policy: EvictionPolicy::Lru, pool_slots: cap })
-            .unwrap();
+    let cache = Cache::new(CacheOptions {
+        page_size: 1,
+        policy: EvictionPolicy::Lru,
+        pool_slots: cap,
+        ..Default::default()
+    })
+    .unwrap();
     thread_local! {
         static RUNS: std::cell::RefCell<Vec<SlotRun>> = const { std::cell::RefCell::new(Vec::new()) };
     }
@@ -577,8 +619,13 @@ pub fn mix_rkv_runs(reqs: &[Req], threads: usize, cap: usize) -> MixRun {
 /// match_and_lock + alloc; finish: insert + release), as a scheduler would.
 pub fn mix_rkv_mutex(reqs: &[Req], threads: usize, cap: usize) -> MixRun {
     let cache = Mutex::new(
-        Cache::new(CacheOptions { page_size: 1, policy: EvictionPolicy::Lru, pool_slots: cap })
-            .unwrap(),
+        Cache::new(CacheOptions {
+            page_size: 1,
+            policy: EvictionPolicy::Lru,
+            pool_slots: cap,
+            ..Default::default()
+        })
+        .unwrap(),
     );
     mix_driver(reqs, threads, &|r, slots| match r {
         Some(r) => {

@@ -59,15 +59,18 @@ impl<'a> SlotSource<'a> {
         from: usize,
         pins: u64,
         stamp: u64,
+        meta: u64,
         page: usize,
     ) -> Node {
         let to = from + tokens.len();
         match self {
-            SlotSource::List(s) => Node::new(Edge::new(tokens, &s[from..to], page), pins, stamp),
+            SlotSource::List(s) => {
+                Node::new(Edge::new(tokens, &s[from..to], page), pins, stamp, meta)
+            }
             SlotSource::Runs(r, _) => {
                 let mut part = Vec::new();
                 cut_runs(r, from, to, &mut part);
-                Node::new(Edge::from_runs(tokens, &part, page), pins, stamp)
+                Node::new(Edge::from_runs(tokens, &part, page), pins, stamp, meta)
             }
         }
     }

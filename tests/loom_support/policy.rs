@@ -1,0 +1,96 @@
+//! loom models of the eviction policies' atomic steps (included from `tests/loom.rs`):
+//! the touch/queue pair of `mru` (a touch that makes a key smaller against the queueing of
+//! the same node), and the metadata word's bumps (racing inserts, and an insert's bump
+//! racing the split that freezes the word). Each doc comment names the mutation it fails
+//! on (`docs/loom-mutants.md`, `scripts/loom-mutants`).
+
+use loom::sync::Arc;
+use loom::thread;
+use radixkv::{EvictionPolicy, RadixTree, TreeConfig};
+
+use super::model;
+
+fn tree(policy: EvictionPolicy) -> RadixTree {
+    RadixTree::new(TreeConfig { page_size: 1, policy, ..Default::default() }).unwrap()
+}
+
+/// (hits, len) of each node on the path `key`.
+fn hits(t: &RadixTree, key: &[u32]) -> Vec<(u32, usize)> {
+    t.inspect(0, key).iter().map(|i| (i.hits, i.len)).collect()
+}
+
+/// `mru`: a match touching leaf A (making it the most recent, so the first to go) while a
+/// release queues A (its last unpin). A is not queued when the race starts (its entry was
+/// dropped while it was pinned), and leaf B was accessed after A's lock. Each side writes
+/// one place and reads the other (the touch: the stamp, then `evq`; the push: `evq`, then
+/// the stamp): either the push reads the touch's stamp or the touch sees A queued and
+/// re-keys it; otherwise A stays queued under its old key, behind B, and B goes first.
+/// Fails with the push's stamp read a plain load (L1), with the touch a load and a store
+/// instead of its RMW (L2), without the touch's re-key (L3), and with the push's RMW
+/// Relaxed (L4).
+#[test]
+fn mru_touch_racing_the_queueing_of_the_leaf() {
+    model(|| {
+        let t = Arc::new(tree(EvictionPolicy::Mru));
+        t.insert(0, &[1], &[10]).unwrap();
+        let mut out = Vec::new();
+        let l = t.match_and_lock_raw(0, &[1], &mut out);
+        // A is pinned: this pass drops its entry and frees nothing.
+        assert_eq!(t.evict(1, &mut |_| {}), 0);
+        t.insert(0, &[2], &[20]).unwrap();
+        let t2 = t.clone();
+        let matcher = thread::spawn(move || {
+            let mut out = Vec::new();
+            assert_eq!(t2.match_prefix(0, &[1], &mut out), 1);
+        });
+        t.release(l).unwrap();
+        matcher.join().unwrap();
+        let mut freed = Vec::new();
+        t.evict(1, &mut |s| freed.extend_from_slice(s));
+        assert_eq!(freed, vec![10], "the leaf touched last is not the first to go (mru)");
+        t.check_invariants().unwrap();
+    });
+}
+
+/// `lfu`: an insert passing through edge [1, 2] (one hit) while a locking match splits it
+/// at 1. Whichever lands first, both halves end with the two hits: a bump before the split
+/// read the word is inherited, one between that read and the freeze is handed over by the
+/// split, one after the freeze fails on the frozen word and goes to the halves. Fails
+/// without the freeze (B1: the bump lands on the replaced edge and is lost), with the
+/// hand-over to the lower half left out (B2), and with a bump that ignores the frozen bit
+/// (B3).
+#[test]
+fn lfu_hit_racing_a_split_of_the_edge() {
+    model(|| {
+        let t = Arc::new(tree(EvictionPolicy::Lfu));
+        t.insert(0, &[1, 2], &[10, 20]).unwrap();
+        let t2 = t.clone();
+        let inserter = thread::spawn(move || {
+            assert_eq!(t2.insert(0, &[1, 2], &[10, 20]).unwrap(), 2);
+        });
+        let mut out = Vec::new();
+        let l = t.match_and_lock_raw(0, &[1], &mut out);
+        inserter.join().unwrap();
+        t.release(l).unwrap();
+        assert_eq!(hits(&t, &[1, 2]), vec![(2, 1), (2, 1)], "a hit was lost in the split");
+        t.check_invariants().unwrap();
+    });
+}
+
+/// `lfu`: two inserts passing through the same leaf count two hits (the bump is a CAS
+/// loop). Fails with the bump a load and a store (C1).
+#[test]
+fn lfu_hits_of_two_racing_inserts() {
+    model(|| {
+        let t = Arc::new(tree(EvictionPolicy::Lfu));
+        t.insert(0, &[1], &[10]).unwrap();
+        let t2 = t.clone();
+        let other = thread::spawn(move || {
+            t2.insert(0, &[1], &[10]).unwrap();
+        });
+        t.insert(0, &[1], &[10]).unwrap();
+        other.join().unwrap();
+        assert_eq!(hits(&t, &[1]), vec![(3, 1)], "a racing insert's hit was lost");
+        t.check_invariants().unwrap();
+    });
+}
