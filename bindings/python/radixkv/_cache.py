@@ -495,8 +495,10 @@ class Cache(_Unique):
 
     ``page_size``: tokens per page (>= 1). ``pool_slots``: 0 for caller-managed slots, or
     the size of a built-in slot pool (then :meth:`alloc` and :meth:`free` work, and
-    :meth:`insert` frees what it does not adopt). ``policy``: the eviction order, ``"lru"``
-    or ``"fifo"`` (case-insensitive).
+    :meth:`insert` frees what it does not adopt). ``policy``: the eviction order, one of
+    SGLang's names (case-insensitive): ``"lru"``, ``"lfu"``, ``"fifo"``, ``"mru"``,
+    ``"filo"``, ``"priority"`` (by the inserts' ``priority``) or ``"slru"`` (segmented LRU;
+    ``slru_threshold`` hits, 2 by default, make a node protected).
 
     Token and slot arrays may be lists, tuples, any integer buffer (``array('I'/'i'/'q'/'l')``,
     NumPy arrays), CPU torch tensors, objects with ``__array_interface__``, or any iterable of
@@ -520,6 +522,7 @@ class Cache(_Unique):
         pool_slots: int = 0,
         policy: str = "lru",
         events: Union[bool, EventOptions, None] = None,
+        slru_threshold: Optional[int] = None,
     ):
         self._names: Dict[Tuple[type, Any], int] = {}
         self._names_lock = threading.Lock()
@@ -548,7 +551,11 @@ class Cache(_Unique):
                 mdb,
             )
         try:
-            self._n = _ext.NativeCache(page_size, pool_slots, policy, ev)
+            if slru_threshold is not None:
+                slru_threshold = _size(slru_threshold, "slru_threshold")
+                if slru_threshold >= 1 << 32:
+                    raise InvalidArgumentError("slru_threshold must be below 2**32", Status.INVALID_ARGUMENT)
+            self._n = _ext.NativeCache(page_size, pool_slots, policy, ev, False, slru_threshold)
         except InvalidArgumentError as e:
             if str(e).startswith("rkv_cache_new: policy:"):
                 raise InvalidArgumentError(
@@ -699,27 +706,33 @@ class Cache(_Unique):
 
     # -- inserting --
 
-    def insert(self, tokens: U32Array, slots: U32Array, ns: Namespace = 0) -> int:
+    def insert(self, tokens: U32Array, slots: U32Array, ns: Namespace = 0, *, priority: int = 0) -> int:
         """Caches ``tokens`` with ``slots`` (one per token; the length is cut down to whole
         pages). Returns how many leading tokens were cached already (their slots were not
-        adopted; in pool mode the cache frees those itself)."""
-        return self._n.insert(self.namespace_id(ns), tokens, slots)
+        adopted; in pool mode the cache frees those itself). ``priority`` (an ``int32``;
+        higher stays longer) is what the ``"priority"`` policy evicts by: every node on
+        the path is raised to at least it."""
+        return self._n.insert(self.namespace_id(ns), tokens, slots, priority)
 
-    def insert_lock(self, tokens: U32Array, slots: U32Array, ns: Namespace = 0) -> Tuple[int, Lock]:
+    def insert_lock(
+        self, tokens: U32Array, slots: U32Array, ns: Namespace = 0, *, priority: int = 0
+    ) -> Tuple[int, Lock]:
         """:meth:`insert` and pin the inserted prefix atomically: ``(existing, lock)``."""
-        e, h, n = self._n.insert_lock(self.namespace_id(ns), tokens, slots)
+        e, h, n = self._n.insert_lock(self.namespace_id(ns), tokens, slots, priority)
         return e, Lock(self, h, n, SlotBuffer("I"))
 
-    def insert_runs(self, tokens: U32Array, runs: Runs, ns: Namespace = 0) -> int:
+    def insert_runs(self, tokens: U32Array, runs: Runs, ns: Namespace = 0, *, priority: int = 0) -> int:
         """:meth:`insert` with the slots given as runs of consecutive slots: ``(start,
         length)`` pairs in token order, their lengths adding up to the token count (as
         :meth:`alloc_runs` hands them out). The pool step and the new leaf take O(runs)
         instead of O(tokens). Returns how many leading tokens were cached already."""
-        return self._n.insert_runs(self.namespace_id(ns), tokens, runs)
+        return self._n.insert_runs(self.namespace_id(ns), tokens, runs, priority)
 
-    def insert_lock_runs(self, tokens: U32Array, runs: Runs, ns: Namespace = 0) -> Tuple[int, Lock]:
+    def insert_lock_runs(
+        self, tokens: U32Array, runs: Runs, ns: Namespace = 0, *, priority: int = 0
+    ) -> Tuple[int, Lock]:
         """:meth:`insert_runs` and pin the inserted prefix atomically: ``(existing, lock)``."""
-        e, h, n = self._n.insert_lock_runs(self.namespace_id(ns), tokens, runs)
+        e, h, n = self._n.insert_lock_runs(self.namespace_id(ns), tokens, runs, priority)
         return e, Lock(self, h, n, SlotBuffer("I"))
 
     # -- eviction and the pool --

@@ -36,7 +36,7 @@ from sglang.srt.utils.common import ceil_align
 from ._cache import InvalidLockError, Status
 from ._native import ext as _ext
 
-#: SGLang's eviction policies and what radixkv's tree has of them. Those it lacks are
+#: SGLang 0.5.23's eviction policies. radixkv's tree has all but ``tlru``; one it lacks is
 #: refused at construction (``ValueError``) rather than silently replaced.
 SGLANG_POLICIES = ("lru", "lfu", "fifo", "mru", "filo", "priority", "slru", "tlru")
 
@@ -55,7 +55,7 @@ def _radixkv_policy(name: str) -> str:
     except Exception as e:  # radixkv does not have it (yet)
         raise ValueError(
             f"radixkv's tree has no {policy!r} eviction policy (this build: {e}); "
-            "use --radix-eviction-policy lru or fifo, or SGLang's own radix cache"
+            "choose another --radix-eviction-policy, or SGLang's own radix cache"
         ) from None
     return policy
 
@@ -161,6 +161,10 @@ class RadixKvCache(BasePrefixCache):
             self.device = torch.device("cpu")
         self._on_cpu = self.device.type == "cpu"
         self._policy = "lru" if self.disable else _radixkv_policy(self.eviction_policy)
+        self._slru_threshold: Optional[int] = None
+        config = (None if self.disable else self.eviction_policy_config) or {}
+        if self._policy == "slru" and "protected_threshold" in config:
+            self._slru_threshold = int(config["protected_threshold"])
         self._events_on = self.kv_events.enabled
         self._pending_events: List[Any] = []
         self._gen = 0
@@ -199,7 +203,7 @@ class RadixKvCache(BasePrefixCache):
             self._n.close()
         self._gen += 1
         events = (1, 0, 1 << 62) if self._events_on else None  # SGLang's SHA-256 page hashes
-        self._n = _ext.NativeCache(self.page_size, 0, self._policy, events, True)
+        self._n = _ext.NativeCache(self.page_size, 0, self._policy, events, True, self._slru_threshold)
         self._ns: Dict[Any, int] = {}
         self._ns_key: Dict[int, Tuple[Any, Any]] = {0: (None, None)}
         self.root_node = _Root(self, 0, array("q"), 0, 0, RadixKey(token_ids=array("q"), extra_key=None), self._gen)
@@ -297,7 +301,9 @@ class RadixKvCache(BasePrefixCache):
         """Caches ``params.key`` with ``params.value`` (its KV indices; the token ids
         themselves when None, as SGLang's debug fallback). ``prefix_len`` is how much was
         cached already: those indices stay the tree's, and freeing the given duplicates is
-        the caller's part, as with SGLang's tree."""
+        the caller's part, as with SGLang's tree. ``params.priority`` is the ``priority``
+        policy's key (every node on the path raised to at least it), ``params.inserted_len``
+        what the request inserted before (those nodes count no hit for ``lfu``/``slru``)."""
         if self.disable:
             return InsertResult(prefix_len=0)
         key, value = params.key.maybe_to_bigram_view(self.is_eagle, params.value)
@@ -308,7 +314,9 @@ class RadixKvCache(BasePrefixCache):
             value = key.token_ids  # raw tokens from 0, as torch.tensor(key.token_ids[:len(key)])
         elif isinstance(value, torch.Tensor) and not value.is_cpu:
             value = value.cpu()
-        prefix = self._n.span_insert(ns, key.token_ids, start, stop, value, 0)
+        prefix = self._n.span_insert(
+            ns, key.token_ids, start, stop, value, 0, params.priority or 0, params.inserted_len or 0
+        )
         node = RadixKvNode(self, ns, key.token_ids, start, stop, key, self._gen)
         return InsertResult(prefix_len=prefix, last_device_node=node)
 

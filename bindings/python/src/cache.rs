@@ -20,6 +20,7 @@ use pyo3::sync::PyOnceLock;
 use pyo3::types::{PyByteArray, PyBytes, PyList, PyTuple};
 use radixkv::events::hash::HashMode;
 use radixkv::events::{KvEvent, Medium, NamespaceMeta};
+use radixkv::tree::{DEFAULT_SLRU_THRESHOLD, InsertOptions, checked_priority};
 use radixkv::{Cache, CacheOptions, EventOptions, EvictionPolicy, PrefixLock, SlotRun};
 
 use crate::errors::*;
@@ -304,6 +305,12 @@ impl NativeCache {
     }
 }
 
+/// An insert's options: `priority` checked to fit the tree's `i32`.
+fn options(priority: i64, inserted_len: usize) -> Res<InsertOptions> {
+    let priority = checked_priority(priority).map_err(st)?;
+    Ok(InsertOptions { priority, inserted_len })
+}
+
 fn tokens_of(obj: &Bound<'_, PyAny>) -> PyResult<Input> {
     to_input(obj, "tokens")
 }
@@ -343,8 +350,9 @@ impl NativeCache {
     /// 1 = SGLang's SHA-256 and medium 0 = GPU, 1 = CPU_PINNED, or None.
     #[new]
     /// `track_slots` (caller-managed mode only): keep a bitmap of the slots the tree holds,
-    /// for `cached_slots_i64` (what SGLang's `all_values_flatten` needs).
-    #[pyo3(signature = (page_size, pool_slots, policy, events=None, track_slots=false))]
+    /// for `cached_slots_i64` (what SGLang's `all_values_flatten` needs). `slru_threshold`:
+    /// the hits that move a node to SLRU's protected segment (default 2, SGLang's).
+    #[pyo3(signature = (page_size, pool_slots, policy, events=None, track_slots=false, slru_threshold=None))]
     fn new(
         py: Python<'_>,
         page_size: u64,
@@ -352,6 +360,7 @@ impl NativeCache {
         policy: &str,
         events: Option<(u32, u32, u64)>,
         track_slots: bool,
+        slru_threshold: Option<u32>,
     ) -> PyResult<Self> {
         let r = (|| {
             let bad = |m: String| Err(fail(INVALID_ARGUMENT, m));
@@ -381,6 +390,7 @@ impl NativeCache {
                 page_size: page_size as usize,
                 policy,
                 pool_slots: pool_slots as usize,
+                slru_threshold: slru_threshold.unwrap_or(DEFAULT_SLRU_THRESHOLD),
             };
             let mut cache =
                 Cache::new(opts).map_err(|e| fail(status_of(&e), format!("opts: {e}")))?;
@@ -535,33 +545,41 @@ impl NativeCache {
 
     // -- inserting --
 
-    /// Caches `tokens` with `slots`; returns how many leading tokens were cached already.
+    /// Caches `tokens` with `slots` (at eviction `priority`); returns how many leading
+    /// tokens were cached already.
+    #[pyo3(signature = (ns, tokens, slots, priority=0))]
     fn insert(
         &self,
         py: Python<'_>,
         ns: u64,
         tokens: &Bound<'_, PyAny>,
         slots: &Bound<'_, PyAny>,
+        priority: i64,
     ) -> PyResult<usize> {
+        let opts = done(py, "rkv_insert", options(priority, 0))?;
         let t = tokens_of(tokens)?;
         let s = to_input(slots, "slots")?;
         done(py, "rkv_insert", pair_len(&t, &s))?;
         let (tv, sv) = (t.view(), s.view());
         self.with(py, "rkv_insert", |c| {
             with_two(tv, sv, |toks, sl| {
-                c.insert(ns, toks, sl).map_err(|e| slot_refusal(e, Given::Slots(sl), c.pool()))
+                c.insert_with_options(ns, toks, sl, opts)
+                    .map_err(|e| slot_refusal(e, Given::Slots(sl), c.pool()))
             })
         })
     }
 
     /// Insert and pin: `(existing, handle, length)`.
+    #[pyo3(signature = (ns, tokens, slots, priority=0))]
     fn insert_lock(
         &self,
         py: Python<'_>,
         ns: u64,
         tokens: &Bound<'_, PyAny>,
         slots: &Bound<'_, PyAny>,
+        priority: i64,
     ) -> PyResult<(usize, u64, usize)> {
+        let opts = done(py, "rkv_insert_lock", options(priority, 0))?;
         let t = tokens_of(tokens)?;
         let s = to_input(slots, "slots")?;
         done(py, "rkv_insert_lock", pair_len(&t, &s))?;
@@ -569,7 +587,7 @@ impl NativeCache {
         self.with(py, "rkv_insert_lock", |c| {
             with_two(tv, sv, |toks, sl| {
                 let (e, l) = c
-                    .insert_and_lock_raw(ns, toks, sl)
+                    .insert_and_lock_raw_with_options(ns, toks, sl, opts)
                     .map_err(|e| slot_refusal(e, Given::Slots(sl), c.pool()))?;
                 let (h, n) = self.hold(l);
                 Ok((e, h, n))
@@ -578,31 +596,38 @@ impl NativeCache {
     }
 
     /// Insert with the slots as `(start, length)` runs; returns `existing`.
+    #[pyo3(signature = (ns, tokens, runs, priority=0))]
     fn insert_runs(
         &self,
         py: Python<'_>,
         ns: u64,
         tokens: &Bound<'_, PyAny>,
         runs: &Bound<'_, PyAny>,
+        priority: i64,
     ) -> PyResult<usize> {
+        let opts = done(py, "rkv_insert_runs", options(priority, 0))?;
         let t = tokens_of(tokens)?;
         let r = to_runs(runs, "runs")?;
         let tv = t.view();
         self.with(py, "rkv_insert_runs", |c| {
             let mut sc = Vec::new();
             let toks = tv.get("tokens", &mut sc).map_err(oor)?;
-            c.insert_runs(ns, toks, &r).map_err(|e| runs_refusal(e, c, &r, toks.len()))
+            c.insert_runs_with_options(ns, toks, &r, opts)
+                .map_err(|e| runs_refusal(e, c, &r, toks.len()))
         })
     }
 
     /// Insert and pin with the slots as runs: `(existing, handle, length)`.
+    #[pyo3(signature = (ns, tokens, runs, priority=0))]
     fn insert_lock_runs(
         &self,
         py: Python<'_>,
         ns: u64,
         tokens: &Bound<'_, PyAny>,
         runs: &Bound<'_, PyAny>,
+        priority: i64,
     ) -> PyResult<(usize, u64, usize)> {
+        let opts = done(py, "rkv_insert_lock_runs", options(priority, 0))?;
         let t = tokens_of(tokens)?;
         let r = to_runs(runs, "runs")?;
         let tv = t.view();
@@ -610,7 +635,7 @@ impl NativeCache {
             let mut sc = Vec::new();
             let toks = tv.get("tokens", &mut sc).map_err(oor)?;
             let (e, l) = c
-                .insert_and_lock_runs_raw(ns, toks, &r)
+                .insert_and_lock_runs_raw_with_options(ns, toks, &r, opts)
                 .map_err(|e| runs_refusal(e, c, &r, toks.len()))?;
             let (h, n) = self.hold(l);
             Ok((e, h, n))
@@ -1080,9 +1105,11 @@ impl NativeCache {
         })
     }
 
-    /// Caches `tokens[start:stop]` with `values[vstart:vstart + (stop - start)]`: returns
-    /// how many leading tokens were cached already.
+    /// Caches `tokens[start:stop]` with `values[vstart:vstart + (stop - start)]` at
+    /// eviction `priority` (`inserted_len`: tokens of the key the same request inserted
+    /// before, which count no hit): returns how many leading tokens were cached already.
     #[allow(clippy::too_many_arguments)]
+    #[pyo3(signature = (ns, tokens, start, stop, values, vstart, priority=0, inserted_len=0))]
     fn span_insert(
         &self,
         py: Python<'_>,
@@ -1092,7 +1119,10 @@ impl NativeCache {
         stop: usize,
         values: &Bound<'_, PyAny>,
         vstart: usize,
+        priority: i64,
+        inserted_len: usize,
     ) -> PyResult<usize> {
+        let opts = done(py, "rkv_insert", options(priority, inserted_len))?;
         let t = tokens_of(tokens)?;
         let s = to_input(values, "value")?;
         let stop = stop.min(t.len()).max(start.min(t.len()));
@@ -1112,7 +1142,7 @@ impl NativeCache {
         self.with(py, "rkv_insert", |c| {
             with_two_named(tv, sv, "value", |toks, sl| {
                 let e = c
-                    .insert(ns, toks, sl)
+                    .insert_with_options(ns, toks, sl, opts)
                     .map_err(|e| slot_refusal(e, Given::Slots(sl), c.pool()))?;
                 if let Some(t) = &self.tracked {
                     let aligned = toks.len() / c.page_size() * c.page_size();

@@ -42,8 +42,28 @@ def test_bad_options():
     with pytest.raises(radixkv.InvalidArgumentError):
         Cache(page_size=16, pool_slots=100)  # not whole pages
     with pytest.raises(radixkv.InvalidArgumentError):
-        Cache(policy="mru")
+        Cache(policy="random")
     Cache(policy="FIFO").close()
+
+
+@pytest.mark.parametrize("policy", ["lru", "lfu", "fifo", "mru", "filo", "priority", "slru"])
+def test_every_eviction_policy(policy):
+    with Cache(policy=policy, slru_threshold=3) as c:
+        assert c.policy == policy
+        c.insert([1, 2, 3], [10, 11, 12], priority=5)
+        c.insert([7, 8], [20, 21], priority=-1)
+        assert sorted(c.evict(10**9)) == [10, 11, 12, 20, 21]
+    with pytest.raises(radixkv.InvalidArgumentError, match="priority 4294967296 out of range"):
+        Cache().insert([1], [1], priority=1 << 32)
+
+
+def test_priority_policy_evicts_the_lowest_priority_first():
+    with Cache(policy="priority") as c:
+        c.insert([1, 2], [10, 11], priority=9)
+        c.insert([5, 6], [20, 21], priority=1)
+        c.insert([8, 9], [30, 31], priority=5)
+        assert sorted(c.evict(1)) == [20, 21]
+        assert sorted(c.evict(1)) == [30, 31]
 
 
 def test_match_insert_roundtrip_page1():

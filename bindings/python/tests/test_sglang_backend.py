@@ -173,6 +173,19 @@ class TestRadixKvCache(unittest.TestCase):
         self.assertIsInstance(rk.take_events()[-1], AllBlocksCleared)
         self.assertEqual(RadixKvCache.create_simulated().take_events(), [])
 
+    def test_priority_from_insert_params(self):
+        from sglang.srt.mem_cache.cache_init_params import CacheInitParams
+
+        alloc = Allocator()
+        c = RadixKvCache(CacheInitParams(disable=False, req_to_token_pool=None, token_to_kv_pool_allocator=alloc,
+                                         page_size=1, eviction_policy="priority"))
+        for tokens, values, prio in (([1, 2], [10, 11], 9), ([5, 6], [20, 21], 1), ([8, 9], [30, 31], 5)):
+            c.insert(InsertParams(key=key(tokens), value=torch.tensor(values), priority=prio))
+        c.evict(EvictParams(num_tokens=1))
+        self.assertEqual(sorted(alloc.freed), [20, 21])
+        c.evict(EvictParams(num_tokens=1))
+        self.assertEqual(sorted(alloc.freed), [20, 21, 30, 31])
+
     def test_eviction_policy_and_registration(self):
         from sglang.srt.mem_cache.cache_init_params import CacheInitParams
         from sglang.srt.mem_cache.registry import get_radix_cache_factory
@@ -185,6 +198,13 @@ class TestRadixKvCache(unittest.TestCase):
         with self.assertRaisesRegex(ValueError, "Unknown eviction policy"):
             RadixKvCache(CacheInitParams(disable=False, req_to_token_pool=None, token_to_kv_pool_allocator=None,
                                          page_size=1, eviction_policy="random"))
+        with self.assertRaisesRegex(ValueError, "no 'tlru' eviction policy"):
+            RadixKvCache(CacheInitParams(disable=False, req_to_token_pool=None, token_to_kv_pool_allocator=None,
+                                         page_size=1, eviction_policy="tlru"))
+        for policy in ("lru", "lfu", "fifo", "mru", "filo", "priority", "slru"):
+            p = CacheInitParams(disable=False, req_to_token_pool=None, token_to_kv_pool_allocator=None,
+                                page_size=1, eviction_policy=policy)
+            self.assertEqual(RadixKvCache(p)._policy, policy)
         radixkv.sglang.register()
         factory = get_radix_cache_factory("radixkv")
         self.assertIsNotNone(factory)
