@@ -81,6 +81,11 @@ class RadixKvMatchResult(MatchResult):
         return self.device_prefix_len
 
 
+#: ``MatchResult``'s fields after the first four, at their defaults (a match result is built
+#: from a tuple: a third of the keyword constructor's cost).
+_MATCH_TAIL = tuple(MatchResult._field_defaults[f] for f in MatchResult._fields[4:])
+
+
 class RadixKvNode:
     """What ``match_prefix`` and ``insert`` return as ``last_device_node``: a prefix of a
     key, named by the key's token buffer and the span of it the tree holds (no copy: the
@@ -282,12 +287,8 @@ class RadixKvCache(BasePrefixCache):
         if m == 0:
             return self._empty_match_result
         node = RadixKvNode(self, ns, key.token_ids, start, start + m, key, self._gen)
-        return RadixKvMatchResult(
-            device_prefix_len=m,
-            last_device_node=node,
-            last_host_node=node,
-            best_match_node=node,
-        )
+        # device_prefix_len, last_device_node, last_host_node, best_match_node, the rest.
+        return tuple.__new__(RadixKvMatchResult, (m, node, node, node) + _MATCH_TAIL)
 
     def touch_prefix(self, key: RadixKey) -> None:
         key, _ = key.maybe_to_bigram_view(self.is_eagle)
