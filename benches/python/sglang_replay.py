@@ -247,8 +247,10 @@ def main():
     for t, s in zip(np_tokens, np_slots):
         full.insert(t, s)
 
-    def threads(fn, k):
+    def threads(fn, k, batched=False):
         parts = [np_tokens[i::k] for i in range(k)]
+        if batched:
+            parts = [batches(p) for p in parts]
         out = [0] * k
 
         def run(i):
@@ -266,14 +268,16 @@ def main():
         return time.perf_counter() - t0, sum(out)
 
     print("\nmatch only over the full tree (every request, NumPy uint32 tokens), 1 Python thread against 2 on one Cache:")
-    for name, fn in (
-        ("Cache.match (slots out)", lambda t: len(full.match(t))),
-        ("Cache.match_len", full.match_len),
+    batches = lambda part: [part[i : i + 64] for i in range(0, len(part), 64)]  # noqa: E731
+    for name, fn, batched in (
+        ("Cache.match (slots out)", lambda t: len(full.match(t)), False),
+        ("Cache.match_len", full.match_len, False),
+        ("match_len_many, 64 a call", lambda b: sum(full.match_len_many(b)), True),
     ):
         one_t, two_t = [], []
         for _ in range(args.thread_rounds + 1):  # interleaved, so both see the same load
-            one_t.append(threads(fn, 1))
-            two_t.append(threads(fn, 2))
+            one_t.append(threads(fn, 1, batched))
+            two_t.append(threads(fn, 2, batched))
         assert all(x[1] == n_tokens for x in one_t + two_t), "every token of every request hits"
         one_s = [x[0] for x in one_t[1:]]
         two_s = [x[0] for x in two_t[1:]]

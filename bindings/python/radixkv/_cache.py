@@ -684,6 +684,13 @@ class Cache(_Unique):
         """Length of the longest cached prefix of ``tokens``."""
         return self._n.match_len(self.namespace_id(ns), tokens)
 
+    def match_len_many(self, queries: Any, ns: Namespace = 0) -> List[int]:
+        """:meth:`match_len` of each token array of ``queries`` (an iterable), in one call:
+        the GIL is released once for all of them (a scheduler matching its waiting queue;
+        threads that share a cache scale better with a few long calls than many short
+        ones)."""
+        return self._n.match_len_many(self.namespace_id(ns), queries)
+
     def match_runs(self, tokens: U32Array, ns: Namespace = 0) -> List[Tuple[int, int]]:
         """:meth:`match` returning the slots as runs of consecutive slots: a list of
         ``(start, length)`` pairs in token order (slots ``start .. start + length - 1``),

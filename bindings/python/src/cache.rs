@@ -484,6 +484,40 @@ impl NativeCache {
         })
     }
 
+    /// Match lengths of many token arrays in one call (one GIL release for all of them):
+    /// a list of ints, in order.
+    fn match_len_many<'py>(
+        &self,
+        py: Python<'py>,
+        ns: u64,
+        queries: &Bound<'py, PyAny>,
+    ) -> PyResult<Bound<'py, PyList>> {
+        let mut inputs = Vec::new();
+        for (i, q) in queries.try_iter()?.enumerate() {
+            let q = q?;
+            inputs.push(to_input(&q, "tokens").map_err(|e| {
+                let msg = format!("queries[{i}]: {}", e.value(py));
+                if e.is_instance_of::<pyo3::exceptions::PyValueError>(py) {
+                    pyo3::exceptions::PyValueError::new_err(msg)
+                } else {
+                    pyo3::exceptions::PyTypeError::new_err(msg)
+                }
+            })?);
+        }
+        let views: Vec<View<'_>> = inputs.iter().map(|i| i.view()).collect();
+        let lens = self.with(py, "rkv_match", |c| {
+            let (mut sc, mut out) = (Vec::new(), Vec::new());
+            let mut lens = Vec::with_capacity(views.len());
+            for v in &views {
+                let toks = v.get("tokens", &mut sc).map_err(oor)?;
+                out.clear();
+                lens.push(c.match_prefix_runs(ns, toks, &mut out));
+            }
+            Ok(lens)
+        })?;
+        PyList::new(py, lens)
+    }
+
     /// The match as `(start, length)` runs.
     fn match_runs<'py>(
         &self,

@@ -133,3 +133,13 @@ def test_the_gil_is_released_during_a_long_call():
 def test_version_and_extension():
     assert radixkv.version() == "0.1.0"
     assert radixkv.library_path().endswith((".so", ".pyd"))
+
+
+def test_match_len_many_is_match_len_of_each():
+    with Cache() as c:
+        c.insert([1, 2, 3, 4], [10, 11, 12, 13])
+        qs = [[1, 2, 9], array("q", [1, 2, 3, 4, 5]), (7,), []]
+        assert c.match_len_many(qs) == [c.match_len(q) for q in qs] == [2, 4, 0, 0]
+        assert c.match_len_many(iter(qs), ns="other") == [0, 0, 0, 0]
+        with pytest.raises(ValueError, match=r"queries\[1\]: tokens\[0\] = -1"):
+            c.match_len_many([[1], [-1]])
