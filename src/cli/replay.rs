@@ -22,7 +22,7 @@ use radixkv::events::hash::HashMode;
 use radixkv::events::publisher::{Publisher, PublisherOptions, binds};
 use radixkv::sched::{PrefixOracle, Schedule, Scheduler, WindowQueue};
 use radixkv::trace::Trace;
-use radixkv::{Cache, CacheOptions, Error, EventOptions, EvictionPolicy, SlotRun};
+use radixkv::{Cache, CacheOptions, Error, EventOptions, EvictionPolicy, InsertOptions, SlotRun};
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
@@ -36,6 +36,8 @@ pub struct Config {
     pub page_size: usize,
     /// Eviction policy.
     pub policy: EvictionPolicy,
+    /// SLRU's protected threshold (hits), read by the `slru` policy.
+    pub slru_threshold: u32,
     /// Worker threads.
     pub threads: usize,
     /// Window ordering.
@@ -178,11 +180,15 @@ impl Shared<'_> {
         ns: u64,
         tokens: &[u32],
         output_length: usize,
+        priority: i32,
         runs: &mut Vec<SlotRun>,
         c: &mut Counts,
     ) -> Result<(), String> {
         let page = self.cfg.page_size;
         let len = tokens.len();
+        // The request's first insert: every node on its path counts a hit (SGLang's
+        // `cache_inserted_len` is 0 before it).
+        let first = InsertOptions { priority, inserted_len: 0 };
         let n = len / page * page;
         c.requests += 1;
         c.input_tokens += len as u64;
@@ -213,18 +219,18 @@ impl Shared<'_> {
             if with_output {
                 let (_, l) = self
                     .cache
-                    .insert_and_lock_runs(ns, &tokens[..n], runs)
+                    .insert_and_lock_runs_with_options(ns, &tokens[..n], runs, first)
                     .map_err(|e| cache_err("insert_and_lock_runs", e))?;
                 input_lock = Some(l);
             } else {
                 self.cache
-                    .insert_runs(ns, &tokens[..n], runs)
+                    .insert_runs_with_options(ns, &tokens[..n], runs, first)
                     .map_err(|e| cache_err("insert_runs", e))?;
             }
             c.lat.insert.push(t.elapsed());
         }
         if with_output {
-            self.run_output(ns, tokens, n, output_length, runs, c)?;
+            self.run_output(ns, tokens, n, output_length, priority, runs, c)?;
         }
         drop(input_lock);
         drop(guard);
@@ -241,6 +247,7 @@ impl Shared<'_> {
         tokens: &[u32],
         n: usize,
         out_len: usize,
+        priority: i32,
         runs: &mut Vec<SlotRun>,
         c: &mut Counts,
     ) -> Result<(), String> {
@@ -267,7 +274,12 @@ impl Shared<'_> {
             return Ok(());
         }
         let t = Instant::now();
-        self.cache.insert_runs(ns, &full[..nf], runs).map_err(|e| cache_err("insert_runs", e))?;
+        // The prompt's `n` tokens were inserted by this request already: only the nodes past
+        // them count a hit (SGLang's `cache_inserted_len`).
+        let opts = InsertOptions { priority, inserted_len: n };
+        self.cache
+            .insert_runs_with_options(ns, &full[..nf], runs, opts)
+            .map_err(|e| cache_err("insert_runs", e))?;
         c.lat.insert.push(t.elapsed());
         // Whole pages only: the generated tokens cached are those inside the `nf` aligned
         // tokens (`nf > n` means `nf` passes the prompt's end).
@@ -322,6 +334,7 @@ pub fn replay_publishing(
         page_size: page,
         policy: cfg.policy,
         pool_slots: pool,
+        slru_threshold: cfg.slru_threshold,
         ..Default::default()
     })
     .map_err(|e| format!("cannot create the cache: {e}"))?;
@@ -364,6 +377,7 @@ pub fn replay_publishing(
                         r.namespace,
                         &r.tokens,
                         r.output_length,
+                        r.priority,
                         &mut runs,
                         &mut c,
                     ) {
