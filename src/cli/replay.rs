@@ -230,7 +230,8 @@ impl Shared<'_> {
             c.lat.insert.push(t.elapsed());
         }
         if with_output {
-            self.run_output(ns, tokens, n, output_length, priority, runs, c)?;
+            let opts = InsertOptions { priority, inserted_len: n };
+            self.run_output(ns, tokens, output_length, opts, runs, c)?;
         }
         drop(input_lock);
         drop(guard);
@@ -240,17 +241,18 @@ impl Shared<'_> {
         Ok(())
     }
 
-    /// Caches prompt + generated tokens; the prompt's `n` aligned tokens are pinned.
+    /// Caches prompt + generated tokens; the prompt's `opts.inserted_len` aligned tokens are
+    /// pinned (and inserted by this request already).
     fn run_output(
         &self,
         ns: u64,
         tokens: &[u32],
-        n: usize,
         out_len: usize,
-        priority: i32,
+        opts: InsertOptions,
         runs: &mut Vec<SlotRun>,
         c: &mut Counts,
     ) -> Result<(), String> {
+        let n = opts.inserted_len;
         let page = self.cfg.page_size;
         let nf = (tokens.len() + out_len) / page * page;
         if nf <= n {
@@ -274,9 +276,8 @@ impl Shared<'_> {
             return Ok(());
         }
         let t = Instant::now();
-        // The prompt's `n` tokens were inserted by this request already: only the nodes past
-        // them count a hit (SGLang's `cache_inserted_len`).
-        let opts = InsertOptions { priority, inserted_len: n };
+        // The prompt's `n` tokens were inserted by this request already (`opts.inserted_len`):
+        // only the nodes past them count a hit (SGLang's `cache_inserted_len`).
         self.cache
             .insert_runs_with_options(ns, &full[..nf], runs, opts)
             .map_err(|e| cache_err("insert_runs", e))?;
@@ -335,7 +336,6 @@ pub fn replay_publishing(
         policy: cfg.policy,
         pool_slots: pool,
         slru_threshold: cfg.slru_threshold,
-        ..Default::default()
     })
     .map_err(|e| format!("cannot create the cache: {e}"))?;
     let publisher = match &cfg.events {
