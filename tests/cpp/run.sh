@@ -57,8 +57,7 @@ elif ! command -v valgrind >/dev/null; then
 else
   step "valgrind (8 threads, 150 iterations each)" "${TIMEOUT[@]}" env RKV_CPP_ITERS=150 \
     valgrind --leak-check=full --show-leak-kinds=definite,indirect \
-    --errors-for-leak-kinds=definite,indirect --error-exitcode=1 --quiet \
-    --suppressions="$ROOT/tests/c/valgrind.supp" "$OUT/test_cpp"
+    --errors-for-leak-kinds=definite,indirect --error-exitcode=1 --quiet "$OUT/test_cpp"
 fi
 
 pc_check() {
