@@ -27,6 +27,12 @@
 #define RKV_ABI_VERSION 1
 
 /**
+ * `RKV_EVICT_SLRU`'s default threshold (SGLang's `protected_threshold`): a node with at
+ * least this many hits is in the protected segment.
+ */
+#define RKV_DEFAULT_SLRU_THRESHOLD 2
+
+/**
  * What `rkv_events_flush` writes to `*out_seq` when there was nothing to close: no batch,
  * no sequence number used. Never a batch's number (it is also the replay's end marker).
  */
@@ -96,17 +102,48 @@ typedef enum rkv_status {
 
 /**
  * How eviction orders evictable leaves (the `eviction_policy` field of `rkv_options`, a
- * `uint32_t`: values other than these are `RKV_INVALID_ARGUMENT`). A plain value.
+ * `uint32_t`: values other than these are `RKV_INVALID_ARGUMENT`, with a message listing
+ * the valid ones). A plain value. Eviction takes unpinned leaves only, the smallest key
+ * first; a parent whose last child went competes next with its own key (the keys are
+ * SGLang's, see docs/eviction.md). Every value but `RKV_EVICT_LRU` is an extension of
+ * version 1; `rkv_eviction_policy_name` names them as SGLang's `--radix-eviction-policy`
+ * does, `rkv_eviction_policy_from_name` reads those names.
  */
 typedef enum rkv_eviction_policy {
   /**
-   * Least recently accessed leaf first (the default).
+   * `"lru"`: least recently accessed leaf first (the default).
    */
   RKV_EVICT_LRU = 0,
   /**
-   * Oldest inserted leaf first, ignoring later accesses (an extension of version 1).
+   * `"fifo"`: oldest inserted leaf first, ignoring later accesses.
    */
   RKV_EVICT_FIFO = 1,
+  /**
+   * `"lfu"`: fewest hits first, then least recently accessed: key (hit count, last
+   * access). A hit is an insert whose key passes through or ends at the node, each
+   * request counted once (`rkv_insert_options.inserted_len`); matches count none.
+   */
+  RKV_EVICT_LFU = 2,
+  /**
+   * `"mru"`: most recently accessed leaf first.
+   */
+  RKV_EVICT_MRU = 3,
+  /**
+   * `"filo"`: newest inserted leaf first, ignoring accesses.
+   */
+  RKV_EVICT_FILO = 4,
+  /**
+   * `"priority"`: lowest priority first, then least recently accessed: key (priority,
+   * last access). An insert raises every node on its path to at least its priority
+   * (`rkv_insert_options.priority`, default 0).
+   */
+  RKV_EVICT_PRIORITY = 5,
+  /**
+   * `"slru"`: segmented LRU: key (1 if hit count >= the threshold else 0, last access),
+   * so the probationary segment goes first, each segment in LRU order. The threshold is
+   * `rkv_policy_options.slru_threshold` (default `RKV_DEFAULT_SLRU_THRESHOLD`).
+   */
+  RKV_EVICT_SLRU = 6,
 } rkv_eviction_policy;
 
 /**
@@ -212,6 +249,69 @@ typedef struct rkv_options {
    */
   uint64_t pool_slots;
 } rkv_options;
+
+/**
+ * The parameters of an eviction policy (an extension of version 1: `rkv_options`, whose
+ * size version 1 fixes, cannot grow), for `rkv_cache_new_with`. Get the defaults from
+ * `rkv_policy_options_default()` and change fields. A plain value: the caller owns it,
+ * and `rkv_cache_new_with` only reads it during the call.
+ *
+ * Versioned by `size`: it must be `sizeof(rkv_policy_options)` of this header (8), which
+ * `rkv_policy_options_default()` sets; any other value is `RKV_INVALID_ARGUMENT`. A later
+ * library that appends fields will still accept this size (and use the defaults of the
+ * fields it appended); a caller built against a larger struct gets a clear refusal from
+ * this library instead of having its new fields ignored.
+ */
+typedef struct rkv_policy_options {
+  /**
+   * `sizeof(rkv_policy_options)`: 8.
+   */
+  uint32_t size;
+  /**
+   * `RKV_EVICT_SLRU`'s threshold: a node with at least this many hits is in the
+   * protected segment (default `RKV_DEFAULT_SLRU_THRESHOLD` = 2; 0 puts every node
+   * there, which is LRU). Any value; ignored by the other policies.
+   */
+  uint32_t slru_threshold;
+} rkv_policy_options;
+
+/**
+ * Per-insert options (an extension of version 1), for `rkv_insert_ex`,
+ * `rkv_insert_lock_ex`, `rkv_insert_runs_ex` and `rkv_insert_lock_runs_ex`. Get the
+ * defaults from `rkv_insert_options_default()` and change fields; a NULL pointer means the
+ * defaults (what `rkv_insert` and the others use). A plain value: the caller owns it, and
+ * the call only reads it.
+ *
+ * Versioned by `size`, as `rkv_policy_options`: it must be `sizeof(rkv_insert_options)`
+ * of this header (24), which `rkv_insert_options_default()` sets; any other value is
+ * `RKV_INVALID_ARGUMENT`.
+ */
+typedef struct rkv_insert_options {
+  /**
+   * `sizeof(rkv_insert_options)`: 24.
+   */
+  uint32_t size;
+  /**
+   * Must be 0 (reserved for flags of a later version; else `RKV_INVALID_ARGUMENT`).
+   */
+  uint32_t reserved;
+  /**
+   * Eviction priority of the inserted tokens, read by `RKV_EVICT_PRIORITY` (higher stays
+   * longer; default 0): every node on the insert's path takes the larger of its own
+   * priority and this one, a new node starts with it, a split's halves keep theirs.
+   * Must fit an `int32_t` (-2147483648 to 2147483647), else `RKV_INVALID_ARGUMENT`.
+   * Under the other policies it is checked and then not kept.
+   */
+  int64_t priority;
+  /**
+   * Tokens of this key that the same request inserted before (SGLang's
+   * `req.kv.cache_inserted_len`; default 0, a request's first insert), read by
+   * `RKV_EVICT_LFU` and `RKV_EVICT_SLRU`: nodes that end within them count no hit, so a
+   * request inserting its growing prefix several times (chunked prefill, then the
+   * finish) counts each node once. Any value (one past the key counts no hit at all).
+   */
+  uint64_t inserted_len;
+} rkv_insert_options;
 
 /**
  * A lock handle: pins a matched prefix until `rkv_release`. 0 is never a valid lock. A
@@ -608,10 +708,47 @@ const char *rkv_last_error_message(void);
 struct rkv_options rkv_options_default(void);
 
 /**
+ * Default policy parameters (an extension of version 1): `size =
+ * sizeof(rkv_policy_options)`, `slru_threshold = RKV_DEFAULT_SLRU_THRESHOLD`. Returns a
+ * plain value. Thread-safe.
+ */
+struct rkv_policy_options rkv_policy_options_default(void);
+
+/**
+ * Default insert options (an extension of version 1): `size =
+ * sizeof(rkv_insert_options)`, priority 0, inserted_len 0 (what `rkv_insert` uses).
+ * Returns a plain value. Thread-safe.
+ */
+struct rkv_insert_options rkv_insert_options_default(void);
+
+/**
+ * The name of eviction policy number `policy` as SGLang's `--radix-eviction-policy`
+ * spells it ("lru", "fifo", "lfu", "mru", "filo", "priority", "slru"), a static
+ * NUL-terminated string the caller must not free; NULL for a number that is not an
+ * `rkv_eviction_policy`. An extension of version 1. Thread-safe; leaves
+ * `rkv_last_error_message()` as it is.
+ */
+const char *rkv_eviction_policy_name(uint32_t policy);
+
+/**
+ * Reads an eviction policy's name (`name`, required, NUL-terminated, as
+ * `rkv_eviction_policy_name` gives it; ASCII case ignored) and writes its
+ * `rkv_eviction_policy` number to `*out_policy` (required), for an engine that takes
+ * SGLang's `--radix-eviction-policy`. An unknown name is `RKV_INVALID_ARGUMENT`, with a
+ * message listing the valid ones. An extension of version 1. Thread-safe.
+ *
+ * # Safety
+ * `name` is NULL or a readable NUL-terminated string; `out_policy` NULL or writable.
+ */
+enum rkv_status rkv_eviction_policy_from_name(const char *name,
+                                              uint32_t *out_policy);
+
+/**
  * Creates a cache from `*opts` (required; read only during the call) and writes it to
  * `*out_cache` (required). The caller owns the new cache and frees it with
  * `rkv_cache_free`. `RKV_INVALID_ARGUMENT` for page_size 0, an unknown eviction_policy, or
- * a pool size that is not a multiple of page_size or above 2^32. Thread-safe.
+ * a pool size that is not a multiple of page_size or above 2^32. The policy's parameters
+ * are the defaults (`rkv_cache_new_with` sets them). Thread-safe.
  *
  * # Safety
  * `opts` is NULL or points to a readable `rkv_options`; `out_cache` is NULL or points to
@@ -619,6 +756,35 @@ struct rkv_options rkv_options_default(void);
  */
 enum rkv_status rkv_cache_new(const struct rkv_options *opts,
                               struct rkv_cache **out_cache);
+
+/**
+ * `rkv_cache_new` with the eviction policy's parameters (an extension of version 1):
+ * `*policy` (read only during the call) sets them, e.g. `RKV_EVICT_SLRU`'s
+ * `slru_threshold`; NULL means `rkv_policy_options_default()`, so
+ * `rkv_cache_new_with(opts, NULL, out)` is `rkv_cache_new(opts, out)`. The policy itself
+ * stays `opts->eviction_policy`. Parameters of a policy other than the cache's are
+ * accepted and ignored. `RKV_INVALID_ARGUMENT` also for `policy->size` other than
+ * `sizeof(rkv_policy_options)`. Thread-safe.
+ *
+ * # Safety
+ * As `rkv_cache_new`; `policy` is NULL or points to a readable `rkv_policy_options`.
+ */
+enum rkv_status rkv_cache_new_with(const struct rkv_options *opts,
+                                   const struct rkv_policy_options *policy,
+                                   struct rkv_cache **out_cache);
+
+/**
+ * Writes the cache's eviction policy (its `rkv_eviction_policy` number) to `*out_policy`
+ * and its SLRU threshold to `*out_slru_threshold` (both required; the threshold is
+ * written whatever the policy, the default unless `rkv_cache_new_with` set it). An
+ * extension of version 1. Thread-safe.
+ *
+ * # Safety
+ * `cache` is NULL or live; `out_policy` and `out_slru_threshold` NULL or writable.
+ */
+enum rkv_status rkv_cache_eviction_policy(const struct rkv_cache *cache,
+                                          uint32_t *out_policy,
+                                          uint32_t *out_slru_threshold);
 
 /**
  * Destroys a cache: releases its outstanding locks (their handles become invalid) and
@@ -732,7 +898,7 @@ enum rkv_status rkv_match_lock_runs(const struct rkv_cache *cache,
  * that position), and refuses whole with `RKV_INVALID_ARGUMENT` a slot outside the pool,
  * a free slot, or one cached at another position. In caller-managed mode the caller keeps
  * owning every slot that was not adopted. Arrays stay owned by the caller; either may be
- * NULL when `n_tokens == 0`. Thread-safe.
+ * NULL when `n_tokens == 0`. Priority 0 (`rkv_insert_ex` takes one). Thread-safe.
  *
  * # Safety
  * `cache` is NULL or live; `tokens` and `slots` NULL or readable for `n_tokens` values;
@@ -746,10 +912,29 @@ enum rkv_status rkv_insert(const struct rkv_cache *cache,
                            size_t *out_existing);
 
 /**
+ * `rkv_insert` with per-insert options (an extension of version 1): `*opts` (NULL: the
+ * defaults, which make this `rkv_insert`) carries the insert's eviction priority (an
+ * `int64_t` that must fit an `int32_t`, else `RKV_INVALID_ARGUMENT` and nothing changes)
+ * and what the same request inserted before (`inserted_len`, for the hit counts of
+ * `RKV_EVICT_LFU` and `RKV_EVICT_SLRU`); see `rkv_insert_options`. `opts` is only read
+ * during the call. Everything else as `rkv_insert`. Thread-safe.
+ *
+ * # Safety
+ * As `rkv_insert`; `opts` NULL or readable.
+ */
+enum rkv_status rkv_insert_ex(const struct rkv_cache *cache,
+                              uint64_t ns,
+                              const uint32_t *tokens,
+                              const uint32_t *slots,
+                              size_t n_tokens,
+                              const struct rkv_insert_options *opts,
+                              size_t *out_existing);
+
+/**
  * `rkv_insert`, and pin `tokens[0..n]` (n cut down to a multiple of page_size) atomically
  * with it; the lock goes to `*out_lock` (required), owned by the caller, to be released
  * once with `rkv_release`. For chunked prefill: release the previous chunk's lock after
- * this succeeds. Thread-safe.
+ * this succeeds. Priority 0 (`rkv_insert_lock_ex` takes one). Thread-safe.
  *
  * # Safety
  * As `rkv_insert`; `out_lock` NULL or writable.
@@ -763,6 +948,25 @@ enum rkv_status rkv_insert_lock(const struct rkv_cache *cache,
                                 rkv_lock *out_lock);
 
 /**
+ * `rkv_insert_lock` with per-insert options, as `rkv_insert_ex` (an extension of version
+ * 1): `*opts` (NULL: the defaults) carries the priority and `inserted_len`; a priority
+ * outside `int32_t` is `RKV_INVALID_ARGUMENT`, and then nothing is inserted or pinned.
+ * The lock goes to `*out_lock` (required), owned by the caller, to be released once with
+ * `rkv_release`. Thread-safe.
+ *
+ * # Safety
+ * As `rkv_insert_lock`; `opts` NULL or readable.
+ */
+enum rkv_status rkv_insert_lock_ex(const struct rkv_cache *cache,
+                                   uint64_t ns,
+                                   const uint32_t *tokens,
+                                   const uint32_t *slots,
+                                   size_t n_tokens,
+                                   const struct rkv_insert_options *opts,
+                                   size_t *out_existing,
+                                   rkv_lock *out_lock);
+
+/**
  * `rkv_insert` with the slots given as runs of consecutive slots (an extension of version
  * 1): `runs[0..n_runs]` name the tokens' slots in token order (their lengths must add up to
  * `n_tokens`, and no run may be empty or reach past slot id 2^32 - 1: else
@@ -771,7 +975,7 @@ enum rkv_status rkv_insert_lock(const struct rkv_cache *cache,
  * `rkv_insert`: in pool mode the runs past `*out_existing` (up to n) are adopted and the
  * other given slots go back to the pool, except those equal to the cached slot at their
  * position. Arrays stay owned by the caller; either may be NULL when its count is 0.
- * Thread-safe.
+ * Priority 0 (`rkv_insert_runs_ex` takes one). Thread-safe.
  *
  * # Safety
  * `cache` is NULL or live; `tokens` NULL or readable for `n_tokens` values; `runs` NULL
@@ -786,9 +990,26 @@ enum rkv_status rkv_insert_runs(const struct rkv_cache *cache,
                                 size_t *out_existing);
 
 /**
+ * `rkv_insert_runs` with per-insert options, as `rkv_insert_ex` (an extension of version
+ * 1): `*opts` (NULL: the defaults) carries the priority and `inserted_len`; a priority
+ * outside `int32_t` is `RKV_INVALID_ARGUMENT`, changing nothing. Thread-safe.
+ *
+ * # Safety
+ * As `rkv_insert_runs`; `opts` NULL or readable.
+ */
+enum rkv_status rkv_insert_runs_ex(const struct rkv_cache *cache,
+                                   uint64_t ns,
+                                   const uint32_t *tokens,
+                                   size_t n_tokens,
+                                   const struct rkv_slot_run *runs,
+                                   size_t n_runs,
+                                   const struct rkv_insert_options *opts,
+                                   size_t *out_existing);
+
+/**
  * `rkv_insert_lock` with the slots given as runs, as in `rkv_insert_runs` (an extension of
  * version 1). The lock goes to `*out_lock` (required), owned by the caller, to be released
- * once with `rkv_release`. Thread-safe.
+ * once with `rkv_release`. Priority 0 (`rkv_insert_lock_runs_ex` takes one). Thread-safe.
  *
  * # Safety
  * As `rkv_insert_runs`; `out_lock` NULL or writable.
@@ -801,6 +1022,26 @@ enum rkv_status rkv_insert_lock_runs(const struct rkv_cache *cache,
                                      size_t n_runs,
                                      size_t *out_existing,
                                      rkv_lock *out_lock);
+
+/**
+ * `rkv_insert_lock_runs` with per-insert options, as `rkv_insert_ex` (an extension of
+ * version 1): `*opts` (NULL: the defaults) carries the priority and `inserted_len`; a
+ * priority outside `int32_t` is `RKV_INVALID_ARGUMENT`, and then nothing is inserted or
+ * pinned. The lock goes to `*out_lock` (required), owned by the caller, to be released
+ * once with `rkv_release`. Thread-safe.
+ *
+ * # Safety
+ * As `rkv_insert_lock_runs`; `opts` NULL or readable.
+ */
+enum rkv_status rkv_insert_lock_runs_ex(const struct rkv_cache *cache,
+                                        uint64_t ns,
+                                        const uint32_t *tokens,
+                                        size_t n_tokens,
+                                        const struct rkv_slot_run *runs,
+                                        size_t n_runs,
+                                        const struct rkv_insert_options *opts,
+                                        size_t *out_existing,
+                                        rkv_lock *out_lock);
 
 /**
  * Writes to `*out_len` (required) the number of tokens `lock` pins. `RKV_INVALID_LOCK` for

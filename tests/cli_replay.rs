@@ -796,3 +796,78 @@ fn the_report_counts_live_namespaces_and_emptied_ones_go() {
     assert_eq!(j["cached_tokens"], 80, "{j}");
     assert_eq!(j["namespaces"], 10, "{j}");
 }
+
+/// `--compare-policies`: one replay per policy at one capacity, side by side; each run is
+/// that policy's own replay, and the policies differ where eviction runs.
+#[test]
+fn compare_policies_replays_every_policy() {
+    let v = run_json(&["replay", "--compare-policies", "--capacity", "50000", "--json"]);
+    let runs = v["runs"].as_array().unwrap();
+    let names: Vec<&str> = runs.iter().map(|r| r["policy"].as_str().unwrap()).collect();
+    assert_eq!(names, ["lru", "lfu", "fifo", "mru", "filo", "priority", "slru"]);
+    for r in runs {
+        let p = r["policy"].as_str().unwrap();
+        let one = run_json(&["replay", "--capacity", "50000", "--policy", p, "--json"]);
+        assert_eq!(u(r, "hit_tokens"), u(&one, "hit_tokens"), "{p}");
+        assert_eq!(u(r, "evicted_tokens"), u(&one, "evicted_tokens"), "{p}");
+        assert!(u(r, "evictions") > 0, "{p}: the capacity makes eviction run");
+    }
+    let hits: std::collections::BTreeSet<u64> = runs.iter().map(|r| u(r, "hit_tokens")).collect();
+    assert!(hits.len() >= 3, "the policies should not all agree: {hits:?}");
+    // A subset, as a table.
+    let out =
+        run(&["replay", "--compare-policies", "--policies", "lru,slru", "--capacity", "50000"]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let text = String::from_utf8_lossy(&out.stdout);
+    for s in ["policy comparison", "lru", "slru", "evict p99", "most hits"] {
+        assert!(text.contains(s), "{s} missing in:\n{text}");
+    }
+    assert!(!text.contains("mru"), "only the policies asked for:\n{text}");
+    // Without a capacity one is picked so that eviction happens.
+    let out = run(&["replay", "--compare-policies", "--policies", "lru"]);
+    assert!(String::from_utf8_lossy(&out.stdout).contains("auto: 1/8"));
+}
+
+/// Unknown policies and out-of-range thresholds are usage errors naming the valid choices.
+#[test]
+fn bad_policies_are_refused() {
+    for (args, want) in [
+        (vec!["--policy", "nope"], "expected one of lru, lfu, fifo, mru, filo, priority, slru"),
+        (vec!["--policy", "LRU2"], "unknown eviction policy"),
+        (vec!["--compare-policies", "--policies", "lru,"], "unknown eviction policy"),
+        (vec!["--slru-threshold", "0"], "--slru-threshold"),
+        (vec!["--policies", "lru"], "--compare-policies"),
+    ] {
+        let mut full = vec!["replay"];
+        full.extend(args);
+        let out = run(&full);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{full:?}: {err}");
+        assert!(err.contains(want), "{full:?}: {err}");
+    }
+}
+
+/// A trace's `priority` reaches the cache: under `--policy priority` the old high-priority
+/// prompt survives the eviction that LRU makes of it.
+#[test]
+fn trace_priorities_steer_the_priority_policy() {
+    let line = |t: std::ops::Range<u32>, p: i64| {
+        let tokens: Vec<u32> = t.collect();
+        format!(r#"{{"tokens": {tokens:?}, "priority": {p}}}"#)
+    };
+    let text = [line(1..101, 5), line(200..300, 0), line(400..500, 0), line(1..101, 5)].join("\n");
+    let f = temp_file("radixkv-priorities.jsonl", &text);
+    let fs = f.to_str().unwrap();
+    let hits = |policy: &str| {
+        let v =
+            run_json(&["replay", "--trace", fs, "--capacity", "250", "--policy", policy, "--json"]);
+        u(&v, "hit_tokens")
+    };
+    assert_eq!(hits("priority"), 100, "the priority-5 prompt stays");
+    assert_eq!(hits("lru"), 0, "LRU evicts the oldest prompt, the priority-5 one");
+    let bad = temp_file("radixkv-priorities-bad.jsonl", &line(1..3, 1 << 40));
+    let err = run_fail(&["replay", "--trace", bad.to_str().unwrap()]);
+    assert!(err.contains("priority") && err.contains("out of range"), "{err}");
+    let _ = std::fs::remove_file(&f);
+    let _ = std::fs::remove_file(&bad);
+}

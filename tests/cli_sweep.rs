@@ -17,7 +17,7 @@ fn csv_rows(dir: &std::path::Path) -> Vec<Vec<String>> {
 fn csv_rows_with(dir: &std::path::Path, kv: bool) -> Vec<Vec<String>> {
     let text = std::fs::read_to_string(dir.join("sweep.csv")).expect("sweep.csv written");
     let mut lines = text.lines();
-    let header = format!("{CSV_HEADER}{}", if kv { CSV_KV } else { "" });
+    let header = format!("{CSV_HEADER}{},policy", if kv { CSV_KV } else { "" });
     assert_eq!(lines.next(), Some(header.as_str()));
     let rows: Vec<Vec<String>> =
         lines.map(|l| l.split(',').map(str::to_string).collect()).collect();
@@ -384,4 +384,73 @@ fn small_trace() -> std::path::PathBuf {
     let text: Vec<String> =
         t.iter().map(|r| tokens_line(r.namespace, &r.tokens, r.output_length)).collect();
     temp_file("sweep-synthetic.jsonl", &text.join("\n"))
+}
+
+/// `--policies`: one sweep per policy at the same capacities, a policy column in the CSV,
+/// one curve per policy in the SVG (and the PNG with `--png`); each row is that policy's
+/// own replay.
+#[test]
+fn sweep_policies_draw_one_curve_each() {
+    let f = conversations_file("radixkv-sweep-policies.jsonl");
+    let fs = f.to_str().unwrap();
+    let dir = temp_path("radixkv-sweep-policies");
+    let ds = dir.to_str().unwrap();
+    let out = run(&[
+        "sweep",
+        "--trace",
+        fs,
+        "--capacities",
+        "150,300",
+        "--policies",
+        "lru,mru,priority",
+        "--png",
+        "--out-dir",
+        ds,
+    ]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let text = String::from_utf8_lossy(&out.stdout);
+    for p in ["policy lru", "policy mru", "policy priority", "sweep.png"] {
+        assert!(text.contains(p), "{p} missing in:\n{text}");
+    }
+    let rows = csv_rows(&dir);
+    assert_eq!(rows.len(), 9, "3 rows (2 capacities and inf) per policy: {rows:?}");
+    let policy_col = rows[0].len() - 1;
+    for (i, p) in ["lru", "mru", "priority"].iter().enumerate() {
+        let mine: Vec<&Vec<String>> = rows[i * 3..i * 3 + 3].iter().collect();
+        assert!(mine.iter().all(|r| r[policy_col] == *p), "{mine:?}");
+        assert_eq!(mine.iter().map(|r| r[0].as_str()).collect::<Vec<_>>(), ["150", "300", "inf"]);
+        // Each row is that policy's own replay at that capacity.
+        let v = run_json(&["replay", "--trace", fs, "--capacity", "150", "--policy", p, "--json"]);
+        assert_eq!(mine[0][3], u(&v, "hit_tokens").to_string(), "{p}");
+    }
+    // The policies differ where eviction runs (mru keeps the old turns, lru the new ones),
+    // and agree at unlimited capacity.
+    assert_ne!(rows[0][3], rows[3][3], "lru and mru at 150 tokens");
+    assert_eq!(rows[2][3], rows[5][3]);
+    let svg = std::fs::read_to_string(dir.join("sweep.svg")).expect("sweep.svg written");
+    for l in
+        ["hit ratio (LRU eviction)", "hit ratio (MRU eviction)", "hit ratio (PRIORITY eviction)"]
+    {
+        assert!(svg.contains(l), "legend {l} missing");
+    }
+    let png = std::fs::read(dir.join("sweep.png")).expect("sweep.png written");
+    assert!(png.starts_with(b"\x89PNG\r\n\x1a\n") && png.len() > 10_000, "not a drawn PNG");
+    // Bad lists are usage errors that name the choices.
+    for (args, want) in [
+        (
+            vec!["--policies", "lru,nope"],
+            "expected one of lru, lfu, fifo, mru, filo, priority, slru",
+        ),
+        (vec!["--policies", "lru,lru"], "given twice"),
+        (vec!["--policies", "lru", "--policy", "fifo"], "cannot be used with"),
+    ] {
+        let mut full = vec!["sweep", "--trace", fs, "--out-dir", ds];
+        full.extend(args);
+        let out = run(&full);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{full:?}: {err}");
+        assert!(err.contains(want), "{full:?}: {err}");
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+    let _ = std::fs::remove_file(&f);
 }

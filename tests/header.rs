@@ -47,6 +47,40 @@ fn header_is_up_to_date() {
         "typedef struct rkv_event {",
         "typedef struct rkv_events_options {",
         "typedef struct rkv_publisher_options {",
+        // The eviction policies and per-insert options (version 1 kept).
+        "RKV_EVICT_FIFO = 1,",
+        "RKV_EVICT_LFU = 2,",
+        "RKV_EVICT_MRU = 3,",
+        "RKV_EVICT_FILO = 4,",
+        "RKV_EVICT_PRIORITY = 5,",
+        "RKV_EVICT_SLRU = 6,",
+        "#define RKV_DEFAULT_SLRU_THRESHOLD 2",
+        "typedef struct rkv_policy_options {",
+        "uint32_t slru_threshold;",
+        "typedef struct rkv_insert_options {",
+        "int64_t priority;",
+        "uint64_t inserted_len;",
+        "struct rkv_policy_options rkv_policy_options_default(void);",
+        "struct rkv_insert_options rkv_insert_options_default(void);",
+        "const char *rkv_eviction_policy_name(uint32_t policy);",
+        "enum rkv_status rkv_eviction_policy_from_name(const char *name, uint32_t *out_policy);",
+        "enum rkv_status rkv_cache_new_with(const struct rkv_options *opts, const struct \
+         rkv_policy_options *policy, struct rkv_cache **out_cache);",
+        "enum rkv_status rkv_cache_eviction_policy(const struct rkv_cache *cache, uint32_t \
+         *out_policy, uint32_t *out_slru_threshold);",
+        "enum rkv_status rkv_insert_ex(const struct rkv_cache *cache, uint64_t ns, const \
+         uint32_t *tokens, const uint32_t *slots, size_t n_tokens, const struct \
+         rkv_insert_options *opts, size_t *out_existing);",
+        "enum rkv_status rkv_insert_lock_ex(const struct rkv_cache *cache, uint64_t ns, const \
+         uint32_t *tokens, const uint32_t *slots, size_t n_tokens, const struct \
+         rkv_insert_options *opts, size_t *out_existing, rkv_lock *out_lock);",
+        "enum rkv_status rkv_insert_runs_ex(const struct rkv_cache *cache, uint64_t ns, const \
+         uint32_t *tokens, size_t n_tokens, const struct rkv_slot_run *runs, size_t n_runs, \
+         const struct rkv_insert_options *opts, size_t *out_existing);",
+        "enum rkv_status rkv_insert_lock_runs_ex(const struct rkv_cache *cache, uint64_t ns, \
+         const uint32_t *tokens, size_t n_tokens, const struct rkv_slot_run *runs, size_t \
+         n_runs, const struct rkv_insert_options *opts, size_t *out_existing, rkv_lock \
+         *out_lock);",
     ] {
         assert!(flat.contains(name), "the header lacks `{name}`");
     }

@@ -1,10 +1,12 @@
 // radixkv C++17 bindings: header-only, over the C ABI of include/radixkv.h.
 //
 //   rkv::Cache cache(rkv::Options{/*page_size=*/1, rkv::Policy::lru, /*pool_slots=*/4096});
+//   // (any policy: rkv::Policy::priority, rkv::parse_policy("slru"), Options::slru_threshold)
 //   rkv::Lock lock = cache.match_lock(ns, tokens);         // pins lock.slots()
 //   std::vector<uint32_t> fresh = cache.alloc(tokens.size() - lock.length());
 //   ...
 //   cache.insert(ns, tokens, slots);                        // or insert_lock
+//   cache.insert(ns, tokens, slots, {/*priority=*/5});      // rkv::InsertOptions
 //   lock.release();                                         // or let it go out of scope
 //
 // KV events (vLLM's stream, for cluster routers): cache.enable_events() right after
@@ -86,14 +88,58 @@ inline std::string version() { return rkv_version(); }
 /// The C ABI version (1).
 inline std::uint32_t abi_version() noexcept { return rkv_abi_version(); }
 
-/// Eviction order.
-enum class Policy : std::uint32_t { lru = RKV_EVICT_LRU, fifo = RKV_EVICT_FIFO };
+/// Eviction order (rkv_eviction_policy; the keys are SGLang's, see docs/eviction.md):
+/// unpinned leaves go smallest key first.
+enum class Policy : std::uint32_t {
+  lru = RKV_EVICT_LRU,            ///< Least recently accessed first (the default).
+  fifo = RKV_EVICT_FIFO,          ///< Oldest inserted first, accesses ignored.
+  lfu = RKV_EVICT_LFU,            ///< Fewest hits first, then least recently accessed.
+  mru = RKV_EVICT_MRU,            ///< Most recently accessed first.
+  filo = RKV_EVICT_FILO,          ///< Newest inserted first, accesses ignored.
+  priority = RKV_EVICT_PRIORITY,  ///< Lowest priority first (InsertOptions::priority).
+  slru = RKV_EVICT_SLRU           ///< Hits < Options::slru_threshold first, LRU within.
+};
 
-/// Options of a new cache (see rkv_options).
+/// The policy's name as SGLang's --radix-eviction-policy spells it ("lru", "lfu", ...).
+inline std::string policy_name(Policy p) {
+  const char *n = rkv_eviction_policy_name(static_cast<std::uint32_t>(p));
+  if (n == nullptr) {
+    throw Error(RKV_INVALID_ARGUMENT, "rkv_eviction_policy_name: " +
+                                          std::to_string(static_cast<std::uint32_t>(p)) +
+                                          " is not an rkv_eviction_policy");
+  }
+  return n;
+}
+
+/// The policy named `name` (ASCII case ignored): Error(RKV_INVALID_ARGUMENT), listing the
+/// valid names, for an unknown one.
+inline Policy parse_policy(const std::string &name) {
+  std::uint32_t p = 0;
+  detail::check(rkv_eviction_policy_from_name(name.c_str(), &p), "rkv_eviction_policy_from_name");
+  return static_cast<Policy>(p);
+}
+
+/// Options of a new cache (see rkv_options and rkv_policy_options).
 struct Options {
   std::uint32_t page_size = 1;
   Policy policy = Policy::lru;
   std::uint64_t pool_slots = 0;  ///< 0: caller-managed slots; N: built-in pool of N slots.
+  /// Policy::slru's threshold: a node with at least this many hits is protected (0: every
+  /// node, which is LRU). Ignored by the other policies.
+  std::uint32_t slru_threshold = RKV_DEFAULT_SLRU_THRESHOLD;
+};
+
+/// Per-insert options (see rkv_insert_options), for the insert overloads that take them:
+/// `cache.insert(ns, tokens, slots, {/*priority=*/5})`.
+struct InsertOptions {
+  /// Eviction priority under Policy::priority (higher stays longer; default 0): the nodes
+  /// of the inserted path take the larger of theirs and this. Must fit an int32_t, else
+  /// Error(RKV_INVALID_ARGUMENT) and nothing changes.
+  std::int64_t priority = 0;
+  /// Tokens of this key the same request inserted before (0 for its first insert): the
+  /// nodes ending within them count no hit under Policy::lfu and Policy::slru, so a
+  /// request inserting its growing prefix several times counts each node once.
+  std::uint64_t inserted_len = 0;
 };
 
 /// Counts and counters (rkv_stats).
@@ -349,8 +395,10 @@ class Cache {
     opts.page_size = o.page_size;
     opts.eviction_policy = static_cast<std::uint32_t>(o.policy);
     opts.pool_slots = o.pool_slots;
+    rkv_policy_options policy = rkv_policy_options_default();
+    policy.slru_threshold = o.slru_threshold;
     rkv_cache *raw = nullptr;
-    detail::check(rkv_cache_new(&opts, &raw), "rkv_cache_new");
+    detail::check(rkv_cache_new_with(&opts, &policy, &raw), "rkv_cache_new_with");
     owner_.reset(raw, rkv_cache_free);  // frees `raw` itself if it throws
     cache_ = raw;
   }
@@ -372,6 +420,19 @@ class Cache {
   /// The C handle (for calling the C API directly); still owned by this object, and freed
   /// when it is destroyed (a raw handle from Lock::detach is void then too).
   const rkv_cache *get() const noexcept { return cache_; }
+
+  /// The eviction policy it was built with.
+  Policy policy() const {
+    std::uint32_t p = 0, threshold = 0;
+    detail::check(rkv_cache_eviction_policy(cache_, &p, &threshold), "rkv_cache_eviction_policy");
+    return static_cast<Policy>(p);
+  }
+  /// Its SLRU threshold (Options::slru_threshold; kept whatever the policy).
+  std::uint32_t slru_threshold() const {
+    std::uint32_t p = 0, threshold = 0;
+    detail::check(rkv_cache_eviction_policy(cache_, &p, &threshold), "rkv_cache_eviction_policy");
+    return threshold;
+  }
 
   /// Slots of the longest cached prefix of `tokens` in namespace `ns` (pins nothing).
   std::vector<std::uint32_t> match(std::uint64_t ns, Span tokens) const {
@@ -434,6 +495,16 @@ class Cache {
                   "rkv_insert");
     return existing;
   }
+  /// `insert` with a priority and inserted_len (rkv_insert_ex).
+  std::size_t insert(std::uint64_t ns, Span tokens, Span slots, const InsertOptions &o) const {
+    same_size(tokens, slots, "rkv_insert_ex");
+    const rkv_insert_options opts = c_options(o);
+    std::size_t existing = 0;
+    detail::check(
+        rkv_insert_ex(cache_, ns, tokens.data, slots.data, tokens.size, &opts, &existing),
+        "rkv_insert_ex");
+    return existing;
+  }
 
   /// Insert with the slots given as runs of consecutive slots (run `r` is slots `r.start ..
   /// r.start + r.len - 1`, in token order; their lengths must add up to the token count),
@@ -445,6 +516,16 @@ class Cache {
     detail::check(rkv_insert_runs(cache_, ns, tokens.data, tokens.size, runs.data(),
                                   runs.size(), &existing),
                   "rkv_insert_runs");
+    return existing;
+  }
+  /// `insert_runs` with a priority and inserted_len (rkv_insert_runs_ex).
+  std::size_t insert_runs(std::uint64_t ns, Span tokens, const std::vector<rkv_slot_run> &runs,
+                          const InsertOptions &o) const {
+    const rkv_insert_options opts = c_options(o);
+    std::size_t existing = 0;
+    detail::check(rkv_insert_runs_ex(cache_, ns, tokens.data, tokens.size, runs.data(),
+                                     runs.size(), &opts, &existing),
+                  "rkv_insert_runs_ex");
     return existing;
   }
 
@@ -460,6 +541,20 @@ class Cache {
     if (rkv_lock_len(cache_, h, &len) != RKV_OK) len = 0;
     return InsertLock{existing, Lock(owner_, h, len, {})};
   }
+  /// `insert_lock_runs` with a priority and inserted_len (rkv_insert_lock_runs_ex).
+  InsertLock insert_lock_runs(std::uint64_t ns, Span tokens,
+                              const std::vector<rkv_slot_run> &runs,
+                              const InsertOptions &o) const {
+    const rkv_insert_options opts = c_options(o);
+    std::size_t existing = 0;
+    rkv_lock h = 0;
+    detail::check(rkv_insert_lock_runs_ex(cache_, ns, tokens.data, tokens.size, runs.data(),
+                                          runs.size(), &opts, &existing, &h),
+                  "rkv_insert_lock_runs_ex");
+    std::size_t len = 0;
+    if (rkv_lock_len(cache_, h, &len) != RKV_OK) len = 0;
+    return InsertLock{existing, Lock(owner_, h, len, {})};
+  }
 
   /// Insert and pin atomically.
   InsertLock insert_lock(std::uint64_t ns, Span tokens, Span slots) const {
@@ -469,6 +564,20 @@ class Cache {
     detail::check(
         rkv_insert_lock(cache_, ns, tokens.data, slots.data, tokens.size, &existing, &h),
         "rkv_insert_lock");
+    std::size_t len = 0;
+    if (rkv_lock_len(cache_, h, &len) != RKV_OK) len = 0;
+    return InsertLock{existing, Lock(owner_, h, len, {})};
+  }
+  /// `insert_lock` with a priority and inserted_len (rkv_insert_lock_ex).
+  InsertLock insert_lock(std::uint64_t ns, Span tokens, Span slots,
+                         const InsertOptions &o) const {
+    same_size(tokens, slots, "rkv_insert_lock_ex");
+    const rkv_insert_options opts = c_options(o);
+    std::size_t existing = 0;
+    rkv_lock h = 0;
+    detail::check(rkv_insert_lock_ex(cache_, ns, tokens.data, slots.data, tokens.size, &opts,
+                                     &existing, &h),
+                  "rkv_insert_lock_ex");
     std::size_t len = 0;
     if (rkv_lock_len(cache_, h, &len) != RKV_OK) len = 0;
     return InsertLock{existing, Lock(owner_, h, len, {})};
@@ -734,6 +843,13 @@ class Cache {
     if (e.lora_name) out.lora_name = std::string(e.lora_name);
     if (e.cache_salt) out.cache_salt = std::string(e.cache_salt);
     return out;
+  }
+
+  static rkv_insert_options c_options(const InsertOptions &o) noexcept {
+    rkv_insert_options opts = rkv_insert_options_default();
+    opts.priority = o.priority;
+    opts.inserted_len = o.inserted_len;
+    return opts;
   }
 
   static void same_size(Span a, Span b, const char *function) {

@@ -469,6 +469,18 @@ impl Cache {
         Ok((e, self.tree.guard(l)))
     }
 
+    /// [`Cache::insert_and_lock_runs`] with [`InsertOptions`].
+    pub fn insert_and_lock_runs_with_options(
+        &self,
+        ns: u64,
+        tokens: &[u32],
+        runs: &[SlotRun],
+        opts: InsertOptions,
+    ) -> Result<(usize, LockGuard<'_>)> {
+        let (e, l) = self.insert_and_lock_runs_raw_with_options(ns, tokens, runs, opts)?;
+        Ok((e, self.tree.guard(l)))
+    }
+
     /// [`Cache::insert_and_lock_runs`] returning a detached lock.
     pub fn insert_and_lock_runs_raw(
         &self,

@@ -83,10 +83,30 @@ struct WorkloadArgs {
     block_size: u32,
 }
 
-#[derive(ValueEnum, Debug, Clone, Copy)]
-enum PolicyArg {
-    Lru,
-    Fifo,
+/// `--policy`: any of [`EvictionPolicy::ALL`], by SGLang's names (an unknown name is an
+/// error listing them).
+fn parse_policy(s: &str) -> Result<EvictionPolicy, String> {
+    s.trim().parse::<EvictionPolicy>().map_err(|e| e.to_string())
+}
+
+/// A list of policies (`--policies`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct PolicyList(Vec<EvictionPolicy>);
+
+/// `--policies`: a comma-separated list of policies (`all` for every one), no repeats.
+fn parse_policies(s: &str) -> Result<PolicyList, String> {
+    if s.trim() == "all" {
+        return Ok(PolicyList(EvictionPolicy::ALL.to_vec()));
+    }
+    let mut out: Vec<EvictionPolicy> = Vec::new();
+    for part in s.split(',') {
+        let p = parse_policy(part)?;
+        if out.contains(&p) {
+            return Err(format!("policy {p} given twice"));
+        }
+        out.push(p);
+    }
+    Ok(PolicyList(out))
 }
 
 /// How the engine runs.
@@ -95,9 +115,14 @@ struct EngineArgs {
     /// Tokens per page (the cache keeps whole pages only).
     #[arg(long, default_value_t = 1, allow_hyphen_values = true, value_parser = positive)]
     page_size: usize,
-    /// Eviction order.
-    #[arg(long, value_enum, default_value = "lru")]
-    policy: PolicyArg,
+    /// Eviction order: lru, lfu, fifo, mru, filo, priority or slru (SGLang's policies;
+    /// docs/eviction.md). Requests' priorities come from the trace's "priority" field.
+    #[arg(long, default_value = "lru", value_parser = parse_policy, value_name = "POLICY")]
+    policy: EvictionPolicy,
+    /// SLRU's protected threshold: a leaf with at least this many hits is evicted after
+    /// every leaf with fewer (read by --policy slru).
+    #[arg(long, default_value_t = radixkv::DEFAULT_SLRU_THRESHOLD, value_parser = clap::value_parser!(u32).range(1..), value_name = "HITS")]
+    slru_threshold: u32,
     /// Scheduler threads sharing one cache, pulling from one queue.
     #[arg(long, default_value_t = 1, allow_hyphen_values = true, value_parser = thread_count)]
     threads: usize,
@@ -139,6 +164,14 @@ struct ReplayArgs {
     /// inf, a capacity of 1/8 of the trace's distinct tokens is picked so that eviction happens).
     #[arg(long)]
     compare_schedules: bool,
+    /// Replay the trace once per policy of --policies at --capacity and print hit ratio,
+    /// evictions and evict latency side by side (with --capacity inf, a capacity of 1/8 of
+    /// the trace's distinct tokens is picked so that eviction happens).
+    #[arg(long, conflicts_with = "compare_schedules")]
+    compare_policies: bool,
+    /// Policies compared by --compare-policies (comma-separated, or all).
+    #[arg(long, default_value = "all", value_parser = parse_policies, value_name = "LIST", requires = "compare_policies")]
+    policies: PolicyList,
     /// Windows compared by --compare-schedules.
     #[arg(long, value_delimiter = ',', default_value = "1,16,64,256", allow_hyphen_values = true, value_parser = positive)]
     windows: Vec<usize>,
@@ -155,7 +188,7 @@ struct EventArgs {
     /// vLLM's rule: the PUB socket binds when the endpoint has a `*` or is ipc://
     /// (tcp://*:5557, tcp://127.0.0.1:*), and connects otherwise (tcp://host:port, to a
     /// subscriber that binds). The endpoints in use are printed on stderr before the replay.
-    #[arg(long, value_name = "ENDPOINT", conflicts_with = "compare_schedules")]
+    #[arg(long, value_name = "ENDPOINT", conflicts_with_all = ["compare_schedules", "compare_policies"])]
     kv_events: Option<String>,
     /// Also answer replay requests (vLLM's ROUTER socket, always bound) on this endpoint:
     /// the last 10,000 batches.
@@ -270,6 +303,13 @@ struct SweepArgs {
     /// Where sweep.csv and sweep.svg go.
     #[arg(long, default_value = ".", value_name = "DIR")]
     out_dir: PathBuf,
+    /// Sweep each of these policies (comma-separated, or all) at the same capacities: one
+    /// curve per policy in sweep.svg, a policy column in sweep.csv [default: --policy].
+    #[arg(long, value_parser = parse_policies, value_name = "LIST", conflicts_with = "policy")]
+    policies: Option<PolicyList>,
+    /// Also write sweep.png (the plot rasterized; needs a system font for its text).
+    #[arg(long)]
+    png: bool,
 }
 
 /// Most scheduler threads `--threads` accepts.
@@ -321,10 +361,8 @@ fn config(
     replay::Config {
         capacity,
         page_size: e.page_size,
-        policy: match e.policy {
-            PolicyArg::Lru => EvictionPolicy::Lru,
-            PolicyArg::Fifo => EvictionPolicy::Fifo,
-        },
+        policy: e.policy,
+        slru_threshold: e.slru_threshold,
         threads: e.threads,
         schedule: e.schedule,
         window: e.window,
@@ -347,6 +385,9 @@ fn run_replay(a: &ReplayArgs) -> Result<(), String> {
     let trace = load(&a.workload)?;
     if a.compare_schedules {
         return compare_schedules(a, &trace, capacity, kv.as_ref());
+    }
+    if a.compare_policies {
+        return compare_policies(a, &a.policies.0, &trace, capacity, kv.as_ref());
     }
     let progress =
         (!a.json && std::io::stdout().is_terminal() && trace.input_tokens() >= PROGRESS_MIN_TOKENS)
@@ -385,21 +426,8 @@ fn compare_schedules(
     capacity: Option<u64>,
     kv: Option<&KvSize>,
 ) -> Result<(), String> {
-    let mut unlimited = None;
-    let (capacity, auto) = match capacity {
-        Some(c) => (c, false),
-        None => {
-            // The distinct tokens are what an unlimited cache ends up holding.
-            let mut cfg = config(&a.engine, None, kv, None);
-            cfg.schedule = Schedule::Fcfs;
-            let r = replay::replay(trace, &cfg)?;
-            let page = a.engine.page_size as u64;
-            let longest = (0..trace.len()).map(|i| trace.input_len(i) as u64).max().unwrap_or(0);
-            let c = (r.cached_tokens / 8).max(longest + page).max(page);
-            unlimited = Some(r);
-            (c, true)
-        }
-    };
+    let (capacity, unlimited) = comparison_capacity(&a.engine, trace, capacity, kv)?;
+    let auto = unlimited.is_some();
     let jobs: Vec<(Schedule, usize)> =
         Schedule::ALL.iter().flat_map(|&s| a.windows.iter().map(move |&w| (s, w))).collect();
     let runs: Vec<Result<Report, String>> = jobs
@@ -462,6 +490,128 @@ fn compare_schedules(
     Ok(())
 }
 
+/// A capacity for a comparison: the one given, or 1/8 of the trace's distinct tokens (found
+/// by an unlimited replay, returned too) so that eviction happens.
+fn comparison_capacity(
+    engine: &EngineArgs,
+    trace: &Trace,
+    capacity: Option<u64>,
+    kv: Option<&KvSize>,
+) -> Result<(u64, Option<Report>), String> {
+    if let Some(c) = capacity {
+        return Ok((c, None));
+    }
+    // The distinct tokens are what an unlimited cache ends up holding.
+    let mut cfg = config(engine, None, kv, None);
+    cfg.schedule = Schedule::Fcfs;
+    let r = replay::replay(trace, &cfg)?;
+    let page = engine.page_size as u64;
+    let longest = (0..trace.len()).map(|i| trace.input_len(i) as u64).max().unwrap_or(0);
+    let c = (r.cached_tokens / 8).max(longest + page).max(page);
+    Ok((c, Some(r)))
+}
+
+fn compare_policies(
+    a: &ReplayArgs,
+    policies: &[EvictionPolicy],
+    trace: &Trace,
+    capacity: Option<u64>,
+    kv: Option<&KvSize>,
+) -> Result<(), String> {
+    let (capacity, unlimited) = comparison_capacity(&a.engine, trace, capacity, kv)?;
+    let auto = unlimited.is_some();
+    // One replay per policy, side by side (rayon: up to the cores); each is deterministic
+    // with one thread, so running them together changes only the times.
+    let runs: Vec<Result<Report, String>> = policies
+        .par_iter()
+        .map(|&p| {
+            let mut cfg = config(&a.engine, Some(capacity), kv, None);
+            cfg.policy = p;
+            replay::replay(trace, &cfg)
+        })
+        .collect();
+    let runs: Vec<Report> = runs.into_iter().collect::<Result<_, _>>()?;
+    if a.json {
+        let c = Comparison {
+            capacity: Some(capacity),
+            capacity_auto: auto,
+            unlimited: unlimited.as_ref(),
+            runs: runs.iter().collect(),
+        };
+        outln!("{}", json(&c)?);
+        return Ok(());
+    }
+    outln!(
+        "radixkv policy comparison: {} ({} requests, {} input tokens)",
+        trace.name(),
+        thousands(trace.len() as u64),
+        thousands(trace.input_tokens())
+    );
+    outln!(
+        "  capacity {}{}, page size {}, {} thread{}, schedule {} (window {})",
+        capacity_label(Some(capacity), kv),
+        if auto { " (auto: 1/8 of the distinct tokens, so that eviction happens)" } else { "" },
+        a.engine.page_size,
+        a.engine.threads,
+        if a.engine.threads == 1 { "" } else { "s" },
+        a.engine.schedule.name(),
+        a.engine.window
+    );
+    outln!(
+        "  {:<9} {:>10} {:>14} {:>14} {:>10} {:>11} {:>11} {:>9} {:>8}",
+        "policy",
+        "hit ratio",
+        "hit tokens",
+        "evicted",
+        "evictions",
+        "evict p50",
+        "evict p99",
+        "wall s",
+        "vs lru"
+    );
+    let lru_hits = runs.iter().find(|r| r.policy == "lru").map(|r| r.hit_tokens);
+    for r in &runs {
+        let vs = match lru_hits {
+            Some(l) if l > 0 => format!("{:+.1}%", (r.hit_tokens as f64 / l as f64 - 1.0) * 100.0),
+            _ => "-".to_string(),
+        };
+        outln!(
+            "  {:<9} {:>10.4} {:>14} {:>14} {:>10} {:>8.1} µs {:>8.1} µs {:>9.3} {:>8}",
+            r.policy,
+            r.hit_ratio,
+            thousands(r.hit_tokens),
+            thousands(r.evicted_tokens),
+            thousands(r.evictions),
+            r.evict_p50_us,
+            r.evict_p99_us,
+            r.wall_s,
+            vs
+        );
+    }
+    // The first of the best, in the order listed (ties go to the earlier policy).
+    let best = runs.iter().fold(None::<&Report>, |b, r| match b {
+        Some(b) if b.hit_tokens >= r.hit_tokens => Some(b),
+        _ => Some(r),
+    });
+    if let Some(best) = best {
+        let tied: Vec<&str> = runs
+            .iter()
+            .filter(|r| r.hit_tokens == best.hit_tokens && r.policy != best.policy)
+            .map(|r| r.policy.as_str())
+            .collect();
+        let tie = if tied.is_empty() {
+            String::new()
+        } else {
+            format!(", tied with {}", tied.join(", "))
+        };
+        outln!("  most hits: {} ({:.4}{tie})", best.policy, best.hit_ratio);
+    }
+    if let Some(u) = &unlimited {
+        outln!("  unlimited capacity (no eviction, any policy): {:.4}", u.hit_ratio);
+    }
+    Ok(())
+}
+
 /// Default `--jobs`: the available cores shared among replays of `threads` threads each.
 fn default_jobs(threads: usize) -> usize {
     let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
@@ -491,27 +641,83 @@ fn run_sweep(a: &SweepArgs) -> Result<(), String> {
     std::fs::create_dir_all(&a.out_dir)
         .map_err(|e| format!("{}: cannot create: {e}", a.out_dir.display()))?;
     let jobs = a.jobs.unwrap_or_else(|| default_jobs(a.engine.threads));
+    let policies = match &a.policies {
+        Some(l) => l.0.clone(),
+        None => vec![a.engine.policy],
+    };
     out!("{}", sweep::table_header(&trace, kv, jobs));
-    let requests = trace.len() as u64;
     let bar = if std::io::stderr().is_terminal() {
         replay::sweep_progress_bar()
     } else {
         indicatif::ProgressBar::hidden()
     };
-    let mut rows = Rows { bar: &bar, done: Vec::new(), printed: 0 };
+    // One sweep per policy, at the same capacities (the first one's, when they are the
+    // default ones: they follow from the distinct tokens, which no policy changes).
+    let mut curves: Vec<Vec<Report>> = Vec::with_capacity(policies.len());
+    for &policy in &policies {
+        let mut engine = a.engine.clone();
+        engine.policy = policy;
+        if policies.len() > 1 {
+            bar.suspend(|| outln!("  policy {policy}"));
+        }
+        let caps = match curves.first() {
+            Some(first) => first.iter().filter_map(|r| r.capacity).collect(),
+            None => given.clone(),
+        };
+        let r = sweep_one(&trace, &engine, kv, &caps, jobs, &bar);
+        curves.push(r.inspect_err(|_| bar.finish_and_clear())?);
+    }
+    bar.finish_and_clear();
+    let reports: Vec<Report> = curves.iter().flatten().cloned().collect();
+    let csv = a.out_dir.join("sweep.csv");
+    let svg = a.out_dir.join("sweep.svg");
+    std::fs::write(&csv, sweep::csv(&reports, kv.is_some()))
+        .map_err(|e| format!("{}: cannot write: {e}", csv.display()))?;
+    let split: Vec<(&[Report], &Report)> = curves
+        .iter()
+        .map(|c| {
+            let (u, points) = c.split_last().expect("at least the unlimited run");
+            (points, u)
+        })
+        .collect();
+    sweep::plot(&svg, trace.name(), &split)
+        .map_err(|e| format!("{}: cannot draw: {e}", svg.display()))?;
+    if a.png {
+        let png = a.out_dir.join("sweep.png");
+        sweep::png(&svg, &png).map_err(|e| format!("{}: cannot draw: {e}", png.display()))?;
+        outln!("  wrote {}, {} and {}", csv.display(), svg.display(), png.display());
+    } else {
+        outln!("  wrote {} and {}", csv.display(), svg.display());
+    }
+    Ok(())
+}
+
+/// One policy's sweep (the policy in `engine`): every capacity of `given` (the default
+/// ones when empty) and the unlimited run, its rows printed as they are ready; the reports
+/// in capacity order, the unlimited one last.
+fn sweep_one(
+    trace: &Trace,
+    engine: &EngineArgs,
+    kv: Option<&KvSize>,
+    given: &[u64],
+    jobs: usize,
+    bar: &indicatif::ProgressBar,
+) -> Result<Vec<Report>, String> {
+    let requests = trace.len() as u64;
+    let page = engine.page_size as u64;
+    let mut rows = Rows { bar, done: Vec::new(), printed: 0 };
     let mut unlimited = None;
     let caps = if given.is_empty() {
         // The default capacities follow from the distinct tokens, which the unlimited
         // replay finds: it runs first, alone.
         bar.inc_length(requests);
         bar.set_message("unlimited first (for the distinct tokens)");
-        let u = replay::replay(&trace, &config(&a.engine, None, kv, Some(&bar)));
-        let u = u.inspect_err(|_| bar.finish_and_clear())?;
+        let u = replay::replay(trace, &config(engine, None, kv, Some(bar)))?;
         let caps = sweep::default_capacities(u.cached_tokens, page);
         unlimited = Some(u);
         caps
     } else {
-        given
+        given.to_vec()
     };
     // Rows print in capacity order, each as soon as it and every smaller capacity are done
     // (the unlimited row last); the capacities start in that order too.
@@ -537,7 +743,7 @@ fn run_sweep(a: &SweepArgs) -> Result<(), String> {
     bar.set_message(format!("0/{total} capacities done"));
     let mut finished = 0;
     let mut first_error = None;
-    replay_all(&trace, &a.engine, kv, &todo, jobs, &bar, |cap, r| match r {
+    replay_all(trace, engine, kv, &todo, jobs, bar, |cap, r| match r {
         Ok(r) => {
             finished += 1;
             bar.set_message(format!("{finished}/{total} capacities done"));
@@ -549,21 +755,10 @@ fn run_sweep(a: &SweepArgs) -> Result<(), String> {
             first_error.get_or_insert(e);
         }
     });
-    bar.finish_and_clear();
     if let Some(e) = first_error {
         return Err(e);
     }
-    let reports: Vec<Report> =
-        rows.done.into_iter().map(|r| r.expect("every capacity replayed")).collect();
-    let (unlimited, points) = reports.split_last().expect("at least the unlimited run");
-    let csv = a.out_dir.join("sweep.csv");
-    let svg = a.out_dir.join("sweep.svg");
-    std::fs::write(&csv, sweep::csv(&reports, kv.is_some()))
-        .map_err(|e| format!("{}: cannot write: {e}", csv.display()))?;
-    sweep::plot(&svg, trace.name(), points, unlimited)
-        .map_err(|e| format!("{}: cannot draw: {e}", svg.display()))?;
-    outln!("  wrote {} and {}", csv.display(), svg.display());
-    Ok(())
+    Ok(rows.done.into_iter().map(|r| r.expect("every capacity replayed")).collect())
 }
 
 /// The sweep's rows in display order: those done, and how many are printed.

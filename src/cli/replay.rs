@@ -22,7 +22,7 @@ use radixkv::events::hash::HashMode;
 use radixkv::events::publisher::{Publisher, PublisherOptions, binds};
 use radixkv::sched::{PrefixOracle, Schedule, Scheduler, WindowQueue};
 use radixkv::trace::Trace;
-use radixkv::{Cache, CacheOptions, Error, EventOptions, EvictionPolicy, SlotRun};
+use radixkv::{Cache, CacheOptions, Error, EventOptions, EvictionPolicy, InsertOptions, SlotRun};
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
@@ -36,6 +36,8 @@ pub struct Config {
     pub page_size: usize,
     /// Eviction policy.
     pub policy: EvictionPolicy,
+    /// SLRU's protected threshold (hits), read by the `slru` policy.
+    pub slru_threshold: u32,
     /// Worker threads.
     pub threads: usize,
     /// Window ordering.
@@ -178,11 +180,15 @@ impl Shared<'_> {
         ns: u64,
         tokens: &[u32],
         output_length: usize,
+        priority: i32,
         runs: &mut Vec<SlotRun>,
         c: &mut Counts,
     ) -> Result<(), String> {
         let page = self.cfg.page_size;
         let len = tokens.len();
+        // The request's first insert: every node on its path counts a hit (SGLang's
+        // `cache_inserted_len` is 0 before it).
+        let first = InsertOptions { priority, inserted_len: 0 };
         let n = len / page * page;
         c.requests += 1;
         c.input_tokens += len as u64;
@@ -213,18 +219,19 @@ impl Shared<'_> {
             if with_output {
                 let (_, l) = self
                     .cache
-                    .insert_and_lock_runs(ns, &tokens[..n], runs)
+                    .insert_and_lock_runs_with_options(ns, &tokens[..n], runs, first)
                     .map_err(|e| cache_err("insert_and_lock_runs", e))?;
                 input_lock = Some(l);
             } else {
                 self.cache
-                    .insert_runs(ns, &tokens[..n], runs)
+                    .insert_runs_with_options(ns, &tokens[..n], runs, first)
                     .map_err(|e| cache_err("insert_runs", e))?;
             }
             c.lat.insert.push(t.elapsed());
         }
         if with_output {
-            self.run_output(ns, tokens, n, output_length, runs, c)?;
+            let opts = InsertOptions { priority, inserted_len: n };
+            self.run_output(ns, tokens, output_length, opts, runs, c)?;
         }
         drop(input_lock);
         drop(guard);
@@ -234,16 +241,18 @@ impl Shared<'_> {
         Ok(())
     }
 
-    /// Caches prompt + generated tokens; the prompt's `n` aligned tokens are pinned.
+    /// Caches prompt + generated tokens; the prompt's `opts.inserted_len` aligned tokens are
+    /// pinned (and inserted by this request already).
     fn run_output(
         &self,
         ns: u64,
         tokens: &[u32],
-        n: usize,
         out_len: usize,
+        opts: InsertOptions,
         runs: &mut Vec<SlotRun>,
         c: &mut Counts,
     ) -> Result<(), String> {
+        let n = opts.inserted_len;
         let page = self.cfg.page_size;
         let nf = (tokens.len() + out_len) / page * page;
         if nf <= n {
@@ -267,7 +276,11 @@ impl Shared<'_> {
             return Ok(());
         }
         let t = Instant::now();
-        self.cache.insert_runs(ns, &full[..nf], runs).map_err(|e| cache_err("insert_runs", e))?;
+        // The prompt's `n` tokens were inserted by this request already (`opts.inserted_len`):
+        // only the nodes past them count a hit (SGLang's `cache_inserted_len`).
+        self.cache
+            .insert_runs_with_options(ns, &full[..nf], runs, opts)
+            .map_err(|e| cache_err("insert_runs", e))?;
         c.lat.insert.push(t.elapsed());
         // Whole pages only: the generated tokens cached are those inside the `nf` aligned
         // tokens (`nf > n` means `nf` passes the prompt's end).
@@ -322,7 +335,7 @@ pub fn replay_publishing(
         page_size: page,
         policy: cfg.policy,
         pool_slots: pool,
-        ..Default::default()
+        slru_threshold: cfg.slru_threshold,
     })
     .map_err(|e| format!("cannot create the cache: {e}"))?;
     let publisher = match &cfg.events {
@@ -364,6 +377,7 @@ pub fn replay_publishing(
                         r.namespace,
                         &r.tokens,
                         r.output_length,
+                        r.priority,
                         &mut runs,
                         &mut c,
                     ) {

@@ -42,8 +42,9 @@ fn opt<T: std::fmt::Display>(v: Option<T>) -> String {
     v.map_or(String::new(), |v| v.to_string())
 }
 
-/// The CSV: one line per capacity, the unlimited run last (`inf`). The KV columns are there
-/// when a KV size was given (`kv` true).
+/// The CSV: one line per capacity, the unlimited run last (`inf`), for each policy swept in
+/// turn (the `policy` column, last). The KV columns are there when a KV size was given
+/// (`kv` true).
 pub fn csv(reports: &[Report], kv: bool) -> String {
     let mut s = String::from(
         "capacity,requests,input_tokens,hit_tokens,hit_ratio,evicted_tokens,skipped_requests,wall_s,tokens_per_s,cached_tokens,index_bytes,index_bytes_per_token",
@@ -51,7 +52,7 @@ pub fn csv(reports: &[Report], kv: bool) -> String {
     if kv {
         s.push_str(",kv_bytes_per_token,capacity_kv_bytes,capacity_kv_gib");
     }
-    s.push('\n');
+    s.push_str(",policy\n");
     for r in reports {
         let _ = write!(
             s,
@@ -78,7 +79,7 @@ pub fn csv(reports: &[Report], kv: bool) -> String {
                 opt(r.capacity_kv_gib.map(|g| format!("{g:.6}")))
             );
         }
-        s.push('\n');
+        let _ = writeln!(s, ",{}", r.policy);
     }
     s
 }
@@ -126,17 +127,38 @@ pub fn table_row(r: &Report) -> String {
     )
 }
 
-/// Draws hit ratio against capacity (log x axis) with the unlimited ratio as a reference line.
+/// Line colours of the curves, one per policy (matplotlib's first ten).
+const COLOURS: [RGBColor; 10] = [
+    RGBColor(31, 119, 180),
+    RGBColor(255, 127, 14),
+    RGBColor(44, 160, 44),
+    RGBColor(148, 103, 189),
+    RGBColor(140, 86, 75),
+    RGBColor(227, 119, 194),
+    RGBColor(23, 190, 207),
+    RGBColor(188, 189, 34),
+    RGBColor(127, 127, 127),
+    RGBColor(214, 39, 40),
+];
+
+/// Draws hit ratio against capacity (log x axis), one curve per policy (`curves`: each
+/// policy's points and its unlimited run), with the unlimited ratio as a reference line.
 pub fn plot(
     path: &Path,
     name: &str,
-    points: &[Report],
-    unlimited: &Report,
+    curves: &[(&[Report], &Report)],
 ) -> Result<(), Box<dyn std::error::Error>> {
-    let xy: Vec<(f64, f64)> =
-        points.iter().filter_map(|r| r.capacity.map(|c| (c as f64, r.hit_ratio))).collect();
-    let (xmin, xmax) = xy.iter().fold((f64::MAX, f64::MIN), |(a, b), &(x, _)| (a.min(x), b.max(x)));
-    let (xmin, xmax) = if xy.is_empty() { (1.0, 10.0) } else { (xmin / 1.5, xmax * 1.5) };
+    let (_, unlimited) = *curves.first().ok_or("nothing to draw")?;
+    let xy: Vec<Vec<(f64, f64)>> = curves
+        .iter()
+        .map(|(points, _)| {
+            points.iter().filter_map(|r| r.capacity.map(|c| (c as f64, r.hit_ratio))).collect()
+        })
+        .collect();
+    let (xmin, xmax) =
+        xy.iter().flatten().fold((f64::MAX, f64::MIN), |(a, b), &(x, _)| (a.min(x), b.max(x)));
+    let (xmin, xmax) =
+        if xy.iter().all(|c| c.is_empty()) { (1.0, 10.0) } else { (xmin / 1.5, xmax * 1.5) };
     // What an unlimited cache ends up holding: beyond it, more capacity cannot help.
     let distinct = unlimited.cached_tokens as f64;
     let bpt = unlimited.kv_bytes_per_token;
@@ -172,13 +194,16 @@ pub fn plot(
             .x_label_formatter(&|g| gib_label(*g))
             .draw()?;
     }
-    let blue = RGBColor(31, 119, 180);
     let red = RGBColor(214, 39, 40);
-    chart
-        .draw_series(LineSeries::new(xy.iter().copied(), blue.stroke_width(2)))?
-        .label(format!("hit ratio ({} eviction)", unlimited.policy.to_uppercase()))
-        .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], blue.stroke_width(2)));
-    chart.draw_series(xy.iter().map(|&p| Circle::new(p, 4, blue.filled())))?;
+    for (i, ((_, u), pts)) in curves.iter().zip(&xy).enumerate() {
+        // Red is the unlimited line's; a seventh policy and beyond reuse the palette.
+        let c = COLOURS[i % (COLOURS.len() - 1)];
+        chart
+            .draw_series(LineSeries::new(pts.iter().copied(), c.stroke_width(2)))?
+            .label(format!("hit ratio ({} eviction)", u.policy.to_uppercase()))
+            .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], c.stroke_width(2)));
+        chart.draw_series(pts.iter().map(|&p| Circle::new(p, 4, c.filled())))?;
+    }
     let u = unlimited.hit_ratio;
     chart
         .draw_series(DashedLineSeries::new(vec![(xmin, u), (xmax, u)], 8, 6, red.stroke_width(2)))?
@@ -212,6 +237,43 @@ pub fn plot(
         .border_style(BLACK)
         .draw()?;
     root.present()?;
+    Ok(())
+}
+
+/// Rasterizes the SVG plot at `svg` into a PNG at `png` (twice its size, for sharp text),
+/// with the system's fonts: an error says so when there are none (text would be missing).
+pub fn png(svg: &Path, png: &Path) -> Result<(), Box<dyn std::error::Error>> {
+    use resvg::{tiny_skia, usvg, usvg::fontdb};
+    let data = std::fs::read(svg)?;
+    let mut opt = usvg::Options::default();
+    opt.fontdb_mut().load_system_fonts();
+    if opt.fontdb.is_empty() {
+        return Err("no fonts on this system for the PNG's text (install one, e.g. Debian's \
+                    fonts-dejavu-core; the SVG needs none)"
+            .into());
+    }
+    // The plot asks for `sans-serif`, which fontdb maps to Arial unless told otherwise: a
+    // sans face this system has (DejaVu Sans, Debian's default, when present).
+    let sans = {
+        let db = &opt.fontdb;
+        let family = |f: &fontdb::FaceInfo| f.families.first().map(|(n, _)| n.clone());
+        let names: Vec<String> = db.faces().filter_map(family).collect();
+        ["DejaVu Sans", "Liberation Sans", "Noto Sans", "FreeSans", "Arial"]
+            .iter()
+            .map(|n| n.to_string())
+            .find(|n| names.contains(n))
+            .or_else(|| names.iter().find(|n| n.contains("Sans") && !n.contains("Mono")).cloned())
+            .or_else(|| names.first().cloned())
+    };
+    if let Some(f) = sans {
+        opt.fontdb_mut().set_sans_serif_family(f);
+    }
+    let tree = usvg::Tree::from_data(&data, &opt)?;
+    let size = tree.size().to_int_size().scale_by(2.0).ok_or("the plot has no size")?;
+    let mut pixmap =
+        tiny_skia::Pixmap::new(size.width(), size.height()).ok_or("the plot is too large")?;
+    resvg::render(&tree, tiny_skia::Transform::from_scale(2.0, 2.0), &mut pixmap.as_mut());
+    pixmap.save_png(png)?;
     Ok(())
 }
 

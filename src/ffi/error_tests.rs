@@ -135,7 +135,7 @@ fn cache_new() {
     let cases: [(rkv_options, &[&str]); 4] = [
         (
             rkv_options { eviction_policy: 7, ..ok },
-            &["opts->eviction_policy = 7", "RKV_EVICT_FIFO"],
+            &["opts->eviction_policy = 7", "0 = RKV_EVICT_LRU", "6 = RKV_EVICT_SLRU"],
         ),
         (rkv_options { page_size: 0, ..ok }, &["opts->page_size = 0", "at least 1"]),
         (
@@ -891,6 +891,204 @@ fn namespace_stats_and_count_check_their_arguments() {
         // A success clears the message; an unknown namespace is all zeros.
         assert_eq!(rkv_cache_namespace_stats(c, u64::MAX, &mut s), rkv_status::RKV_OK);
         assert_eq!((last(), s), (String::new(), rkv_namespace_stats::default()));
+        rkv_cache_free(c);
+    }
+}
+
+#[test]
+fn cache_new_with_checks_the_policy_options() {
+    let ok = rkv_options_default();
+    let pol = rkv_policy_options_default();
+    let sentinel = std::ptr::dangling_mut::<rkv_cache>();
+    let mut out = sentinel;
+    let mut buf = [0u64; 8];
+    // SAFETY: every pointer is NULL, misaligned (checked before use) or a live local.
+    unsafe {
+        check(
+            rkv_cache_new_with(null(), &pol, &mut out),
+            rkv_status::RKV_NULL_ARGUMENT,
+            &["rkv_cache_new_with: opts is NULL"],
+        );
+        check(
+            rkv_cache_new_with(&ok, &pol, null_mut()),
+            rkv_status::RKV_NULL_ARGUMENT,
+            &["rkv_cache_new_with: out_cache is NULL"],
+        );
+        check(
+            rkv_cache_new_with(&ok, misaligned(&mut buf), &mut out),
+            rkv_status::RKV_INVALID_ARGUMENT,
+            &["rkv_cache_new_with: policy = 0x", "not aligned to 4 bytes"],
+        );
+        for size in [0, 4, 16] {
+            let bad = rkv_policy_options { size, ..pol };
+            check(
+                rkv_cache_new_with(&ok, &bad, &mut out),
+                rkv_status::RKV_INVALID_ARGUMENT,
+                &[
+                    &format!("rkv_cache_new_with: policy->size = {size} is not the size"),
+                    "rkv_policy_options this library knows (8)",
+                    "rkv_policy_options_default()",
+                ],
+            );
+        }
+        let bad = rkv_options { eviction_policy: 99, ..ok };
+        check(
+            rkv_cache_new_with(&bad, &pol, &mut out),
+            rkv_status::RKV_INVALID_ARGUMENT,
+            &["rkv_cache_new_with: opts->eviction_policy = 99", "5 = RKV_EVICT_PRIORITY"],
+        );
+    }
+    assert_eq!(out, sentinel, "no output on failure");
+}
+
+#[test]
+fn policy_names_and_the_cache_policy() {
+    let c = new_cache(1, 0);
+    let (mut p, mut t) = (0xdead_u32, 0xbeef_u32);
+    let mut buf = [0u64; 8];
+    // SAFETY: every pointer is NULL, misaligned (checked before use), a live local or a
+    // NUL-terminated literal.
+    unsafe {
+        check(
+            rkv_eviction_policy_from_name(null(), &mut p),
+            rkv_status::RKV_NULL_ARGUMENT,
+            &["rkv_eviction_policy_from_name: name is NULL"],
+        );
+        check(
+            rkv_eviction_policy_from_name(c"lru".as_ptr(), null_mut()),
+            rkv_status::RKV_NULL_ARGUMENT,
+            &["rkv_eviction_policy_from_name: out_policy is NULL"],
+        );
+        check(
+            rkv_eviction_policy_from_name(c"lru".as_ptr(), misaligned(&mut buf)),
+            rkv_status::RKV_INVALID_ARGUMENT,
+            &["out_policy = 0x", "not aligned to 4 bytes"],
+        );
+        check(
+            rkv_eviction_policy_from_name(c"tlru".as_ptr(), &mut p),
+            rkv_status::RKV_INVALID_ARGUMENT,
+            &[
+                "rkv_eviction_policy_from_name: name: unknown eviction policy \"tlru\"",
+                "lru, lfu, fifo, mru, filo, priority, slru",
+                "0 = RKV_EVICT_LRU",
+            ],
+        );
+        check(
+            rkv_cache_eviction_policy(null(), &mut p, &mut t),
+            rkv_status::RKV_NULL_ARGUMENT,
+            &["rkv_cache_eviction_policy: cache is NULL"],
+        );
+        check(
+            rkv_cache_eviction_policy(c, null_mut(), &mut t),
+            rkv_status::RKV_NULL_ARGUMENT,
+            &["rkv_cache_eviction_policy: out_policy is NULL"],
+        );
+        check(
+            rkv_cache_eviction_policy(c, &mut p, null_mut()),
+            rkv_status::RKV_NULL_ARGUMENT,
+            &["rkv_cache_eviction_policy: out_slru_threshold is NULL"],
+        );
+        assert_eq!((p, t, buf), (0xdead, 0xbeef, [0; 8]));
+        assert_eq!(rkv_cache_eviction_policy(c, &mut p, &mut t), rkv_status::RKV_OK);
+        assert_eq!((p, t, last()), (0, 2, String::new()));
+        assert_eq!(rkv_eviction_policy_from_name(c"Priority".as_ptr(), &mut p), rkv_status::RKV_OK);
+        assert_eq!(p, rkv_eviction_policy::RKV_EVICT_PRIORITY as u32);
+        rkv_cache_free(c);
+    }
+}
+
+#[test]
+fn insert_options_are_checked_before_anything_changes() {
+    let c = new_cache(1, 65536);
+    let toks = [1u32, 2, 3, 4];
+    let (mut e, mut lock) = (S, LOCK_S);
+    let mut buf = [0u64; 8];
+    let d = rkv_insert_options_default();
+    let too_high = rkv_insert_options { priority: i32::MAX as i64 + 1, ..d };
+    let too_low = rkv_insert_options { priority: i64::MIN, ..d };
+    let reserved = rkv_insert_options { reserved: 1, ..d };
+    let small = rkv_insert_options { size: 16, ..d };
+    let cases: [(rkv_insert_options, &[&str]); 4] = [
+        (too_high, &["opts->priority 2147483648 out of range", "-2147483648 to 2147483647"]),
+        (too_low, &["opts->priority -9223372036854775808 out of range"]),
+        (reserved, &["opts->reserved = 1 must be 0"]),
+        (small, &["opts->size = 16 is not the size of an rkv_insert_options", "(24)"]),
+    ];
+    let r = |start, len| rkv_slot_run { start, len };
+    // SAFETY: every pointer is NULL, misaligned (checked before use) or a live local of the
+    // size given.
+    unsafe {
+        let a = alloc(c, 4);
+        let runs = [r(a[0], 1), r(a[1], 1), r(a[2], 1), r(a[3], 1)];
+        let (t, s, rp) = (toks.as_ptr(), a.as_ptr(), runs.as_ptr());
+        for (o, needles) in &cases {
+            let st = rkv_insert_ex(c, 0, t, s, 4, o, &mut e);
+            check(st, rkv_status::RKV_INVALID_ARGUMENT, &[&["rkv_insert_ex: "], *needles].concat());
+            let st = rkv_insert_lock_ex(c, 0, t, s, 4, o, &mut e, &mut lock);
+            check(
+                st,
+                rkv_status::RKV_INVALID_ARGUMENT,
+                &[&["rkv_insert_lock_ex: "], *needles].concat(),
+            );
+            let st = rkv_insert_runs_ex(c, 0, t, 4, rp, 4, o, &mut e);
+            check(
+                st,
+                rkv_status::RKV_INVALID_ARGUMENT,
+                &[&["rkv_insert_runs_ex: "], *needles].concat(),
+            );
+            let st = rkv_insert_lock_runs_ex(c, 0, t, 4, rp, 4, o, &mut e, &mut lock);
+            let want = [&["rkv_insert_lock_runs_ex: "], *needles].concat();
+            check(st, rkv_status::RKV_INVALID_ARGUMENT, &want);
+        }
+        check(
+            rkv_insert_ex(c, 0, t, s, 4, misaligned(&mut buf), &mut e),
+            rkv_status::RKV_INVALID_ARGUMENT,
+            &["rkv_insert_ex: opts = 0x", "not aligned to 8 bytes"],
+        );
+        // The pointers are checked first, in argument order.
+        check(
+            rkv_insert_ex(null(), 0, t, s, 4, &too_high, &mut e),
+            rkv_status::RKV_NULL_ARGUMENT,
+            &["rkv_insert_ex: cache is NULL"],
+        );
+        check(
+            rkv_insert_lock_ex(c, 0, t, s, 4, &too_high, &mut e, null_mut()),
+            rkv_status::RKV_NULL_ARGUMENT,
+            &["rkv_insert_lock_ex: out_lock is NULL"],
+        );
+        check(
+            rkv_insert_runs_ex(c, 0, t, 4, null(), 4, &d, &mut e),
+            rkv_status::RKV_NULL_ARGUMENT,
+            &["rkv_insert_runs_ex: runs is NULL but n_runs = 4"],
+        );
+        check(
+            rkv_insert_lock_runs_ex(c, 0, t, 4, rp, 4, &d, null_mut(), &mut lock),
+            rkv_status::RKV_NULL_ARGUMENT,
+            &["rkv_insert_lock_runs_ex: out_existing is NULL"],
+        );
+        assert_eq!((e, lock, buf), (S, LOCK_S, [0; 8]));
+        assert_eq!(stats(c).cached_tokens, 0, "nothing inserted");
+        // The slots are still the caller's: nothing adopted or freed.
+        assert_eq!(rkv_free(c, s, 4), rkv_status::RKV_OK, "{}", last());
+        // A slot refusal names the function and the slot, as rkv_insert's.
+        let p = rkv_insert_options { priority: 3, ..d };
+        check(
+            rkv_insert_ex(c, 0, t, s, 4, &p, &mut e),
+            rkv_status::RKV_INVALID_ARGUMENT,
+            &["rkv_insert_ex: slots[0] = ", "is free, not held by the caller"],
+        );
+        // In range at both ends; a success clears the message.
+        let a = alloc(c, 4);
+        let lo = rkv_insert_options { priority: i32::MIN as i64, ..d };
+        assert_eq!(rkv_insert_ex(c, 0, t, a.as_ptr(), 4, &lo, &mut e), rkv_status::RKV_OK);
+        assert_eq!((e, last()), (0, String::new()));
+        let hi = rkv_insert_options { priority: i32::MAX as i64, ..d };
+        assert_eq!(
+            rkv_insert_lock_ex(c, 0, t, a.as_ptr(), 4, &hi, &mut e, &mut lock),
+            rkv_status::RKV_OK
+        );
+        assert_eq!(e, 4);
+        assert_eq!(rkv_release(c, lock), rkv_status::RKV_OK);
         rkv_cache_free(c);
     }
 }

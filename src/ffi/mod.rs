@@ -30,7 +30,9 @@ use crate::cache::{Cache, CacheOptions, CacheStats};
 use crate::error::Error;
 use crate::pool::{SlotPool, SlotState};
 use crate::slot_run::SlotRun;
-use crate::tree::{EvictionPolicy, PrefixLock};
+use crate::tree::{
+    DEFAULT_SLRU_THRESHOLD, EvictionPolicy, InsertOptions, PrefixLock, checked_priority,
+};
 
 use handles::{LockTable, Reserved};
 
@@ -79,15 +81,102 @@ pub enum rkv_status {
 }
 
 /// How eviction orders evictable leaves (the `eviction_policy` field of `rkv_options`, a
-/// `uint32_t`: values other than these are `RKV_INVALID_ARGUMENT`). A plain value.
+/// `uint32_t`: values other than these are `RKV_INVALID_ARGUMENT`, with a message listing
+/// the valid ones). A plain value. Eviction takes unpinned leaves only, the smallest key
+/// first; a parent whose last child went competes next with its own key (the keys are
+/// SGLang's, see docs/eviction.md). Every value but `RKV_EVICT_LRU` is an extension of
+/// version 1; `rkv_eviction_policy_name` names them as SGLang's `--radix-eviction-policy`
+/// does, `rkv_eviction_policy_from_name` reads those names.
 #[repr(C)]
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum rkv_eviction_policy {
-    /// Least recently accessed leaf first (the default).
+    /// `"lru"`: least recently accessed leaf first (the default).
     RKV_EVICT_LRU = 0,
-    /// Oldest inserted leaf first, ignoring later accesses (an extension of version 1).
+    /// `"fifo"`: oldest inserted leaf first, ignoring later accesses.
     RKV_EVICT_FIFO = 1,
+    /// `"lfu"`: fewest hits first, then least recently accessed: key (hit count, last
+    /// access). A hit is an insert whose key passes through or ends at the node, each
+    /// request counted once (`rkv_insert_options.inserted_len`); matches count none.
+    RKV_EVICT_LFU = 2,
+    /// `"mru"`: most recently accessed leaf first.
+    RKV_EVICT_MRU = 3,
+    /// `"filo"`: newest inserted leaf first, ignoring accesses.
+    RKV_EVICT_FILO = 4,
+    /// `"priority"`: lowest priority first, then least recently accessed: key (priority,
+    /// last access). An insert raises every node on its path to at least its priority
+    /// (`rkv_insert_options.priority`, default 0).
+    RKV_EVICT_PRIORITY = 5,
+    /// `"slru"`: segmented LRU: key (1 if hit count >= the threshold else 0, last access),
+    /// so the probationary segment goes first, each segment in LRU order. The threshold is
+    /// `rkv_policy_options.slru_threshold` (default `RKV_DEFAULT_SLRU_THRESHOLD`).
+    RKV_EVICT_SLRU = 6,
 }
+
+/// `RKV_EVICT_SLRU`'s default threshold (SGLang's `protected_threshold`): a node with at
+/// least this many hits is in the protected segment.
+pub const RKV_DEFAULT_SLRU_THRESHOLD: u32 = 2;
+
+// A literal for the header; the core's default it mirrors.
+const _: () = assert!(RKV_DEFAULT_SLRU_THRESHOLD == DEFAULT_SLRU_THRESHOLD);
+
+/// The parameters of an eviction policy (an extension of version 1: `rkv_options`, whose
+/// size version 1 fixes, cannot grow), for `rkv_cache_new_with`. Get the defaults from
+/// `rkv_policy_options_default()` and change fields. A plain value: the caller owns it,
+/// and `rkv_cache_new_with` only reads it during the call.
+///
+/// Versioned by `size`: it must be `sizeof(rkv_policy_options)` of this header (8), which
+/// `rkv_policy_options_default()` sets; any other value is `RKV_INVALID_ARGUMENT`. A later
+/// library that appends fields will still accept this size (and use the defaults of the
+/// fields it appended); a caller built against a larger struct gets a clear refusal from
+/// this library instead of having its new fields ignored.
+#[repr(C)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct rkv_policy_options {
+    /// `sizeof(rkv_policy_options)`: 8.
+    pub size: u32,
+    /// `RKV_EVICT_SLRU`'s threshold: a node with at least this many hits is in the
+    /// protected segment (default `RKV_DEFAULT_SLRU_THRESHOLD` = 2; 0 puts every node
+    /// there, which is LRU). Any value; ignored by the other policies.
+    pub slru_threshold: u32,
+}
+
+/// Per-insert options (an extension of version 1), for `rkv_insert_ex`,
+/// `rkv_insert_lock_ex`, `rkv_insert_runs_ex` and `rkv_insert_lock_runs_ex`. Get the
+/// defaults from `rkv_insert_options_default()` and change fields; a NULL pointer means the
+/// defaults (what `rkv_insert` and the others use). A plain value: the caller owns it, and
+/// the call only reads it.
+///
+/// Versioned by `size`, as `rkv_policy_options`: it must be `sizeof(rkv_insert_options)`
+/// of this header (24), which `rkv_insert_options_default()` sets; any other value is
+/// `RKV_INVALID_ARGUMENT`.
+#[repr(C)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct rkv_insert_options {
+    /// `sizeof(rkv_insert_options)`: 24.
+    pub size: u32,
+    /// Must be 0 (reserved for flags of a later version; else `RKV_INVALID_ARGUMENT`).
+    pub reserved: u32,
+    /// Eviction priority of the inserted tokens, read by `RKV_EVICT_PRIORITY` (higher stays
+    /// longer; default 0): every node on the insert's path takes the larger of its own
+    /// priority and this one, a new node starts with it, a split's halves keep theirs.
+    /// Must fit an `int32_t` (-2147483648 to 2147483647), else `RKV_INVALID_ARGUMENT`.
+    /// Under the other policies it is checked and then not kept.
+    pub priority: i64,
+    /// Tokens of this key that the same request inserted before (SGLang's
+    /// `req.kv.cache_inserted_len`; default 0, a request's first insert), read by
+    /// `RKV_EVICT_LFU` and `RKV_EVICT_SLRU`: nodes that end within them count no hit, so a
+    /// request inserting its growing prefix several times (chunked prefill, then the
+    /// finish) counts each node once. Any value (one past the key counts no hit at all).
+    pub inserted_len: u64,
+}
+
+// Neither struct has padding, so every byte a caller passes is a field.
+const _: () = assert!(
+    std::mem::size_of::<rkv_policy_options>() == 8
+        && std::mem::size_of::<rkv_insert_options>() == 24
+        && std::mem::offset_of!(rkv_insert_options, priority) == 8
+        && std::mem::offset_of!(rkv_insert_options, inserted_len) == 16
+);
 
 /// Options of a new cache. Get the defaults from `rkv_options_default()` and change fields.
 /// A plain value: the caller owns it, and `rkv_cache_new` only reads it.
@@ -744,10 +833,179 @@ pub extern "C" fn rkv_options_default() -> rkv_options {
     }
 }
 
+/// Default policy parameters (an extension of version 1): `size =
+/// sizeof(rkv_policy_options)`, `slru_threshold = RKV_DEFAULT_SLRU_THRESHOLD`. Returns a
+/// plain value. Thread-safe.
+#[unsafe(no_mangle)]
+pub extern "C" fn rkv_policy_options_default() -> rkv_policy_options {
+    rkv_policy_options {
+        size: size_of::<rkv_policy_options>() as u32,
+        slru_threshold: RKV_DEFAULT_SLRU_THRESHOLD,
+    }
+}
+
+/// Default insert options (an extension of version 1): `size =
+/// sizeof(rkv_insert_options)`, priority 0, inserted_len 0 (what `rkv_insert` uses).
+/// Returns a plain value. Thread-safe.
+#[unsafe(no_mangle)]
+pub extern "C" fn rkv_insert_options_default() -> rkv_insert_options {
+    rkv_insert_options {
+        size: size_of::<rkv_insert_options>() as u32,
+        reserved: 0,
+        priority: 0,
+        inserted_len: 0,
+    }
+}
+
+/// The `rkv_eviction_policy` number of a policy.
+fn c_policy(p: EvictionPolicy) -> rkv_eviction_policy {
+    use rkv_eviction_policy::*;
+    match p {
+        EvictionPolicy::Lru => RKV_EVICT_LRU,
+        EvictionPolicy::Fifo => RKV_EVICT_FIFO,
+        EvictionPolicy::Lfu => RKV_EVICT_LFU,
+        EvictionPolicy::Mru => RKV_EVICT_MRU,
+        EvictionPolicy::Filo => RKV_EVICT_FILO,
+        EvictionPolicy::Priority => RKV_EVICT_PRIORITY,
+        EvictionPolicy::Slru => RKV_EVICT_SLRU,
+    }
+}
+
+/// The policy numbered `n`, if one is.
+fn policy_of(n: u32) -> Option<EvictionPolicy> {
+    EvictionPolicy::ALL.into_iter().find(|&p| c_policy(p) as u32 == n)
+}
+
+/// The valid numbers with their names, in number order: "0 = RKV_EVICT_LRU, 1 = ...".
+fn valid_policies() -> String {
+    let mut all: Vec<rkv_eviction_policy> = EvictionPolicy::ALL.map(c_policy).into();
+    all.sort_by_key(|&p| p as u32);
+    all.iter().map(|&p| format!("{} = {p:?}", p as u32)).collect::<Vec<_>>().join(", ")
+}
+
+/// A policy's name (`EvictionPolicy::name`) as a static C string.
+fn policy_cname(p: EvictionPolicy) -> &'static CStr {
+    match p {
+        EvictionPolicy::Lru => c"lru",
+        EvictionPolicy::Fifo => c"fifo",
+        EvictionPolicy::Lfu => c"lfu",
+        EvictionPolicy::Mru => c"mru",
+        EvictionPolicy::Filo => c"filo",
+        EvictionPolicy::Priority => c"priority",
+        EvictionPolicy::Slru => c"slru",
+    }
+}
+
+/// The name of eviction policy number `policy` as SGLang's `--radix-eviction-policy`
+/// spells it ("lru", "fifo", "lfu", "mru", "filo", "priority", "slru"), a static
+/// NUL-terminated string the caller must not free; NULL for a number that is not an
+/// `rkv_eviction_policy`. An extension of version 1. Thread-safe; leaves
+/// `rkv_last_error_message()` as it is.
+#[unsafe(no_mangle)]
+pub extern "C" fn rkv_eviction_policy_name(policy: u32) -> *const c_char {
+    policy_of(policy).map_or(std::ptr::null(), |p| policy_cname(p).as_ptr())
+}
+
+/// Reads an eviction policy's name (`name`, required, NUL-terminated, as
+/// `rkv_eviction_policy_name` gives it; ASCII case ignored) and writes its
+/// `rkv_eviction_policy` number to `*out_policy` (required), for an engine that takes
+/// SGLang's `--radix-eviction-policy`. An unknown name is `RKV_INVALID_ARGUMENT`, with a
+/// message listing the valid ones. An extension of version 1. Thread-safe.
+///
+/// # Safety
+/// `name` is NULL or a readable NUL-terminated string; `out_policy` NULL or writable.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn rkv_eviction_policy_from_name(
+    name: *const c_char,
+    out_policy: *mut u32,
+) -> rkv_status {
+    boundary("rkv_eviction_policy_from_name", || {
+        if name.is_null() {
+            return Err(fail(rkv_status::RKV_NULL_ARGUMENT, "name is NULL"));
+        }
+        check_out(out_policy, "out_policy")?;
+        // SAFETY: non-null; the caller guarantees a readable NUL-terminated string, which
+        // is only read during the call.
+        let text = unsafe { CStr::from_ptr(name) }.to_string_lossy();
+        let policy = text.parse::<EvictionPolicy>().map_err(|e| match e {
+            Error::InvalidArgument(m) => fail(
+                rkv_status::RKV_INVALID_ARGUMENT,
+                format!("name: {m}; as numbers: {}", valid_policies()),
+            ),
+            e => st(e),
+        })?;
+        // SAFETY: passed `check_out`; writable by the caller's contract.
+        unsafe { out_policy.write(c_policy(policy) as u32) };
+        Ok(())
+    })
+}
+
+/// Checks an optional input struct `name`: NULL is allowed; otherwise it must be aligned.
+fn check_opt_in<T>(p: *const T, name: &str) -> Res<()> {
+    if !p.is_null() && !p.is_aligned() {
+        return Err(fail(
+            rkv_status::RKV_INVALID_ARGUMENT,
+            format!("{name} = {p:p} is not aligned to {} bytes", align_of::<T>()),
+        ));
+    }
+    Ok(())
+}
+
+/// `*p`, a struct `type_name` versioned by its first field, `uint32_t size`, which must be
+/// `size_of::<T>()` (the only version this library knows; `name` is the argument).
+///
+/// # Safety
+/// `p` is non-NULL, aligned, and points to a readable `uint32_t`, followed by the rest of
+/// a readable `T` when that `uint32_t` is `size_of::<T>()`.
+unsafe fn read_sized<T: Copy>(p: *const T, name: &str, type_name: &str) -> Res<T> {
+    // SAFETY: the first field of every versioned struct is a `u32` at offset 0, readable by
+    // the caller's contract; `p` is aligned for `T`, whose alignment is at least a u32's.
+    let size = unsafe { p.cast::<u32>().read() };
+    if size as usize != size_of::<T>() {
+        return Err(fail(
+            rkv_status::RKV_INVALID_ARGUMENT,
+            format!(
+                "{name}->size = {size} is not the size of an {type_name} this library knows \
+                 ({}): start from {type_name}_default(), which sets it",
+                size_of::<T>()
+            ),
+        ));
+    }
+    // SAFETY: `size` says a whole `T` is there, readable by the caller's contract; `T` is a
+    // plain-old-data struct of integers (every bit pattern is valid, no padding).
+    Ok(unsafe { p.read() })
+}
+
+/// The core's options for insert options `p` (NULL: the defaults).
+///
+/// # Safety
+/// `p` is NULL, or passed `check_opt_in` and points to a readable `rkv_insert_options`.
+unsafe fn insert_options(p: *const rkv_insert_options) -> Res<InsertOptions> {
+    if p.is_null() {
+        return Ok(InsertOptions::default());
+    }
+    // SAFETY: non-null and aligned; readable by the caller's contract.
+    let o = unsafe { read_sized(p, "opts", "rkv_insert_options") }?;
+    if o.reserved != 0 {
+        return Err(fail(
+            rkv_status::RKV_INVALID_ARGUMENT,
+            format!("opts->reserved = {} must be 0 (reserved for a later version)", o.reserved),
+        ));
+    }
+    let priority = checked_priority(o.priority).map_err(|e| match e {
+        Error::InvalidArgument(m) => fail(rkv_status::RKV_INVALID_ARGUMENT, format!("opts->{m}")),
+        e => st(e),
+    })?;
+    // A length past the key counts no hit, whatever it is: saturate where size_t is narrow.
+    let inserted_len = usize::try_from(o.inserted_len).unwrap_or(usize::MAX);
+    Ok(InsertOptions { priority, inserted_len })
+}
+
 /// Creates a cache from `*opts` (required; read only during the call) and writes it to
 /// `*out_cache` (required). The caller owns the new cache and frees it with
 /// `rkv_cache_free`. `RKV_INVALID_ARGUMENT` for page_size 0, an unknown eviction_policy, or
-/// a pool size that is not a multiple of page_size or above 2^32. Thread-safe.
+/// a pool size that is not a multiple of page_size or above 2^32. The policy's parameters
+/// are the defaults (`rkv_cache_new_with` sets them). Thread-safe.
 ///
 /// # Safety
 /// `opts` is NULL or points to a readable `rkv_options`; `out_cache` is NULL or points to
@@ -757,72 +1015,136 @@ pub unsafe extern "C" fn rkv_cache_new(
     opts: *const rkv_options,
     out_cache: *mut *mut rkv_cache,
 ) -> rkv_status {
-    boundary("rkv_cache_new", || {
-        if opts.is_null() {
-            return Err(fail(rkv_status::RKV_NULL_ARGUMENT, "opts is NULL"));
+    // SAFETY: the caller's contract for `opts` and `out_cache` is `new_cache`'s, and a NULL
+    // `policy` is allowed.
+    boundary("rkv_cache_new", || unsafe { new_cache(opts, std::ptr::null(), out_cache) })
+}
+
+/// `rkv_cache_new` with the eviction policy's parameters (an extension of version 1):
+/// `*policy` (read only during the call) sets them, e.g. `RKV_EVICT_SLRU`'s
+/// `slru_threshold`; NULL means `rkv_policy_options_default()`, so
+/// `rkv_cache_new_with(opts, NULL, out)` is `rkv_cache_new(opts, out)`. The policy itself
+/// stays `opts->eviction_policy`. Parameters of a policy other than the cache's are
+/// accepted and ignored. `RKV_INVALID_ARGUMENT` also for `policy->size` other than
+/// `sizeof(rkv_policy_options)`. Thread-safe.
+///
+/// # Safety
+/// As `rkv_cache_new`; `policy` is NULL or points to a readable `rkv_policy_options`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn rkv_cache_new_with(
+    opts: *const rkv_options,
+    policy: *const rkv_policy_options,
+    out_cache: *mut *mut rkv_cache,
+) -> rkv_status {
+    // SAFETY: the caller's contract for the three pointers is `new_cache`'s.
+    boundary("rkv_cache_new_with", || unsafe { new_cache(opts, policy, out_cache) })
+}
+
+/// The body of `rkv_cache_new` and `rkv_cache_new_with`, inside their panic boundary.
+///
+/// # Safety
+/// `opts` is NULL or readable; `policy` NULL or readable; `out_cache` NULL or writable.
+unsafe fn new_cache(
+    opts: *const rkv_options,
+    policy: *const rkv_policy_options,
+    out_cache: *mut *mut rkv_cache,
+) -> Res<()> {
+    if opts.is_null() {
+        return Err(fail(rkv_status::RKV_NULL_ARGUMENT, "opts is NULL"));
+    }
+    check_out(out_cache, "out_cache")?;
+    if !opts.is_aligned() {
+        return Err(fail(
+            rkv_status::RKV_INVALID_ARGUMENT,
+            format!("opts = {opts:p} is not aligned to {} bytes", align_of::<rkv_options>()),
+        ));
+    }
+    check_opt_in(policy, "policy")?;
+    // SAFETY: non-null and aligned; the caller guarantees it points to a readable
+    // `rkv_options` (a plain-old-data struct: every bit pattern is valid).
+    let o = unsafe { opts.read() };
+    let bad = |m: String| Err(fail(rkv_status::RKV_INVALID_ARGUMENT, m));
+    let Some(eviction) = policy_of(o.eviction_policy) else {
+        return bad(format!(
+            "opts->eviction_policy = {} is not an rkv_eviction_policy ({})",
+            o.eviction_policy,
+            valid_policies()
+        ));
+    };
+    if o.page_size == 0 {
+        return bad("opts->page_size = 0: the page size must be at least 1".into());
+    }
+    if o.pool_slots > 1 << 32 {
+        return bad(format!(
+            "opts->pool_slots = {} is above 2^32 = 4294967296 (slot ids are uint32_t)",
+            o.pool_slots
+        ));
+    }
+    if o.pool_slots % u64::from(o.page_size) != 0 {
+        return bad(format!(
+            "opts->pool_slots = {} is not a multiple of opts->page_size = {} (the pool holds \
+             whole pages)",
+            o.pool_slots, o.page_size
+        ));
+    }
+    let Ok(pool_slots) = usize::try_from(o.pool_slots) else {
+        return bad(format!(
+            "opts->pool_slots = {} does not fit this platform's size_t",
+            o.pool_slots
+        ));
+    };
+    let params = if policy.is_null() {
+        rkv_policy_options_default()
+    } else {
+        // SAFETY: non-null and aligned (`check_opt_in`); readable by the caller's contract.
+        unsafe { read_sized(policy, "policy", "rkv_policy_options") }?
+    };
+    let cache = Cache::new(CacheOptions {
+        page_size: o.page_size as usize,
+        policy: eviction,
+        pool_slots,
+        slru_threshold: params.slru_threshold,
+    })
+    .map_err(|e| fail(rkv_status::from(&e), format!("opts: {e}")))?;
+    // `None` only with 2^20 - 1 caches live at once (see `handles`).
+    let locks = LockTable::new().ok_or_else(|| {
+        fail(
+            rkv_status::RKV_INTERNAL_ERROR,
+            "too many live caches: 2^20 - 1 = 1048575 exist in this process, the most there \
+             can be (free some)",
+        )
+    })?;
+    let raw = Box::into_raw(Box::new(rkv_cache { cache, locks }));
+    // SAFETY: `out_cache` passed `check_out` (non-null, aligned) and the caller guarantees
+    // it is writable.
+    unsafe { out_cache.write(raw) };
+    Ok(())
+}
+
+/// Writes the cache's eviction policy (its `rkv_eviction_policy` number) to `*out_policy`
+/// and its SLRU threshold to `*out_slru_threshold` (both required; the threshold is
+/// written whatever the policy, the default unless `rkv_cache_new_with` set it). An
+/// extension of version 1. Thread-safe.
+///
+/// # Safety
+/// `cache` is NULL or live; `out_policy` and `out_slru_threshold` NULL or writable.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn rkv_cache_eviction_policy(
+    cache: *const rkv_cache,
+    out_policy: *mut u32,
+    out_slru_threshold: *mut u32,
+) -> rkv_status {
+    boundary("rkv_cache_eviction_policy", || {
+        // SAFETY: the caller passes NULL or a live cache that is not being freed.
+        let c = unsafe { cache_ref(cache) }?;
+        check_out(out_policy, "out_policy")?;
+        check_out(out_slru_threshold, "out_slru_threshold")?;
+        let o = c.cache.options();
+        // SAFETY: both passed `check_out`; writable by the caller's contract.
+        unsafe {
+            out_policy.write(c_policy(o.policy) as u32);
+            out_slru_threshold.write(o.slru_threshold);
         }
-        check_out(out_cache, "out_cache")?;
-        if !opts.is_aligned() {
-            return Err(fail(
-                rkv_status::RKV_INVALID_ARGUMENT,
-                format!("opts = {opts:p} is not aligned to {} bytes", align_of::<rkv_options>()),
-            ));
-        }
-        // SAFETY: non-null and aligned; the caller guarantees it points to a readable
-        // `rkv_options` (a plain-old-data struct: every bit pattern is valid).
-        let o = unsafe { opts.read() };
-        let bad = |m: String| Err(fail(rkv_status::RKV_INVALID_ARGUMENT, m));
-        let policy = match o.eviction_policy {
-            0 => EvictionPolicy::Lru,
-            1 => EvictionPolicy::Fifo,
-            p => {
-                return bad(format!(
-                    "opts->eviction_policy = {p} is not an rkv_eviction_policy (0 = \
-                     RKV_EVICT_LRU, 1 = RKV_EVICT_FIFO)"
-                ));
-            }
-        };
-        if o.page_size == 0 {
-            return bad("opts->page_size = 0: the page size must be at least 1".into());
-        }
-        if o.pool_slots > 1 << 32 {
-            return bad(format!(
-                "opts->pool_slots = {} is above 2^32 = 4294967296 (slot ids are uint32_t)",
-                o.pool_slots
-            ));
-        }
-        if o.pool_slots % u64::from(o.page_size) != 0 {
-            return bad(format!(
-                "opts->pool_slots = {} is not a multiple of opts->page_size = {} (the pool \
-                 holds whole pages)",
-                o.pool_slots, o.page_size
-            ));
-        }
-        let Ok(pool_slots) = usize::try_from(o.pool_slots) else {
-            return bad(format!(
-                "opts->pool_slots = {} does not fit this platform's size_t",
-                o.pool_slots
-            ));
-        };
-        let cache = Cache::new(CacheOptions {
-            page_size: o.page_size as usize,
-            policy,
-            pool_slots,
-            ..Default::default()
-        })
-        .map_err(|e| fail(rkv_status::from(&e), format!("opts: {e}")))?;
-        // `None` only with 2^20 - 1 caches live at once (see `handles`).
-        let locks = LockTable::new().ok_or_else(|| {
-            fail(
-                rkv_status::RKV_INTERNAL_ERROR,
-                "too many live caches: 2^20 - 1 = 1048575 exist in this process, the most \
-                 there can be (free some)",
-            )
-        })?;
-        let raw = Box::into_raw(Box::new(rkv_cache { cache, locks }));
-        // SAFETY: `out_cache` passed `check_out` (non-null, aligned) and the caller
-        // guarantees it is writable.
-        unsafe { out_cache.write(raw) };
         Ok(())
     })
 }
@@ -1161,7 +1483,7 @@ pub unsafe extern "C" fn rkv_match_lock_runs(
 /// that position), and refuses whole with `RKV_INVALID_ARGUMENT` a slot outside the pool,
 /// a free slot, or one cached at another position. In caller-managed mode the caller keeps
 /// owning every slot that was not adopted. Arrays stay owned by the caller; either may be
-/// NULL when `n_tokens == 0`. Thread-safe.
+/// NULL when `n_tokens == 0`. Priority 0 (`rkv_insert_ex` takes one). Thread-safe.
 ///
 /// # Safety
 /// `cache` is NULL or live; `tokens` and `slots` NULL or readable for `n_tokens` values;
@@ -1176,23 +1498,70 @@ pub unsafe extern "C" fn rkv_insert(
     out_existing: *mut usize,
 ) -> rkv_status {
     boundary("rkv_insert", || {
-        // SAFETY: the caller passes NULL or a live cache that is not being freed.
-        let c = unsafe { cache_ref(cache) }?;
-        // SAFETY: the caller guarantees both arrays are readable for n_tokens (or NULL).
-        let (t, s) = unsafe { insert_arrays(tokens, slots, n_tokens) }?;
-        check_out(out_existing, "out_existing")?;
-        let existing =
-            c.cache.insert(ns, t, s).map_err(|e| slot_refusal(e, &("slots", s), c.cache.pool()))?;
-        // SAFETY: `out_existing` passed `check_out`; writable by the caller's contract.
-        unsafe { out_existing.write(existing) };
-        Ok(())
+        // SAFETY: the caller's contract is `insert_body`'s, and a NULL `opts` is allowed.
+        unsafe { insert_body(cache, ns, tokens, slots, n_tokens, std::ptr::null(), out_existing) }
     })
+}
+
+/// `rkv_insert` with per-insert options (an extension of version 1): `*opts` (NULL: the
+/// defaults, which make this `rkv_insert`) carries the insert's eviction priority (an
+/// `int64_t` that must fit an `int32_t`, else `RKV_INVALID_ARGUMENT` and nothing changes)
+/// and what the same request inserted before (`inserted_len`, for the hit counts of
+/// `RKV_EVICT_LFU` and `RKV_EVICT_SLRU`); see `rkv_insert_options`. `opts` is only read
+/// during the call. Everything else as `rkv_insert`. Thread-safe.
+///
+/// # Safety
+/// As `rkv_insert`; `opts` NULL or readable.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn rkv_insert_ex(
+    cache: *const rkv_cache,
+    ns: u64,
+    tokens: *const u32,
+    slots: *const u32,
+    n_tokens: usize,
+    opts: *const rkv_insert_options,
+    out_existing: *mut usize,
+) -> rkv_status {
+    boundary("rkv_insert_ex", || {
+        // SAFETY: the caller's contract is `insert_body`'s.
+        unsafe { insert_body(cache, ns, tokens, slots, n_tokens, opts, out_existing) }
+    })
+}
+
+/// The body of `rkv_insert` and `rkv_insert_ex`, inside their panic boundary.
+///
+/// # Safety
+/// As `rkv_insert_ex`.
+unsafe fn insert_body(
+    cache: *const rkv_cache,
+    ns: u64,
+    tokens: *const u32,
+    slots: *const u32,
+    n_tokens: usize,
+    opts: *const rkv_insert_options,
+    out_existing: *mut usize,
+) -> Res<()> {
+    // SAFETY: the caller passes NULL or a live cache that is not being freed.
+    let c = unsafe { cache_ref(cache) }?;
+    // SAFETY: the caller guarantees both arrays are readable for n_tokens (or NULL).
+    let (t, s) = unsafe { insert_arrays(tokens, slots, n_tokens) }?;
+    check_opt_in(opts, "opts")?;
+    check_out(out_existing, "out_existing")?;
+    // SAFETY: NULL or aligned (`check_opt_in`), and readable by the caller's contract.
+    let o = unsafe { insert_options(opts) }?;
+    let existing = c
+        .cache
+        .insert_with_options(ns, t, s, o)
+        .map_err(|e| slot_refusal(e, &("slots", s), c.cache.pool()))?;
+    // SAFETY: `out_existing` passed `check_out`; writable by the caller's contract.
+    unsafe { out_existing.write(existing) };
+    Ok(())
 }
 
 /// `rkv_insert`, and pin `tokens[0..n]` (n cut down to a multiple of page_size) atomically
 /// with it; the lock goes to `*out_lock` (required), owned by the caller, to be released
 /// once with `rkv_release`. For chunked prefill: release the previous chunk's lock after
-/// this succeeds. Thread-safe.
+/// this succeeds. Priority 0 (`rkv_insert_lock_ex` takes one). Thread-safe.
 ///
 /// # Safety
 /// As `rkv_insert`; `out_lock` NULL or writable.
@@ -1207,25 +1576,77 @@ pub unsafe extern "C" fn rkv_insert_lock(
     out_lock: *mut rkv_lock,
 ) -> rkv_status {
     boundary("rkv_insert_lock", || {
-        // SAFETY: the caller passes NULL or a live cache that is not being freed.
-        let c = unsafe { cache_ref(cache) }?;
-        // SAFETY: the caller guarantees both arrays are readable for n_tokens (or NULL).
-        let (t, s) = unsafe { insert_arrays(tokens, slots, n_tokens) }?;
-        check_out(out_existing, "out_existing")?;
-        check_out(out_lock, "out_lock")?;
-        let handle = reserve_handle(c)?;
-        let (existing, guard) = c
-            .cache
-            .insert_and_lock(ns, t, s)
-            .map_err(|e| slot_refusal(e, &("slots", s), c.cache.pool()))?;
-        let handle = handle.fill(guard.into_raw());
-        // SAFETY: both passed `check_out`; writable by the caller's contract.
+        let none = std::ptr::null();
+        // SAFETY: the caller's contract is `insert_lock_body`'s, and a NULL `opts` is allowed.
         unsafe {
-            out_existing.write(existing);
-            out_lock.write(handle);
+            insert_lock_body(cache, ns, tokens, slots, n_tokens, none, out_existing, out_lock)
         }
-        Ok(())
     })
+}
+
+/// `rkv_insert_lock` with per-insert options, as `rkv_insert_ex` (an extension of version
+/// 1): `*opts` (NULL: the defaults) carries the priority and `inserted_len`; a priority
+/// outside `int32_t` is `RKV_INVALID_ARGUMENT`, and then nothing is inserted or pinned.
+/// The lock goes to `*out_lock` (required), owned by the caller, to be released once with
+/// `rkv_release`. Thread-safe.
+///
+/// # Safety
+/// As `rkv_insert_lock`; `opts` NULL or readable.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn rkv_insert_lock_ex(
+    cache: *const rkv_cache,
+    ns: u64,
+    tokens: *const u32,
+    slots: *const u32,
+    n_tokens: usize,
+    opts: *const rkv_insert_options,
+    out_existing: *mut usize,
+    out_lock: *mut rkv_lock,
+) -> rkv_status {
+    boundary("rkv_insert_lock_ex", || {
+        // SAFETY: the caller's contract is `insert_lock_body`'s.
+        unsafe {
+            insert_lock_body(cache, ns, tokens, slots, n_tokens, opts, out_existing, out_lock)
+        }
+    })
+}
+
+/// The body of `rkv_insert_lock` and `rkv_insert_lock_ex`, inside their panic boundary.
+///
+/// # Safety
+/// As `rkv_insert_lock_ex`.
+#[allow(clippy::too_many_arguments)]
+unsafe fn insert_lock_body(
+    cache: *const rkv_cache,
+    ns: u64,
+    tokens: *const u32,
+    slots: *const u32,
+    n_tokens: usize,
+    opts: *const rkv_insert_options,
+    out_existing: *mut usize,
+    out_lock: *mut rkv_lock,
+) -> Res<()> {
+    // SAFETY: the caller passes NULL or a live cache that is not being freed.
+    let c = unsafe { cache_ref(cache) }?;
+    // SAFETY: the caller guarantees both arrays are readable for n_tokens (or NULL).
+    let (t, s) = unsafe { insert_arrays(tokens, slots, n_tokens) }?;
+    check_opt_in(opts, "opts")?;
+    check_out(out_existing, "out_existing")?;
+    check_out(out_lock, "out_lock")?;
+    // SAFETY: NULL or aligned (`check_opt_in`), and readable by the caller's contract.
+    let o = unsafe { insert_options(opts) }?;
+    let handle = reserve_handle(c)?;
+    let (existing, guard) = c
+        .cache
+        .insert_and_lock_with_options(ns, t, s, o)
+        .map_err(|e| slot_refusal(e, &("slots", s), c.cache.pool()))?;
+    let handle = handle.fill(guard.into_raw());
+    // SAFETY: both passed `check_out`; writable by the caller's contract.
+    unsafe {
+        out_existing.write(existing);
+        out_lock.write(handle);
+    }
+    Ok(())
 }
 
 /// `rkv_insert` with the slots given as runs of consecutive slots (an extension of version
@@ -1236,7 +1657,7 @@ pub unsafe extern "C" fn rkv_insert_lock(
 /// `rkv_insert`: in pool mode the runs past `*out_existing` (up to n) are adopted and the
 /// other given slots go back to the pool, except those equal to the cached slot at their
 /// position. Arrays stay owned by the caller; either may be NULL when its count is 0.
-/// Thread-safe.
+/// Priority 0 (`rkv_insert_runs_ex` takes one). Thread-safe.
 ///
 /// # Safety
 /// `cache` is NULL or live; `tokens` NULL or readable for `n_tokens` values; `runs` NULL
@@ -1252,21 +1673,70 @@ pub unsafe extern "C" fn rkv_insert_runs(
     out_existing: *mut usize,
 ) -> rkv_status {
     boundary("rkv_insert_runs", || {
-        // SAFETY: the caller passes NULL or a live cache that is not being freed.
-        let c = unsafe { cache_ref(cache) }?;
-        // SAFETY: the caller guarantees both arrays are readable for their counts (or NULL).
-        let (t, r) = unsafe { insert_runs_arrays(tokens, n_tokens, runs, n_runs) }?;
-        check_out(out_existing, "out_existing")?;
-        let existing = c.cache.insert_runs(ns, t, r).map_err(|e| runs_refusal(e, c, r, t.len()))?;
-        // SAFETY: `out_existing` passed `check_out`; writable by the caller's contract.
-        unsafe { out_existing.write(existing) };
-        Ok(())
+        let none = std::ptr::null();
+        // SAFETY: the caller's contract is `insert_runs_body`'s, and a NULL `opts` is allowed.
+        unsafe { insert_runs_body(cache, ns, tokens, n_tokens, runs, n_runs, none, out_existing) }
     })
+}
+
+/// `rkv_insert_runs` with per-insert options, as `rkv_insert_ex` (an extension of version
+/// 1): `*opts` (NULL: the defaults) carries the priority and `inserted_len`; a priority
+/// outside `int32_t` is `RKV_INVALID_ARGUMENT`, changing nothing. Thread-safe.
+///
+/// # Safety
+/// As `rkv_insert_runs`; `opts` NULL or readable.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn rkv_insert_runs_ex(
+    cache: *const rkv_cache,
+    ns: u64,
+    tokens: *const u32,
+    n_tokens: usize,
+    runs: *const rkv_slot_run,
+    n_runs: usize,
+    opts: *const rkv_insert_options,
+    out_existing: *mut usize,
+) -> rkv_status {
+    boundary("rkv_insert_runs_ex", || {
+        // SAFETY: the caller's contract is `insert_runs_body`'s.
+        unsafe { insert_runs_body(cache, ns, tokens, n_tokens, runs, n_runs, opts, out_existing) }
+    })
+}
+
+/// The body of `rkv_insert_runs` and `rkv_insert_runs_ex`, inside their panic boundary.
+///
+/// # Safety
+/// As `rkv_insert_runs_ex`.
+#[allow(clippy::too_many_arguments)]
+unsafe fn insert_runs_body(
+    cache: *const rkv_cache,
+    ns: u64,
+    tokens: *const u32,
+    n_tokens: usize,
+    runs: *const rkv_slot_run,
+    n_runs: usize,
+    opts: *const rkv_insert_options,
+    out_existing: *mut usize,
+) -> Res<()> {
+    // SAFETY: the caller passes NULL or a live cache that is not being freed.
+    let c = unsafe { cache_ref(cache) }?;
+    // SAFETY: the caller guarantees both arrays are readable for their counts (or NULL).
+    let (t, r) = unsafe { insert_runs_arrays(tokens, n_tokens, runs, n_runs) }?;
+    check_opt_in(opts, "opts")?;
+    check_out(out_existing, "out_existing")?;
+    // SAFETY: NULL or aligned (`check_opt_in`), and readable by the caller's contract.
+    let o = unsafe { insert_options(opts) }?;
+    let existing = c
+        .cache
+        .insert_runs_with_options(ns, t, r, o)
+        .map_err(|e| runs_refusal(e, c, r, t.len()))?;
+    // SAFETY: `out_existing` passed `check_out`; writable by the caller's contract.
+    unsafe { out_existing.write(existing) };
+    Ok(())
 }
 
 /// `rkv_insert_lock` with the slots given as runs, as in `rkv_insert_runs` (an extension of
 /// version 1). The lock goes to `*out_lock` (required), owned by the caller, to be released
-/// once with `rkv_release`. Thread-safe.
+/// once with `rkv_release`. Priority 0 (`rkv_insert_lock_runs_ex` takes one). Thread-safe.
 ///
 /// # Safety
 /// As `rkv_insert_runs`; `out_lock` NULL or writable.
@@ -1282,23 +1752,79 @@ pub unsafe extern "C" fn rkv_insert_lock_runs(
     out_lock: *mut rkv_lock,
 ) -> rkv_status {
     boundary("rkv_insert_lock_runs", || {
-        // SAFETY: the caller passes NULL or a live cache that is not being freed.
-        let c = unsafe { cache_ref(cache) }?;
-        // SAFETY: the caller guarantees both arrays are readable for their counts (or NULL).
-        let (t, r) = unsafe { insert_runs_arrays(tokens, n_tokens, runs, n_runs) }?;
-        check_out(out_existing, "out_existing")?;
-        check_out(out_lock, "out_lock")?;
-        let handle = reserve_handle(c)?;
-        let (existing, guard) =
-            c.cache.insert_and_lock_runs(ns, t, r).map_err(|e| runs_refusal(e, c, r, t.len()))?;
-        let handle = handle.fill(guard.into_raw());
-        // SAFETY: both passed `check_out`; writable by the caller's contract.
-        unsafe {
-            out_existing.write(existing);
-            out_lock.write(handle);
-        }
-        Ok(())
+        let none = std::ptr::null();
+        let (out, lock) = (out_existing, out_lock);
+        // SAFETY: the caller's contract is `insert_lock_runs_body`'s, and a NULL `opts` is
+        // allowed.
+        unsafe { insert_lock_runs_body(cache, ns, tokens, n_tokens, runs, n_runs, none, out, lock) }
     })
+}
+
+/// `rkv_insert_lock_runs` with per-insert options, as `rkv_insert_ex` (an extension of
+/// version 1): `*opts` (NULL: the defaults) carries the priority and `inserted_len`; a
+/// priority outside `int32_t` is `RKV_INVALID_ARGUMENT`, and then nothing is inserted or
+/// pinned. The lock goes to `*out_lock` (required), owned by the caller, to be released
+/// once with `rkv_release`. Thread-safe.
+///
+/// # Safety
+/// As `rkv_insert_lock_runs`; `opts` NULL or readable.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn rkv_insert_lock_runs_ex(
+    cache: *const rkv_cache,
+    ns: u64,
+    tokens: *const u32,
+    n_tokens: usize,
+    runs: *const rkv_slot_run,
+    n_runs: usize,
+    opts: *const rkv_insert_options,
+    out_existing: *mut usize,
+    out_lock: *mut rkv_lock,
+) -> rkv_status {
+    boundary("rkv_insert_lock_runs_ex", || {
+        let (out, lock) = (out_existing, out_lock);
+        // SAFETY: the caller's contract is `insert_lock_runs_body`'s.
+        unsafe { insert_lock_runs_body(cache, ns, tokens, n_tokens, runs, n_runs, opts, out, lock) }
+    })
+}
+
+/// The body of `rkv_insert_lock_runs` and `rkv_insert_lock_runs_ex`, inside their panic
+/// boundary.
+///
+/// # Safety
+/// As `rkv_insert_lock_runs_ex`.
+#[allow(clippy::too_many_arguments)]
+unsafe fn insert_lock_runs_body(
+    cache: *const rkv_cache,
+    ns: u64,
+    tokens: *const u32,
+    n_tokens: usize,
+    runs: *const rkv_slot_run,
+    n_runs: usize,
+    opts: *const rkv_insert_options,
+    out_existing: *mut usize,
+    out_lock: *mut rkv_lock,
+) -> Res<()> {
+    // SAFETY: the caller passes NULL or a live cache that is not being freed.
+    let c = unsafe { cache_ref(cache) }?;
+    // SAFETY: the caller guarantees both arrays are readable for their counts (or NULL).
+    let (t, r) = unsafe { insert_runs_arrays(tokens, n_tokens, runs, n_runs) }?;
+    check_opt_in(opts, "opts")?;
+    check_out(out_existing, "out_existing")?;
+    check_out(out_lock, "out_lock")?;
+    // SAFETY: NULL or aligned (`check_opt_in`), and readable by the caller's contract.
+    let o = unsafe { insert_options(opts) }?;
+    let handle = reserve_handle(c)?;
+    let (existing, lock) = c
+        .cache
+        .insert_and_lock_runs_raw_with_options(ns, t, r, o)
+        .map_err(|e| runs_refusal(e, c, r, t.len()))?;
+    let handle = handle.fill(lock);
+    // SAFETY: both passed `check_out`; writable by the caller's contract.
+    unsafe {
+        out_existing.write(existing);
+        out_lock.write(handle);
+    }
+    Ok(())
 }
 
 // ---------------------------------------------------------------------------------------
@@ -1973,7 +2499,7 @@ mod tests {
             assert_eq!(rkv_cache_new(&ok, std::ptr::null_mut()), rkv_status::RKV_NULL_ARGUMENT);
             for bad in [
                 rkv_options { page_size: 0, ..ok },
-                rkv_options { eviction_policy: 2, ..ok },
+                rkv_options { eviction_policy: 7, ..ok },
                 rkv_options { pool_slots: (1 << 32) + 1, ..ok },
                 rkv_options { page_size: 16, pool_slots: 100, ..ok },
             ] {
@@ -2001,6 +2527,75 @@ mod tests {
             );
             rkv_cache_free(out);
             rkv_cache_free(std::ptr::null_mut());
+        }
+    }
+
+    #[test]
+    fn every_policy_has_its_number_and_name() {
+        let mut numbers: Vec<u32> = EvictionPolicy::ALL.map(|p| c_policy(p) as u32).into();
+        numbers.sort_unstable();
+        assert_eq!(numbers, (0..7).collect::<Vec<u32>>(), "numbers 0.. without a gap");
+        assert_eq!(c_policy(EvictionPolicy::Lru) as u32, 0);
+        assert_eq!(c_policy(EvictionPolicy::Fifo) as u32, 1);
+        for p in EvictionPolicy::ALL {
+            let n = c_policy(p) as u32;
+            assert_eq!(policy_of(n), Some(p));
+            assert_eq!(policy_cname(p).to_str().unwrap(), p.name());
+            // SAFETY: a non-NULL result is a static NUL-terminated string.
+            let name = unsafe { CStr::from_ptr(rkv_eviction_policy_name(n)) };
+            assert_eq!(name.to_str().unwrap(), p.name());
+            let mut got = u32::MAX;
+            let upper = std::ffi::CString::new(p.name().to_uppercase()).unwrap();
+            // SAFETY: a live NUL-terminated string and a live local.
+            let st = unsafe { rkv_eviction_policy_from_name(upper.as_ptr(), &mut got) };
+            assert_eq!((st, got), (rkv_status::RKV_OK, n));
+        }
+        assert!(rkv_eviction_policy_name(7).is_null());
+        assert!(rkv_eviction_policy_name(u32::MAX).is_null());
+        let list = valid_policies();
+        assert!(list.starts_with("0 = RKV_EVICT_LRU, 1 = RKV_EVICT_FIFO, 2 = RKV_EVICT_LFU"));
+        assert!(list.ends_with("6 = RKV_EVICT_SLRU"), "{list}");
+    }
+
+    #[test]
+    fn the_versioned_structs_default_to_their_size() {
+        let p = rkv_policy_options_default();
+        assert_eq!((p.size, p.slru_threshold), (8, 2));
+        let i = rkv_insert_options_default();
+        assert_eq!((i.size, i.reserved, i.priority, i.inserted_len), (24, 0, 0, 0));
+        // SAFETY: `i` is a live local.
+        assert_eq!(unsafe { insert_options(&i) }.ok(), Some(InsertOptions::default()));
+        // SAFETY: NULL is allowed.
+        assert_eq!(
+            unsafe { insert_options(std::ptr::null()) }.ok(),
+            Some(InsertOptions::default())
+        );
+        let wide = rkv_insert_options { priority: -5, inserted_len: u64::MAX, ..i };
+        // SAFETY: `wide` is a live local.
+        let o = unsafe { insert_options(&wide) }.ok().unwrap();
+        assert_eq!((o.priority, o.inserted_len), (-5, usize::MAX));
+    }
+
+    #[test]
+    fn cache_new_with_sets_the_policy_and_its_threshold() {
+        let mut c = std::ptr::null_mut();
+        let (mut pol, mut thr) = (u32::MAX, u32::MAX);
+        // SAFETY: every pointer is NULL or points to a live local.
+        unsafe {
+            let o = rkv_options {
+                eviction_policy: rkv_eviction_policy::RKV_EVICT_SLRU as u32,
+                ..rkv_options_default()
+            };
+            let p = rkv_policy_options { slru_threshold: 5, ..rkv_policy_options_default() };
+            assert_eq!(rkv_cache_new_with(&o, &p, &mut c), rkv_status::RKV_OK);
+            assert_eq!(rkv_cache_eviction_policy(c, &mut pol, &mut thr), rkv_status::RKV_OK);
+            assert_eq!((pol, thr), (6, 5));
+            assert_eq!(c.as_ref().unwrap().cache.options().slru_threshold, 5);
+            rkv_cache_free(c);
+            assert_eq!(rkv_cache_new_with(&o, std::ptr::null(), &mut c), rkv_status::RKV_OK);
+            assert_eq!(rkv_cache_eviction_policy(c, &mut pol, &mut thr), rkv_status::RKV_OK);
+            assert_eq!((pol, thr), (6, RKV_DEFAULT_SLRU_THRESHOLD));
+            rkv_cache_free(c);
         }
     }
 }

@@ -35,19 +35,20 @@ pub enum EvictionPolicy {
     /// Oldest inserted leaf first, ignoring later accesses (`RKV_EVICT_FIFO = 1`).
     Fifo,
     /// Least frequently used first: key (hit count, last access). See [`InsertOptions`]
-    /// for what counts as a hit.
+    /// for what counts as a hit (`RKV_EVICT_LFU = 2`).
     Lfu,
-    /// Most recently accessed leaf first: key minus the last access.
+    /// Most recently accessed leaf first: key minus the last access (`RKV_EVICT_MRU = 3`).
     Mru,
-    /// Newest inserted leaf first: key minus the creation stamp, ignoring accesses.
+    /// Newest inserted leaf first: key minus the creation stamp, ignoring accesses
+    /// (`RKV_EVICT_FILO = 4`).
     Filo,
     /// Lowest priority first, least recently accessed first within a priority: key
     /// (priority, last access). An insert raises every node on its path to at least its
-    /// priority ([`InsertOptions::priority`]).
+    /// priority ([`InsertOptions::priority`]; `RKV_EVICT_PRIORITY = 5`).
     Priority,
     /// Segmented LRU: key (1 if hit count >= [`TreeConfig::slru_threshold`] else 0, last
     /// access): the probationary segment (fewer hits) goes first, each segment in LRU
-    /// order.
+    /// order (`RKV_EVICT_SLRU = 6`).
     ///
     /// [`TreeConfig::slru_threshold`]: super::TreeConfig::slru_threshold
     Slru,

@@ -61,7 +61,7 @@ elif ! command -v valgrind >/dev/null; then
   fail=$((fail + 1))
 else
   # "still reachable" blocks (std's and crossbeam-epoch's process-wide globals) are not
-  # leaks; definitely and indirectly lost blocks are, and so is any error.
+  # leaks; definitely and indirectly lost blocks are, and so is any error (no suppressions).
   VG=(valgrind --leak-check=full --show-leak-kinds=definite,indirect
       --errors-for-leak-kinds=definite,indirect --error-exitcode=1 --quiet)
   step "valgrind static" "${VG[@]}" "$OUT/test_abi_static"

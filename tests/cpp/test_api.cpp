@@ -288,6 +288,93 @@ void namespaces() {
              "rkv_drop_namespace: free_fn is NULL");
 }
 
+// Every eviction policy, the SLRU threshold, and the insert overloads taking a priority.
+void policies() {
+  const char *names[] = {"lru", "fifo", "lfu", "mru", "filo", "priority", "slru"};
+  const rkv::Policy all[] = {rkv::Policy::lru,  rkv::Policy::fifo,     rkv::Policy::lfu,
+                             rkv::Policy::mru,  rkv::Policy::filo,     rkv::Policy::priority,
+                             rkv::Policy::slru};
+  for (std::uint32_t i = 0; i < 7; ++i) {
+    CHECK(static_cast<std::uint32_t>(all[i]) == i);
+    CHECK(rkv::policy_name(all[i]) == names[i]);
+    CHECK(rkv::parse_policy(names[i]) == all[i]);
+    rkv::Cache c(rkv::Options{1, all[i], 0});
+    CHECK(c.policy() == all[i] && c.slru_threshold() == RKV_DEFAULT_SLRU_THRESHOLD);
+  }
+  CHECK(rkv::parse_policy("LFU") == rkv::Policy::lfu);
+  CHECK_WHAT(rkv::parse_policy("tlru"), RKV_INVALID_ARGUMENT,
+             "unknown eviction policy \"tlru\" (expected one of lru, lfu, fifo, mru, filo, "
+             "priority, slru)");
+  CHECK_THROWS(rkv::policy_name(static_cast<rkv::Policy>(7)), RKV_INVALID_ARGUMENT);
+  CHECK_WHAT(rkv::Cache(rkv::Options{1, static_cast<rkv::Policy>(7), 0}), RKV_INVALID_ARGUMENT,
+             "opts->eviction_policy = 7 is not an rkv_eviction_policy (0 = RKV_EVICT_LRU");
+  {
+    rkv::Cache c(rkv::Options{1, rkv::Policy::slru, 0, 5});
+    CHECK(c.policy() == rkv::Policy::slru && c.slru_threshold() == 5);
+    rkv::Cache d;
+    CHECK(d.policy() == rkv::Policy::lru && d.slru_threshold() == 2);
+  }
+
+  using V = std::vector<std::uint32_t>;
+  // Leaf `f`: tokens {f, f + 1}, slots {10 f, 10 f + 1}.
+  auto toks = [](std::uint32_t f) { return V{f, f + 1}; };
+  auto slots = [](std::uint32_t f) { return V{10 * f, 10 * f + 1}; };
+  {
+    rkv::Cache c(rkv::Options{1, rkv::Policy::priority, 0});
+    CHECK(c.insert(0, toks(1), slots(1), {10}) == 0);
+    CHECK(c.insert(0, toks(2), slots(2), {-1}) == 0);
+    { auto r = c.insert_lock(0, toks(3), slots(3), {0}); CHECK(r.existing == 0 && r.lock.length() == 2); }
+    c.insert(0, toks(4), slots(4));  // the plain overload: priority 0
+    CHECK(c.evict_slots(1) == slots(2));  // -1
+    CHECK(c.evict_slots(1) == slots(3));  // 0, older than 4
+    CHECK(c.evict_slots(1) == slots(4));
+    CHECK(c.evict_slots(1) == slots(1));
+    // A priority outside int32_t, by every overload: nothing changes.
+    const std::int64_t big = std::int64_t{1} << 31;
+    CHECK_WHAT(c.insert(0, toks(1), slots(1), {big}), RKV_INVALID_ARGUMENT,
+               "rkv_insert_ex: opts->priority 2147483648 out of range (expected -2147483648 to "
+               "2147483647)");
+    CHECK_WHAT(c.insert_lock(0, toks(1), slots(1), {-big - 1}), RKV_INVALID_ARGUMENT,
+               "rkv_insert_lock_ex: opts->priority -2147483649 out of range");
+    const std::vector<rkv_slot_run> runs{rkv_slot_run{10, 2}};
+    CHECK_WHAT(c.insert_runs(0, toks(1), runs, {big}), RKV_INVALID_ARGUMENT,
+               "rkv_insert_runs_ex: opts->priority");
+    CHECK_WHAT(c.insert_lock_runs(0, toks(1), runs, {INT64_MIN}), RKV_INVALID_ARGUMENT,
+               "rkv_insert_lock_runs_ex: opts->priority -9223372036854775808");
+    CHECK_WHAT(c.insert(0, toks(1), V{10}, {1}), RKV_INVALID_ARGUMENT,
+               "rkv_insert_ex: 2 tokens but 1 slots");
+    CHECK(c.stats().cached_tokens == 0 && c.stats().protected_tokens == 0);
+  }
+  {
+    rkv::Cache c(rkv::Options{1, rkv::Policy::mru, 0});
+    c.insert(0, toks(1), slots(1));
+    c.insert(0, toks(2), slots(2));
+    CHECK(c.match(0, toks(1)) == slots(1));
+    CHECK(c.evict_slots(1) == slots(1));  // the most recent
+  }
+  {
+    rkv::Cache c(rkv::Options{1, rkv::Policy::lfu, 0});
+    c.insert(0, toks(1), slots(1));
+    c.insert(0, toks(2), slots(2));
+    c.insert(0, toks(1), slots(1));  // a second hit on 1
+    c.insert(0, toks(2), slots(2), {0, /*inserted_len=*/2});  // the same request: no hit
+    CHECK(c.evict_slots(1) == slots(2));  // the least hit
+  }
+  {
+    // Pool mode: the runs overloads carry the priority; an eviction into the pool follows it.
+    rkv::Cache c(rkv::Options{1, rkv::Policy::priority, 8});
+    const V a{1, 2, 3, 4}, b{5, 6, 7, 8};
+    CHECK(c.insert_runs(0, a, c.alloc_runs(4), {5}) == 0);
+    {
+      auto r = c.insert_lock_runs(0, b, c.alloc_runs(4), {1});
+      CHECK(r.existing == 0 && r.lock.length() == 4 && c.stats().protected_tokens == 4);
+    }
+    CHECK(c.match_len(0, b) == 4);  // b is the most recent, of the lower priority
+    CHECK(c.evict(1) == 4);
+    CHECK(c.match_len(0, b) == 0 && c.match_len(0, a) == 4 && c.stats().free_slots == 4);
+  }
+}
+
 }  // namespace
 
 void api_tests() {
@@ -296,4 +383,5 @@ void api_tests() {
   pooled_pages();
   detailed_messages();
   namespaces();
+  policies();
 }
