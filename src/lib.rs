@@ -18,5 +18,6 @@ pub use cache::{Cache, CacheOptions, CacheStats, EventOptions, FreeFn, FreeRunsF
 pub use error::{Error, Result};
 pub use slot_run::SlotRun;
 pub use tree::{
-    EvictionPolicy, LockGuard, NamespaceStats, PrefixLock, RadixTree, TreeConfig, TreeStats,
+    EvictionPolicy, InsertOptions, LockGuard, NamespaceStats, PrefixLock, RadixTree, TreeConfig,
+    TreeStats,
 };
