@@ -17,7 +17,7 @@ Differences from SGLang's class, all of them deliberate:
   ``inc_lock_ref`` pins them with ``match_lock``. If the prefix changed in between (another
   thread evicted it: impossible in SGLang's single-threaded scheduler), ``inc_lock_ref``
   raises :class:`StaleNodeError` instead of pinning slots that are no longer the node's.
-- ``device_indices`` are an ``array('I')`` (``to_indices`` converts them, e.g.
+- ``device_indices`` are a ``SlotBuffer`` (an ``array('I')``; ``to_indices`` converts them, e.g.
   ``lambda a: torch.frombuffer(a, dtype=torch.int32).long()``).
 - ``extra_key`` (SGLang's LoRA id) maps to an exact radixkv namespace; with a
   ``cache_salt`` (or a bigram key) the whole ``(extra_key, cache_salt)`` pair does, so
@@ -101,7 +101,7 @@ class RadixCache:
     """SGLang's ``RadixCache`` interface over a :class:`radixkv.Cache`.
 
     ``pool_slots=0`` (SGLang's setting: the scheduler owns a ``token_to_kv_pool_allocator``):
-    ``evict`` hands the freed slots to ``free_slots(list_of_slots)``, which it then requires
+    ``evict`` hands the freed slots to ``free_slots(slots)`` (one ``SlotBuffer``), which it then requires
     (``ValueError`` otherwise, before evicting: the slots would be lost). With
     ``pool_slots=N`` the cache owns the slots (use ``cache.alloc`` / ``cache.free``).
     """
