@@ -250,13 +250,20 @@ impl<'a> View<'a> {
                 }
                 (8, signed) => {
                     let s: &[u64] = typed!(u64);
-                    if s.iter().fold(0, |a, &x| a | x) >> 32 != 0 {
+                    // One pass: narrow each value and gather its high bits (vectorized);
+                    // look for the culprit only when some value was out of range.
+                    scratch.clear();
+                    scratch.resize(s.len(), 0);
+                    let mut high = 0u64;
+                    for (d, &x) in scratch.iter_mut().zip(s) {
+                        *d = x as u32;
+                        high |= x;
+                    }
+                    if high >> 32 != 0 {
                         let i = s.iter().position(|&x| x >> 32 != 0).unwrap_or(0);
                         let v = if signed { s[i] as i64 as i128 } else { s[i] as i128 };
                         return Err(OutOfRange { what, index: i, value: v });
                     }
-                    scratch.clear();
-                    scratch.extend(s.iter().map(|&x| x as u32));
                     return Ok(scratch);
                 }
                 (2, false) => {
