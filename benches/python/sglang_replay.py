@@ -8,7 +8,7 @@ against 1 on one Cache.
     PYTHON benches/python/sglang_replay.py [TRACE] [--runs N]
 
 PYTHON needs sglang 0.5.23, torch, numpy and radixkv installed (scripts/sglang-check makes
-such a venv; /work/sglang-venv is one). Tokens are materialized as in CLI.md (block id h
+such a venv). Tokens are materialized as in CLI.md (block id h
 gives tokens h*512 .. h*512+511, cut to input_length); each request's key
 (``RadixKey(array('q', tokens))``) and its fresh KV indices (an int64 tensor, one new
 index per token, request after request) are made before the timing. The loop (as
@@ -46,7 +46,12 @@ from radixkv.sglang import RadixKvCache  # noqa: E402
 BLOCK = 512
 CAPACITY = 2_000_000
 EXPECTED = {None: 39_852_661, CAPACITY: 14_225_848}
-DEFAULT_TRACE = "/work/shared/traces/mooncake_synthetic_trace.jsonl"
+# The trace sits beside the checkout (`../shared/traces/`), as the Rust tests and the CLI
+# examples expect it.
+DEFAULT_TRACE = os.path.join(
+    os.path.dirname(os.path.abspath(__file__)),
+    "..", "..", "..", "shared", "traces", "mooncake_synthetic_trace.jsonl",
+)
 
 
 def load(path):
