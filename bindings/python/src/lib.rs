@@ -5,6 +5,8 @@
 //! (`radixkv/_cache.py`) keeps the public API: namespaces, error classes, `Lock` objects,
 //! dataclasses. Built by maturin as one abi3 wheel for CPython >= 3.9.
 
+#![deny(unsafe_op_in_unsafe_fn, missing_docs)]
+
 use std::sync::Mutex;
 
 use pyo3::prelude::*;
