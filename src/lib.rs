@@ -11,6 +11,7 @@ pub mod kv;
 pub mod pool;
 pub mod sched;
 pub mod slot_run;
+pub mod tier;
 pub mod trace;
 pub mod tree;
 

@@ -9,7 +9,7 @@
 #[allow(unused_imports)]
 pub(crate) use std::sync::{
     Mutex, MutexGuard,
-    atomic::{AtomicBool, AtomicPtr, AtomicU8, AtomicU64, AtomicUsize, Ordering, fence},
+    atomic::{AtomicBool, AtomicPtr, AtomicU8, AtomicU32, AtomicU64, AtomicUsize, Ordering, fence},
 };
 
 // Gives up the rest of the time slice (under loom: lets the model schedule another thread,
@@ -24,7 +24,7 @@ pub(crate) use loom::thread::yield_now;
 #[allow(unused_imports)]
 pub(crate) use loom::sync::{
     Mutex, MutexGuard,
-    atomic::{AtomicBool, AtomicPtr, AtomicU8, AtomicU64, AtomicUsize, Ordering, fence},
+    atomic::{AtomicBool, AtomicPtr, AtomicU8, AtomicU32, AtomicU64, AtomicUsize, Ordering, fence},
 };
 
 /// Epoch-based reclamation (crossbeam-epoch).

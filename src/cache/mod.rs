@@ -107,6 +107,11 @@ pub struct CacheStats {
     pub free_slots: u64,
 }
 
+/// What the host tier ([`crate::tier`]) sees of a pool-mode eviction: every leaf's slots, as
+/// runs, once they are out of the tree and before they go back to the pool (so their bytes
+/// can still be read). Called with no tree lock held; it must not call into this cache.
+pub(crate) type EvictHook = std::sync::Arc<dyn Fn(&[SlotRun]) + Send + Sync>;
+
 /// A radix prefix cache, optionally owning its slots. `Send + Sync`.
 pub struct Cache {
     tree: RadixTree,
@@ -114,6 +119,8 @@ pub struct Cache {
     opts: CacheOptions,
     /// Eviction calls into the pool in progress (pool mode), for [`Cache::alloc`].
     evictions: CachePadded<Evictions>,
+    /// The host tier's view of evictions (pool mode, with a host tier only).
+    evict_hook: Option<EvictHook>,
 }
 
 /// The eviction calls into the pool (see [`PoolEviction`]): what an allocation that found
@@ -218,7 +225,22 @@ impl Cache {
             n => Some(SlotPool::new(n, opts.page_size)?),
         };
         let evictions = Evictions { running: AtomicUsize::new(0), landed: AtomicU64::new(0) };
-        Ok(Cache { tree, pool, opts, evictions: CachePadded::new(evictions) })
+        Ok(Cache { tree, pool, opts, evictions: CachePadded::new(evictions), evict_hook: None })
+    }
+
+    /// Sets the host tier's eviction hook (see [`EvictHook`]); before the cache is shared.
+    pub(crate) fn set_evict_hook(&mut self, hook: EvictHook) {
+        self.evict_hook = Some(hook);
+    }
+
+    /// Shows one evicted leaf's slots to the eviction hook, if any (`scratch` for lists).
+    #[inline]
+    fn hook_slots(&self, slots: &[u32], scratch: &mut Vec<SlotRun>) {
+        if let Some(h) = &self.evict_hook {
+            scratch.clear();
+            SlotRun::push_runs_of(slots, scratch);
+            h(scratch);
+        }
     }
 
     /// The tree.
@@ -585,6 +607,9 @@ impl Cache {
         let n = self.tree.evict_runs(k, &mut |runs| {
             // Pending before `user` runs, so they go back to the pool even if it panics.
             ev.pending.extend_from_slice(runs);
+            if let Some(h) = &self.evict_hook {
+                h(runs);
+            }
             if let Some(f) = user.as_mut() {
                 f(runs);
             }
@@ -601,9 +626,11 @@ impl Cache {
             return self.evict_runs_to_pool(pool, k, None);
         }
         let mut ev = PoolEviction::begin(&self.evictions, pool);
+        let mut scratch = Vec::new();
         let n = self.tree.evict(k, &mut |slots| {
             // Pending before `user` runs, so they go back to the pool even if it panics.
             ev.pending.extend_from_slice(slots);
+            self.hook_slots(slots, &mut scratch);
             if let Some(f) = user.as_mut() {
                 f(slots);
             }
@@ -770,6 +797,9 @@ impl Cache {
                 let mut ev = PoolEviction::begin(&self.evictions, pool);
                 let n = self.tree.drop_namespace_runs(ns, &mut |runs| {
                     ev.pending.extend_from_slice(runs);
+                    if let Some(h) = &self.evict_hook {
+                        h(runs);
+                    }
                 });
                 drop(ev); // returns the slots to the pool
                 Ok(n)
@@ -777,9 +807,11 @@ impl Cache {
             (Some(pool), Some(user)) => {
                 // As `evict_to_pool`.
                 let mut ev = PoolEviction::begin(&self.evictions, pool);
+                let mut scratch = Vec::new();
                 let n = self.tree.drop_namespace(ns, &mut |slots| {
                     // Pending before `user` runs, so they go back even if it panics.
                     ev.pending.extend_from_slice(slots);
+                    self.hook_slots(slots, &mut scratch);
                     user(slots);
                 });
                 drop(ev); // returns the slots to the pool

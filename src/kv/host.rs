@@ -5,7 +5,7 @@ use std::ptr::NonNull;
 use std::sync::{RwLock, RwLockReadGuard, RwLockWriteGuard};
 
 use super::{CopyPlan, KvLayout, KvStorage, Run, check_layer, check_slot_io, device};
-use crate::error::Result;
+use crate::error::{Result, invalid};
 
 /// Alignment of every buffer, in bytes (what vectorized kernels and DMA engines like).
 const ALIGN: usize = 256;
@@ -118,6 +118,67 @@ impl HostKvStorage {
             }
         }
     }
+}
+
+impl HostKvStorage {
+    /// Copies slot `src_slots[i]` of `self` to slot `dst_slots[i]` of `dst`, in every layer,
+    /// K and V: the host tier's copy between two stores ([`crate::tier`]). The layouts must
+    /// agree in everything but `num_slots`; slots must be in range and destinations
+    /// distinct (`InvalidArgument` otherwise, nothing copied). `self` and `dst` must be
+    /// different stores.
+    pub fn copy_to(&self, src_slots: &[u32], dst: &HostKvStorage, dst_slots: &[u32]) -> Result<()> {
+        let (a, b) = (&self.layout, &dst.layout);
+        if std::ptr::eq(self, dst) {
+            return Err(invalid(
+                "copy_to: source and destination are the same store (use copy_slots)",
+            ));
+        }
+        if (a.num_layers, a.num_kv_heads, a.head_dim, a.elem_bytes)
+            != (b.num_layers, b.num_kv_heads, b.head_dim, b.elem_bytes)
+        {
+            return Err(invalid(format!(
+                "copy_to: layouts differ beyond num_slots ({a:?} vs {b:?})"
+            )));
+        }
+        let runs = check_pairs(a.num_slots, b.num_slots, src_slots, dst_slots)?;
+        let sb = a.slot_bytes();
+        let _r = self.read();
+        let _w = dst.write();
+        for (sbuf, dbuf) in self.bufs.iter().zip(&dst.bufs) {
+            // SAFETY: we hold the source's read lock and the destination's write lock (two
+            // different stores, so two different allocations: no range overlaps); every
+            // run's slots are below each side's num_slots (`check_pairs`), and each buffer
+            // holds num_slots * sb bytes.
+            unsafe { Self::copy_runs(sbuf.as_ptr(), dbuf.as_ptr(), &runs, sb) }
+        }
+        Ok(())
+    }
+}
+
+/// Checks slot pairs for a copy between two stores of `ns` and `nd` slots and coalesces
+/// them into runs: equal lengths, every slot in range, no destination twice.
+pub(crate) fn check_pairs(ns: usize, nd: usize, src: &[u32], dst: &[u32]) -> Result<Vec<Run>> {
+    if src.len() != dst.len() {
+        return Err(invalid(format!(
+            "copy: {} source slots but {} destinations",
+            src.len(),
+            dst.len()
+        )));
+    }
+    if let Some(s) = src.iter().find(|&&s| s as usize >= ns) {
+        return Err(invalid(format!("copy: source slot {s} is out of range (num_slots = {ns})")));
+    }
+    if let Some(d) = dst.iter().find(|&&d| d as usize >= nd) {
+        return Err(invalid(format!(
+            "copy: destination slot {d} is out of range (num_slots = {nd})"
+        )));
+    }
+    let mut seen = dst.to_vec();
+    seen.sort_unstable();
+    if let Some(w) = seen.windows(2).find(|w| w[0] == w[1]) {
+        return Err(invalid(format!("copy: destination slot {} is given twice", w[0])));
+    }
+    Ok(super::coalesce(src.iter().zip(dst).map(|(&s, &d)| (s as usize, d as usize))))
 }
 
 impl KvStorage for HostKvStorage {

@@ -1,0 +1,1221 @@
+//! A host memory tier behind the device pool (SGLang HiCache's semantics): a two-level
+//! prefix cache ([`TieredCache`]).
+//!
+//! The device level is a pool-mode [`Cache`] (the radix tree and the device slot pool) and
+//! is unchanged: its matches, pins and evictions keep every promise of [`crate::tree`] and
+//! [`crate::cache`]. The host level is a slot pool of `host_slots` host slots and an index
+//! of the pages that have a host copy ([`host_index`]), keyed by `(namespace, page hash)`,
+//! the chained hash of the page's whole prefix (the KV-event hash). A cached page is on the
+//! device, on the host, or both:
+//!
+//! - **Matching** returns the device prefix (pinned, as [`Cache::match_and_lock`]) and how
+//!   far host copies extend it ([`TierMatch::host_len`], SGLang's `host_hit_length`): the
+//!   consecutive host pages right after the device prefix.
+//! - **Write policies** ([`WritePolicy`]): `write_through` backs a page up when it is first
+//!   inserted, `write_through_selective` once its hit count (inserts that reached it, as
+//!   SGLang counts) reaches [`TierOptions::write_threshold`] (2 by default), `write_back`
+//!   only when the device evicts it.
+//! - **Device eviction** frees device slots; a page with a host copy stays on the host
+//!   (host-only); under `write_back` a page without one is copied to the host first (the
+//!   eviction waits for that copy).
+//! - **Load-back** ([`TieredCache::load_back`]) allocates device slots for the host pages
+//!   that extend a match, copies host → device and, once the copy completes, inserts them
+//!   and hands the caller a lock over the whole prefix. Below
+//!   [`TierOptions::load_back_min`] tokens it is not worth it and says so
+//!   ([`LoadOutcome::TooShort`]).
+//! - **Host eviction**: host-only leaves (no host page below them), by the host policy
+//!   (the device's by default), never a page being copied or pinned, never one the device
+//!   still holds.
+//!
+//! Copies go through a [`TierCopier`] ([`HostCopier`] between two host stores, the CUDA
+//! copier between GPU memory and pinned host memory, [`NullCopier`] for an index-only
+//! replay). They complete in the background: [`TieredCache::poll`] finishes the copies
+//! that are done, [`TieredCache::wait_all`] and [`TieredCache::wait_load`] block.
+//!
+//! # Consistency and the protocols
+//!
+//! One mutex guards the host index and the host pool (each host step below is atomic), and
+//! it is never held while calling into the device cache (whose eviction calls back into the
+//! host index through the eviction hook). What makes each race come out right:
+//!
+//! - **Backup in flight vs device eviction.** A backup holds a device lock on the pages it
+//!   copies (the pinning insert it starts from, or a pinning match) from before the copy
+//!   starts until the host entries are committed, so the device cannot evict (and reuse)
+//!   a slot the copy reads. Its host entries are *writing* until then: no hit, not
+//!   evictable, and a second backup of the same page finds them and skips it. A failed copy
+//!   removes them (their host pages go back to the free list) before the device lock goes.
+//! - **Load-back vs a racing match.** A load-back pins the host entries it copies (host
+//!   eviction skips them) and holds the device slots it allocated (no other owner) until
+//!   the copy completes; only then are the pages inserted into the device tree. So a racing
+//!   match sees the loaded pages only with their bytes in place, or not at all. Two
+//!   load-backs of one prefix both copy; the first insert adopts its slots, the second
+//!   finds the pages cached and its slots go back to the pool (the pool-mode insert rule).
+//!   A failed copy frees the allocated slots and unpins: nothing is inserted.
+//! - **Host eviction vs a pin.** Host eviction takes only evictable entries (host-only,
+//!   ready, unpinned, without a host child), in one step under the mutex; a load-back pins
+//!   under the same mutex, so it either pins first (the entry is skipped) or finds the
+//!   entry gone (the page is no host hit).
+//! - **The device evicting a page that is being backed up under another page identity**
+//!   cannot happen: one device page holds one `(namespace, tokens)` prefix, and its
+//!   identity is written (device page metadata) before the insert that caches it is
+//!   published, and read by the eviction hook only after the page was unlinked.
+//!
+//! Invariants at quiescence (no copy in flight; [`TieredCache::check`]): device
+//! `free + cached + held == N_dev` (the cache's), host `free + backed == N_host`, every host
+//! page owned by one entry or free, every resident entry's device page cached with that
+//! identity, and no host entry still writing or pinned.
+
+pub mod copier;
+pub(crate) mod host_index;
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+pub use copier::{CopyTicket, DeferredCopier, FailPlan, HostCopier, NullCopier, TierCopier};
+use host_index::{HostIndex, NO_PAGE, PageKey, Removed};
+
+use crate::cache::{Cache, CacheOptions, CacheStats, EventOptions};
+use crate::error::{Result, invalid};
+use crate::events::hash::{HashMode, PageHasher};
+use crate::events::{EventSink, KvEvent, Medium};
+use crate::pool::SlotState;
+use crate::sync::{AtomicU32, AtomicU64, Mutex, Ordering, lock};
+use crate::tree::{EvictionPolicy, InsertOptions, PrefixLock};
+
+/// When a page gets its host copy.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub enum WritePolicy {
+    /// On its first insert.
+    WriteThrough,
+    /// Once its hit count reaches [`TierOptions::write_threshold`] (SGLang's default).
+    #[default]
+    WriteThroughSelective,
+    /// Only when the device evicts it (the eviction waits for the copy).
+    WriteBack,
+}
+
+impl WritePolicy {
+    /// Every policy.
+    pub const ALL: [WritePolicy; 3] =
+        [WritePolicy::WriteThrough, WritePolicy::WriteThroughSelective, WritePolicy::WriteBack];
+
+    /// SGLang's name (`write_through`, `write_through_selective`, `write_back`).
+    pub fn name(self) -> &'static str {
+        match self {
+            WritePolicy::WriteThrough => "write_through",
+            WritePolicy::WriteThroughSelective => "write_through_selective",
+            WritePolicy::WriteBack => "write_back",
+        }
+    }
+
+    /// Parses SGLang's name (also with `-` for `_`).
+    pub fn parse(s: &str) -> Result<WritePolicy> {
+        let n = s.replace('-', "_");
+        WritePolicy::ALL.into_iter().find(|p| p.name() == n).ok_or_else(|| {
+            invalid(format!(
+                "unknown write policy {s:?} (write_through, write_through_selective, write_back)"
+            ))
+        })
+    }
+}
+
+/// Options of the host tier.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TierOptions {
+    /// Host slots (tokens), a multiple of the page size; at least one page.
+    pub host_slots: usize,
+    /// When pages get their host copy.
+    pub write_policy: WritePolicy,
+    /// `write_through_selective`: the hit count that triggers a backup (at least 1;
+    /// SGLang's 2). `write_through` always uses 1.
+    pub write_threshold: u32,
+    /// Load-backs shorter than this many tokens are not done ([`LoadOutcome::TooShort`]).
+    pub load_back_min: usize,
+    /// The host eviction order; `None`: the device's policy.
+    pub host_policy: Option<EvictionPolicy>,
+}
+
+impl Default for TierOptions {
+    fn default() -> Self {
+        TierOptions {
+            host_slots: 0,
+            write_policy: WritePolicy::default(),
+            write_threshold: 2,
+            load_back_min: 1,
+            host_policy: None,
+        }
+    }
+}
+
+/// Counts and counters of a [`TieredCache`]; exact at quiescence.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct TierStats {
+    /// The device cache's.
+    pub device: CacheStats,
+    /// Host slots in the pool.
+    pub host_slots: u64,
+    /// Free host slots.
+    pub host_free_slots: u64,
+    /// Host slots holding a page's copy (or being written).
+    pub host_backed_slots: u64,
+    /// Host pages whose tokens are also on the device.
+    pub host_resident_pages: u64,
+    /// Host pages a load-back is copying.
+    pub host_pinned_pages: u64,
+    /// Host pages that host eviction could take now.
+    pub host_evictable_pages: u64,
+    /// Tokens matched on the device (every match and load-back).
+    pub device_hit_tokens: u64,
+    /// Tokens found on the host right after a device match (`host_hit_length`, summed).
+    pub host_hit_tokens: u64,
+    /// Tokens copied device → host (backups and write-backs).
+    pub tokens_to_host: u64,
+    /// Of those, tokens written back by a device eviction (`write_back`).
+    pub tokens_written_back: u64,
+    /// Tokens copied host → device (load-backs).
+    pub tokens_to_device: u64,
+    /// Copies started device → host.
+    pub copies_to_host: u64,
+    /// Copies started host → device.
+    pub copies_to_device: u64,
+    /// Copies that failed (rolled back).
+    pub copy_failures: u64,
+    /// Load-backs that completed with pages loaded.
+    pub load_backs: u64,
+    /// Load-backs not done (too short, or nothing on the host).
+    pub load_backs_skipped: u64,
+    /// Host pages evicted.
+    pub host_evicted_pages: u64,
+    /// Copies in flight (backups and load-backs).
+    pub in_flight: u64,
+}
+
+/// A match on both levels ([`TieredCache::match_prefix`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct TierMatch {
+    /// Tokens cached on the device.
+    pub device_len: usize,
+    /// Tokens on the host right after them (SGLang's `host_hit_length`).
+    pub host_len: usize,
+}
+
+/// A load-back in flight, or done ([`TieredCache::load_back`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct LoadTicket(pub u64);
+
+/// What a load-back did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LoadOutcome {
+    /// Host pages were copied to the device and inserted.
+    Loaded,
+    /// Nothing on the host extends the device match.
+    NothingOnHost,
+    /// The host pages found were fewer than [`TierOptions::load_back_min`] tokens.
+    TooShort,
+}
+
+/// A finished load-back: a lock over the device prefix, the loaded pages included.
+#[derive(Debug)]
+pub struct Loaded {
+    /// Pins `tokens[..lock.len()]` on the device; release with [`TieredCache::release`].
+    pub lock: PrefixLock,
+    /// The slots of those tokens.
+    pub slots: Vec<u32>,
+    /// Tokens that were on the device before.
+    pub device_len: usize,
+    /// Tokens loaded from the host (`lock.len() - device_len`).
+    pub loaded: usize,
+    /// What it did.
+    pub outcome: LoadOutcome,
+}
+
+/// What the tier knows of one device page: whose tokens it holds (written before the
+/// insert that caches it is published) and how often inserts reached it.
+struct DevPage {
+    /// Namespace.
+    ns: AtomicU64,
+    /// Page hash.
+    hash: AtomicU64,
+    /// Parent page's hash, or [`NO_PARENT`].
+    parent: AtomicU64,
+    /// Inserts that reached it since it was cached (`write_through_selective`).
+    hits: AtomicU64,
+}
+
+/// [`DevPage::parent`] of a namespace's first page.
+const NO_PARENT: u64 = u64::MAX;
+
+/// A copy in flight and what completes it.
+enum Op {
+    /// A backup: commit `pages` and release `lock` once done; `tokens` holds the pages'
+    /// tokens (for their `BlockStored`).
+    Backup {
+        ticket: CopyTicket,
+        lock: PrefixLock,
+        ns: u64,
+        pages: Vec<BackupPage>,
+        tokens: Vec<u32>,
+    },
+    /// A load-back.
+    Load(Box<LoadOp>),
+}
+
+/// One page of a backup.
+#[derive(Debug, Clone, Copy)]
+struct BackupPage {
+    hash: u64,
+    parent: Option<u64>,
+    dev_page: u32,
+}
+
+struct LoadOp {
+    id: u64,
+    ticket: CopyTicket,
+    ns: u64,
+    /// The tokens of the device prefix and the loaded pages.
+    tokens: Vec<u32>,
+    /// The device prefix's slots, then the allocated ones.
+    slots: Vec<u32>,
+    device_len: usize,
+    /// Pins the device prefix meanwhile.
+    lock: PrefixLock,
+    /// The loaded pages' hashes (pinned on the host).
+    hashes: Vec<u64>,
+}
+
+/// What the eviction hook and the tier share.
+struct Shared {
+    page_size: usize,
+    opts: TierOptions,
+    host: Mutex<HostIndex>,
+    pages: Box<[DevPage]>,
+    copier: Arc<dyn TierCopier>,
+    /// The device cache's event sink, once events are on.
+    events: std::sync::OnceLock<Arc<EventSink>>,
+    default_hasher: PageHasher,
+    /// Page tokens by device slot, kept for `write_back` with events on (a write-back
+    /// publishes the page's tokens).
+    tokens: Option<Box<[AtomicU32]>>,
+    counters: Counters,
+}
+
+#[derive(Default)]
+struct Counters {
+    device_hit_tokens: AtomicU64,
+    host_hit_tokens: AtomicU64,
+    tokens_to_host: AtomicU64,
+    tokens_written_back: AtomicU64,
+    tokens_to_device: AtomicU64,
+    copies_to_host: AtomicU64,
+    copies_to_device: AtomicU64,
+    copy_failures: AtomicU64,
+    load_backs: AtomicU64,
+    load_backs_skipped: AtomicU64,
+    host_evicted_pages: AtomicU64,
+}
+
+fn bump(c: &AtomicU64, n: usize) {
+    // Relaxed: statistics.
+    c.fetch_add(n as u64, Ordering::Relaxed);
+}
+
+/// A two-level prefix cache: a device [`Cache`] with its pool, and a host tier (see the
+/// [module docs](self)). `Send + Sync`.
+pub struct TieredCache {
+    dev: Cache,
+    shared: Arc<Shared>,
+    pending: Mutex<Vec<Op>>,
+    results: Mutex<HashMap<u64, Result<Loaded>>>,
+    next_load: AtomicU64,
+    /// Threads finishing ops they took out of `pending` (raised under `pending`'s lock,
+    /// lowered once their results are stored), so a waiter that finds its op in neither
+    /// place knows whether it is on its way.
+    finishing: AtomicU64,
+}
+
+impl std::fmt::Debug for TieredCache {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("TieredCache")
+            .field("opts", &self.shared.opts)
+            .field("stats", &self.stats())
+            .finish()
+    }
+}
+
+impl Shared {
+    fn hasher(&self, ns: u64) -> PageHasher {
+        match self.events.get() {
+            Some(s) => s.namespace(ns).hasher.clone(),
+            None => self.default_hasher.clone(),
+        }
+    }
+
+    /// The page hashes of `tokens` (whole pages) in namespace `ns`.
+    fn hashes(&self, ns: u64, tokens: &[u32]) -> Vec<u64> {
+        let n = tokens.len() / self.page_size * self.page_size;
+        self.hasher(ns).block_hashes(&tokens[..n], self.page_size)
+    }
+
+    fn host(&self) -> crate::sync::MutexGuard<'_, HostIndex> {
+        lock(&self.host)
+    }
+
+    /// Records device page `page`'s identity (before the insert that caches it).
+    fn set_page(&self, page: u32, ns: u64, hash: u64, parent: Option<u64>, tokens: &[u32]) {
+        let d = &self.pages[page as usize];
+        // Relaxed: published to the eviction hook by the tree's own publish (the insert's
+        // Release store of the leaf, read with Acquire by the eviction that unlinks it).
+        d.ns.store(ns, Ordering::Relaxed);
+        d.hash.store(hash, Ordering::Relaxed);
+        d.parent.store(parent.unwrap_or(NO_PARENT), Ordering::Relaxed);
+        d.hits.store(0, Ordering::Relaxed);
+        if let Some(t) = &self.tokens {
+            let base = page as usize * self.page_size;
+            for (i, &x) in tokens.iter().enumerate() {
+                t[base + i].store(x, Ordering::Relaxed);
+            }
+        }
+    }
+
+    fn page_id(&self, page: u32) -> (PageKey, Option<u64>) {
+        let d = &self.pages[page as usize];
+        // Relaxed: see `set_page`.
+        let ns = d.ns.load(Ordering::Relaxed);
+        let h = d.hash.load(Ordering::Relaxed);
+        let p = d.parent.load(Ordering::Relaxed);
+        ((ns, h), (p != NO_PARENT).then_some(p))
+    }
+
+    /// Publishes host removals (`BlockRemoved`, medium `CPU_PINNED`) and counts them.
+    fn removed(&self, r: Removed) {
+        if r.pages.is_empty() {
+            return;
+        }
+        bump(&self.counters.host_evicted_pages, r.pages.len());
+        if let Some(s) = self.events.get() {
+            s.push(KvEvent::BlockRemoved {
+                block_hashes: r.pages.iter().map(|k| k.1).collect(),
+                medium: Medium::CpuPinned,
+            });
+        }
+    }
+
+    /// Publishes host copies that became ready (`BlockStored`, medium `CPU_PINNED`):
+    /// consecutive pages of one namespace, `tokens` holding theirs.
+    fn stored(&self, ns: u64, hashes: Vec<u64>, parent: Option<u64>, tokens: Vec<u32>) {
+        if let Some(s) = self.events.get()
+            && !hashes.is_empty()
+        {
+            let info = s.namespace(ns);
+            if let KvEvent::BlockStored {
+                block_hashes,
+                parent_block_hash,
+                token_ids,
+                block_size,
+                lora_name,
+                cache_salt,
+                ..
+            } = s.stored_event(&info, hashes, parent, tokens)
+            {
+                s.push(KvEvent::BlockStored {
+                    block_hashes,
+                    parent_block_hash,
+                    token_ids,
+                    block_size,
+                    lora_name,
+                    cache_salt,
+                    medium: Medium::CpuPinned,
+                });
+            }
+        }
+    }
+
+    /// The eviction hook: device slots `runs` (whole pages) left the device tree and are
+    /// not yet back in the pool. Each page's host copy becomes host-only; under
+    /// `write_back` a page without one is copied to the host now (its slots cannot be
+    /// reused before this returns).
+    fn device_evicted(&self, runs: &[crate::SlotRun]) {
+        let p = self.page_size;
+        let write_back = self.opts.write_policy == WritePolicy::WriteBack;
+        let mut wb: Vec<(PageKey, Option<u64>, u32, u32)> = Vec::new();
+        let mut removed = Removed::default();
+        {
+            let mut host = self.host();
+            for r in runs {
+                for s in r.slots().step_by(p) {
+                    let page = s / p as u32;
+                    let (key, parent) = self.page_id(page);
+                    // Relaxed: statistics-grade state of a slot no one else owns now.
+                    self.pages[page as usize].hits.store(0, Ordering::Relaxed);
+                    if !host.device_evicted(key, page)
+                        && write_back
+                        && let Some(base) = host.reserve(key, parent, 0, &mut removed)
+                    {
+                        wb.push((key, parent, page, base));
+                    }
+                }
+            }
+        }
+        self.removed(removed);
+        if wb.is_empty() {
+            return;
+        }
+        let dev: Vec<u32> =
+            wb.iter().flat_map(|w| (0..p as u32).map(move |i| w.2 * p as u32 + i)).collect();
+        let hst: Vec<u32> = wb.iter().flat_map(|w| (0..p as u32).map(move |i| w.3 + i)).collect();
+        bump(&self.counters.copies_to_host, 1);
+        let r = self.copier.to_host(&dev, &hst).and_then(|t| self.copier.wait(t));
+        let mut host = self.host();
+        match r {
+            Ok(()) => {
+                for w in &wb {
+                    host.commit(w.0, NO_PAGE);
+                }
+                drop(host);
+                bump(&self.counters.tokens_to_host, dev.len());
+                bump(&self.counters.tokens_written_back, dev.len());
+                if self.events.get().is_some()
+                    && let Some(t) = &self.tokens
+                {
+                    for w in &wb {
+                        let base = w.2 as usize * p;
+                        // Relaxed: written by the insert that cached the page (see `set_page`).
+                        let toks = (0..p).map(|i| t[base + i].load(Ordering::Relaxed)).collect();
+                        self.stored(w.0.0, vec![w.0.1], w.1, toks);
+                    }
+                }
+            }
+            Err(_) => {
+                for w in &wb {
+                    host.abort(w.0);
+                }
+                bump(&self.counters.copy_failures, 1);
+            }
+        }
+    }
+}
+
+impl TieredCache {
+    /// A two-level cache: a device cache of `device` (pool mode: `pool_slots > 0`) and a
+    /// host tier of `tier.host_slots` slots, copying through `copier`. `InvalidArgument`
+    /// for a device cache without a pool, a host size that is not a positive multiple of
+    /// the page size, or a zero `write_threshold`.
+    pub fn new(
+        device: CacheOptions,
+        tier: TierOptions,
+        copier: Arc<dyn TierCopier>,
+    ) -> Result<Self> {
+        let p = device.page_size.max(1);
+        if device.pool_slots == 0 {
+            return Err(invalid("a host tier needs the device pool (pool_slots > 0)"));
+        }
+        if tier.host_slots == 0 || !tier.host_slots.is_multiple_of(p) {
+            return Err(invalid(format!(
+                "host_slots = {} must be a positive multiple of the page size {p}",
+                tier.host_slots
+            )));
+        }
+        if tier.host_slots > u32::MAX as usize {
+            return Err(invalid("host_slots must fit u32 slot indices"));
+        }
+        if tier.write_threshold == 0 {
+            return Err(invalid("write_threshold must be at least 1"));
+        }
+        let mut dev = Cache::new(device)?;
+        let n_pages = device.pool_slots / p;
+        let pages = (0..n_pages)
+            .map(|_| DevPage {
+                ns: AtomicU64::new(0),
+                hash: AtomicU64::new(0),
+                parent: AtomicU64::new(NO_PARENT),
+                hits: AtomicU64::new(0),
+            })
+            .collect();
+        let host_policy = tier.host_policy.unwrap_or(device.policy);
+        let shared = Arc::new(Shared {
+            page_size: p,
+            opts: tier,
+            host: Mutex::new(HostIndex::new(
+                tier.host_slots,
+                p,
+                host_policy,
+                device.slru_threshold,
+            )),
+            pages,
+            copier,
+            events: std::sync::OnceLock::new(),
+            default_hasher: PageHasher::new(HashMode::Xxh3, None, None),
+            // Only `write_back` needs a page's tokens at eviction (for its `BlockStored`).
+            tokens: (tier.write_policy == WritePolicy::WriteBack)
+                .then(|| (0..device.pool_slots).map(|_| AtomicU32::new(0)).collect()),
+            counters: Counters::default(),
+        });
+        let hook = shared.clone();
+        dev.set_evict_hook(Arc::new(move |runs| hook.device_evicted(runs)));
+        Ok(TieredCache {
+            dev,
+            shared,
+            pending: Mutex::new(Vec::new()),
+            results: Mutex::new(HashMap::new()),
+            next_load: AtomicU64::new(1),
+            finishing: AtomicU64::new(0),
+        })
+    }
+
+    /// Turns KV events on (see [`Cache::enable_events`]): the device's pages are published
+    /// with the sink's medium, host copies as `CPU_PINNED` (`BlockStored` when a copy
+    /// becomes ready, `BlockRemoved` when host eviction drops it). Only on an empty cache,
+    /// once.
+    pub fn enable_events(&mut self, opts: EventOptions) -> Result<Arc<EventSink>> {
+        let sink = self.dev.enable_events(opts)?;
+        let _ = self.shared.events.set(sink.clone());
+        Ok(sink)
+    }
+
+    /// The device cache (for reads: matches, stats, events). Inserting or allocating
+    /// through it directly bypasses the host tier's bookkeeping: use the tier's methods.
+    pub fn device(&self) -> &Cache {
+        &self.dev
+    }
+
+    /// The tier's options.
+    pub fn options(&self) -> TierOptions {
+        self.shared.opts
+    }
+
+    /// The page size.
+    pub fn page_size(&self) -> usize {
+        self.shared.page_size
+    }
+
+    /// The copier.
+    pub fn copier(&self) -> &Arc<dyn TierCopier> {
+        &self.shared.copier
+    }
+
+    /// How far host copies extend a device match of `device_len` tokens.
+    fn host_run(&self, ns: u64, tokens: &[u32], device_len: usize) -> usize {
+        let p = self.shared.page_size;
+        if tokens.len() / p <= device_len / p {
+            return 0;
+        }
+        let hashes = self.shared.hashes(ns, tokens);
+        let start = device_len / p;
+        let n = self.shared.host().run(ns, &hashes[start..], usize::MAX, false).len();
+        n * p
+    }
+
+    /// The device prefix of `tokens` (slots into `out`, not pinned, as
+    /// [`Cache::match_prefix`]) and how far the host extends it.
+    pub fn match_prefix(&self, ns: u64, tokens: &[u32], out: &mut Vec<u32>) -> TierMatch {
+        self.poll();
+        let d = self.dev.match_prefix(ns, tokens, out);
+        let h = self.host_run(ns, tokens, d);
+        bump(&self.shared.counters.device_hit_tokens, d);
+        bump(&self.shared.counters.host_hit_tokens, h);
+        TierMatch { device_len: d, host_len: h }
+    }
+
+    /// [`TieredCache::match_prefix`], pinning the device prefix (release the lock with
+    /// [`TieredCache::release`]).
+    pub fn match_and_lock(
+        &self,
+        ns: u64,
+        tokens: &[u32],
+        out: &mut Vec<u32>,
+    ) -> (PrefixLock, TierMatch) {
+        self.poll();
+        let lock = self.dev.match_and_lock(ns, tokens, out).into_raw();
+        let d = lock.len();
+        let h = self.host_run(ns, tokens, d);
+        bump(&self.shared.counters.device_hit_tokens, d);
+        bump(&self.shared.counters.host_hit_tokens, h);
+        (lock, TierMatch { device_len: d, host_len: h })
+    }
+
+    /// Unpins a lock of this cache's device tree.
+    pub fn release(&self, lock: PrefixLock) -> Result<()> {
+        self.dev.release(lock)
+    }
+
+    /// Allocates `n` device slots (see [`Cache::alloc`]; evictions it makes go through the
+    /// host tier).
+    pub fn alloc(&self, n: usize, out: &mut Vec<u32>) -> Result<()> {
+        self.dev.alloc(n, out)
+    }
+
+    /// Returns allocated, never inserted device slots (see [`Cache::free`]).
+    pub fn free(&self, slots: &[u32]) -> Result<()> {
+        self.dev.free(slots)
+    }
+
+    /// Evicts at least `k` device tokens (see [`Cache::evict`]); host copies stay.
+    pub fn evict(&self, k: usize) -> Result<usize> {
+        self.dev.evict(k, None)
+    }
+
+    /// Evicts at least `k` host tokens (host-only leaves, by the host policy); returns the
+    /// host tokens freed.
+    pub fn evict_host(&self, k: usize) -> usize {
+        let p = self.shared.page_size;
+        let mut removed = Removed::default();
+        let n = self.shared.host().evict(k.div_ceil(p), &mut removed);
+        self.shared.removed(removed);
+        n * p
+    }
+
+    /// Inserts `tokens` with their device `slots` (allocated from this cache, each page one
+    /// whole pool page), as [`Cache::insert`]; then backs the pages up as the write policy
+    /// says (the copy runs in the background, pinning the pages on the device until it
+    /// completes). Returns the tokens that were cached already. `InvalidArgument` (nothing
+    /// changed) for slots of a page that are not one whole pool page, or as
+    /// [`Cache::insert`].
+    pub fn insert(&self, ns: u64, tokens: &[u32], slots: &[u32]) -> Result<usize> {
+        self.insert_with_options(ns, tokens, slots, InsertOptions::default())
+    }
+
+    /// [`TieredCache::insert`] with [`InsertOptions`].
+    pub fn insert_with_options(
+        &self,
+        ns: u64,
+        tokens: &[u32],
+        slots: &[u32],
+        opts: InsertOptions,
+    ) -> Result<usize> {
+        let (existing, lock) = self.insert_inner(ns, tokens, slots, opts)?;
+        if let Some(l) = lock {
+            self.dev.release(l)?;
+        }
+        Ok(existing)
+    }
+
+    /// [`TieredCache::insert`] that also pins the inserted prefix for the caller.
+    pub fn insert_and_lock(
+        &self,
+        ns: u64,
+        tokens: &[u32],
+        slots: &[u32],
+        opts: InsertOptions,
+    ) -> Result<(usize, PrefixLock)> {
+        let (existing, lock) = self.insert_inner(ns, tokens, slots, opts)?;
+        match lock {
+            Some(l) => Ok((existing, l)),
+            None => {
+                let mut out = Vec::new();
+                let n = tokens.len() / self.shared.page_size * self.shared.page_size;
+                Ok((existing, self.dev.match_and_lock(ns, &tokens[..n], &mut out).into_raw()))
+            }
+        }
+    }
+
+    /// The insert and its backup; the lock is the caller's unless a backup took it (then
+    /// `None`: the backup releases it when its copy completes).
+    fn insert_inner(
+        &self,
+        ns: u64,
+        tokens: &[u32],
+        slots: &[u32],
+        opts: InsertOptions,
+    ) -> Result<(usize, Option<PrefixLock>)> {
+        self.poll();
+        let sh = &*self.shared;
+        let p = sh.page_size;
+        if tokens.len() != slots.len() {
+            return Err(invalid(format!(
+                "{} tokens but {} slots (one slot per token)",
+                tokens.len(),
+                slots.len()
+            )));
+        }
+        let n = tokens.len() / p * p;
+        let pool = self.dev.pool().expect("a tiered cache has a device pool");
+        for (i, page) in slots[..n].chunks_exact(p).enumerate() {
+            let b = page[0];
+            if !(b as usize).is_multiple_of(p)
+                || page.iter().enumerate().any(|(j, &s)| s != b.wrapping_add(j as u32))
+            {
+                return Err(invalid(format!(
+                    "page {i}'s slots {page:?} are not one whole pool page (with a host tier, \
+                     each page's slots are the {p} consecutive slots of one pool page)"
+                )));
+            }
+            if b as usize >= pool.capacity() {
+                return Err(invalid(format!("slot {b} is outside the device pool")));
+            }
+        }
+        let hashes = sh.hashes(ns, &tokens[..n]);
+        // Identity of the pages this insert may adopt (the caller's held slots), before the
+        // insert publishes them.
+        for (i, page) in slots[..n].chunks_exact(p).enumerate() {
+            if pool.state(page[0]) == Some(SlotState::Held) {
+                let parent = i.checked_sub(1).map(|j| hashes[j]);
+                sh.set_page(page[0] / p as u32, ns, hashes[i], parent, page_tokens(tokens, i, p));
+            }
+        }
+        let mut cached = Vec::new();
+        let (existing, lock) =
+            self.dev.insert_impl(ns, tokens, slots, true, opts, Some(&mut cached))?;
+        let lock = lock.expect("a pinning insert returns a lock");
+        let dev_page = |i: usize| -> u32 {
+            let s = if i * p < existing { cached[i * p] } else { slots[i * p] };
+            s / p as u32
+        };
+        let threshold = match sh.opts.write_policy {
+            WritePolicy::WriteThrough => 1,
+            WritePolicy::WriteThroughSelective => sh.opts.write_threshold as u64,
+            WritePolicy::WriteBack => u64::MAX,
+        };
+        let mut hits = Vec::with_capacity(n / p);
+        for i in 0..n / p {
+            // Relaxed: a counter; its races only shift when a backup starts.
+            hits.push(sh.pages[dev_page(i) as usize].hits.fetch_add(1, Ordering::Relaxed) + 1);
+        }
+        // Host step: pages with a host copy are resident again; pages at the threshold
+        // without one get a writing entry.
+        let mut backup: Vec<(usize, u32)> = Vec::new();
+        let mut removed = Removed::default();
+        {
+            let mut host = sh.host();
+            for i in 0..n / p {
+                let key = (ns, hashes[i]);
+                if host.get(&key).is_some() {
+                    host.mark_resident(key, dev_page(i));
+                } else if hits[i] >= threshold {
+                    let parent = i.checked_sub(1).map(|j| hashes[j]);
+                    match host.reserve(key, parent, opts.priority, &mut removed) {
+                        Some(base) => backup.push((i, base)),
+                        None => break, // the host is full of pages it may not drop
+                    }
+                }
+            }
+        }
+        sh.removed(removed);
+        if backup.is_empty() {
+            return Ok((existing, Some(lock)));
+        }
+        let dev: Vec<u32> = backup
+            .iter()
+            .flat_map(|&(i, _)| (0..p as u32).map(move |j| dev_page(i) * p as u32 + j))
+            .collect();
+        let hst: Vec<u32> =
+            backup.iter().flat_map(|&(_, b)| (0..p as u32).map(move |j| b + j)).collect();
+        let pages: Vec<BackupPage> = backup
+            .iter()
+            .map(|&(i, _)| BackupPage {
+                hash: hashes[i],
+                parent: i.checked_sub(1).map(|j| hashes[j]),
+                dev_page: dev_page(i),
+            })
+            .collect();
+        bump(&sh.counters.copies_to_host, 1);
+        let op_tokens: Vec<u32> =
+            backup.iter().flat_map(|&(i, _)| page_tokens(tokens, i, p).iter().copied()).collect();
+        match sh.copier.to_host(&dev, &hst) {
+            Ok(ticket) => {
+                let op = Op::Backup { ticket, lock, ns, pages, tokens: op_tokens };
+                self.settle_or_queue(op);
+                Ok((existing, None))
+            }
+            Err(_) => {
+                let mut host = sh.host();
+                for pg in &pages {
+                    host.abort((ns, pg.hash));
+                }
+                drop(host);
+                bump(&sh.counters.copy_failures, 1);
+                Ok((existing, Some(lock)))
+            }
+        }
+    }
+
+    /// Finishes `op` now if its copy is done, else queues it.
+    fn settle_or_queue(&self, op: Op) {
+        match self.shared.copier.poll(op_ticket(&op)) {
+            Ok(false) => lock(&self.pending).push(op),
+            r => self.finish(op, r.map(|_| ())),
+        }
+    }
+
+    /// Completes an op whose copy ended with `r`.
+    fn finish(&self, op: Op, r: Result<()>) {
+        let sh = &*self.shared;
+        match op {
+            Op::Backup { lock, ns, pages, tokens, .. } => {
+                let ok = r.is_ok();
+                {
+                    let mut host = sh.host();
+                    for pg in &pages {
+                        if ok {
+                            host.commit((ns, pg.hash), pg.dev_page);
+                        } else {
+                            host.abort((ns, pg.hash));
+                        }
+                    }
+                }
+                if ok {
+                    bump(&sh.counters.tokens_to_host, pages.len() * sh.page_size);
+                    if sh.events.get().is_some() {
+                        self.publish_runs(ns, &pages, &tokens);
+                    }
+                } else {
+                    bump(&sh.counters.copy_failures, 1);
+                }
+                // Cannot fail: the lock came from this tree and is released once.
+                let _ = self.dev.release(lock);
+            }
+            Op::Load(l) => {
+                let id = l.id;
+                let res = self.finish_load(*l, r);
+                lock(&self.results).insert(id, res);
+            }
+        }
+    }
+
+    /// Publishes a backup's stored pages: one `BlockStored` per run of pages each the
+    /// child of the one before (a backup skips pages that had a host copy already).
+    fn publish_runs(&self, ns: u64, pages: &[BackupPage], tokens: &[u32]) {
+        let p = self.shared.page_size;
+        let mut start = 0;
+        for i in 1..=pages.len() {
+            if i == pages.len() || pages[i].parent != Some(pages[i - 1].hash) {
+                let hs = pages[start..i].iter().map(|x| x.hash).collect();
+                self.shared.stored(ns, hs, pages[start].parent, tokens[start * p..i * p].to_vec());
+                start = i;
+            }
+        }
+    }
+
+    fn finish_load(&self, l: LoadOp, r: Result<()>) -> Result<Loaded> {
+        let sh = &*self.shared;
+        let p = sh.page_size;
+        let loaded = l.tokens.len() - l.device_len;
+        if let Err(e) = r {
+            // Roll back: the slots go back to the pool, the host copies are unpinned.
+            let _ = self.dev.free(&l.slots[l.device_len..]);
+            sh.host().unpin(l.ns, &l.hashes, &[]);
+            let _ = self.dev.release(l.lock);
+            bump(&sh.counters.copy_failures, 1);
+            return Err(e);
+        }
+        let mut cached = Vec::new();
+        let ins = self.dev.insert_impl(
+            l.ns,
+            &l.tokens,
+            &l.slots,
+            true,
+            InsertOptions::default(),
+            Some(&mut cached),
+        );
+        let (existing, lock) = match ins {
+            Ok((e, lk)) => (e, lk.expect("a pinning insert returns a lock")),
+            Err(e) => {
+                let _ = self.dev.free(&l.slots[l.device_len..]);
+                sh.host().unpin(l.ns, &l.hashes, &[]);
+                let _ = self.dev.release(l.lock);
+                return Err(e);
+            }
+        };
+        let mut slots = l.slots;
+        slots[..existing].copy_from_slice(&cached[..existing]);
+        let resident: Vec<u32> =
+            (0..loaded / p).map(|i| slots[l.device_len + i * p] / p as u32).collect();
+        sh.host().unpin(l.ns, &l.hashes, &resident);
+        let _ = self.dev.release(l.lock);
+        bump(&sh.counters.tokens_to_device, loaded);
+        bump(&sh.counters.load_backs, 1);
+        Ok(Loaded { lock, slots, device_len: l.device_len, loaded, outcome: LoadOutcome::Loaded })
+    }
+
+    /// Starts loading back the host pages that extend the device match of `tokens`, at
+    /// most `max_tokens` of them: allocates device slots (evicting as [`Cache::alloc`]),
+    /// pins the host copies and starts the copy. Take the result with
+    /// [`TieredCache::wait_load`] or [`TieredCache::try_load`]: a [`Loaded`] holding a
+    /// lock over the device prefix with the loaded pages (when nothing is worth loading,
+    /// over the device prefix alone, [`LoadOutcome`] saying why). `OutOfSlots` (nothing
+    /// changed) when the device cannot hold the pages; a failed copy is `Device` from
+    /// `wait_load`, with everything rolled back.
+    pub fn load_back(&self, ns: u64, tokens: &[u32], max_tokens: usize) -> Result<LoadTicket> {
+        self.poll();
+        let sh = &*self.shared;
+        let p = sh.page_size;
+        let id = self.next_load.fetch_add(1, Ordering::Relaxed);
+        let mut prefix = Vec::new();
+        let lock0 = self.dev.match_and_lock(ns, tokens, &mut prefix).into_raw();
+        let d = lock0.len();
+        bump(&sh.counters.device_hit_tokens, d);
+        let n_pages = tokens.len() / p;
+        let skip = |lock0, prefix, outcome| {
+            bump(&sh.counters.load_backs_skipped, 1);
+            let loaded = Loaded { lock: lock0, slots: prefix, device_len: d, loaded: 0, outcome };
+            lock(&self.results).insert(id, Ok(loaded));
+            Ok(LoadTicket(id))
+        };
+        if n_pages <= d / p || max_tokens < p {
+            return skip(lock0, prefix, LoadOutcome::NothingOnHost);
+        }
+        let hashes = sh.hashes(ns, tokens);
+        let want = &hashes[d / p..];
+        let max_pages = max_tokens / p;
+        let bases = {
+            let mut host = sh.host();
+            let found = host.peek_run(ns, want).min(max_pages);
+            if found == 0 {
+                drop(host);
+                return skip(lock0, prefix, LoadOutcome::NothingOnHost);
+            }
+            if found * p < sh.opts.load_back_min {
+                drop(host);
+                return skip(lock0, prefix, LoadOutcome::TooShort);
+            }
+            host.run(ns, want, found, true)
+        };
+        let m = bases.len();
+        let pinned = want[..m].to_vec();
+        bump(&sh.counters.host_hit_tokens, m * p);
+        let mut new = Vec::new();
+        if let Err(e) = self.dev.alloc(m * p, &mut new) {
+            sh.host().unpin(ns, &pinned, &[]);
+            let _ = self.dev.release(lock0);
+            return Err(e);
+        }
+        for i in 0..m {
+            let k = d / p + i;
+            let parent = k.checked_sub(1).map(|j| hashes[j]);
+            sh.set_page(new[i * p] / p as u32, ns, hashes[k], parent, page_tokens(tokens, k, p));
+        }
+        let hst: Vec<u32> = bases.iter().flat_map(|&b| (0..p as u32).map(move |j| b + j)).collect();
+        bump(&sh.counters.copies_to_device, 1);
+        let ticket = match sh.copier.to_device(&hst, &new) {
+            Ok(t) => t,
+            Err(e) => {
+                let _ = self.dev.free(&new);
+                sh.host().unpin(ns, &pinned, &[]);
+                let _ = self.dev.release(lock0);
+                bump(&sh.counters.copy_failures, 1);
+                return Err(e);
+            }
+        };
+        let mut slots = prefix;
+        slots.extend_from_slice(&new);
+        let op = LoadOp {
+            id,
+            ticket,
+            ns,
+            tokens: tokens[..d + m * p].to_vec(),
+            slots,
+            device_len: d,
+            lock: lock0,
+            hashes: pinned,
+        };
+        self.settle_or_queue(Op::Load(Box::new(op)));
+        Ok(LoadTicket(id))
+    }
+
+    /// The result of a load-back if it is done (taking it), `None` while its copy runs.
+    pub fn try_load(&self, t: LoadTicket) -> Option<Result<Loaded>> {
+        self.poll();
+        lock(&self.results).remove(&t.0)
+    }
+
+    /// Waits for a load-back and takes its result. `InvalidArgument` for a ticket that is
+    /// unknown or already taken.
+    pub fn wait_load(&self, t: LoadTicket) -> Result<Loaded> {
+        loop {
+            if let Some(r) = lock(&self.results).remove(&t.0) {
+                return r;
+            }
+            let (op, finishing) = {
+                let mut pend = lock(&self.pending);
+                let i = pend.iter().position(|o| matches!(o, Op::Load(l) if l.id == t.0));
+                match i {
+                    Some(i) => {
+                        self.finishing.fetch_add(1, Ordering::SeqCst);
+                        (Some(pend.swap_remove(i)), 0)
+                    }
+                    None => (None, self.finishing.load(Ordering::SeqCst)),
+                }
+            };
+            match op {
+                Some(op) => {
+                    let r = self.shared.copier.wait(op_ticket(&op));
+                    self.finish(op, r);
+                    self.finishing.fetch_sub(1, Ordering::SeqCst);
+                }
+                // Another thread took it and is finishing it: its result comes.
+                None if finishing > 0 => crate::sync::yield_now(),
+                None => {
+                    return lock(&self.results).remove(&t.0).unwrap_or_else(|| {
+                        Err(invalid(format!("load-back ticket {} is unknown or taken", t.0)))
+                    });
+                }
+            }
+        }
+    }
+
+    /// Finishes the copies that are done (backups commit their host copies and unpin the
+    /// device pages; load-backs insert their pages). Returns how many finished. Every
+    /// method of the tier calls it; an engine calls it once per step.
+    pub fn poll(&self) -> usize {
+        let ops = {
+            let mut pend = lock(&self.pending);
+            if pend.is_empty() {
+                return 0;
+            }
+            self.finishing.fetch_add(1, Ordering::SeqCst);
+            std::mem::take(&mut *pend)
+        };
+        let mut keep = Vec::new();
+        let mut done = 0;
+        for op in ops {
+            match self.shared.copier.poll(op_ticket(&op)) {
+                Ok(false) => keep.push(op),
+                r => {
+                    done += 1;
+                    self.finish(op, r.map(|_| ()));
+                }
+            }
+        }
+        if !keep.is_empty() {
+            lock(&self.pending).extend(keep);
+        }
+        self.finishing.fetch_sub(1, Ordering::SeqCst);
+        done
+    }
+
+    /// Waits for every copy in flight and finishes it.
+    pub fn wait_all(&self) {
+        loop {
+            let ops = {
+                let mut pend = lock(&self.pending);
+                if pend.is_empty() {
+                    if self.finishing.load(Ordering::SeqCst) == 0 {
+                        return;
+                    }
+                    None
+                } else {
+                    self.finishing.fetch_add(1, Ordering::SeqCst);
+                    Some(std::mem::take(&mut *pend))
+                }
+            };
+            let Some(ops) = ops else {
+                crate::sync::yield_now();
+                continue;
+            };
+            for op in ops {
+                let r = self.shared.copier.wait(op_ticket(&op));
+                self.finish(op, r);
+            }
+            self.finishing.fetch_sub(1, Ordering::SeqCst);
+        }
+    }
+
+    /// Counts and counters; exact at quiescence.
+    pub fn stats(&self) -> TierStats {
+        let sh = &*self.shared;
+        let p = sh.page_size as u64;
+        let host = sh.host();
+        let (pinned, resident, evictable) = host.counts();
+        let c = &sh.counters;
+        let r = |a: &AtomicU64| a.load(Ordering::Relaxed);
+        TierStats {
+            device: self.dev.stats(),
+            host_slots: host.capacity_pages() as u64 * p,
+            host_free_slots: host.free_pages() as u64 * p,
+            host_backed_slots: host.backed_pages() as u64 * p,
+            host_resident_pages: resident as u64,
+            host_pinned_pages: pinned as u64,
+            host_evictable_pages: evictable as u64,
+            device_hit_tokens: r(&c.device_hit_tokens),
+            host_hit_tokens: r(&c.host_hit_tokens),
+            tokens_to_host: r(&c.tokens_to_host),
+            tokens_written_back: r(&c.tokens_written_back),
+            tokens_to_device: r(&c.tokens_to_device),
+            copies_to_host: r(&c.copies_to_host),
+            copies_to_device: r(&c.copies_to_device),
+            copy_failures: r(&c.copy_failures),
+            load_backs: r(&c.load_backs),
+            load_backs_skipped: r(&c.load_backs_skipped),
+            host_evicted_pages: r(&c.host_evicted_pages),
+            in_flight: lock(&self.pending).len() as u64,
+        }
+    }
+
+    /// Checks the invariants that hold at quiescence (call it with no copy in flight and
+    /// no other thread using the cache): see the [module docs](self). Returns the first
+    /// violation found.
+    pub fn check(&self) -> std::result::Result<(), String> {
+        let sh = &*self.shared;
+        if !lock(&self.pending).is_empty() {
+            return Err("copies are still in flight (call wait_all first)".into());
+        }
+        let host = sh.host();
+        host.check()?;
+        let pool = self.dev.pool().expect("device pool");
+        for (key, e) in host.entries() {
+            if !e.ready {
+                return Err(format!("host entry {key:?} is still writing at quiescence"));
+            }
+            if e.pins > 0 {
+                return Err(format!("host entry {key:?} is still pinned at quiescence"));
+            }
+            if e.resident != NO_PAGE {
+                let slot = e.resident * sh.page_size as u32;
+                if pool.state(slot) != Some(SlotState::Cached) {
+                    return Err(format!(
+                        "host entry {key:?} names device page {} that is not cached",
+                        e.resident
+                    ));
+                }
+                let (id, _) = sh.page_id(e.resident);
+                if id != *key {
+                    return Err(format!("device page {} holds {id:?}, not {key:?}", e.resident));
+                }
+            }
+        }
+        drop(host);
+        // Device: the pool's Cached slots are exactly the tree's cached tokens, and its free
+        // count is the Free slots (so free + cached + held == N, held being the rest).
+        let st = self.dev.stats();
+        let (mut free, mut cached) = (0u64, 0u64);
+        for s in 0..pool.capacity() as u32 {
+            match pool.state(s) {
+                Some(SlotState::Free) => free += 1,
+                Some(SlotState::Cached) => cached += 1,
+                _ => {}
+            }
+        }
+        if cached != st.tree.cached_tokens || free != st.free_slots {
+            return Err(format!(
+                "device pool: {cached} cached / {free} free slots, the tree caches {} and the pool counts {} free",
+                st.tree.cached_tokens, st.free_slots
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// The ticket of an op's copy.
+fn op_ticket(op: &Op) -> CopyTicket {
+    match op {
+        Op::Backup { ticket, .. } => *ticket,
+        Op::Load(l) => l.ticket,
+    }
+}
+
+/// Page `i`'s tokens.
+fn page_tokens(tokens: &[u32], i: usize, p: usize) -> &[u32] {
+    &tokens[i * p..(i + 1) * p]
+}
+
+impl Drop for TieredCache {
+    fn drop(&mut self) {
+        // Copies in flight read or write memory the caller may free next: finish them.
+        self.wait_all();
+    }
+}
+
+#[allow(dead_code)]
+fn _assert_send_sync() {
+    fn f<T: Send + Sync>() {}
+    f::<TieredCache>();
+}
