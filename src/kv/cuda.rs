@@ -257,6 +257,17 @@ impl CudaKvStorage {
         Ok(kv)
     }
 
+    /// The device addresses of the buffers: layer `l`'s K at `2 * l`, V at `2 * l + 1`
+    /// (for the host tier's copier, `kv::cuda_tier`).
+    pub(crate) fn raw_bufs(&self) -> &[sys::CUdeviceptr] {
+        &self.bufs
+    }
+
+    /// The context the buffers live in.
+    pub(crate) fn context(&self) -> &Arc<CudaContext> {
+        &self.ctx
+    }
+
     /// The device ordinal this store lives on.
     pub fn ordinal(&self) -> usize {
         self.ordinal

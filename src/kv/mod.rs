@@ -30,12 +30,17 @@
 //! This module is not modelled under loom, so its locks are plain `std::sync` locks.
 
 mod host;
+pub(crate) use host::check_pairs;
 
 #[cfg(feature = "cuda")]
 pub mod cuda;
+#[cfg(feature = "cuda")]
+pub mod cuda_tier;
 
 #[cfg(feature = "cuda")]
 pub use cuda::{CopyMethod, CudaKvStorage};
+#[cfg(feature = "cuda")]
+pub use cuda_tier::CudaTierCopier;
 pub use host::HostKvStorage;
 
 use crate::error::{Error, Result, invalid};
