@@ -363,3 +363,24 @@ fn events_publish_host_copies_as_cpu_pinned() {
     assert_eq!(hashes(0), hashes(1));
     assert_eq!(hashes(2), hashes(3));
 }
+
+#[test]
+fn insert_and_lock_keeps_the_callers_pin_whatever_the_backup_does() {
+    for delay in [0, 2] {
+        let r = rig_with(16, 64, WritePolicy::WriteThrough, |c| {
+            Arc::new(DeferredCopier::new(c, delay, FailPlan::Never))
+        });
+        let a = key(1, 12);
+        let mut s = Vec::new();
+        r.cache.alloc(12, &mut s).unwrap();
+        let (existing, lock) = r.cache.insert_and_lock(0, &a, &s, Default::default()).unwrap();
+        assert_eq!((existing, lock.len()), (0, 12));
+        r.cache.wait_all();
+        // The backup is done and released its pin; the caller's still holds every page.
+        assert_eq!(r.cache.evict(usize::MAX).unwrap(), 0, "delay {delay}");
+        r.cache.release(lock).unwrap();
+        assert_eq!(r.cache.evict(usize::MAX).unwrap(), 12);
+        assert_eq!(r.cache.stats().host_backed_slots, 12);
+        r.cache.check().unwrap();
+    }
+}

@@ -30,6 +30,7 @@
 //! This module is not modelled under loom, so its locks are plain `std::sync` locks.
 
 mod host;
+#[cfg(feature = "cuda")]
 pub(crate) use host::check_pairs;
 
 #[cfg(feature = "cuda")]

@@ -682,7 +682,7 @@ impl TieredCache {
         slots: &[u32],
         opts: InsertOptions,
     ) -> Result<usize> {
-        let (existing, lock) = self.insert_inner(ns, tokens, slots, opts)?;
+        let (existing, lock) = self.insert_inner(ns, tokens, slots, opts, false)?;
         if let Some(l) = lock {
             self.dev.release(l)?;
         }
@@ -697,25 +697,20 @@ impl TieredCache {
         slots: &[u32],
         opts: InsertOptions,
     ) -> Result<(usize, PrefixLock)> {
-        let (existing, lock) = self.insert_inner(ns, tokens, slots, opts)?;
-        match lock {
-            Some(l) => Ok((existing, l)),
-            None => {
-                let mut out = Vec::new();
-                let n = tokens.len() / self.shared.page_size * self.shared.page_size;
-                Ok((existing, self.dev.match_and_lock(ns, &tokens[..n], &mut out).into_raw()))
-            }
-        }
+        let (existing, lock) = self.insert_inner(ns, tokens, slots, opts, true)?;
+        Ok((existing, lock.expect("the caller's lock is kept")))
     }
 
-    /// The insert and its backup; the lock is the caller's unless a backup took it (then
-    /// `None`: the backup releases it when its copy completes).
+    /// The insert and its backup. With `keep`, the insert's lock is the caller's (a backup
+    /// pins the pages with a second lock, taken while the first holds them); without, a
+    /// backup takes it (then `None`: the backup releases it when its copy completes).
     fn insert_inner(
         &self,
         ns: u64,
         tokens: &[u32],
         slots: &[u32],
         opts: InsertOptions,
+        keep: bool,
     ) -> Result<(usize, Option<PrefixLock>)> {
         self.poll();
         let sh = &*self.shared;
@@ -810,11 +805,19 @@ impl TieredCache {
         bump(&sh.counters.copies_to_host, 1);
         let op_tokens: Vec<u32> =
             backup.iter().flat_map(|&(i, _)| page_tokens(tokens, i, p).iter().copied()).collect();
+        // The backup's own pin: the insert's lock, or (when the caller keeps that one) a
+        // second lock over the same pages, taken while the first still pins them all.
+        let (backup_lock, caller) = if keep {
+            let mut scratch = Vec::new();
+            (self.dev.match_and_lock(ns, &tokens[..n], &mut scratch).into_raw(), Some(lock))
+        } else {
+            (lock, None)
+        };
         match sh.copier.to_host(&dev, &hst) {
             Ok(ticket) => {
-                let op = Op::Backup { ticket, lock, ns, pages, tokens: op_tokens };
+                let op = Op::Backup { ticket, lock: backup_lock, ns, pages, tokens: op_tokens };
                 self.settle_or_queue(op);
-                Ok((existing, None))
+                Ok((existing, caller))
             }
             Err(_) => {
                 let mut host = sh.host();
@@ -823,7 +826,13 @@ impl TieredCache {
                 }
                 drop(host);
                 bump(&sh.counters.copy_failures, 1);
-                Ok((existing, Some(lock)))
+                match caller {
+                    Some(c) => {
+                        self.dev.release(backup_lock)?;
+                        Ok((existing, Some(c)))
+                    }
+                    None => Ok((existing, Some(backup_lock))),
+                }
             }
         }
     }
