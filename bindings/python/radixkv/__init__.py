@@ -44,11 +44,31 @@ from ._cache import (
     library_path,
     version,
 )
+from ._tier import (
+    LOAD_OUTCOMES,
+    WRITE_POLICIES,
+    KvLayout,
+    Loaded,
+    LoadTicket,
+    TieredCache,
+    TierLock,
+    TierMatch,
+    TierStats,
+)
 from .sglang import MatchResult, RadixCache, StaleNodeError, TreeNode
 
 __version__ = "0.1.0"
 
 __all__ = [
+    "WRITE_POLICIES",
+    "TierStats",
+    "TierMatch",
+    "TierLock",
+    "TieredCache",
+    "LoadTicket",
+    "Loaded",
+    "LOAD_OUTCOMES",
+    "KvLayout",
     "AllBlocksCleared",
     "BlockRemoved",
     "BlockStored",

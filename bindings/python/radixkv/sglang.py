@@ -235,6 +235,11 @@ def __getattr__(name: str) -> Any:
         from . import _sglang_backend
 
         return getattr(_sglang_backend, name)
+    if name in ("RadixKvHiCache", "HiNode"):
+        # The host tier's mapping (radixkv/_sglang_hicache.py says what maps and what not).
+        from . import _sglang_hicache
+
+        return getattr(_sglang_hicache, name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 

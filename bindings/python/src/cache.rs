@@ -130,7 +130,7 @@ fn runs_list<'py>(py: Python<'py>, runs: &[SlotRun]) -> PyResult<Bound<'py, PyLi
     PyList::new(py, runs.iter().map(|r| (r.start, r.len)))
 }
 
-fn oor(e: OutOfRange) -> Fail {
+pub(crate) fn oor(e: OutOfRange) -> Fail {
     fail(
         VALUE,
         format!("{}[{}] = {} is out of range: ids must be in [0, 2**32)", e.what, e.index, e.value),
@@ -139,7 +139,7 @@ fn oor(e: OutOfRange) -> Fail {
 
 /// The detached locks of one cache, by handle (sharded, so threads taking and releasing
 /// locks rarely meet on one mutex).
-struct LockTable {
+pub(crate) struct LockTable {
     shards: Vec<Mutex<HashMap<u64, PrefixLock>>>,
     next: AtomicU64,
 }
@@ -147,28 +147,28 @@ struct LockTable {
 const SHARDS: u64 = 16;
 
 impl LockTable {
-    fn new() -> Self {
+    pub(crate) fn new() -> Self {
         LockTable {
             shards: (0..SHARDS).map(|_| Mutex::new(HashMap::new())).collect(),
             next: AtomicU64::new(1),
         }
     }
 
-    fn shard(&self, h: u64) -> std::sync::MutexGuard<'_, HashMap<u64, PrefixLock>> {
+    pub(crate) fn shard(&self, h: u64) -> std::sync::MutexGuard<'_, HashMap<u64, PrefixLock>> {
         self.shards[(h % SHARDS) as usize].lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    fn insert(&self, l: PrefixLock) -> u64 {
+    pub(crate) fn insert(&self, l: PrefixLock) -> u64 {
         let h = self.next.fetch_add(1, Ordering::Relaxed);
         self.shard(h).insert(h, l);
         h
     }
 
-    fn remove(&self, h: u64) -> Option<PrefixLock> {
+    pub(crate) fn remove(&self, h: u64) -> Option<PrefixLock> {
         self.shard(h).remove(&h)
     }
 
-    fn explain(&self, h: u64) -> &'static str {
+    pub(crate) fn explain(&self, h: u64) -> &'static str {
         if h == 0 {
             "is not a lock (0 is never a handle)"
         } else if h < self.next.load(Ordering::Relaxed) {
@@ -178,7 +178,7 @@ impl LockTable {
         }
     }
 
-    fn drain(&self) -> Vec<PrefixLock> {
+    pub(crate) fn drain(&self) -> Vec<PrefixLock> {
         let mut out = Vec::new();
         for s in &self.shards {
             out.extend(s.lock().unwrap_or_else(|p| p.into_inner()).drain().map(|(_, l)| l));
@@ -306,16 +306,16 @@ impl NativeCache {
 }
 
 /// An insert's options: `priority` checked to fit the tree's `i32`.
-fn options(priority: i64, inserted_len: usize) -> Res<InsertOptions> {
+pub(crate) fn options(priority: i64, inserted_len: usize) -> Res<InsertOptions> {
     let priority = checked_priority(priority).map_err(st)?;
     Ok(InsertOptions { priority, inserted_len })
 }
 
-fn tokens_of(obj: &Bound<'_, PyAny>) -> PyResult<Input> {
+pub(crate) fn tokens_of(obj: &Bound<'_, PyAny>) -> PyResult<Input> {
     to_input(obj, "tokens")
 }
 
-fn pair_len(t: &Input, s: &Input) -> Res<()> {
+pub(crate) fn pair_len(t: &Input, s: &Input) -> Res<()> {
     if t.len() != s.len() {
         return Err(fail(
             INVALID_ARGUMENT,
@@ -326,7 +326,11 @@ fn pair_len(t: &Input, s: &Input) -> Res<()> {
 }
 
 /// Reads both views (tokens, then slots) and runs `f` on them.
-fn with_two<T>(t: View<'_>, s: View<'_>, f: impl FnOnce(&[u32], &[u32]) -> Res<T>) -> Res<T> {
+pub(crate) fn with_two<T>(
+    t: View<'_>,
+    s: View<'_>,
+    f: impl FnOnce(&[u32], &[u32]) -> Res<T>,
+) -> Res<T> {
     with_two_named(t, s, "slots", f)
 }
 
@@ -970,88 +974,7 @@ impl NativeCache {
             c.events().ok_or_else(|| no_events("rkv_events_drain"))?;
             Ok(c.drain_events())
         })?;
-        let out = PyList::empty(py);
-        let hashes = |h: &[u64]| -> PyResult<Bound<'py, PyList>> {
-            if signed {
-                PyList::new(py, h.iter().map(|&x| x as i64))
-            } else {
-                PyList::new(py, h.iter().copied())
-            }
-        };
-        let hash1 = |h: u64| -> PyResult<Bound<'py, PyAny>> {
-            if signed {
-                Ok((h as i64).into_pyobject(py)?.into_any())
-            } else {
-                Ok(h.into_pyobject(py)?.into_any())
-            }
-        };
-        for (seq, batch) in batches {
-            for ev in &batch.events {
-                let item = match ev {
-                    KvEvent::BlockStored {
-                        block_hashes,
-                        parent_block_hash,
-                        token_ids,
-                        block_size,
-                        lora_name,
-                        cache_salt,
-                        medium,
-                    } => {
-                        let parent = match parent_block_hash {
-                            Some(p) => hash1(*p)?,
-                            None => py.None().into_bound(py),
-                        };
-                        PyTuple::new(
-                            py,
-                            [
-                                seq.into_pyobject(py)?.into_any(),
-                                batch.ts.into_pyobject(py)?.into_any(),
-                                0u32.into_pyobject(py)?.into_any(),
-                                medium.as_str().into_pyobject(py)?.into_any(),
-                                block_size.into_pyobject(py)?.into_any(),
-                                parent,
-                                hashes(block_hashes)?.into_any(),
-                                PyList::new(py, token_ids.iter().copied())?.into_any(),
-                                lora_name.as_deref().into_pyobject(py)?.into_any(),
-                                cache_salt.as_deref().into_pyobject(py)?.into_any(),
-                            ],
-                        )?
-                    }
-                    KvEvent::BlockRemoved { block_hashes, medium } => PyTuple::new(
-                        py,
-                        [
-                            seq.into_pyobject(py)?.into_any(),
-                            batch.ts.into_pyobject(py)?.into_any(),
-                            1u32.into_pyobject(py)?.into_any(),
-                            medium.as_str().into_pyobject(py)?.into_any(),
-                            0u32.into_pyobject(py)?.into_any(),
-                            py.None().into_bound(py),
-                            hashes(block_hashes)?.into_any(),
-                            PyList::empty(py).into_any(),
-                            py.None().into_bound(py),
-                            py.None().into_bound(py),
-                        ],
-                    )?,
-                    KvEvent::AllBlocksCleared => PyTuple::new(
-                        py,
-                        [
-                            seq.into_pyobject(py)?.into_any(),
-                            batch.ts.into_pyobject(py)?.into_any(),
-                            2u32.into_pyobject(py)?.into_any(),
-                            "GPU".into_pyobject(py)?.into_any(),
-                            0u32.into_pyobject(py)?.into_any(),
-                            py.None().into_bound(py),
-                            PyList::empty(py).into_any(),
-                            PyList::empty(py).into_any(),
-                            py.None().into_bound(py),
-                            py.None().into_bound(py),
-                        ],
-                    )?,
-                };
-                out.append(item)?;
-            }
-        }
-        Ok(out)
+        event_rows(py, batches, signed)
     }
 
     /// `(batches, events, dropped)`.
@@ -1248,6 +1171,97 @@ impl NativeCache {
             )
         })
     }
+}
+
+/// Drained event batches as rows `(seq, ts, kind, medium, block_size, parent, hashes,
+/// tokens, lora_name, cache_salt)` (see `NativeCache::drain_events`).
+pub(crate) fn event_rows<'py>(
+    py: Python<'py>,
+    batches: Vec<(u64, radixkv::events::EventBatch)>,
+    signed: bool,
+) -> PyResult<Bound<'py, PyList>> {
+    let out = PyList::empty(py);
+    let hashes = |h: &[u64]| -> PyResult<Bound<'py, PyList>> {
+        if signed {
+            PyList::new(py, h.iter().map(|&x| x as i64))
+        } else {
+            PyList::new(py, h.iter().copied())
+        }
+    };
+    let hash1 = |h: u64| -> PyResult<Bound<'py, PyAny>> {
+        if signed {
+            Ok((h as i64).into_pyobject(py)?.into_any())
+        } else {
+            Ok(h.into_pyobject(py)?.into_any())
+        }
+    };
+    for (seq, batch) in batches {
+        for ev in &batch.events {
+            let item = match ev {
+                KvEvent::BlockStored {
+                    block_hashes,
+                    parent_block_hash,
+                    token_ids,
+                    block_size,
+                    lora_name,
+                    cache_salt,
+                    medium,
+                } => {
+                    let parent = match parent_block_hash {
+                        Some(p) => hash1(*p)?,
+                        None => py.None().into_bound(py),
+                    };
+                    PyTuple::new(
+                        py,
+                        [
+                            seq.into_pyobject(py)?.into_any(),
+                            batch.ts.into_pyobject(py)?.into_any(),
+                            0u32.into_pyobject(py)?.into_any(),
+                            medium.as_str().into_pyobject(py)?.into_any(),
+                            block_size.into_pyobject(py)?.into_any(),
+                            parent,
+                            hashes(block_hashes)?.into_any(),
+                            PyList::new(py, token_ids.iter().copied())?.into_any(),
+                            lora_name.as_deref().into_pyobject(py)?.into_any(),
+                            cache_salt.as_deref().into_pyobject(py)?.into_any(),
+                        ],
+                    )?
+                }
+                KvEvent::BlockRemoved { block_hashes, medium } => PyTuple::new(
+                    py,
+                    [
+                        seq.into_pyobject(py)?.into_any(),
+                        batch.ts.into_pyobject(py)?.into_any(),
+                        1u32.into_pyobject(py)?.into_any(),
+                        medium.as_str().into_pyobject(py)?.into_any(),
+                        0u32.into_pyobject(py)?.into_any(),
+                        py.None().into_bound(py),
+                        hashes(block_hashes)?.into_any(),
+                        PyList::empty(py).into_any(),
+                        py.None().into_bound(py),
+                        py.None().into_bound(py),
+                    ],
+                )?,
+                KvEvent::AllBlocksCleared => PyTuple::new(
+                    py,
+                    [
+                        seq.into_pyobject(py)?.into_any(),
+                        batch.ts.into_pyobject(py)?.into_any(),
+                        2u32.into_pyobject(py)?.into_any(),
+                        "GPU".into_pyobject(py)?.into_any(),
+                        0u32.into_pyobject(py)?.into_any(),
+                        py.None().into_bound(py),
+                        PyList::empty(py).into_any(),
+                        PyList::empty(py).into_any(),
+                        py.None().into_bound(py),
+                        py.None().into_bound(py),
+                    ],
+                )?,
+            };
+            out.append(item)?;
+        }
+    }
+    Ok(out)
 }
 
 /// An insert's refusal of the runs `r` given for `n_tokens` tokens.

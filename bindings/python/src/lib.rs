@@ -16,6 +16,7 @@ mod cache;
 mod errors;
 mod input;
 mod publisher;
+mod tier;
 
 /// Registers the error classes (by status; -1 for a closed cache) and the `SlotBuffer`
 /// class the native calls create.
@@ -78,6 +79,7 @@ impl Borrow {
 fn _radixkv(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<cache::NativeCache>()?;
     m.add_class::<publisher::NativePublisher>()?;
+    m.add_class::<tier::NativeTieredCache>()?;
     m.add_class::<Borrow>()?;
     m.add_function(wrap_pyfunction!(_register, m)?)?;
     m.add_function(wrap_pyfunction!(last_error_message, m)?)?;
