@@ -19,6 +19,7 @@ mod kv;
 mod replay;
 mod report;
 mod sweep;
+mod tiered;
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
 use kv::{Capacity, KvArgs, KvSize, parse_capacity};
@@ -27,6 +28,7 @@ use radixkv::events::hash::HashMode;
 use radixkv::events::publisher::PublisherOptions;
 use radixkv::events::wire::{Encoding, WireOptions};
 use radixkv::sched::{Schedule, default_defer_threshold};
+use radixkv::tier::WritePolicy;
 use radixkv::trace::{Format, Trace, TraceOptions, synthetic};
 use rayon::prelude::*;
 use report::{Report, capacity_label, thousands};
@@ -177,6 +179,8 @@ struct ReplayArgs {
     windows: Vec<usize>,
     #[command(flatten)]
     events: EventArgs,
+    #[command(flatten)]
+    host: HostArgs,
 }
 
 /// The replay's KV events (vLLM's ZMQ stream, as an engine publishes it).
@@ -310,6 +314,84 @@ struct SweepArgs {
     /// Also write sweep.png (the plot rasterized; needs a system font for its text).
     #[arg(long)]
     png: bool,
+    /// With --host-capacity, each capacity is replayed twice: device only, and with the
+    /// host tier behind it (hit ratios side by side; both curves in the plot).
+    #[command(flatten)]
+    host: HostArgs,
+}
+
+/// The host memory tier behind the device pool (SGLang's HiCache), replayed with the
+/// index-only copier: hits and copy volumes, no KV bytes moved.
+#[derive(Args, Debug, Clone)]
+struct HostArgs {
+    /// Host tier size: tokens (20M, 2e7) or bytes with a KV size (200GiB); needs a device
+    /// --capacity (the tier sits behind the device pool).
+    #[arg(long, allow_hyphen_values = true, value_parser = parse_host_capacity, value_name = "TOKENS|BYTES", help_heading = "Host tier")]
+    host_capacity: Option<Capacity>,
+    /// When a page gets its host copy: write_through (first insert),
+    /// write_through_selective (once --write-threshold inserts reached it) or write_back
+    /// (when the device evicts it).
+    #[arg(long, default_value = "write_through_selective", value_parser = parse_write_policy, value_name = "POLICY", requires = "host_capacity", help_heading = "Host tier")]
+    write_policy: WritePolicy,
+    /// write_through_selective's hit count that triggers a backup (SGLang's 2).
+    #[arg(long, default_value_t = 2, allow_hyphen_values = true, value_parser = clap::value_parser!(u32).range(1..), value_name = "HITS", requires = "host_capacity", help_heading = "Host tier")]
+    write_threshold: u32,
+    /// Load-backs of fewer host tokens than this are not done (the tokens are recomputed).
+    #[arg(long, default_value_t = 1, allow_hyphen_values = true, value_parser = positive, value_name = "TOKENS", requires = "host_capacity", help_heading = "Host tier")]
+    load_back_min: usize,
+    /// Host <-> device bandwidth in GB/s (10^9 bytes/s) for the report's copy times: an
+    /// assumption (about PCIe 5.0 x16), not a measurement; needs a KV size to show.
+    #[arg(long, default_value_t = tiered::DEFAULT_LINK_GBPS, allow_hyphen_values = true, value_parser = parse_gbps, value_name = "GBPS", requires = "host_capacity", help_heading = "Host tier")]
+    host_link_gbps: f64,
+}
+
+impl HostArgs {
+    /// The host tier, `None` without --host-capacity.
+    fn tier(&self, kv: Option<&KvSize>) -> Result<Option<tiered::HostTier>, String> {
+        let Some(c) = self.host_capacity else { return Ok(None) };
+        let capacity = c
+            .tokens(kv)
+            .map_err(|e| format!("host {e}"))?
+            .ok_or("the host capacity must be finite")?;
+        Ok(Some(tiered::HostTier {
+            capacity,
+            write_policy: self.write_policy,
+            write_threshold: self.write_threshold,
+            load_back_min: self.load_back_min,
+            link_gbps: self.host_link_gbps,
+        }))
+    }
+}
+
+/// `--host-capacity`: a capacity, not `inf` (a host tier of unlimited size is not one).
+fn parse_host_capacity(s: &str) -> Result<Capacity, String> {
+    match parse_capacity(s)? {
+        Capacity::Unlimited => Err("the host tier needs a finite size (tokens or bytes)".into()),
+        c => Ok(c),
+    }
+}
+
+/// `--write-policy`: SGLang's names (`-` for `_` too).
+fn parse_write_policy(s: &str) -> Result<WritePolicy, String> {
+    WritePolicy::parse(s.trim()).map_err(|e| {
+        let e = e.to_string();
+        e.strip_prefix("invalid argument: ").unwrap_or(&e).to_string()
+    })
+}
+
+/// `--host-link-gbps`: a positive, finite number.
+fn parse_gbps(s: &str) -> Result<f64, String> {
+    match s.trim().parse::<f64>() {
+        Ok(v) if v.is_finite() && v > 0.0 => Ok(v),
+        Ok(_) => Err("must be a positive number of GB/s".into()),
+        Err(e) => Err(format!("'{s}': {e}")),
+    }
+}
+
+/// A usage error (status 2, as clap's own) for flags that do not go together.
+fn usage_error(msg: &str) -> ! {
+    use clap::CommandFactory;
+    Cli::command().error(clap::error::ErrorKind::ArgumentConflict, msg).exit()
 }
 
 /// Most scheduler threads `--threads` accepts.
@@ -372,6 +454,7 @@ fn config(
         progress: progress.cloned(),
         kv: kv.cloned(),
         events: None,
+        host: None,
     }
 }
 
@@ -382,6 +465,7 @@ fn json<T: serde::Serialize>(v: &T) -> Result<String, String> {
 fn run_replay(a: &ReplayArgs) -> Result<(), String> {
     let kv = a.kv.kv_size()?;
     let capacity = a.capacity.tokens(kv.as_ref())?;
+    let host = a.host.tier(kv.as_ref())?;
     let trace = load(&a.workload)?;
     if a.compare_schedules {
         return compare_schedules(a, &trace, capacity, kv.as_ref());
@@ -394,6 +478,7 @@ fn run_replay(a: &ReplayArgs) -> Result<(), String> {
             .then(|| replay::progress_bar(trace.len() as u64));
     let mut cfg = config(&a.engine, capacity, kv.as_ref(), progress.as_ref());
     cfg.events = a.events.events();
+    cfg.host = host;
     let r = replay::replay_publishing(&trace, &cfg);
     if let Some(b) = &progress {
         b.finish_and_clear();
@@ -627,6 +712,7 @@ fn run_sweep(a: &SweepArgs) -> Result<(), String> {
         // `inf` in the list is the unlimited run every sweep has anyway.
         given.extend(c.tokens(kv)?);
     }
+    let host = a.host.tier(kv)?;
     let trace = load(&a.workload)?;
     let page = a.engine.page_size as u64;
     if let Some(c) = given.iter().find(|&&c| c < page) {
@@ -645,7 +731,7 @@ fn run_sweep(a: &SweepArgs) -> Result<(), String> {
         Some(l) => l.0.clone(),
         None => vec![a.engine.policy],
     };
-    out!("{}", sweep::table_header(&trace, kv, jobs));
+    out!("{}", sweep::table_header(&trace, kv, jobs, host.map(|h| h.capacity)));
     let bar = if std::io::stderr().is_terminal() {
         replay::sweep_progress_bar()
     } else {
@@ -664,14 +750,14 @@ fn run_sweep(a: &SweepArgs) -> Result<(), String> {
             Some(first) => first.iter().filter_map(|r| r.capacity).collect(),
             None => given.clone(),
         };
-        let r = sweep_one(&trace, &engine, kv, &caps, jobs, &bar);
+        let r = sweep_one(&trace, &engine, kv, host.as_ref(), &caps, jobs, &bar);
         curves.push(r.inspect_err(|_| bar.finish_and_clear())?);
     }
     bar.finish_and_clear();
     let reports: Vec<Report> = curves.iter().flatten().cloned().collect();
     let csv = a.out_dir.join("sweep.csv");
     let svg = a.out_dir.join("sweep.svg");
-    std::fs::write(&csv, sweep::csv(&reports, kv.is_some()))
+    std::fs::write(&csv, sweep::csv(&reports, kv.is_some(), host.is_some()))
         .map_err(|e| format!("{}: cannot write: {e}", csv.display()))?;
     let split: Vec<(&[Report], &Report)> = curves
         .iter()
@@ -699,13 +785,14 @@ fn sweep_one(
     trace: &Trace,
     engine: &EngineArgs,
     kv: Option<&KvSize>,
+    host: Option<&tiered::HostTier>,
     given: &[u64],
     jobs: usize,
     bar: &indicatif::ProgressBar,
 ) -> Result<Vec<Report>, String> {
     let requests = trace.len() as u64;
     let page = engine.page_size as u64;
-    let mut rows = Rows { bar, done: Vec::new(), printed: 0 };
+    let mut rows = Rows { bar, host: host.is_some(), done: Vec::new(), printed: 0 };
     let mut unlimited = None;
     let caps = if given.is_empty() {
         // The default capacities follow from the distinct tokens, which the unlimited
@@ -739,11 +826,13 @@ fn sweep_one(
         rows.done[order.len() - 1] = Some(u);
     }
     let total = todo.len();
-    bar.inc_length(requests * total as u64);
+    // With a host tier every finite capacity is replayed twice.
+    let host_runs = if host.is_some() { caps.len() as u64 } else { 0 };
+    bar.inc_length(requests * (total as u64 + host_runs));
     bar.set_message(format!("0/{total} capacities done"));
     let mut finished = 0;
     let mut first_error = None;
-    replay_all(trace, engine, kv, &todo, jobs, bar, |cap, r| match r {
+    replay_all(trace, engine, kv, host, &todo, jobs, bar, |cap, r| match r {
         Ok(r) => {
             finished += 1;
             bar.set_message(format!("{finished}/{total} capacities done"));
@@ -764,6 +853,8 @@ fn sweep_one(
 /// The sweep's rows in display order: those done, and how many are printed.
 struct Rows<'a> {
     bar: &'a indicatif::ProgressBar,
+    /// The sweep has a host tier (the table's host column).
+    host: bool,
     done: Vec<Option<Report>>,
     printed: usize,
 }
@@ -772,7 +863,7 @@ impl Rows<'_> {
     /// Prints every row whose turn has come (its own and every earlier row are done).
     fn print_ready(&mut self) {
         while let Some(Some(r)) = self.done.get(self.printed) {
-            let row = sweep::table_row(r);
+            let row = sweep::table_row(r, self.host);
             // Off the bar's line while printing, should stdout share its terminal.
             self.bar.suspend(|| out!("{row}"));
             self.printed += 1;
@@ -781,12 +872,15 @@ impl Rows<'_> {
 }
 
 /// Replays `trace` at each of `caps` (in that order), `jobs` at a time, each with its own
-/// cache; calls `done` on this thread with each result as it comes. After an error no
-/// further capacity starts.
+/// cache; calls `done` on this thread with each result as it comes. With `host`, each
+/// finite capacity is replayed with the host tier too, that report in the device-only
+/// one's `with_host`. After an error no further capacity starts.
+#[allow(clippy::too_many_arguments)]
 fn replay_all(
     trace: &Trace,
     engine: &EngineArgs,
     kv: Option<&KvSize>,
+    host: Option<&tiered::HostTier>,
     caps: &[Option<u64>],
     jobs: usize,
     bar: &indicatif::ProgressBar,
@@ -804,7 +898,15 @@ fn replay_all(
                     let Some(&cap) = caps.get(next.fetch_add(1, Ordering::Relaxed)) else {
                         break;
                     };
-                    let r = replay::replay(trace, &config(engine, cap, kv, Some(bar)));
+                    let mut cfg = config(engine, cap, kv, Some(bar));
+                    let mut r = replay::replay(trace, &cfg);
+                    if let (Ok(plain), Some(h), Some(_)) = (&mut r, host, cap) {
+                        cfg.host = Some(*h);
+                        match replay::replay(trace, &cfg) {
+                            Ok(t) => plain.with_host = Some(Box::new(t)),
+                            Err(e) => r = Err(e),
+                        }
+                    }
                     if r.is_err() {
                         stop.store(true, Ordering::Relaxed);
                     }
@@ -838,6 +940,20 @@ pub(crate) fn emit(args: std::fmt::Arguments<'_>) {
 /// Runs the command line; returns the exit code.
 pub fn main() -> i32 {
     let cli = Cli::parse();
+    if let Command::Replay(a) = &cli.command
+        && a.host.host_capacity.is_some()
+    {
+        if a.capacity == Capacity::Unlimited {
+            usage_error(
+                "--host-capacity needs a device capacity: the host tier sits behind the device pool (give --capacity TOKENS|BYTES)",
+            );
+        }
+        if a.events.kv_events.is_some() || a.compare_schedules || a.compare_policies {
+            usage_error(
+                "--host-capacity does not go with --kv-events, --compare-schedules or --compare-policies",
+            );
+        }
+    }
     let r = match &cli.command {
         Command::Replay(a) => run_replay(a),
         Command::Sweep(a) => run_sweep(a),

@@ -21,7 +21,7 @@ use indicatif::{ProgressBar, ProgressStyle};
 use radixkv::events::hash::HashMode;
 use radixkv::events::publisher::{Publisher, PublisherOptions, binds};
 use radixkv::sched::{PrefixOracle, Schedule, Scheduler, WindowQueue};
-use radixkv::trace::Trace;
+use radixkv::trace::{Request, Trace};
 use radixkv::{Cache, CacheOptions, Error, EventOptions, EvictionPolicy, InsertOptions, SlotRun};
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -56,6 +56,8 @@ pub struct Config {
     pub kv: Option<KvSize>,
     /// Publish the cache's KV events (`None`: events off).
     pub events: Option<Events>,
+    /// A host tier behind the device pool (`None`: the device cache alone).
+    pub host: Option<super::tiered::HostTier>,
 }
 
 /// How a replay publishes its KV events.
@@ -72,24 +74,24 @@ pub struct Events {
 const DRAIN_WAIT: Duration = Duration::from_secs(30);
 
 /// How often an allocation that finds every slot pinned by other threads is retried.
-const ALLOC_RETRIES: u32 = 2_000;
+pub(super) const ALLOC_RETRIES: u32 = 2_000;
 
 /// Counters of one worker thread.
 #[derive(Default)]
-struct Counts {
-    requests: u64,
-    input_tokens: u64,
-    hit_tokens: u64,
-    skipped_requests: u64,
-    skipped_tokens: u64,
-    skipped_outputs: u64,
-    out_of_slots: u64,
-    output_tokens: u64,
-    lat: Latencies,
+pub(super) struct Counts {
+    pub(super) requests: u64,
+    pub(super) input_tokens: u64,
+    pub(super) hit_tokens: u64,
+    pub(super) skipped_requests: u64,
+    pub(super) skipped_tokens: u64,
+    pub(super) skipped_outputs: u64,
+    pub(super) out_of_slots: u64,
+    pub(super) output_tokens: u64,
+    pub(super) lat: Latencies,
 }
 
 impl Counts {
-    fn merge(&mut self, o: Counts) {
+    pub(super) fn merge(&mut self, o: Counts) {
         self.requests += o.requests;
         self.input_tokens += o.input_tokens;
         self.hit_tokens += o.hit_tokens;
@@ -116,7 +118,7 @@ struct Shared<'a> {
     out_token_floor: u64,
 }
 
-fn cache_err(what: &str, e: Error) -> String {
+pub(super) fn cache_err(what: &str, e: Error) -> String {
     format!("cache {what} failed: {e}")
 }
 
@@ -289,6 +291,21 @@ impl Shared<'_> {
     }
 }
 
+/// The pool's slots: the capacity rounded down to whole pages (0: unlimited).
+pub(super) fn pool_slots(cfg: &Config) -> Result<usize, String> {
+    let page = cfg.page_size;
+    Ok(match cfg.capacity {
+        None => 0,
+        Some(c) => {
+            let p = (c / page as u64) * page as u64;
+            if p == 0 {
+                return Err(format!("capacity {c} is smaller than one page ({page} tokens)"));
+            }
+            usize::try_from(p).map_err(|_| format!("capacity {c} too large for this machine"))?
+        }
+    })
+}
+
 /// Replays `trace` under `cfg` (its publisher, if any, stopped before returning).
 pub fn replay(trace: &Trace, cfg: &Config) -> Result<Report, String> {
     let (r, publisher) = replay_publishing(trace, cfg)?;
@@ -320,17 +337,11 @@ pub fn replay_publishing(
     trace: &Trace,
     cfg: &Config,
 ) -> Result<(Report, Option<Publisher>), String> {
+    if let Some(h) = &cfg.host {
+        return Ok((super::tiered::replay(trace, cfg, h)?, None));
+    }
     let page = cfg.page_size;
-    let pool = match cfg.capacity {
-        None => 0,
-        Some(c) => {
-            let p = (c / page as u64) * page as u64;
-            if p == 0 {
-                return Err(format!("capacity {c} is smaller than one page ({page} tokens)"));
-            }
-            usize::try_from(p).map_err(|_| format!("capacity {c} too large for this machine"))?
-        }
-    };
+    let pool = pool_slots(cfg)?;
     let mut cache = Cache::new(CacheOptions {
         page_size: page,
         policy: cfg.policy,
@@ -351,6 +362,36 @@ pub fn replay_publishing(
         next_out_token: AtomicU64::new(u32::MAX as u64 + 1),
         out_token_floor: trace.max_token().map_or(0, |t| t as u64 + 1),
     };
+    let (total, rounds, wall) = run_workers(
+        trace,
+        cfg,
+        &cache,
+        Vec::new,
+        |r, runs, c| {
+            shared.run_request(r.namespace, &r.tokens, r.output_length, r.priority, runs, c)
+        },
+        // One batch per request (none when it changed no page; a no-op with events off).
+        || {
+            cache.flush_events();
+        },
+    )?;
+    let events = publisher.as_ref().map(|p| events_report(&cache, p, cfg));
+    let report = build_report(trace, cfg, total, rounds, &cache, pool, wall, events);
+    Ok((report, publisher))
+}
+
+/// Runs `trace`'s requests on `cfg.threads` worker threads pulling from one
+/// [`WindowQueue`] ordered by `oracle`: `request` runs each (with the thread's `state`),
+/// `after` follows each. Returns the merged counts, the queue's `(rounds, deferrals)` and
+/// the wall time; the first error stops every thread.
+pub(super) fn run_workers<S>(
+    trace: &Trace,
+    cfg: &Config,
+    oracle: &(dyn PrefixOracle + Sync),
+    state: impl Fn() -> S + Sync,
+    request: impl Fn(&Request, &mut S, &mut Counts) -> Result<(), String> + Sync,
+    after: impl Fn() + Sync,
+) -> Result<(Counts, (u64, u64), Duration), String> {
     let scheduler = Scheduler::new(cfg.schedule, cfg.defer_threshold, cfg.seed)
         .with_concurrency(cfg.threads.max(1));
     let queue = Mutex::new(WindowQueue::new(trace.iter(), scheduler, cfg.window));
@@ -365,29 +406,16 @@ pub fn replay_publishing(
         for i in 0..threads {
             let spawned = std::thread::Builder::new().spawn_scoped(s, || {
                 let mut c = Counts::default();
-                let mut runs = Vec::new();
+                let mut st = state();
                 while !abort.load(Ordering::Relaxed) {
-                    let next = queue
-                        .lock()
-                        .unwrap_or_else(|e| e.into_inner())
-                        .next(&cache as &dyn PrefixOracle);
+                    let next = queue.lock().unwrap_or_else(|e| e.into_inner()).next(oracle);
                     let Some(d) = next else { break };
-                    let r = &d.request;
-                    if let Err(e) = shared.run_request(
-                        r.namespace,
-                        &r.tokens,
-                        r.output_length,
-                        r.priority,
-                        &mut runs,
-                        &mut c,
-                    ) {
+                    if let Err(e) = request(&d.request, &mut st, &mut c) {
                         abort.store(true, Ordering::Relaxed);
                         first_error.lock().unwrap_or_else(|e| e.into_inner()).get_or_insert(e);
                         break;
                     }
-                    // One batch per request (none when it changed no page; a no-op with
-                    // events off).
-                    cache.flush_events();
+                    after();
                     bar.inc(1);
                 }
                 c
@@ -426,7 +454,24 @@ pub fn replay_publishing(
         let q = queue.lock().unwrap_or_else(|e| e.into_inner());
         (q.rounds(), q.deferrals())
     };
-    let events = publisher.as_ref().map(|p| events_report(&cache, p, cfg));
+    Ok((total, (rounds, deferred), wall))
+}
+
+/// The report of a replay whose workers are joined: their merged counts, the queue's
+/// `(rounds, deferrals)`, and the device cache at rest.
+#[allow(clippy::too_many_arguments)]
+pub(super) fn build_report(
+    trace: &Trace,
+    cfg: &Config,
+    mut total: Counts,
+    (rounds, deferred): (u64, u64),
+    cache: &Cache,
+    pool: usize,
+    wall: Duration,
+    events: Option<EventsReport>,
+) -> Report {
+    let page = cfg.page_size;
+    let threads = cfg.threads.max(1);
     let st = cache.stats();
     // The workers are joined: the walk sees the tree at rest.
     let index_bytes = cache.tree().memory_bytes() as u64;
@@ -484,9 +529,11 @@ pub fn replay_publishing(
         window: cfg.window as u64,
         with_output: cfg.with_output,
         events,
+        tier: None,
+        with_host: None,
     };
     report.set_kv(cfg.kv.as_ref());
-    Ok((report, publisher))
+    report
 }
 
 /// The events section of the report, once the publisher's thread has taken every batch

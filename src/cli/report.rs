@@ -160,6 +160,85 @@ pub struct Report {
     pub with_output: bool,
     /// The KV events published (`--kv-events`); `null` with events off.
     pub events: Option<EventsReport>,
+    /// The host tier (`--host-capacity`); `null` without one. With a host tier,
+    /// `hit_tokens` and `hit_ratio` are the device hits alone.
+    pub tier: Option<TierReport>,
+    /// A sweep's replay of the same capacity with the host tier (`sweep --host-capacity`),
+    /// beside this device-only one; not in the JSON.
+    #[serde(skip)]
+    pub with_host: Option<Box<Report>>,
+}
+
+/// What the host tier did (`--host-capacity`): hits on each level and the copies between
+/// them. The copier is the index-only one: copies are counted, no KV byte moves, and the
+/// copy times are the bytes over the assumed `host_link_gbps`, not measurements.
+#[derive(Debug, Clone, Serialize)]
+pub struct TierReport {
+    /// Host slots (tokens; `--host-capacity` rounded down to whole pages).
+    pub host_capacity: u64,
+    /// `write_through`, `write_through_selective` or `write_back`.
+    pub write_policy: String,
+    /// `write_through_selective`'s hit threshold (`--write-threshold`).
+    pub write_threshold: u32,
+    /// Shortest load-back done, tokens (`--load-back-min`).
+    pub load_back_min: u64,
+    /// The copier the replay used.
+    pub copier: String,
+    /// Prompt tokens matched on the device (the report's `hit_tokens`).
+    pub device_hit_tokens: u64,
+    /// `device_hit_tokens / input_tokens` (the report's `hit_ratio`).
+    pub device_hit_ratio: f64,
+    /// Tokens the host extended device matches by, as each match found them (SGLang's
+    /// `host_hit_length`, summed); the load-backs took these or fewer.
+    pub host_match_tokens: u64,
+    /// Host hits: prompt tokens loaded back host → device (equal to `tokens_to_device`).
+    pub host_hit_tokens: u64,
+    /// `host_hit_tokens / input_tokens`.
+    pub host_hit_ratio: f64,
+    /// `device_hit_tokens + host_hit_tokens`: prompt tokens not recomputed.
+    pub combined_hit_tokens: u64,
+    /// `combined_hit_tokens / input_tokens`.
+    pub combined_hit_ratio: f64,
+    /// Tokens copied device → host (backups and write-backs).
+    pub tokens_to_host: u64,
+    /// Tokens copied host → device (load-backs).
+    pub tokens_to_device: u64,
+    /// Of `tokens_to_host`, those written back by a device eviction (`write_back`).
+    pub tokens_written_back: u64,
+    /// Copies device → host.
+    pub copies_to_host: u64,
+    /// Copies host → device.
+    pub copies_to_device: u64,
+    /// `(copies_to_host + copies_to_device) / requests`.
+    pub copies_per_request: f64,
+    /// Tokens per copy, both directions; `null` without copies.
+    pub tokens_per_copy: Option<f64>,
+    /// Load-backs that loaded pages.
+    pub load_backs: u64,
+    /// Load-backs not done (shorter than `load_back_min`, or nothing left on the host).
+    pub load_backs_skipped: u64,
+    /// Load-backs refused because the device could not hold the pages (every slot pinned).
+    pub load_back_out_of_slots: u64,
+    /// Copies that failed (none with the index-only copier).
+    pub copy_failures: u64,
+    /// Host pages evicted.
+    pub host_evicted_pages: u64,
+    /// The same in tokens.
+    pub host_evicted_tokens: u64,
+    /// Host slots holding a copy at the end.
+    pub host_cached_tokens: u64,
+    /// Of those pages, the ones also on the device at the end.
+    pub host_resident_pages: u64,
+    /// Host ↔ device bandwidth assumed for the copy times, GB/s (`--host-link-gbps`).
+    pub host_link_gbps: f64,
+    /// KV bytes copied device → host (with a KV size; `null` without).
+    pub bytes_to_host: Option<u64>,
+    /// KV bytes copied host → device.
+    pub bytes_to_device: Option<u64>,
+    /// `bytes_to_host / host_link_gbps`, seconds: an estimate, not a measurement.
+    pub copy_time_to_host_s: Option<f64>,
+    /// `bytes_to_device / host_link_gbps`, seconds: an estimate, not a measurement.
+    pub copy_time_to_device_s: Option<f64>,
 }
 
 /// What a replay published (`--kv-events`), counted once the publisher's thread has taken
@@ -360,6 +439,9 @@ impl Report {
                 bytes_label(hit)
             );
         }
+        if let Some(t) = &self.tier {
+            t.human(&mut s);
+        }
         if let Some(e) = &self.events {
             let replay =
                 e.replay_endpoint.as_ref().map_or(String::new(), |r| format!(", replay on {r}"));
@@ -381,6 +463,72 @@ impl Report {
             bytes_label(self.peak_rss_bytes)
         );
         s
+    }
+}
+
+impl TierReport {
+    /// The report's host-tier lines.
+    fn human(&self, s: &mut String) {
+        let threshold = if self.write_policy == "write_through_selective" {
+            format!(" (threshold {})", self.write_threshold)
+        } else {
+            String::new()
+        };
+        let _ = writeln!(
+            s,
+            "  host      {} tokens, {}{threshold}, load-back min {}; copier {}",
+            thousands(self.host_capacity),
+            self.write_policy,
+            thousands(self.load_back_min),
+            self.copier
+        );
+        let _ = writeln!(
+            s,
+            "  tier hits device {} = {:.6}, host {} = {:.6} (loaded back), device + host {} = {:.6} ({:.2}%)",
+            thousands(self.device_hit_tokens),
+            self.device_hit_ratio,
+            thousands(self.host_hit_tokens),
+            self.host_hit_ratio,
+            thousands(self.combined_hit_tokens),
+            self.combined_hit_ratio,
+            100.0 * self.combined_hit_ratio
+        );
+        let per_copy = self.tokens_per_copy.map_or("-".to_string(), |t| format!("{t:.1}"));
+        let _ = writeln!(
+            s,
+            "  copies    device -> host {} tokens in {} copies ({} written back), host -> device {} tokens in {} copies; {:.3} copies per request, {per_copy} tokens per copy",
+            thousands(self.tokens_to_host),
+            thousands(self.copies_to_host),
+            thousands(self.tokens_written_back),
+            thousands(self.tokens_to_device),
+            thousands(self.copies_to_device),
+            self.copies_per_request
+        );
+        let _ = writeln!(
+            s,
+            "  host end  {} tokens held, {} pages also on the device; {} pages evicted ({} tokens); {} load-backs, {} skipped, {} out of slots",
+            thousands(self.host_cached_tokens),
+            thousands(self.host_resident_pages),
+            thousands(self.host_evicted_pages),
+            thousands(self.host_evicted_tokens),
+            thousands(self.load_backs),
+            thousands(self.load_backs_skipped),
+            thousands(self.load_back_out_of_slots)
+        );
+        if let (Some(h), Some(d), Some(th), Some(td)) = (
+            self.bytes_to_host,
+            self.bytes_to_device,
+            self.copy_time_to_host_s,
+            self.copy_time_to_device_s,
+        ) {
+            let _ = writeln!(
+                s,
+                "  link      {} device -> host, {} host -> device: {th:.3} s + {td:.3} s at an assumed {} GB/s (an estimate, not measured)",
+                bytes_label(h),
+                bytes_label(d),
+                self.host_link_gbps
+            );
+        }
     }
 }
 

@@ -45,12 +45,19 @@ fn opt<T: std::fmt::Display>(v: Option<T>) -> String {
 /// The CSV: one line per capacity, the unlimited run last (`inf`), for each policy swept in
 /// turn (the `policy` column, last). The KV columns are there when a KV size was given
 /// (`kv` true).
-pub fn csv(reports: &[Report], kv: bool) -> String {
+///
+/// With a host tier (`host` true) the host columns come before `policy`: the same capacity
+/// replayed with the host tier behind it (`host_capacity`, its device and host hits, the
+/// combined hit ratio, the tokens copied each way); empty on the unlimited row.
+pub fn csv(reports: &[Report], kv: bool, host: bool) -> String {
     let mut s = String::from(
         "capacity,requests,input_tokens,hit_tokens,hit_ratio,evicted_tokens,skipped_requests,wall_s,tokens_per_s,cached_tokens,index_bytes,index_bytes_per_token",
     );
     if kv {
         s.push_str(",kv_bytes_per_token,capacity_kv_bytes,capacity_kv_gib");
+    }
+    if host {
+        s.push_str(",host_capacity,write_policy,tier_device_hit_tokens,host_hit_tokens,combined_hit_tokens,combined_hit_ratio,tokens_to_host,tokens_to_device,copies_per_request,tier_wall_s");
     }
     s.push_str(",policy\n");
     for r in reports {
@@ -79,13 +86,34 @@ pub fn csv(reports: &[Report], kv: bool) -> String {
                 opt(r.capacity_kv_gib.map(|g| format!("{g:.6}")))
             );
         }
+        if host {
+            match r.with_host.as_deref().and_then(|h| h.tier.as_ref().map(|t| (h, t))) {
+                Some((h, t)) => {
+                    let _ = write!(
+                        s,
+                        ",{},{},{},{},{},{:.6},{},{},{:.4},{:.3}",
+                        t.host_capacity,
+                        t.write_policy,
+                        t.device_hit_tokens,
+                        t.host_hit_tokens,
+                        t.combined_hit_tokens,
+                        t.combined_hit_ratio,
+                        t.tokens_to_host,
+                        t.tokens_to_device,
+                        t.copies_per_request,
+                        h.wall_s
+                    );
+                }
+                None => s.push_str(",,,,,,,,,,"),
+            }
+        }
         let _ = writeln!(s, ",{}", r.policy);
     }
     s
 }
 
 /// The first lines of the table printed on stdout, before any replay finishes.
-pub fn table_header(trace: &Trace, kv: Option<&KvSize>, jobs: usize) -> String {
+pub fn table_header(trace: &Trace, kv: Option<&KvSize>, jobs: usize, host: Option<u64>) -> String {
     let mut s = String::new();
     let _ = writeln!(
         s,
@@ -100,23 +128,32 @@ pub fn table_header(trace: &Trace, kv: Option<&KvSize>, jobs: usize) -> String {
         let _ = writeln!(s, "  KV size {} bytes per token{model}", thousands(kv.bytes_per_token));
     }
     let gib = if kv.is_some() { format!(" {:>10}", "GiB") } else { String::new() };
+    if let Some(h) = host {
+        let _ = writeln!(s, "  host tier {} tokens behind each capacity", thousands(h));
+    }
+    let host_col = if host.is_some() { format!(" {:>12}", "+host ratio") } else { String::new() };
     let _ = writeln!(
         s,
-        "  {:>14}{gib} {:>10} {:>14} {:>14} {:>8} {:>11} {:>10}",
+        "  {:>14}{gib} {:>10}{host_col} {:>14} {:>14} {:>8} {:>11} {:>10}",
         "capacity", "hit ratio", "hit tokens", "evicted", "skipped", "index B/tok", "wall s"
     );
     s
 }
 
-/// One row of the table (one capacity).
-pub fn table_row(r: &Report) -> String {
+/// One row of the table (one capacity); `host`: the sweep has a host tier (its column).
+pub fn table_row(r: &Report, host: bool) -> String {
     let gib = match (r.kv_bytes_per_token, r.capacity_kv_gib) {
         (None, _) => String::new(),
         (Some(_), Some(g)) => format!(" {g:>10.3}"),
         (Some(_), None) => format!(" {:>10}", "-"),
     };
+    let host = match (host, r.with_host.as_ref().and_then(|h| h.tier.as_ref())) {
+        (false, _) => String::new(),
+        (true, Some(t)) => format!(" {:>12.6}", t.combined_hit_ratio),
+        (true, None) => format!(" {:>12}", "-"),
+    };
     format!(
-        "  {:>14}{gib} {:>10.6} {:>14} {:>14} {:>8} {:>11} {:>10.3}\n",
+        "  {:>14}{gib} {:>10.6}{host} {:>14} {:>14} {:>8} {:>11} {:>10.3}\n",
         r.capacity.map_or("unlimited".to_string(), thousands),
         r.hit_ratio,
         thousands(r.hit_tokens),
@@ -203,6 +240,30 @@ pub fn plot(
             .label(format!("hit ratio ({} eviction)", u.policy.to_uppercase()))
             .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], c.stroke_width(2)));
         chart.draw_series(pts.iter().map(|&p| Circle::new(p, 4, c.filled())))?;
+    }
+    // With a host tier: each policy's device + host curve, dashed, in its colour.
+    for (i, (points, u)) in curves.iter().enumerate() {
+        let c = COLOURS[i % (COLOURS.len() - 1)];
+        let host: Vec<(f64, f64)> = points
+            .iter()
+            .filter_map(|r| {
+                let t = r.with_host.as_ref()?.tier.as_ref()?;
+                Some((r.capacity? as f64, t.combined_hit_ratio))
+            })
+            .collect();
+        let Some(t) = points.iter().find_map(|r| r.with_host.as_ref()?.tier.clone()) else {
+            continue;
+        };
+        chart
+            .draw_series(DashedLineSeries::new(host.iter().copied(), 6, 4, c.stroke_width(2)))?
+            .label(format!(
+                "device + {} host tokens ({}, {} eviction)",
+                short(t.host_capacity as f64),
+                t.write_policy,
+                u.policy.to_uppercase()
+            ))
+            .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], c.stroke_width(2)));
+        chart.draw_series(host.iter().map(|&p| TriangleMarker::new(p, 5, c.filled())))?;
     }
     let u = unlimited.hit_ratio;
     chart
