@@ -24,11 +24,33 @@
 //! sit in `order`, keyed by the host policy (smallest first), and nothing else does.
 
 use std::collections::{BTreeSet, HashMap};
+use std::hash::{BuildHasherDefault, Hasher};
 
 use crate::tree::EvictionPolicy;
 
 /// A page's identity: `(namespace, page hash)`.
 pub(crate) type PageKey = (u64, u64);
+
+/// The maps' hasher: keys are hashes already (XXH3 or SHA-256 based), so a multiply-mix of
+/// the words is enough, and far cheaper than SipHash on this path (one lookup per page).
+#[derive(Default)]
+pub(crate) struct KeyHasher(u64);
+
+impl Hasher for KeyHasher {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+    fn write(&mut self, bytes: &[u8]) {
+        for b in bytes {
+            self.write_u64(*b as u64);
+        }
+    }
+    fn write_u64(&mut self, x: u64) {
+        self.0 = (self.0.rotate_left(29) ^ x).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+    }
+}
+
+type Map<V> = HashMap<PageKey, V, BuildHasherDefault<KeyHasher>>;
 
 /// No device page (an entry that is host-only).
 pub(crate) const NO_PAGE: u32 = u32::MAX;
@@ -77,9 +99,9 @@ pub(crate) struct HostIndex {
     slru_threshold: u32,
     /// Host pages not holding any entry (first slots).
     free: Vec<u32>,
-    map: HashMap<PageKey, Entry>,
+    map: Map<Entry>,
     /// How many entries name a page as their parent (the page itself may be absent).
-    kids: HashMap<PageKey, u32>,
+    kids: Map<u32>,
     /// The evictable entries, by policy key.
     order: BTreeSet<(OrderKey, PageKey)>,
     /// A logical clock for stamps (exact order within the index's own history).
@@ -103,8 +125,8 @@ impl HostIndex {
             policy,
             slru_threshold,
             free,
-            map: HashMap::new(),
-            kids: HashMap::new(),
+            map: Map::default(),
+            kids: Map::default(),
             order: BTreeSet::new(),
             clock: 0,
         }
@@ -391,7 +413,7 @@ impl HostIndex {
                 *kids.entry((k.0, p)).or_insert(0) += 1;
             }
         }
-        if kids != self.kids {
+        if kids.len() != self.kids.len() || kids.iter().any(|(k, n)| self.kids.get(k) != Some(n)) {
             return Err("host index: child counts differ from the entries' parents".into());
         }
         let mut queued = 0;

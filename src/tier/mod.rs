@@ -238,9 +238,18 @@ struct DevPage {
     hash: AtomicU64,
     /// Parent page's hash, or [`NO_PARENT`].
     parent: AtomicU64,
-    /// Inserts that reached it since it was cached (`write_through_selective`).
+    /// `[63] BACKED | [62..0]` inserts that reached it since it was cached
+    /// (`write_through_selective`). `BACKED`: a host entry names this page as resident; set
+    /// only while the page is pinned (a backup's commit, an insert finding the host copy, a
+    /// load-back), cleared with the count when the page leaves the device (the eviction
+    /// hook) or is reused (`set_page`). So a page without it has no resident host copy, and
+    /// inserts and evictions skip the host index for it when nothing else is to be done.
     hits: AtomicU64,
 }
+
+/// See [`DevPage::hits`].
+const BACKED: u64 = 1 << 63;
+const _: () = assert!(std::mem::size_of::<DevPage>() == 32);
 
 /// [`DevPage::parent`] of a namespace's first page.
 const NO_PARENT: u64 = u64::MAX;
@@ -375,6 +384,13 @@ impl Shared {
                 t[base + i].store(x, Ordering::Relaxed);
             }
         }
+    }
+
+    /// Marks device page `page` as holding a resident host copy (see [`DevPage::hits`]);
+    /// only while the page is pinned.
+    fn set_backed(&self, page: u32) {
+        // Relaxed: see `DevPage::hits`.
+        self.pages[page as usize].hits.fetch_or(BACKED, Ordering::Relaxed);
     }
 
     fn page_id(&self, page: u32) -> (PageKey, Option<u64>) {
@@ -766,16 +782,26 @@ impl TieredCache {
             hits.push(sh.pages[dev_page(i) as usize].hits.fetch_add(1, Ordering::Relaxed) + 1);
         }
         // Host step: pages with a host copy are resident again; pages at the threshold
-        // without one get a writing entry.
+        // without one get a writing entry. A page that was on the device before this insert
+        // and is not BACKED has no host copy (one appears only through a backup or a
+        // load-back of this very page, which set BACKED, or when the device lets it go):
+        // it needs the host only if it reached the threshold now.
+        let existing_pages = existing / p;
         let mut backup: Vec<(usize, u32)> = Vec::new();
         let mut removed = Removed::default();
-        {
+        let needs_host = |i: usize| {
+            let h = hits[i];
+            h & BACKED == 0 && (i >= existing_pages || h >= threshold)
+        };
+        if (0..n / p).any(needs_host) {
             let mut host = sh.host();
-            for i in 0..n / p {
+            for i in (0..n / p).filter(|&i| needs_host(i)) {
                 let key = (ns, hashes[i]);
                 if host.get(&key).is_some() {
-                    host.mark_resident(key, dev_page(i));
-                } else if hits[i] >= threshold {
+                    if host.mark_resident(key, dev_page(i)) {
+                        sh.set_backed(dev_page(i));
+                    }
+                } else if hits[i] & !BACKED >= threshold {
                     let parent = i.checked_sub(1).map(|j| hashes[j]);
                     match host.reserve(key, parent, opts.priority, &mut removed) {
                         Some(base) => backup.push((i, base)),
@@ -856,6 +882,7 @@ impl TieredCache {
                     for pg in &pages {
                         if ok {
                             host.commit((ns, pg.hash), pg.dev_page);
+                            sh.set_backed(pg.dev_page);
                         } else {
                             host.abort((ns, pg.hash));
                         }
@@ -929,6 +956,9 @@ impl TieredCache {
         let resident: Vec<u32> =
             (0..loaded / p).map(|i| slots[l.device_len + i * p] / p as u32).collect();
         sh.host().unpin(l.ns, &l.hashes, &resident);
+        for &d in &resident {
+            sh.set_backed(d); // pinned by `lock`
+        }
         let _ = self.dev.release(l.lock);
         bump(&sh.counters.tokens_to_device, loaded);
         bump(&sh.counters.load_backs, 1);
