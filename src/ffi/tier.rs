@@ -1106,6 +1106,7 @@ pub unsafe extern "C" fn rkv_tier_load_back(
 /// # Safety
 /// `out_slots` passed `check_out_array(out_slots, out_cap)`, `out_result` and `out_len`
 /// passed `check_out`, all writable.
+#[allow(clippy::too_many_arguments)]
 unsafe fn hand_over(
     t: &rkv_tier,
     ticket: u64,
