@@ -5,7 +5,8 @@
  * Link with -lradixkv (shared), or libradixkv.a plus -lpthread -ldl -lm (static).
  * Every function taking `const rkv_cache *` is safe to call from many threads at once;
  * rkv_cache_free and rkv_events_enable (which take `rkv_cache *`) must not run
- * concurrently with any other call on that cache.
+ * concurrently with any other call on that cache. The same holds for `rkv_tier`: functions
+ * taking `const rkv_tier *` are thread-safe; rkv_tier_free and rkv_tier_events_enable are not.
  * Outputs are written only on RKV_OK (and *out_len, or rkv_events_drain's *out_info, on
  * RKV_BUFFER_TOO_SMALL).
  * A failing call leaves a message saying exactly what was wrong for its thread:
@@ -37,6 +38,12 @@
  * no sequence number used. Never a batch's number (it is also the replay's end marker).
  */
 #define RKV_EVENTS_NO_SEQ 18446744073709551615ull
+
+/**
+ * `rkv_tier_options.host_policy` meaning "the device cache's eviction policy" (the
+ * default); any other value must be an `rkv_eviction_policy`.
+ */
+#define RKV_HOST_POLICY_SAME_AS_DEVICE 4294967295
 
 /**
  * Status of a call. `RKV_OK` is 0; every other value is an error after which the call has
@@ -82,8 +89,9 @@ typedef enum rkv_status {
    */
   RKV_DOUBLE_FREE = 7,
   /**
-   * KV storage / CUDA failure (not produced by this ABI's functions, which do not touch
-   * KV storage; reserved for the functions that will).
+   * KV storage / CUDA failure: a host tier's copy failed (a copier callback returned
+   * an error, rolled back), or its KV memory could not be had (an extension of version 1:
+   * produced only by `rkv_tier_*` functions; the cache functions do not touch KV storage).
    */
   RKV_DEVICE_ERROR = 8,
   /**
@@ -213,6 +221,83 @@ typedef enum rkv_encoding {
 } rkv_encoding;
 
 /**
+ * When a page gets its host copy (the `write_policy` field of `rkv_tier_options`, a
+ * `uint32_t`: other values are `RKV_INVALID_ARGUMENT`). A plain value. SGLang's
+ * `--hicache-write-policy`.
+ */
+typedef enum rkv_write_policy {
+  /**
+   * `write_through`: on its first insert.
+   */
+  RKV_WRITE_THROUGH = 0,
+  /**
+   * `write_through_selective` (the default): once inserts reached it
+   * `rkv_tier_options.write_threshold` times.
+   */
+  RKV_WRITE_THROUGH_SELECTIVE = 1,
+  /**
+   * `write_back`: only when the device evicts it (the eviction waits for the copy).
+   */
+  RKV_WRITE_BACK = 2,
+} rkv_write_policy;
+
+/**
+ * What copies the KV bytes between the device and the host pools (the `copier` field of
+ * `rkv_tier_options`, a `uint32_t`: other values are `RKV_INVALID_ARGUMENT`). A plain value.
+ */
+typedef enum rkv_copier_kind {
+  /**
+   * No KV bytes at all: the index alone (a replay measuring hit ratios and copy
+   * volumes); every copy is done at once. The default.
+   */
+  RKV_COPIER_NONE = 0,
+  /**
+   * Two host-memory stores the tier allocates from the layout in `rkv_tier_options`
+   * (`num_layers`, `num_kv_heads`, `head_dim`, `elem_bytes`): the "device" side with
+   * `rkv_options.pool_slots` slots, the host side with `host_slots`; copies are memcpy,
+   * done when they start. `rkv_tier_kv_ptr` gives their K/V base pointers.
+   */
+  RKV_COPIER_HOST = 1,
+  /**
+   * The caller's callbacks (`rkv_tier_options.callbacks`): an engine that owns its GPU
+   * and host KV pools copies itself.
+   */
+  RKV_COPIER_CALLBACK = 2,
+} rkv_copier_kind;
+
+/**
+ * Which store `rkv_tier_kv_ptr` names (a `uint32_t`). A plain value.
+ */
+typedef enum rkv_tier_side {
+  /**
+   * The device-side store (slots of the device pool, `rkv_options.pool_slots`).
+   */
+  RKV_SIDE_DEVICE = 0,
+  /**
+   * The host-side store (`rkv_tier_options.host_slots` slots).
+   */
+  RKV_SIDE_HOST = 1,
+} rkv_tier_side;
+
+/**
+ * What a finished load-back did (`rkv_load_result.outcome`, a `uint32_t`). A plain value.
+ */
+typedef enum rkv_load_outcome {
+  /**
+   * Host pages were copied to the device and inserted.
+   */
+  RKV_LOAD_LOADED = 0,
+  /**
+   * Nothing on the host extends the device match (the lock covers the device match).
+   */
+  RKV_LOAD_NOTHING_ON_HOST = 1,
+  /**
+   * The host pages found were fewer than `load_back_min` tokens (not loaded).
+   */
+  RKV_LOAD_TOO_SHORT = 2,
+} rkv_load_outcome;
+
+/**
  * A cache: an opaque object created by `rkv_cache_new` and destroyed by `rkv_cache_free`.
  * Every function taking `const rkv_cache *` is safe to call from many threads at once;
  * `rkv_cache_free` must not run concurrently with any other call on the same cache.
@@ -229,6 +314,15 @@ typedef struct rkv_cache rkv_cache;
  * run concurrently with any other call on the same publisher.
  */
 typedef struct rkv_publisher rkv_publisher;
+
+/**
+ * A host tier: a device cache with its slot pool (pool mode) and a host slot pool behind
+ * it, created by `rkv_tier_new` and destroyed by `rkv_tier_free`. Every function taking
+ * `const rkv_tier *` is safe to call from many threads at once; `rkv_tier_free` and
+ * `rkv_tier_events_enable` (which take `rkv_tier *`) must not run concurrently with any
+ * other call on the same tier.
+ */
+typedef struct rkv_tier rkv_tier;
 
 /**
  * Options of a new cache. Get the defaults from `rkv_options_default()` and change fields.
@@ -656,6 +750,248 @@ typedef struct rkv_publisher_stats {
    */
   uint64_t replay_requests;
 } rkv_publisher_stats;
+
+/**
+ * A caller-supplied copier (`RKV_COPIER_CALLBACK`): four functions and their `user_data`.
+ * Slot `i` of either side is token slot `i` of that side's pool; each copy moves
+ * `src[i] -> dst[i]` for every `i < n`, in every layer, K and V.
+ *
+ * - `to_host(user_data, dev, host, n, out_ticket)` starts copying device slots `dev[i]` to
+ *   host slots `host[i]`; `to_device(user_data, host, dev, n, out_ticket)` the other way.
+ *   Both write a ticket of the caller's choosing to `*out_ticket` and return `RKV_OK`,
+ *   or return any other status when the copy cannot start. The arrays are valid only
+ *   during the call (copy what you keep). Until the copy completes, the tier keeps the
+ *   source slots from being reused and the destination slots from being read.
+ * - `poll(user_data, ticket, out_done)`: `RKV_OK` with `*out_done = 1` once the copy is
+ *   complete, `*out_done = 0` while it runs; another status if it failed. After
+ *   `*out_done = 1` or a failure the ticket is spent and never passed again.
+ * - `wait(user_data, ticket)`: blocks until the copy completes; `RKV_OK`, or another
+ *   status if it failed. Spends the ticket.
+ *
+ * A status other than `RKV_OK` from any of them is a copy failure: the tier rolls the copy
+ * back (nothing is inserted, host copies are dropped, counted in `copy_failures`) and the
+ * call that saw it returns `RKV_DEVICE_ERROR` where it reports one (`rkv_tier_load_wait`,
+ * `rkv_tier_load_back`). All four are required (non-NULL). They may be called from any
+ * thread that calls into the tier, concurrently (so they must be thread-safe), and from
+ * `rkv_tier_free` (so they and `user_data` must stay valid until it returns). They must
+ * return normally (no longjmp, no C++ exception) and must not call into the same tier.
+ * The struct is a plain value, copied by `rkv_tier_new`.
+ */
+typedef struct rkv_copier {
+  /**
+   * Passed to every callback as is.
+   */
+  void *user_data;
+  /**
+   * Starts a device → host copy.
+   */
+  rkv_status (*to_host)(void *user_data,
+                        const uint32_t *dev_slots,
+                        const uint32_t *host_slots,
+                        size_t n,
+                        uint64_t *out_ticket);
+  /**
+   * Starts a host → device copy.
+   */
+  rkv_status (*to_device)(void *user_data,
+                          const uint32_t *host_slots,
+                          const uint32_t *dev_slots,
+                          size_t n,
+                          uint64_t *out_ticket);
+  /**
+   * Whether a copy is complete.
+   */
+  rkv_status (*poll)(void *user_data,
+                     uint64_t ticket,
+                     int *out_done);
+  /**
+   * Waits for a copy.
+   */
+  rkv_status (*wait)(void *user_data,
+                     uint64_t ticket);
+} rkv_copier;
+
+/**
+ * Options of a host tier, for `rkv_tier_new`. Get the defaults from
+ * `rkv_tier_options_default()` and change fields (`host_slots` at least: its default 0 is
+ * refused). A plain value: the caller owns it, and `rkv_tier_new` only reads it.
+ *
+ * Versioned by `size`, as `rkv_policy_options`: it must be `sizeof(rkv_tier_options)` of
+ * this header, which `rkv_tier_options_default()` sets; any other value is
+ * `RKV_INVALID_ARGUMENT`.
+ */
+typedef struct rkv_tier_options {
+  /**
+   * `sizeof(rkv_tier_options)`.
+   */
+  uint32_t size;
+  /**
+   * An `rkv_copier_kind` (default `RKV_COPIER_NONE`).
+   */
+  uint32_t copier;
+  /**
+   * Host slots (tokens): a positive multiple of the page size, at most 2^32 - 1
+   * (default 0, which is refused: set it).
+   */
+  uint64_t host_slots;
+  /**
+   * An `rkv_write_policy` (default `RKV_WRITE_THROUGH_SELECTIVE`).
+   */
+  uint32_t write_policy;
+  /**
+   * `RKV_WRITE_THROUGH_SELECTIVE`: the hit count that triggers a backup, at least 1
+   * (default 2, SGLang's). Checked under every policy; `RKV_WRITE_THROUGH` uses 1.
+   */
+  uint32_t write_threshold;
+  /**
+   * Load-backs of fewer tokens than this are not done (`RKV_LOAD_TOO_SHORT`; default 1).
+   */
+  uint64_t load_back_min;
+  /**
+   * The host eviction order: an `rkv_eviction_policy`, or
+   * `RKV_HOST_POLICY_SAME_AS_DEVICE` (the default).
+   */
+  uint32_t host_policy;
+  /**
+   * `RKV_COPIER_HOST`'s layout: transformer layers (>= 1). Ignored by the other copiers.
+   */
+  uint32_t num_layers;
+  /**
+   * `RKV_COPIER_HOST`'s layout: KV heads per token (>= 1).
+   */
+  uint32_t num_kv_heads;
+  /**
+   * `RKV_COPIER_HOST`'s layout: elements per head (>= 1).
+   */
+  uint32_t head_dim;
+  /**
+   * `RKV_COPIER_HOST`'s layout: bytes per element (>= 1; 2 for fp16/bf16).
+   */
+  uint32_t elem_bytes;
+  /**
+   * Must be 0 (reserved; else `RKV_INVALID_ARGUMENT`).
+   */
+  uint32_t reserved;
+  /**
+   * `RKV_COPIER_CALLBACK`'s functions (all four required then; ignored otherwise).
+   */
+  struct rkv_copier callbacks;
+} rkv_tier_options;
+
+/**
+ * A finished load-back (`rkv_tier_load_poll`, `rkv_tier_load_wait`). A plain value; the
+ * lock in it is the caller's, to release exactly once with `rkv_tier_release`.
+ */
+typedef struct rkv_load_result {
+  /**
+   * Pins the device prefix `tokens[0..len]`, the loaded pages included.
+   */
+  rkv_lock lock;
+  /**
+   * Tokens the lock pins (`device_len + loaded`); their slots went to `out_slots`.
+   */
+  size_t len;
+  /**
+   * Tokens that were on the device before.
+   */
+  size_t device_len;
+  /**
+   * Tokens loaded from the host.
+   */
+  size_t loaded;
+  /**
+   * An `rkv_load_outcome`.
+   */
+  uint32_t outcome;
+  /**
+   * 0.
+   */
+  uint32_t reserved;
+} rkv_load_result;
+
+/**
+ * Counts and counters of a tier (`rkv_tier_get_stats`), mirroring the core's `TierStats`.
+ * A plain value owned by the caller. Exact at quiescence (no copy in flight, no other
+ * call running); under concurrent calls each field is read atomically but not all at once.
+ */
+typedef struct rkv_tier_stats {
+  /**
+   * The device cache's, as `rkv_cache_stats` gives them.
+   */
+  struct rkv_stats device;
+  /**
+   * Host slots in the pool.
+   */
+  uint64_t host_slots;
+  /**
+   * Free host slots.
+   */
+  uint64_t host_free_slots;
+  /**
+   * Host slots holding a page's copy (or being written).
+   */
+  uint64_t host_backed_slots;
+  /**
+   * Host pages whose tokens are also on the device.
+   */
+  uint64_t host_resident_pages;
+  /**
+   * Host pages a load-back is copying.
+   */
+  uint64_t host_pinned_pages;
+  /**
+   * Host pages that host eviction could take now.
+   */
+  uint64_t host_evictable_pages;
+  /**
+   * Tokens matched on the device (every match and load-back).
+   */
+  uint64_t device_hit_tokens;
+  /**
+   * Tokens found on the host right after a device match (`host_hit_length`, summed).
+   */
+  uint64_t host_hit_tokens;
+  /**
+   * Tokens copied device → host (backups and write-backs).
+   */
+  uint64_t tokens_to_host;
+  /**
+   * Of those, tokens written back by a device eviction (`RKV_WRITE_BACK`).
+   */
+  uint64_t tokens_written_back;
+  /**
+   * Tokens copied host → device (load-backs).
+   */
+  uint64_t tokens_to_device;
+  /**
+   * Copies started device → host.
+   */
+  uint64_t copies_to_host;
+  /**
+   * Copies started host → device.
+   */
+  uint64_t copies_to_device;
+  /**
+   * Copies that failed (rolled back).
+   */
+  uint64_t copy_failures;
+  /**
+   * Load-backs that completed with pages loaded.
+   */
+  uint64_t load_backs;
+  /**
+   * Load-backs not done (too short, or nothing on the host).
+   */
+  uint64_t load_backs_skipped;
+  /**
+   * Host pages evicted.
+   */
+  uint64_t host_evicted_pages;
+  /**
+   * Copies in flight (backups and load-backs).
+   */
+  uint64_t in_flight;
+} rkv_tier_stats;
 
 #ifdef __cplusplus
 extern "C" {
@@ -1445,6 +1781,380 @@ enum rkv_status rkv_publisher_stop(struct rkv_publisher *publisher);
  * other call on it runs concurrently or follows.
  */
 void rkv_publisher_free(struct rkv_publisher *publisher);
+
+/**
+ * Default tier options: `size = sizeof(rkv_tier_options)`, `RKV_COPIER_NONE`, host_slots 0
+ * (set it), `RKV_WRITE_THROUGH_SELECTIVE` with write_threshold 2, load_back_min 1,
+ * `RKV_HOST_POLICY_SAME_AS_DEVICE`, the layout fields 0, the callbacks NULL. Returns a plain
+ * value. Thread-safe.
+ */
+struct rkv_tier_options rkv_tier_options_default(void);
+
+/**
+ * Creates a host tier (an extension of version 1): a device cache from `*opts` (required;
+ * as `rkv_cache_new` reads it, and it must have a pool: `pool_slots > 0`) and a host tier
+ * from `*tier_opts` (required); both are read only during the call. Writes it to
+ * `*out_tier` (required); the caller owns it and frees it with `rkv_tier_free`.
+ * `RKV_INVALID_ARGUMENT` (nothing created) for every option `rkv_cache_new` refuses, no
+ * pool, `tier_opts->size` other than `sizeof(rkv_tier_options)`, a host_slots that is not a
+ * positive multiple of the page size below 2^32, an unknown write_policy, copier or
+ * host_policy, write_threshold 0, reserved not 0, or a bad layout for `RKV_COPIER_HOST`;
+ * `RKV_NULL_ARGUMENT` for an `RKV_COPIER_CALLBACK` with a NULL callback;
+ * `RKV_DEVICE_ERROR` when `RKV_COPIER_HOST`'s memory cannot be had. Thread-safe.
+ *
+ * # Safety
+ * `opts` NULL or a readable `rkv_options`; `tier_opts` NULL or a readable
+ * `rkv_tier_options`; `out_tier` NULL or a writable `rkv_tier *`.
+ */
+enum rkv_status rkv_tier_new(const struct rkv_options *opts,
+                             const struct rkv_tier_options *tier_opts,
+                             struct rkv_tier **out_tier);
+
+/**
+ * Destroys a tier: waits for every copy in flight (a callback copier is called, so it must
+ * still be valid), releases its outstanding locks and the results of load-backs never
+ * taken (their handles and tickets become invalid), and frees everything it owns, the
+ * `RKV_COPIER_HOST` stores included (pointers from `rkv_tier_kv_ptr` dangle afterwards).
+ * NULL is a no-op. Must not run concurrently with any other call on the same tier, and
+ * the tier must not be used afterwards. Leaves `rkv_last_error_message()` as it is.
+ *
+ * # Safety
+ * `tier` is NULL or was returned by `rkv_tier_new` and not freed yet, and no other call on
+ * it runs concurrently or follows.
+ */
+void rkv_tier_free(struct rkv_tier *tier);
+
+/**
+ * Writes the base addresses of layer `layer`'s K and V buffers of one store of an
+ * `RKV_COPIER_HOST` tier to `*out_k` and `*out_v` (both required): `side` is an
+ * `rkv_tier_side` (the device-side store, `pool_slots` slots, or the host-side one,
+ * `host_slots` slots). Each buffer holds `num_slots * num_kv_heads * head_dim *
+ * elem_bytes` bytes, slot `s` at offset `s * num_kv_heads * head_dim * elem_bytes`,
+ * 256-byte aligned, zeroed at creation, valid until `rkv_tier_free`. The engine writes a
+ * token's KV into its device slot before inserting it and reads loaded slots after a
+ * load-back returns; the tier's copies run inside `rkv_tier_*` calls, so the caller orders
+ * its own accesses against the calls that copy (inserts that back pages up, evictions under
+ * `RKV_WRITE_BACK`, load-backs). `RKV_INVALID_ARGUMENT` for a tier with another copier, an
+ * unknown side, or a layer out of range. Thread-safe.
+ *
+ * # Safety
+ * `tier` is NULL or live; `out_k` and `out_v` NULL or writable.
+ */
+enum rkv_status rkv_tier_kv_ptr(const struct rkv_tier *tier,
+                                uint32_t side,
+                                uint32_t layer,
+                                void **out_k,
+                                void **out_v);
+
+/**
+ * Longest device prefix of `tokens[0..n_tokens]` in namespace `ns` and how far host
+ * copies extend it (SGLang's `host_hit_length`), an extension of version 1: writes the
+ * device match length to `*out_len` (required), its slots to `out_slots[0..*out_len]`, and
+ * the host tokens right after it to `*out_host_len` (required). With `out_lock` non-NULL the device prefix is pinned
+ * (exactly as `rkv_match_lock`) and the lock written there, the caller's to release with
+ * `rkv_tier_release` exactly once (also for a match of 0 tokens); with NULL nothing is
+ * pinned (an estimate under concurrency). Slots as `rkv_match`: `out_slots` may be NULL
+ * when `out_cap == 0` (then only the lengths are produced, and with a lock only when the
+ * match is empty); if the match does not fit `out_cap` the call returns
+ * `RKV_BUFFER_TOO_SMALL` with only `*out_len` written, nothing pinned, nothing counted.
+ * `out_cap = n_tokens` always suffices. Load the host part with `rkv_tier_load_back`.
+ * Thread-safe.
+ *
+ * # Safety
+ * `tier` is NULL or live; `tokens[0..n_tokens]` readable (or NULL when 0);
+ * `out_slots[0..out_cap]` writable (or NULL); `out_len`, `out_host_len`, `out_lock` NULL
+ * or writable.
+ */
+enum rkv_status rkv_tier_match(const struct rkv_tier *tier,
+                               uint64_t ns,
+                               const uint32_t *tokens,
+                               size_t n_tokens,
+                               uint32_t *out_slots,
+                               size_t out_cap,
+                               size_t *out_len,
+                               size_t *out_host_len,
+                               rkv_lock *out_lock);
+
+/**
+ * Releases a lock of this tier (from `rkv_tier_match`, `rkv_tier_insert_lock_ex` or a
+ * load-back's result): its pages are no longer pinned by it and the handle becomes
+ * invalid. Twice, 0, unknown or another cache's or tier's handle: `RKV_INVALID_LOCK`,
+ * nothing changed. Thread-safe.
+ *
+ * # Safety
+ * `tier` is NULL or live.
+ */
+enum rkv_status rkv_tier_release(const struct rkv_tier *tier,
+                                 rkv_lock lock);
+
+/**
+ * Writes to `*out_len` (required) the number of tokens a lock of this tier pins.
+ * `RKV_INVALID_LOCK` for an unknown, released or foreign handle. Thread-safe.
+ *
+ * # Safety
+ * `tier` is NULL or live; `out_len` NULL or writable.
+ */
+enum rkv_status rkv_tier_lock_len(const struct rkv_tier *tier,
+                                  rkv_lock lock,
+                                  size_t *out_len);
+
+/**
+ * Allocates `n_slots` device slots into `out_slots[0..n_slots]` (NULL allowed when 0), all
+ * or nothing, as `rkv_alloc` (evicting when free slots are short: such evictions go through
+ * the host tier, so under `RKV_WRITE_BACK` they copy pages to the host first). `n_slots`
+ * must be a multiple of the page size. `RKV_OUT_OF_SLOTS` (nothing changed) when even
+ * evicting cannot find them. The caller owns the slots until it inserts them or frees them
+ * with `rkv_tier_free_slots`. Thread-safe.
+ *
+ * # Safety
+ * `tier` is NULL or live; `out_slots` NULL or writable for `n_slots` values.
+ */
+enum rkv_status rkv_tier_alloc(const struct rkv_tier *tier,
+                               size_t n_slots,
+                               uint32_t *out_slots);
+
+/**
+ * Returns device slots `slots[0..n_slots]` (allocated with `rkv_tier_alloc`, never
+ * inserted) to the pool, as `rkv_free`: a free or cached slot is `RKV_DOUBLE_FREE`, one
+ * outside the pool `RKV_INVALID_ARGUMENT`; either refuses the whole call. Thread-safe.
+ *
+ * # Safety
+ * `tier` is NULL or live; `slots` NULL or readable for `n_slots` values.
+ */
+enum rkv_status rkv_tier_free_slots(const struct rkv_tier *tier,
+                                    const uint32_t *slots,
+                                    size_t n_slots);
+
+/**
+ * Inserts `tokens[0..n_tokens]` with their device `slots[0..n_tokens]` in namespace `ns`
+ * (cut to whole pages), as `rkv_insert` in pool mode (slots of a page must be one whole
+ * pool page, allocated with `rkv_tier_alloc`; the slots not adopted go back to the pool),
+ * then backs the pages up as the write policy says: the copy starts now and, until it
+ * completes (`rkv_tier_poll`), keeps those pages pinned on the device. Writes the tokens
+ * that were cached already to `*out_existing` (required). Refusals as `rkv_insert`
+ * (nothing changed). Thread-safe.
+ *
+ * # Safety
+ * `tier` is NULL or live; `tokens`, `slots` NULL or readable for `n_tokens` values;
+ * `out_existing` NULL or writable.
+ */
+enum rkv_status rkv_tier_insert(const struct rkv_tier *tier,
+                                uint64_t ns,
+                                const uint32_t *tokens,
+                                const uint32_t *slots,
+                                size_t n_tokens,
+                                size_t *out_existing);
+
+/**
+ * `rkv_tier_insert` with per-insert options (`opts`, NULL for the defaults; as
+ * `rkv_insert_ex`). Thread-safe.
+ *
+ * # Safety
+ * As `rkv_tier_insert`; `opts` NULL or a readable `rkv_insert_options`.
+ */
+enum rkv_status rkv_tier_insert_ex(const struct rkv_tier *tier,
+                                   uint64_t ns,
+                                   const uint32_t *tokens,
+                                   const uint32_t *slots,
+                                   size_t n_tokens,
+                                   const struct rkv_insert_options *opts,
+                                   size_t *out_existing);
+
+/**
+ * `rkv_tier_insert_ex` that also pins the inserted prefix (whole pages) for the caller:
+ * the lock goes to `*out_lock` (required), to release with `rkv_tier_release` exactly
+ * once. Thread-safe.
+ *
+ * # Safety
+ * As `rkv_tier_insert_ex`; `out_lock` NULL or writable.
+ */
+enum rkv_status rkv_tier_insert_lock_ex(const struct rkv_tier *tier,
+                                        uint64_t ns,
+                                        const uint32_t *tokens,
+                                        const uint32_t *slots,
+                                        size_t n_tokens,
+                                        const struct rkv_insert_options *opts,
+                                        size_t *out_existing,
+                                        rkv_lock *out_lock);
+
+/**
+ * Evicts at least `n_tokens` device tokens (unpinned leaves, by the device policy) and
+ * writes the count freed to `*out_evicted` (required). The slots go back to the device
+ * pool; pages with a host copy stay on the host (host-only), and under `RKV_WRITE_BACK` a
+ * page without one is copied to the host first. Thread-safe.
+ *
+ * # Safety
+ * `tier` is NULL or live; `out_evicted` NULL or writable.
+ */
+enum rkv_status rkv_tier_evict(const struct rkv_tier *tier,
+                               size_t n_tokens,
+                               size_t *out_evicted);
+
+/**
+ * Evicts at least `n_tokens` host tokens (host-only leaves, by the host policy; never a
+ * page being copied, pinned by a load-back, or still on the device) and writes the host
+ * tokens freed to `*out_evicted` (required; fewer when nothing more is evictable).
+ * Thread-safe.
+ *
+ * # Safety
+ * `tier` is NULL or live; `out_evicted` NULL or writable.
+ */
+enum rkv_status rkv_tier_evict_host(const struct rkv_tier *tier,
+                                    size_t n_tokens,
+                                    size_t *out_evicted);
+
+/**
+ * Starts loading back the host pages that extend the device match of
+ * `tokens[0..n_tokens]` in `ns`, at most `max_tokens` of them (`SIZE_MAX`: all): allocates
+ * device slots (evicting as `rkv_tier_alloc`), pins the host copies and starts the copy.
+ * Writes a ticket to `*out_ticket` (required); take the result with `rkv_tier_load_poll`
+ * or `rkv_tier_load_wait` (exactly once: the result holds a lock; `rkv_tier_free` releases
+ * results never taken). When nothing is worth loading the ticket is done at once and its
+ * result says why (`RKV_LOAD_NOTHING_ON_HOST`, `RKV_LOAD_TOO_SHORT`), with a lock over the
+ * device match alone. `RKV_OUT_OF_SLOTS` (nothing changed, no ticket) when the device
+ * cannot hold the pages; `RKV_DEVICE_ERROR` (everything rolled back, no ticket) when the
+ * copier refuses to start the copy. Thread-safe.
+ *
+ * # Safety
+ * `tier` is NULL or live; `tokens` NULL or readable for `n_tokens` values; `out_ticket`
+ * NULL or writable.
+ */
+enum rkv_status rkv_tier_load_back(const struct rkv_tier *tier,
+                                   uint64_t ns,
+                                   const uint32_t *tokens,
+                                   size_t n_tokens,
+                                   size_t max_tokens,
+                                   uint64_t *out_ticket);
+
+/**
+ * Whether load-back `ticket` is done, without blocking (finishing the copies that are):
+ * `RKV_OK` with `*out_done = 0` while its copy runs (nothing else written), or with
+ * `*out_done = 1` and the result: `*out_result` (its lock is the caller's), the slots of
+ * the locked prefix in `out_slots[0..*out_len]`. If those do not fit `out_cap`,
+ * `RKV_BUFFER_TOO_SMALL` with only `*out_len` written and the result kept for the next
+ * call (`out_cap = n_tokens` of the load-back always suffices). A failed copy is
+ * `RKV_DEVICE_ERROR`, everything rolled back and the ticket spent. An unknown or taken
+ * ticket is `RKV_INVALID_ARGUMENT`. All outputs required (`out_slots` may be NULL when
+ * `out_cap == 0`). Thread-safe (one caller takes a ticket's result).
+ *
+ * # Safety
+ * `tier` is NULL or live; `out_slots[0..out_cap]` writable (or NULL); the other outputs
+ * NULL or writable.
+ */
+enum rkv_status rkv_tier_load_poll(const struct rkv_tier *tier,
+                                   uint64_t ticket,
+                                   uint32_t *out_slots,
+                                   size_t out_cap,
+                                   size_t *out_len,
+                                   struct rkv_load_result *out_result,
+                                   int *out_done);
+
+/**
+ * `rkv_tier_load_poll` that blocks until the load-back is done (no `out_done`): `RKV_OK`
+ * with the result, `RKV_BUFFER_TOO_SMALL` (result kept), `RKV_DEVICE_ERROR` for a failed
+ * copy (rolled back, ticket spent), `RKV_INVALID_ARGUMENT` for an unknown or taken ticket.
+ * Thread-safe.
+ *
+ * # Safety
+ * As `rkv_tier_load_poll`.
+ */
+enum rkv_status rkv_tier_load_wait(const struct rkv_tier *tier,
+                                   uint64_t ticket,
+                                   uint32_t *out_slots,
+                                   size_t out_cap,
+                                   size_t *out_len,
+                                   struct rkv_load_result *out_result);
+
+/**
+ * Finishes the copies that are done (backups commit their host copies and unpin their
+ * device pages; load-backs insert their pages) and writes how many finished to
+ * `*out_finished` (required). Every `rkv_tier_*` call does this too; an engine calls it
+ * once per scheduler step. Thread-safe.
+ *
+ * # Safety
+ * `tier` is NULL or live; `out_finished` NULL or writable.
+ */
+enum rkv_status rkv_tier_poll(const struct rkv_tier *tier,
+                              size_t *out_finished);
+
+/**
+ * Waits for every copy in flight and finishes it (failed copies are rolled back and
+ * counted; a failed load-back's ticket then reports `RKV_DEVICE_ERROR`). Thread-safe.
+ *
+ * # Safety
+ * `tier` is NULL or live.
+ */
+enum rkv_status rkv_tier_wait_all(const struct rkv_tier *tier);
+
+/**
+ * Writes the tier's counts and counters to `*out_stats` (required, owned by the caller).
+ * Thread-safe.
+ *
+ * # Safety
+ * `tier` is NULL or live; `out_stats` NULL or writable.
+ */
+enum rkv_status rkv_tier_get_stats(const struct rkv_tier *tier,
+                                   struct rkv_tier_stats *out_stats);
+
+/**
+ * Checks the tier's invariants at quiescence (device `free + cached + held == pool_slots`,
+ * host `free + backed == host_slots`, every host page owned once or free, every resident
+ * host entry naming a cached device page of its identity, nothing still writing or
+ * pinned): `RKV_OK` when they hold; `RKV_INVALID_ARGUMENT` while copies are in flight (call
+ * `rkv_tier_wait_all` first); `RKV_INTERNAL_ERROR` for a violation (a bug). The message
+ * (`rkv_last_error_message()`) says which. Call it with no other call on the tier running.
+ * For tests and debugging: it walks the whole pool.
+ *
+ * # Safety
+ * `tier` is NULL or live.
+ */
+enum rkv_status rkv_tier_check(const struct rkv_tier *tier);
+
+/**
+ * Turns KV events on for the tier (as `rkv_events_enable` for a cache, `*opts` required):
+ * device pages are published with `opts->medium`, host copies with `RKV_MEDIUM_CPU_PINNED`
+ * (`BLOCK_STORED` when a copy becomes ready, `BLOCK_REMOVED` when host eviction drops it).
+ * Only once, while the tier is empty (right after `rkv_tier_new`): `RKV_INVALID_ARGUMENT`
+ * otherwise and for bad options. Take the events with `rkv_tier_events_flush` and
+ * `rkv_tier_events_drain`. Not thread-safe: no other call on the tier may run concurrently
+ * (hence `rkv_tier *`).
+ *
+ * # Safety
+ * `tier` is NULL or live and used by no other call meanwhile; `opts` NULL or readable.
+ */
+enum rkv_status rkv_tier_events_enable(struct rkv_tier *tier,
+                                       const struct rkv_events_options *opts);
+
+/**
+ * Closes the tier's events recorded so far into one batch, as `rkv_events_flush`:
+ * `*out_seq` (required) gets its number, or `RKV_EVENTS_NO_SEQ` when there were none.
+ * `RKV_INVALID_ARGUMENT` for a tier without events. Thread-safe.
+ *
+ * # Safety
+ * `tier` is NULL or live; `out_seq` NULL or writable.
+ */
+enum rkv_status rkv_tier_events_flush(const struct rkv_tier *tier,
+                                      uint64_t *out_seq);
+
+/**
+ * Drains the tier's closed event batches into the caller's buffers, exactly as
+ * `rkv_events_drain` does for a cache (same buffers, same `*out_info`, same
+ * `RKV_BUFFER_TOO_SMALL` protocol); `RKV_INVALID_ARGUMENT` for a tier without events.
+ * Thread-safe.
+ *
+ * # Safety
+ * As `rkv_events_drain`, with `tier` NULL or live.
+ */
+enum rkv_status rkv_tier_events_drain(const struct rkv_tier *tier,
+                                      struct rkv_event *out_events,
+                                      size_t events_cap,
+                                      uint64_t *out_hashes,
+                                      size_t hashes_cap,
+                                      uint32_t *out_tokens,
+                                      size_t tokens_cap,
+                                      char *out_strings,
+                                      size_t strings_cap,
+                                      struct rkv_events_drain_info *out_info);
 
 #ifdef __cplusplus
 }  // extern "C"

@@ -479,7 +479,7 @@ unsafe fn publisher_ref<'a>(p: *const rkv_publisher) -> Res<&'a rkv_publisher> {
 /// # Safety
 /// `p` is NULL or points to a readable `T`, a plain-old-data struct whose every bit
 /// pattern is valid.
-unsafe fn read_opts<T: Copy>(p: *const T, name: &str) -> Res<T> {
+pub(super) unsafe fn read_opts<T: Copy>(p: *const T, name: &str) -> Res<T> {
     if p.is_null() {
         return Err(fail(rkv_status::RKV_NULL_ARGUMENT, format!("{name} is NULL")));
     }
@@ -491,6 +491,40 @@ unsafe fn read_opts<T: Copy>(p: *const T, name: &str) -> Res<T> {
     }
     // SAFETY: non-null and aligned; the caller guarantees a readable `T` (plain old data).
     Ok(unsafe { p.read() })
+}
+
+/// The core's event options for `*opts` (`rkv_events_enable`'s and
+/// `rkv_tier_events_enable`'s checks): NULL, an unknown hash mode or medium, or a
+/// `max_drain_batches` past `size_t` are refused.
+///
+/// # Safety
+/// `opts` is NULL or points to a readable `rkv_events_options`.
+pub(super) unsafe fn event_options(opts: *const rkv_events_options) -> Res<EventOptions> {
+    // SAFETY: the caller passes NULL or a readable `rkv_events_options` (plain data).
+    let o = unsafe { read_opts(opts, "opts") }?;
+    let bad = |m: String| Err(fail(rkv_status::RKV_INVALID_ARGUMENT, m));
+    let hash_mode = match o.hash_mode {
+        0 => HashMode::Xxh3,
+        1 => HashMode::SglangSha256,
+        h => {
+            return bad(format!(
+                "opts->hash_mode = {h} is not an rkv_hash_mode (0 = RKV_HASH_XXH3, 1 = \
+                 RKV_HASH_SGLANG_SHA256)"
+            ));
+        }
+    };
+    let medium = match o.medium {
+        0 => Medium::Gpu,
+        1 => Medium::CpuPinned,
+        m => {
+            return bad(format!(
+                "opts->medium = {m} is not an rkv_medium (0 = RKV_MEDIUM_GPU, 1 = \
+                 RKV_MEDIUM_CPU_PINNED)"
+            ));
+        }
+    };
+    let max_drain_batches = to_usize(o.max_drain_batches, "opts->max_drain_batches")?;
+    Ok(EventOptions { hash_mode, medium, max_drain_batches })
 }
 
 // ---------------------------------------------------------------------------------------
@@ -535,29 +569,8 @@ pub unsafe extern "C" fn rkv_events_enable(
         // SAFETY: the caller passes NULL or a live cache that nothing else uses meanwhile.
         let c = unsafe { cache_mut(cache) }?;
         // SAFETY: the caller passes NULL or a readable `rkv_events_options` (plain data).
-        let o = unsafe { read_opts(opts, "opts") }?;
+        let eo = unsafe { event_options(opts) }?;
         let bad = |m: String| Err(fail(rkv_status::RKV_INVALID_ARGUMENT, m));
-        let hash_mode = match o.hash_mode {
-            0 => HashMode::Xxh3,
-            1 => HashMode::SglangSha256,
-            h => {
-                return bad(format!(
-                    "opts->hash_mode = {h} is not an rkv_hash_mode (0 = RKV_HASH_XXH3, 1 = \
-                     RKV_HASH_SGLANG_SHA256)"
-                ));
-            }
-        };
-        let medium = match o.medium {
-            0 => Medium::Gpu,
-            1 => Medium::CpuPinned,
-            m => {
-                return bad(format!(
-                    "opts->medium = {m} is not an rkv_medium (0 = RKV_MEDIUM_GPU, 1 = \
-                     RKV_MEDIUM_CPU_PINNED)"
-                ));
-            }
-        };
-        let max_drain_batches = to_usize(o.max_drain_batches, "opts->max_drain_batches")?;
         if c.cache.events().is_some() {
             return bad("events are enabled on this cache already (enable them once)".into());
         }
@@ -570,7 +583,7 @@ pub unsafe extern "C" fn rkv_events_enable(
                 s.tree.cached_tokens, namespaces
             ));
         }
-        c.cache.enable_events(EventOptions { hash_mode, medium, max_drain_batches }).map_err(st)?;
+        c.cache.enable_events(eo).map_err(st)?;
         Ok(())
     })
 }
@@ -698,162 +711,194 @@ pub unsafe extern "C" fn rkv_events_drain(
     boundary("rkv_events_drain", || {
         // SAFETY: the caller passes NULL or a live cache that is not being freed.
         let c = unsafe { cache_ref(cache) }?;
-        check_out_array(out_events, events_cap, "out_events", "events_cap")?;
-        check_out_array(out_hashes, hashes_cap, "out_hashes", "hashes_cap")?;
-        check_out_array(out_tokens, tokens_cap, "out_tokens", "tokens_cap")?;
-        check_out_array(out_strings, strings_cap, "out_strings", "strings_cap")?;
-        check_out(out_info, "out_info")?;
-        let s = sink(c)?;
-        let cap = Need {
-            events: events_cap,
-            hashes: hashes_cap,
-            tokens: tokens_cap,
-            strings: strings_cap,
-        };
-        // Measured under the sink's lock: what fits, and what all of it needs.
-        let (mut taken_need, mut all_need) = (Need::default(), Need::default());
-        let (mut queued, mut fit) = (0usize, 0usize);
-        let taken = s.drain_front(|q| {
-            let mut fitting = true;
-            for (_, b) in q {
-                let n = Need::of(b);
-                queued += 1;
-                all_need = all_need.plus(n);
-                if fitting && taken_need.plus(n).fits(cap) {
-                    taken_need = taken_need.plus(n);
-                    fit += 1;
-                } else {
-                    fitting = false;
-                }
-            }
-            fit
-        });
-        debug_assert_eq!(taken.len(), fit);
-        if taken.is_empty() && queued > 0 {
-            let info = rkv_events_drain_info {
-                n_batches: queued,
-                n_events: all_need.events,
-                n_hashes: all_need.hashes,
-                n_tokens: all_need.tokens,
-                n_string_bytes: all_need.strings,
-                batches_left: queued,
-            };
-            // SAFETY: passed `check_out`; writable by the caller's contract.
-            unsafe { out_info.write(info) };
-            return Err(fail(
-                rkv_status::RKV_BUFFER_TOO_SMALL,
-                format!(
-                    "the first of the {queued} queued batches does not fit (events_cap = \
-                     {events_cap}, hashes_cap = {hashes_cap}, tokens_cap = {tokens_cap}, \
-                     strings_cap = {strings_cap}); all of them need {} events, {} hashes, {} \
-                     tokens, {} string bytes (in *out_info); nothing was taken",
-                    all_need.events, all_need.hashes, all_need.tokens, all_need.strings
-                ),
-            ));
-        }
-        // Laid out in our own vectors, then copied: the events point into the caller's
-        // buffers at the offsets their arrays get there.
-        let mut events = Vec::with_capacity(taken_need.events);
-        let mut hashes: Vec<u64> = Vec::with_capacity(taken_need.hashes);
-        let mut tokens: Vec<u32> = Vec::with_capacity(taken_need.tokens);
-        let mut strings: Vec<u8> = Vec::with_capacity(taken_need.strings);
-        // The address of element `off` of a caller buffer, or NULL for an empty array.
-        // `wrapping_add` computes it without asserting anything; it stays in the buffer,
-        // since `off + n <= cap` for everything laid out (they fit).
-        fn at<T>(base: *mut T, off: usize, n: usize) -> *const T {
-            if n == 0 { std::ptr::null() } else { base.wrapping_add(off).cast_const() }
-        }
-        let put_str = |s: &Option<std::sync::Arc<str>>, strings: &mut Vec<u8>| match s {
-            None => std::ptr::null(),
-            Some(s) => {
-                let p = out_strings.wrapping_add(strings.len()).cast_const();
-                strings.extend_from_slice(s.as_bytes());
-                strings.push(0);
-                p
-            }
-        };
-        for (seq, b) in &taken {
-            for e in &b.events {
-                let mut ev = rkv_event {
-                    seq: *seq,
-                    ts: b.ts,
-                    kind: rkv_event_kind::RKV_EVENT_ALL_BLOCKS_CLEARED as u32,
-                    medium: rkv_medium::RKV_MEDIUM_GPU as u32,
-                    block_size: 0,
-                    has_parent: 0,
-                    parent_block_hash: 0,
-                    block_hashes: std::ptr::null(),
-                    n_block_hashes: 0,
-                    token_ids: std::ptr::null(),
-                    n_token_ids: 0,
-                    lora_name: std::ptr::null(),
-                    cache_salt: std::ptr::null(),
-                };
-                match e {
-                    KvEvent::BlockStored {
-                        block_hashes,
-                        parent_block_hash,
-                        token_ids,
-                        block_size,
-                        lora_name,
-                        cache_salt,
-                        medium,
-                    } => {
-                        ev.kind = rkv_event_kind::RKV_EVENT_BLOCK_STORED as u32;
-                        ev.medium = medium_of(*medium);
-                        ev.block_size = *block_size;
-                        ev.has_parent = u32::from(parent_block_hash.is_some());
-                        ev.parent_block_hash = parent_block_hash.unwrap_or(0);
-                        ev.block_hashes = at(out_hashes, hashes.len(), block_hashes.len());
-                        ev.n_block_hashes = block_hashes.len();
-                        hashes.extend_from_slice(block_hashes);
-                        ev.token_ids = at(out_tokens, tokens.len(), token_ids.len());
-                        ev.n_token_ids = token_ids.len();
-                        tokens.extend_from_slice(token_ids);
-                        ev.lora_name = put_str(lora_name, &mut strings);
-                        ev.cache_salt = put_str(cache_salt, &mut strings);
-                    }
-                    KvEvent::BlockRemoved { block_hashes, medium } => {
-                        ev.kind = rkv_event_kind::RKV_EVENT_BLOCK_REMOVED as u32;
-                        ev.medium = medium_of(*medium);
-                        ev.block_hashes = at(out_hashes, hashes.len(), block_hashes.len());
-                        ev.n_block_hashes = block_hashes.len();
-                        hashes.extend_from_slice(block_hashes);
-                    }
-                    KvEvent::AllBlocksCleared => {}
-                }
-                events.push(ev);
-            }
-        }
-        debug_assert_eq!(
-            Need {
-                events: events.len(),
-                hashes: hashes.len(),
-                tokens: tokens.len(),
-                strings: strings.len()
-            },
-            taken_need
-        );
-        let info = rkv_events_drain_info {
-            n_batches: taken.len(),
-            n_events: events.len(),
-            n_hashes: hashes.len(),
-            n_tokens: tokens.len(),
-            n_string_bytes: strings.len(),
-            batches_left: queued - taken.len(),
-        };
-        // SAFETY: every buffer passed `check_out_array` with its capacity, and what is
-        // written fits it (`taken_need.fits(cap)`); the sources are our own vectors. The
-        // caller guarantees the buffers are writable.
+        // SAFETY: the caller's contract for the buffers and `out_info` is `drain_into`'s.
         unsafe {
-            write_array(out_events, &events);
-            write_array(out_hashes, &hashes);
-            write_array(out_tokens, &tokens);
-            write_array(out_strings.cast::<u8>(), &strings);
-            out_info.write(info);
+            drain_into(
+                || sink(c),
+                out_events,
+                events_cap,
+                out_hashes,
+                hashes_cap,
+                out_tokens,
+                tokens_cap,
+                out_strings,
+                strings_cap,
+                out_info,
+            )
         }
-        Ok(())
     })
+}
+
+/// The body of `rkv_events_drain` (and `rkv_tier_events_drain`) inside its boundary: checks
+/// the buffers, then takes the sink from `get_sink` (which refuses a cache without events)
+/// and drains it as `rkv_events_drain` documents.
+///
+/// # Safety
+/// Each buffer NULL or writable for its capacity; `out_info` NULL or writable.
+#[allow(clippy::too_many_arguments)]
+pub(super) unsafe fn drain_into<'a>(
+    get_sink: impl FnOnce() -> Res<&'a std::sync::Arc<EventSink>>,
+    out_events: *mut rkv_event,
+    events_cap: usize,
+    out_hashes: *mut u64,
+    hashes_cap: usize,
+    out_tokens: *mut u32,
+    tokens_cap: usize,
+    out_strings: *mut c_char,
+    strings_cap: usize,
+    out_info: *mut rkv_events_drain_info,
+) -> Res<()> {
+    check_out_array(out_events, events_cap, "out_events", "events_cap")?;
+    check_out_array(out_hashes, hashes_cap, "out_hashes", "hashes_cap")?;
+    check_out_array(out_tokens, tokens_cap, "out_tokens", "tokens_cap")?;
+    check_out_array(out_strings, strings_cap, "out_strings", "strings_cap")?;
+    check_out(out_info, "out_info")?;
+    let s = get_sink()?;
+    let cap =
+        Need { events: events_cap, hashes: hashes_cap, tokens: tokens_cap, strings: strings_cap };
+    // Measured under the sink's lock: what fits, and what all of it needs.
+    let (mut taken_need, mut all_need) = (Need::default(), Need::default());
+    let (mut queued, mut fit) = (0usize, 0usize);
+    let taken = s.drain_front(|q| {
+        let mut fitting = true;
+        for (_, b) in q {
+            let n = Need::of(b);
+            queued += 1;
+            all_need = all_need.plus(n);
+            if fitting && taken_need.plus(n).fits(cap) {
+                taken_need = taken_need.plus(n);
+                fit += 1;
+            } else {
+                fitting = false;
+            }
+        }
+        fit
+    });
+    debug_assert_eq!(taken.len(), fit);
+    if taken.is_empty() && queued > 0 {
+        let info = rkv_events_drain_info {
+            n_batches: queued,
+            n_events: all_need.events,
+            n_hashes: all_need.hashes,
+            n_tokens: all_need.tokens,
+            n_string_bytes: all_need.strings,
+            batches_left: queued,
+        };
+        // SAFETY: passed `check_out`; writable by the caller's contract.
+        unsafe { out_info.write(info) };
+        return Err(fail(
+            rkv_status::RKV_BUFFER_TOO_SMALL,
+            format!(
+                "the first of the {queued} queued batches does not fit (events_cap = \
+                 {events_cap}, hashes_cap = {hashes_cap}, tokens_cap = {tokens_cap}, \
+                 strings_cap = {strings_cap}); all of them need {} events, {} hashes, {} \
+                 tokens, {} string bytes (in *out_info); nothing was taken",
+                all_need.events, all_need.hashes, all_need.tokens, all_need.strings
+            ),
+        ));
+    }
+    // Laid out in our own vectors, then copied: the events point into the caller's
+    // buffers at the offsets their arrays get there.
+    let mut events = Vec::with_capacity(taken_need.events);
+    let mut hashes: Vec<u64> = Vec::with_capacity(taken_need.hashes);
+    let mut tokens: Vec<u32> = Vec::with_capacity(taken_need.tokens);
+    let mut strings: Vec<u8> = Vec::with_capacity(taken_need.strings);
+    // The address of element `off` of a caller buffer, or NULL for an empty array.
+    // `wrapping_add` computes it without asserting anything; it stays in the buffer,
+    // since `off + n <= cap` for everything laid out (they fit).
+    fn at<T>(base: *mut T, off: usize, n: usize) -> *const T {
+        if n == 0 { std::ptr::null() } else { base.wrapping_add(off).cast_const() }
+    }
+    let put_str = |s: &Option<std::sync::Arc<str>>, strings: &mut Vec<u8>| match s {
+        None => std::ptr::null(),
+        Some(s) => {
+            let p = out_strings.wrapping_add(strings.len()).cast_const();
+            strings.extend_from_slice(s.as_bytes());
+            strings.push(0);
+            p
+        }
+    };
+    for (seq, b) in &taken {
+        for e in &b.events {
+            let mut ev = rkv_event {
+                seq: *seq,
+                ts: b.ts,
+                kind: rkv_event_kind::RKV_EVENT_ALL_BLOCKS_CLEARED as u32,
+                medium: rkv_medium::RKV_MEDIUM_GPU as u32,
+                block_size: 0,
+                has_parent: 0,
+                parent_block_hash: 0,
+                block_hashes: std::ptr::null(),
+                n_block_hashes: 0,
+                token_ids: std::ptr::null(),
+                n_token_ids: 0,
+                lora_name: std::ptr::null(),
+                cache_salt: std::ptr::null(),
+            };
+            match e {
+                KvEvent::BlockStored {
+                    block_hashes,
+                    parent_block_hash,
+                    token_ids,
+                    block_size,
+                    lora_name,
+                    cache_salt,
+                    medium,
+                } => {
+                    ev.kind = rkv_event_kind::RKV_EVENT_BLOCK_STORED as u32;
+                    ev.medium = medium_of(*medium);
+                    ev.block_size = *block_size;
+                    ev.has_parent = u32::from(parent_block_hash.is_some());
+                    ev.parent_block_hash = parent_block_hash.unwrap_or(0);
+                    ev.block_hashes = at(out_hashes, hashes.len(), block_hashes.len());
+                    ev.n_block_hashes = block_hashes.len();
+                    hashes.extend_from_slice(block_hashes);
+                    ev.token_ids = at(out_tokens, tokens.len(), token_ids.len());
+                    ev.n_token_ids = token_ids.len();
+                    tokens.extend_from_slice(token_ids);
+                    ev.lora_name = put_str(lora_name, &mut strings);
+                    ev.cache_salt = put_str(cache_salt, &mut strings);
+                }
+                KvEvent::BlockRemoved { block_hashes, medium } => {
+                    ev.kind = rkv_event_kind::RKV_EVENT_BLOCK_REMOVED as u32;
+                    ev.medium = medium_of(*medium);
+                    ev.block_hashes = at(out_hashes, hashes.len(), block_hashes.len());
+                    ev.n_block_hashes = block_hashes.len();
+                    hashes.extend_from_slice(block_hashes);
+                }
+                KvEvent::AllBlocksCleared => {}
+            }
+            events.push(ev);
+        }
+    }
+    debug_assert_eq!(
+        Need {
+            events: events.len(),
+            hashes: hashes.len(),
+            tokens: tokens.len(),
+            strings: strings.len()
+        },
+        taken_need
+    );
+    let info = rkv_events_drain_info {
+        n_batches: taken.len(),
+        n_events: events.len(),
+        n_hashes: hashes.len(),
+        n_tokens: tokens.len(),
+        n_string_bytes: strings.len(),
+        batches_left: queued - taken.len(),
+    };
+    // SAFETY: every buffer passed `check_out_array` with its capacity, and what is
+    // written fits it (`taken_need.fits(cap)`); the sources are our own vectors. The
+    // caller guarantees the buffers are writable.
+    unsafe {
+        write_array(out_events, &events);
+        write_array(out_hashes, &hashes);
+        write_array(out_tokens, &tokens);
+        write_array(out_strings.cast::<u8>(), &strings);
+        out_info.write(info);
+    }
+    Ok(())
 }
 
 // ---------------------------------------------------------------------------------------

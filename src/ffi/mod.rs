@@ -21,6 +21,8 @@
 mod events;
 pub use events::*;
 mod handles;
+mod tier;
+pub use tier::*;
 
 use std::cell::{Cell, RefCell};
 use std::ffi::{CStr, c_char, c_int, c_void};
@@ -67,8 +69,9 @@ pub enum rkv_status {
     RKV_NO_POOL = 6,
     /// A slot that is already free or held by the tree.
     RKV_DOUBLE_FREE = 7,
-    /// KV storage / CUDA failure (not produced by this ABI's functions, which do not touch
-    /// KV storage; reserved for the functions that will).
+    /// KV storage / CUDA failure: a host tier's copy failed (a copier callback returned
+    /// an error, rolled back), or its KV memory could not be had (an extension of version 1:
+    /// produced only by `rkv_tier_*` functions; the cache functions do not touch KV storage).
     RKV_DEVICE_ERROR = 8,
     /// A bug: a Rust panic caught at the boundary; or an internal limit, refused before
     /// anything changes: more than 16.7 million live locks on one cache, or more than
@@ -1040,19 +1043,18 @@ pub unsafe extern "C" fn rkv_cache_new_with(
     boundary("rkv_cache_new_with", || unsafe { new_cache(opts, policy, out_cache) })
 }
 
-/// The body of `rkv_cache_new` and `rkv_cache_new_with`, inside their panic boundary.
+/// The core's options for `*opts` and `*policy` (NULL: the defaults), as `rkv_cache_new_with`
+/// checks them (`rkv_tier_new` too).
 ///
 /// # Safety
-/// `opts` is NULL or readable; `policy` NULL or readable; `out_cache` NULL or writable.
-unsafe fn new_cache(
+/// `opts` is NULL or readable; `policy` NULL or readable.
+unsafe fn cache_options(
     opts: *const rkv_options,
     policy: *const rkv_policy_options,
-    out_cache: *mut *mut rkv_cache,
-) -> Res<()> {
+) -> Res<CacheOptions> {
     if opts.is_null() {
         return Err(fail(rkv_status::RKV_NULL_ARGUMENT, "opts is NULL"));
     }
-    check_out(out_cache, "out_cache")?;
     if !opts.is_aligned() {
         return Err(fail(
             rkv_status::RKV_INVALID_ARGUMENT,
@@ -1099,13 +1101,30 @@ unsafe fn new_cache(
         // SAFETY: non-null and aligned (`check_opt_in`); readable by the caller's contract.
         unsafe { read_sized(policy, "policy", "rkv_policy_options") }?
     };
-    let cache = Cache::new(CacheOptions {
+    Ok(CacheOptions {
         page_size: o.page_size as usize,
         policy: eviction,
         pool_slots,
         slru_threshold: params.slru_threshold,
     })
-    .map_err(|e| fail(rkv_status::from(&e), format!("opts: {e}")))?;
+}
+
+/// The body of `rkv_cache_new` and `rkv_cache_new_with`, inside their panic boundary.
+///
+/// # Safety
+/// `opts` is NULL or readable; `policy` NULL or readable; `out_cache` NULL or writable.
+unsafe fn new_cache(
+    opts: *const rkv_options,
+    policy: *const rkv_policy_options,
+    out_cache: *mut *mut rkv_cache,
+) -> Res<()> {
+    if opts.is_null() {
+        return Err(fail(rkv_status::RKV_NULL_ARGUMENT, "opts is NULL"));
+    }
+    check_out(out_cache, "out_cache")?;
+    // SAFETY: the caller's contract for `opts` and `policy` is `cache_options`'.
+    let copts = unsafe { cache_options(opts, policy) }?;
+    let cache = Cache::new(copts).map_err(|e| fail(rkv_status::from(&e), format!("opts: {e}")))?;
     // `None` only with 2^20 - 1 caches live at once (see `handles`).
     let locks = LockTable::new().ok_or_else(|| {
         fail(

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Builds tests/c/test_abi.c against the static and the shared radixkv library of one cargo
+# Builds tests/c/test_abi.c and tests/c/test_tier.c (the host tier) against the static and the shared radixkv library of one cargo
 # profile, runs both, and runs both again under valgrind (zero errors, nothing definitely or
 # indirectly lost). Also checks that include/radixkv.h compiles as strict C99 and as C++.
 #
@@ -43,16 +43,21 @@ step "header compiles as C++11" \
   "$CXX" -std=c++11 -Wall -Wextra -Werror -pedantic -I "$ROOT/include" -x c++ -c -o "$OUT/header_cxx.o" - <<<'#include "radixkv.h"
 int main() { return static_cast<int>(rkv_abi_version()) - 1; }'
 
-step "build static" "$CC" "${CFLAGS[@]}" "$ROOT/tests/c/test_abi.c" "$PROFILE_DIR/libradixkv.a" \
-  -lpthread -ldl -lm -o "$OUT/test_abi_static"
 # The library's SONAME is libradixkv.so.1 (build.rs), so the program asks the loader for that
 # name, which cargo does not create: a link to the built library in $OUT/lib provides it.
 mkdir -p "$OUT/lib" && ln -sfn "$PROFILE_DIR/libradixkv.so" "$OUT/lib/libradixkv.so.1"
-step "build shared" "$CC" "${CFLAGS[@]}" "$ROOT/tests/c/test_abi.c" -L "$PROFILE_DIR" -lradixkv \
-  -Wl,-rpath,"$OUT/lib" -lpthread -o "$OUT/test_abi_shared"
+TESTS=(test_abi test_tier)
+for t in "${TESTS[@]}"; do
+  step "build $t static" "$CC" "${CFLAGS[@]}" "$ROOT/tests/c/$t.c" "$PROFILE_DIR/libradixkv.a" \
+    -lpthread -ldl -lm -o "$OUT/${t}_static"
+  step "build $t shared" "$CC" "${CFLAGS[@]}" "$ROOT/tests/c/$t.c" -L "$PROFILE_DIR" -lradixkv \
+    -Wl,-rpath,"$OUT/lib" -lpthread -o "$OUT/${t}_shared"
+done
 
-step "run static" "$OUT/test_abi_static"
-step "run shared" "$OUT/test_abi_shared"
+for t in "${TESTS[@]}"; do
+  step "run $t static" "$OUT/${t}_static"
+  step "run $t shared" "$OUT/${t}_shared"
+done
 
 if [ "${RADIXKV_NO_VALGRIND:-0}" = 1 ]; then
   echo "== valgrind skipped (RADIXKV_NO_VALGRIND=1)"
@@ -64,8 +69,10 @@ else
   # leaks; definitely and indirectly lost blocks are, and so is any error (no suppressions).
   VG=(valgrind --leak-check=full --show-leak-kinds=definite,indirect
       --errors-for-leak-kinds=definite,indirect --error-exitcode=1 --quiet)
-  step "valgrind static" "${VG[@]}" "$OUT/test_abi_static"
-  step "valgrind shared" "${VG[@]}" "$OUT/test_abi_shared"
+  for t in "${TESTS[@]}"; do
+    step "valgrind $t static" "${VG[@]}" "$OUT/${t}_static"
+    step "valgrind $t shared" "${VG[@]}" "$OUT/${t}_shared"
+  done
 fi
 
 echo "$pass passed, $fail failed"

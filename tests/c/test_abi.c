@@ -10,9 +10,9 @@
  * vectors after an insert/evict cycle, counters, and a publisher on tcp://127.0.0.1:*
  * (bad endpoints, an address in use: RKV_IO_ERROR).
  *
- * RKV_DEVICE_ERROR and RKV_INTERNAL_ERROR cannot be produced on purpose through this API:
- * no function of ABI version 1 touches KV storage, and RKV_INTERNAL_ERROR needs a bug (a
- * panic caught at the boundary; the Rust unit tests of src/ffi check that boundary).
+ * RKV_DEVICE_ERROR comes only from the host tier (rkv_tier_*), which tests/c/test_tier.c
+ * exercises; RKV_INTERNAL_ERROR cannot be produced on purpose: it needs a bug (a panic
+ * caught at the boundary; the Rust unit tests of src/ffi check that boundary).
  */
 #define _POSIX_C_SOURCE 200809L
 #include "radixkv.h"
@@ -1974,7 +1974,7 @@ int main(void) {
   printf("status codes produced: ");
   for (i = 0; i <= 10; i++)
     if (produced[i]) printf("%d ", i);
-  printf("(8 RKV_DEVICE_ERROR and 9 RKV_INTERNAL_ERROR are unreachable through ABI v1)\n");
+  printf("(8 RKV_DEVICE_ERROR: test_tier.c; 9 RKV_INTERNAL_ERROR needs a bug)\n");
   printf("%d passed, %d failed\n", passed, failed);
   return failed ? 1 : 0;
 }

@@ -56,5 +56,6 @@ inline std::atomic<int> &failed() {
 void api_tests();       // test_api.cpp
 void lifetime_tests();  // test_lifetime.cpp
 void events_tests();    // test_events.cpp
+void tier_tests();      // test_tier.cpp
 
 #endif
