@@ -4,7 +4,7 @@
 //! The device level is a pool-mode [`Cache`] (the radix tree and the device slot pool) and
 //! is unchanged: its matches, pins and evictions keep every promise of [`crate::tree`] and
 //! [`crate::cache`]. The host level is a slot pool of `host_slots` host slots and an index
-//! of the pages that have a host copy ([`host_index`]), keyed by `(namespace, page hash)`,
+//! of the pages that have a host copy (`host_index.rs`), keyed by `(namespace, page hash)`,
 //! the chained hash of the page's whole prefix (the KV-event hash). A cached page is on the
 //! device, on the host, or both:
 //!
