@@ -249,6 +249,7 @@ struct DevPage {
 
 /// See [`DevPage::hits`].
 const BACKED: u64 = 1 << 63;
+#[cfg(not(loom))]
 const _: () = assert!(std::mem::size_of::<DevPage>() == 32);
 
 /// [`DevPage::parent`] of a namespace's first page.
