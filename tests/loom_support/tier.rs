@@ -17,16 +17,17 @@ use radixkv::kv::{HostKvStorage, KvLayout, KvStorage};
 use radixkv::tier::{
     DeferredCopier, FailPlan, HostCopier, LoadOutcome, TierOptions, TieredCache, WritePolicy,
 };
+use radixkv::tree::InsertOptions;
 
 use super::model_with;
 
 /// [`super::model`] with room for the tier's longer executions (each tier call takes
 /// several locks and many atomic steps) and a preemption bound of at most `bound`. Most run
-/// with bound 1: every race they check needs one preemption (a thread stopped inside a
-/// tier call, between two of its steps, while the other runs whole), and two whole tier
-/// calls at bound 2 take loom one to several minutes each (the backup model 1 min, the
-/// hook model 2 min, a load-back against a match more than 5). `RADIXKV_LOOM_TIER_BOUND`
-/// sets it for a longer run by hand (still at most `LOOM_MAX_PREEMPTIONS`).
+/// with bound 1: the race each checks needs one preemption (a thread stopped between two
+/// steps of a tier call while the other runs whole), and two whole tier calls at bound 2
+/// take loom a minute to several (a load-back against a match more than 5). The hook model
+/// needs bound 2 to find its mutant. `RADIXKV_LOOM_TIER_BOUND` sets the bound for a longer
+/// run by hand (still at most `LOOM_MAX_PREEMPTIONS`).
 fn model(bound: usize, f: impl Fn() + Sync + Send + 'static) {
     let mut b = loom::model::Builder::new();
     b.max_branches = 100_000;
@@ -300,14 +301,15 @@ fn tier_backup_reserve_racing_a_load_back_pin() {
 
 /// The eviction hook vs a re-insert of the same page: `[A]` is on the device and backed up
 /// (its host entry resident); one thread evicts the device while another inserts `[A]`
-/// again (a fresh slot). The re-insert can land between the eviction unlinking A's old page
-/// and the hook telling the host index; the hook then must leave the entry resident on the
-/// new page. Afterwards the host entry is resident exactly when the device caches A (and
-/// host eviction can take it only when it is not). Fails with the hook clearing the
-/// entry's device page without comparing it with the evicted one (T5).
+/// again from a fresh slot and keeps it pinned. The re-insert can land between the
+/// eviction unlinking A's old page and the hook telling the host index; the hook then must
+/// leave the entry resident on the new page. Afterwards A is on the device (pinned) and its
+/// host entry is resident (not evictable); once released and evicted, host-only. Fails with
+/// the hook clearing the entry's device page without comparing it with the evicted one (T5;
+/// found at bound 2 only: the reinsert's window needs two preemptions).
 #[test]
 fn tier_eviction_hook_racing_a_reinsert_of_the_page() {
-    model(1, || {
+    model(2, || {
         let r = Arc::new(rig(2, 2, WritePolicy::WriteThrough, 0));
         r.put(A);
         r.cache.wait_all();
@@ -316,20 +318,23 @@ fn tier_eviction_hook_racing_a_reinsert_of_the_page() {
         let evictor = thread::spawn(move || {
             r2.cache.evict(usize::MAX).unwrap();
         });
-        r.cache.insert(0, &[A], &[s]).unwrap();
+        let (_, lock) = r.cache.insert_and_lock(0, &[A], &[s], InsertOptions::default()).unwrap();
         evictor.join().unwrap();
-        r.cache.check().unwrap();
         let mut out = Vec::new();
-        let on_device = r.cache.match_prefix(0, &[A], &mut out).device_len == 1;
+        assert_eq!(r.cache.match_prefix(0, &[A], &mut out).device_len, 1);
+        assert!(r.holds(out[0], A));
         let st = r.cache.stats();
         assert_eq!(st.host_backed_slots, 1);
         assert_eq!(
             (st.host_resident_pages, st.host_evictable_pages),
-            if on_device { (1, 0) } else { (0, 1) },
-            "the device caches A: {on_device}"
+            (1, 0),
+            "A is on the device, its host entry not resident"
         );
-        if on_device {
-            assert!(r.holds(out[0], A));
-        }
+        r.cache.release(lock).unwrap();
+        r.cache.check().unwrap();
+        r.cache.evict(usize::MAX).unwrap();
+        let st = r.cache.stats();
+        assert_eq!((st.host_resident_pages, st.host_evictable_pages), (0, 1));
+        r.cache.check().unwrap();
     });
 }
