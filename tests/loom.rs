@@ -777,3 +777,6 @@ fn events_pinned_insert_and_release_racing_an_eviction() {
 
 #[path = "loom_support/policy.rs"]
 mod policy;
+
+#[path = "loom_support/tier.rs"]
+mod tier;

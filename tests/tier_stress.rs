@@ -270,7 +270,7 @@ fn run(policy: WritePolicy, fail: FailPlan, dev_slots: usize, host_slots: usize,
     c.check().unwrap();
 }
 
-const CYCLES: usize = 3000;
+const CYCLES: usize = 100_000;
 
 #[test]
 fn write_through_under_tiny_pools() {

@@ -309,22 +309,30 @@ struct Shared {
     counters: Counters,
 }
 
+/// A statistics counter. Under loom a plain `std` atomic: the counters are no part of any
+/// protocol (every access is `Relaxed` and nothing is ordered by them), and modelling them
+/// would only multiply the interleavings loom explores.
+#[cfg(not(loom))]
+type StatU64 = AtomicU64;
+#[cfg(loom)]
+type StatU64 = std::sync::atomic::AtomicU64;
+
 #[derive(Default)]
 struct Counters {
-    device_hit_tokens: AtomicU64,
-    host_hit_tokens: AtomicU64,
-    tokens_to_host: AtomicU64,
-    tokens_written_back: AtomicU64,
-    tokens_to_device: AtomicU64,
-    copies_to_host: AtomicU64,
-    copies_to_device: AtomicU64,
-    copy_failures: AtomicU64,
-    load_backs: AtomicU64,
-    load_backs_skipped: AtomicU64,
-    host_evicted_pages: AtomicU64,
+    device_hit_tokens: StatU64,
+    host_hit_tokens: StatU64,
+    tokens_to_host: StatU64,
+    tokens_written_back: StatU64,
+    tokens_to_device: StatU64,
+    copies_to_host: StatU64,
+    copies_to_device: StatU64,
+    copy_failures: StatU64,
+    load_backs: StatU64,
+    load_backs_skipped: StatU64,
+    host_evicted_pages: StatU64,
 }
 
-fn bump(c: &AtomicU64, n: usize) {
+fn bump(c: &StatU64, n: usize) {
     // Relaxed: statistics.
     c.fetch_add(n as u64, Ordering::Relaxed);
 }
@@ -336,7 +344,8 @@ pub struct TieredCache {
     shared: Arc<Shared>,
     pending: Mutex<Vec<Op>>,
     results: Mutex<HashMap<u64, Result<Loaded>>>,
-    next_load: AtomicU64,
+    /// Load-back ids (a counter: no part of any protocol, so `std` under loom too).
+    next_load: StatU64,
     /// Threads finishing ops they took out of `pending` (raised under `pending`'s lock,
     /// lowered once their results are stored), so a waiter that finds its op in neither
     /// place knows whether it is on its way.
@@ -574,7 +583,7 @@ impl TieredCache {
             shared,
             pending: Mutex::new(Vec::new()),
             results: Mutex::new(HashMap::new()),
-            next_load: AtomicU64::new(1),
+            next_load: StatU64::new(1),
             finishing: AtomicU64::new(0),
         })
     }
@@ -1156,7 +1165,7 @@ impl TieredCache {
         let host = sh.host();
         let (pinned, resident, evictable) = host.counts();
         let c = &sh.counters;
-        let r = |a: &AtomicU64| a.load(Ordering::Relaxed);
+        let r = |a: &StatU64| a.load(Ordering::Relaxed);
         TierStats {
             device: self.dev.stats(),
             host_slots: host.capacity_pages() as u64 * p,
