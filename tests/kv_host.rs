@@ -488,3 +488,50 @@ fn host_storage_is_send_sync_and_object_safe() {
     shared.read_slot(1, 2, &mut k, &mut v).unwrap();
     assert_eq!((k, v), ([7; 32], [8; 32]));
 }
+
+/// `copy_to` between two stores: bytes move slot for slot, bad arguments change nothing,
+/// and copies in opposite directions from two threads at once finish (the two stores'
+/// locks are taken in one global order; the watchdog only turns a deadlock into a failure).
+#[test]
+fn host_copy_to_between_stores() {
+    let a = std::sync::Arc::new(HostKvStorage::new(KvLayout::new(2, 8, 1, 2, 2)).unwrap());
+    let b = std::sync::Arc::new(HostKvStorage::new(KvLayout::new(2, 16, 1, 2, 2)).unwrap());
+    for s in 0..8u32 {
+        let k = [s as u8, 1, 2, 3];
+        let v = [s as u8, 9, 9, 9];
+        a.write_slot(1, s, &k, &v).unwrap();
+    }
+    a.copy_to(&[0, 5], &b, &[15, 3]).unwrap();
+    let (mut k, mut v) = ([0u8; 4], [0u8; 4]);
+    b.read_slot(1, 15, &mut k, &mut v).unwrap();
+    assert_eq!((k, v), ([0, 1, 2, 3], [0, 9, 9, 9]));
+    b.read_slot(1, 3, &mut k, &mut v).unwrap();
+    assert_eq!((k, v), ([5, 1, 2, 3], [5, 9, 9, 9]));
+    for (src, dst) in [(&[0u32][..], &[16u32][..]), (&[8], &[0]), (&[0, 1], &[2, 2]), (&[0], &[])] {
+        assert!(
+            matches!(a.copy_to(src, &b, dst), Err(Error::InvalidArgument(_))),
+            "{src:?} {dst:?}"
+        );
+    }
+    assert!(matches!(a.copy_to(&[0], &a, &[1]), Err(Error::InvalidArgument(_))));
+    let other = HostKvStorage::new(KvLayout::new(1, 8, 1, 2, 2)).unwrap();
+    assert!(matches!(a.copy_to(&[0], &other, &[0]), Err(Error::InvalidArgument(_))));
+    let (a2, b2) = (a.clone(), b.clone());
+    let t1 = std::thread::spawn(move || {
+        for i in 0..20_000u32 {
+            a2.copy_to(&[i % 8], &b2, &[i % 16]).unwrap();
+        }
+    });
+    let t2 = std::thread::spawn(move || {
+        for i in 0..20_000u32 {
+            b.copy_to(&[i % 16], &a, &[i % 8]).unwrap();
+        }
+    });
+    let start = std::time::Instant::now();
+    while !(t1.is_finished() && t2.is_finished()) {
+        assert!(start.elapsed().as_secs() < 120, "opposite copies deadlocked");
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+    t1.join().unwrap();
+    t2.join().unwrap();
+}

@@ -125,7 +125,8 @@ impl HostKvStorage {
     /// K and V: the host tier's copy between two stores ([`crate::tier`]). The layouts must
     /// agree in everything but `num_slots`; slots must be in range and destinations
     /// distinct (`InvalidArgument` otherwise, nothing copied). `self` and `dst` must be
-    /// different stores.
+    /// different stores. Copies in both directions between two stores may run at once from
+    /// any threads (the two stores' locks are taken in one global order).
     pub fn copy_to(&self, src_slots: &[u32], dst: &HostKvStorage, dst_slots: &[u32]) -> Result<()> {
         let (a, b) = (&self.layout, &dst.layout);
         if std::ptr::eq(self, dst) {
@@ -142,8 +143,16 @@ impl HostKvStorage {
         }
         let runs = check_pairs(a.num_slots, b.num_slots, src_slots, dst_slots)?;
         let sb = a.slot_bytes();
-        let _r = self.read();
-        let _w = dst.write();
+        // Lock order: the store at the lower address first, whichever side it is, so two
+        // copies in opposite directions between the same two stores (a backup racing a
+        // load-back) cannot each hold the lock the other waits for.
+        let (_r, _w) = if (self as *const Self) < (dst as *const Self) {
+            let r = self.read();
+            (r, dst.write())
+        } else {
+            let w = dst.write();
+            (self.read(), w)
+        };
         for (sbuf, dbuf) in self.bufs.iter().zip(&dst.bufs) {
             // SAFETY: we hold the source's read lock and the destination's write lock (two
             // different stores, so two different allocations: no range overlaps); every

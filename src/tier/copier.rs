@@ -73,23 +73,20 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 /// Both sides in host memory: the "device" store and the host store are
 /// [`HostKvStorage`]s with the same shape except their slot counts. Copies run in the
 /// call that starts them (memcpy of runs of consecutive slots), so every ticket is done
-/// when returned. One copy runs at a time: [`HostKvStorage::copy_to`] takes the source's
-/// read lock and then the destination's write lock, so a copy to the host racing a copy to
-/// the device would each hold the lock the other waits for.
+/// when returned. Copies in opposite directions may run at once from any threads
+/// ([`HostKvStorage::copy_to`] takes the two stores' locks in one global order).
 #[derive(Debug)]
 pub struct HostCopier {
     device: Arc<HostKvStorage>,
     host: Arc<HostKvStorage>,
     done: Mutex<Done>,
-    /// Held across each copy (see above).
-    copying: Mutex<()>,
 }
 
 impl HostCopier {
     /// A copier between `device` and `host` (layouts equal but for `num_slots`:
     /// checked on each copy).
     pub fn new(device: Arc<HostKvStorage>, host: Arc<HostKvStorage>) -> HostCopier {
-        HostCopier { device, host, done: Mutex::new(Done::default()), copying: Mutex::new(()) }
+        HostCopier { device, host, done: Mutex::new(Done::default()) }
     }
 
     /// The device-side store.
@@ -105,18 +102,12 @@ impl HostCopier {
 
 impl TierCopier for HostCopier {
     fn to_host(&self, dev: &[u32], host: &[u32]) -> Result<CopyTicket> {
-        {
-            let _one = lock(&self.copying);
-            self.device.copy_to(dev, &self.host, host)?;
-        }
+        self.device.copy_to(dev, &self.host, host)?;
         Ok(lock(&self.done).finish(Ok(())))
     }
 
     fn to_device(&self, host: &[u32], dev: &[u32]) -> Result<CopyTicket> {
-        {
-            let _one = lock(&self.copying);
-            self.host.copy_to(host, &self.device, dev)?;
-        }
+        self.host.copy_to(host, &self.device, dev)?;
         Ok(lock(&self.done).finish(Ok(())))
     }
 
