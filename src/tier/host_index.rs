@@ -291,14 +291,17 @@ impl HostIndex {
         Some(base)
     }
 
-    /// A writing entry's copy completed: it is ready, resident on `resident` (or
-    /// [`NO_PAGE`]).
+    /// A writing entry's copy completed: it is ready, resident on `resident` (a backup's
+    /// pinned page), or, given [`NO_PAGE`] (a write-back), on whatever device page an insert
+    /// recorded meanwhile ([`HostIndex::mark_resident`]), if any.
     pub(crate) fn commit(&mut self, key: PageKey, resident: u32) {
         let t = self.tick();
         let e = self.map.get_mut(&key).expect("a reserved entry stays until committed or aborted");
         debug_assert!(!e.ready, "committed twice");
         e.ready = true;
-        e.resident = resident;
+        if resident != NO_PAGE {
+            e.resident = resident;
+        }
         e.stamp = t;
         e.created = t;
         self.requeue(key);
@@ -357,11 +360,14 @@ impl HostIndex {
         }
     }
 
-    /// Records that device page `page` holds `key`'s tokens (a ready entry: the device has
-    /// them again, so the host copy is kept). `false` if there is no ready entry.
+    /// Records that device page `page` holds `key`'s tokens (the device has them again, so
+    /// the host copy is kept). Also for a writing entry: a write-back of the page's earlier
+    /// device copy may still be copying while an insert caches the page again, and its
+    /// commit must not leave the copy host-only (evictable) while the device holds the page.
+    /// `false` if there is no entry.
     pub(crate) fn mark_resident(&mut self, key: PageKey, page: u32) -> bool {
         match self.map.get_mut(&key) {
-            Some(e) if e.ready => {
+            Some(e) => {
                 e.resident = page;
                 self.requeue(key);
                 true

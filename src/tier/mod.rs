@@ -1221,6 +1221,34 @@ impl TieredCache {
                 }
             }
         }
+        // The other way round: a cached device page whose tokens have a host copy is that
+        // copy's resident page (never a host-only copy, which host eviction could drop,
+        // of a page the device holds), and is flagged BACKED. One window is allowed under
+        // `write_back`: an eviction's write-back of a page's old device copy reserves its
+        // entry only after the page left the device, so an insert caching the page again
+        // in between finds no entry to mark, and the write-back commits a host-only copy of
+        // a page the device holds again. Harmless (the device copy is complete; if host
+        // eviction drops the host copy, the page is written back again when the device
+        // evicts it), and documented in docs/host-tier.md.
+        let write_back = sh.opts.write_policy == WritePolicy::WriteBack;
+        let p = sh.page_size as u32;
+        for page in 0..(pool.capacity() as u32 / p) {
+            if pool.state(page * p) != Some(SlotState::Cached) {
+                continue;
+            }
+            let (id, _) = sh.page_id(page);
+            if let Some(e) = host.get(&id) {
+                // Relaxed: quiescent.
+                let backed = sh.pages[page as usize].hits.load(Ordering::Relaxed) & BACKED != 0;
+                let window = write_back && e.resident == NO_PAGE;
+                if !window && (e.resident != page || !backed) {
+                    return Err(format!(
+                        "device page {page} holds {id:?}, whose host copy names page {} (BACKED: {backed})",
+                        e.resident
+                    ));
+                }
+            }
+        }
         drop(host);
         // Device: the pool's Cached slots are exactly the tree's cached tokens, and its free
         // count is the Free slots (so free + cached + held == N, held being the rest).
