@@ -81,6 +81,8 @@ pub(crate) struct Entry {
     pub(crate) priority: i32,
     /// Its key in `order`, when queued.
     queued: Option<OrderKey>,
+    /// Entries (writing or ready) naming this page as their parent.
+    kids: u32,
 }
 
 /// What removing or committing an entry tells the caller to publish.
@@ -100,8 +102,9 @@ pub(crate) struct HostIndex {
     /// Host pages not holding any entry (first slots).
     free: Vec<u32>,
     map: Map<Entry>,
-    /// How many entries name a page as their parent (the page itself may be absent).
-    kids: Map<u32>,
+    /// How many entries name each absent page as their parent (a present page keeps its
+    /// count in [`Entry::kids`]; the count moves here when it goes, and back when it comes).
+    orphans: Map<u32>,
     /// The evictable entries, by policy key.
     order: BTreeSet<(OrderKey, PageKey)>,
     /// A logical clock for stamps (exact order within the index's own history).
@@ -126,7 +129,7 @@ impl HostIndex {
             slru_threshold,
             free,
             map: Map::default(),
-            kids: Map::default(),
+            orphans: Map::default(),
             order: BTreeSet::new(),
             clock: 0,
         }
@@ -176,17 +179,14 @@ impl HostIndex {
         }
     }
 
-    fn evictable(&self, key: &PageKey, e: &Entry) -> bool {
-        e.ready
-            && e.pins == 0
-            && e.resident == NO_PAGE
-            && self.kids.get(key).is_none_or(|&k| k == 0)
+    fn evictable(&self, e: &Entry) -> bool {
+        e.ready && e.pins == 0 && e.resident == NO_PAGE && e.kids == 0
     }
 
     /// Puts `key`'s entry in `order` exactly when it is evictable, under its current key.
     fn requeue(&mut self, key: PageKey) {
         let Some(e) = self.map.get(&key) else { return };
-        let want = self.evictable(&key, e).then(|| self.order_key(e));
+        let want = self.evictable(e).then(|| self.order_key(e));
         let had = e.queued;
         if had == want {
             return;
@@ -201,20 +201,34 @@ impl HostIndex {
     }
 
     fn add_kid(&mut self, ns: u64, parent: Option<u64>) {
-        if let Some(p) = parent {
-            *self.kids.entry((ns, p)).or_insert(0) += 1;
-            self.requeue((ns, p));
+        let Some(p) = parent else { return };
+        match self.map.get_mut(&(ns, p)) {
+            Some(e) => {
+                e.kids += 1;
+                if e.kids == 1 && e.queued.is_some() {
+                    self.requeue((ns, p)); // a leaf no more
+                }
+            }
+            None => *self.orphans.entry((ns, p)).or_insert(0) += 1,
         }
     }
 
     fn drop_kid(&mut self, ns: u64, parent: Option<u64>) {
-        if let Some(p) = parent {
-            let k = self.kids.get_mut(&(ns, p)).expect("a child counted under its parent");
-            *k -= 1;
-            if *k == 0 {
-                self.kids.remove(&(ns, p));
+        let Some(p) = parent else { return };
+        match self.map.get_mut(&(ns, p)) {
+            Some(e) => {
+                e.kids -= 1;
+                if e.kids == 0 {
+                    self.requeue((ns, p)); // a leaf again
+                }
             }
-            self.requeue((ns, p));
+            None => {
+                let k = self.orphans.get_mut(&(ns, p)).expect("a child counted under its parent");
+                *k -= 1;
+                if *k == 0 {
+                    self.orphans.remove(&(ns, p));
+                }
+            }
         }
     }
 
@@ -223,6 +237,9 @@ impl HostIndex {
         let e = self.map.remove(&key).expect("present");
         if let Some(k) = e.queued {
             self.order.remove(&(k, key));
+        }
+        if e.kids > 0 {
+            self.orphans.insert(key, e.kids); // an aborted backup's page with children
         }
         self.free.push(e.base);
         self.drop_kid(key.0, e.parent);
@@ -285,6 +302,7 @@ impl HostIndex {
             hits: 0,
             priority,
             queued: None,
+            kids: self.orphans.remove(&key).unwrap_or(0),
         };
         self.map.insert(key, e);
         self.add_kid(key.0, parent);
@@ -419,12 +437,20 @@ impl HostIndex {
                 *kids.entry((k.0, p)).or_insert(0) += 1;
             }
         }
-        if kids.len() != self.kids.len() || kids.iter().any(|(k, n)| self.kids.get(k) != Some(n)) {
+        let counted = |k: &PageKey| match self.map.get(k) {
+            Some(e) => (e.kids > 0).then_some(e.kids),
+            None => self.orphans.get(k).copied(),
+        };
+        let present_kids = self.map.values().filter(|e| e.kids > 0).count();
+        if kids.len() != present_kids + self.orphans.len()
+            || kids.iter().any(|(k, n)| counted(k) != Some(*n))
+            || self.orphans.keys().any(|k| self.map.contains_key(k))
+        {
             return Err("host index: child counts differ from the entries' parents".into());
         }
         let mut queued = 0;
         for (k, e) in &self.map {
-            let want = self.evictable(k, e).then(|| self.order_key(e));
+            let want = self.evictable(e).then(|| self.order_key(e));
             if want != e.queued || want.is_some_and(|o| !self.order.contains(&(o, *k))) {
                 return Err(format!(
                     "host index: entry {k:?} queued as {:?}, should be {want:?}",
