@@ -343,6 +343,12 @@ pub struct TieredCache {
     dev: Cache,
     shared: Arc<Shared>,
     pending: Mutex<Vec<Op>>,
+    /// How many ops `pending` held when its lock was last let go: a hint that lets
+    /// [`TieredCache::poll`], which every method calls first, skip the lock when nothing
+    /// is in flight (so a match takes no tier lock then). A stale read only delays a poll;
+    /// `wait_all` and `wait_load` never read it. Not part of any protocol, so a plain
+    /// atomic under loom too, like the statistics.
+    queued: StatU64,
     results: Mutex<HashMap<u64, Result<Loaded>>>,
     /// Load-back ids (a counter: no part of any protocol, so `std` under loom too).
     next_load: StatU64,
@@ -522,6 +528,11 @@ impl Shared {
 }
 
 impl TieredCache {
+    /// Locks `pending` (see [`Pending`]).
+    fn pending(&self) -> Pending<'_> {
+        Pending { guard: lock(&self.pending), queued: &self.queued }
+    }
+
     /// A two-level cache: a device cache of `device` (pool mode: `pool_slots > 0`) and a
     /// host tier of `tier.host_slots` slots, copying through `copier`. `InvalidArgument`
     /// for a device cache without a pool, a host size that is not a positive multiple of
@@ -585,6 +596,7 @@ impl TieredCache {
             results: Mutex::new(HashMap::new()),
             next_load: StatU64::new(1),
             finishing: AtomicU64::new(0),
+            queued: StatU64::new(0),
         })
     }
 
@@ -876,7 +888,7 @@ impl TieredCache {
     /// Finishes `op` now if its copy is done, else queues it.
     fn settle_or_queue(&self, op: Op) {
         match self.shared.copier.poll(op_ticket(&op)) {
-            Ok(false) => lock(&self.pending).push(op),
+            Ok(false) => self.pending().push(op),
             r => self.finish(op, r.map(|_| ())),
         }
     }
@@ -1074,7 +1086,7 @@ impl TieredCache {
                 return r;
             }
             let (op, finishing) = {
-                let mut pend = lock(&self.pending);
+                let mut pend = self.pending();
                 let i = pend.iter().position(|o| matches!(o, Op::Load(l) if l.id == t.0));
                 match i {
                     Some(i) => {
@@ -1105,8 +1117,12 @@ impl TieredCache {
     /// device pages; load-backs insert their pages). Returns how many finished. Every
     /// method of the tier calls it; an engine calls it once per step.
     pub fn poll(&self) -> usize {
+        // Relaxed: a hint (see `queued`).
+        if self.queued.load(Ordering::Relaxed) == 0 {
+            return 0;
+        }
         let ops = {
-            let mut pend = lock(&self.pending);
+            let mut pend = self.pending();
             if pend.is_empty() {
                 return 0;
             }
@@ -1125,7 +1141,7 @@ impl TieredCache {
             }
         }
         if !keep.is_empty() {
-            lock(&self.pending).extend(keep);
+            self.pending().extend(keep);
         }
         self.finishing.fetch_sub(1, Ordering::SeqCst);
         done
@@ -1135,7 +1151,7 @@ impl TieredCache {
     pub fn wait_all(&self) {
         loop {
             let ops = {
-                let mut pend = lock(&self.pending);
+                let mut pend = self.pending();
                 if pend.is_empty() {
                     if self.finishing.load(Ordering::SeqCst) == 0 {
                         return;
@@ -1185,7 +1201,7 @@ impl TieredCache {
             load_backs: r(&c.load_backs),
             load_backs_skipped: r(&c.load_backs_skipped),
             host_evicted_pages: r(&c.host_evicted_pages),
-            in_flight: lock(&self.pending).len() as u64,
+            in_flight: self.pending().len() as u64,
         }
     }
 
@@ -1194,7 +1210,7 @@ impl TieredCache {
     /// violation found.
     pub fn check(&self) -> std::result::Result<(), String> {
         let sh = &*self.shared;
-        if !lock(&self.pending).is_empty() {
+        if !self.pending().is_empty() {
             return Err("copies are still in flight (call wait_all first)".into());
         }
         let host = sh.host();
@@ -1268,6 +1284,32 @@ impl TieredCache {
             ));
         }
         Ok(())
+    }
+}
+
+/// `pending`, locked; letting it go records its length in `queued`.
+struct Pending<'a> {
+    guard: crate::sync::MutexGuard<'a, Vec<Op>>,
+    queued: &'a StatU64,
+}
+
+impl std::ops::Deref for Pending<'_> {
+    type Target = Vec<Op>;
+    fn deref(&self) -> &Vec<Op> {
+        &self.guard
+    }
+}
+
+impl std::ops::DerefMut for Pending<'_> {
+    fn deref_mut(&mut self) -> &mut Vec<Op> {
+        &mut self.guard
+    }
+}
+
+impl Drop for Pending<'_> {
+    fn drop(&mut self) {
+        // Relaxed: a hint (see `TieredCache::queued`), stored while the lock is held.
+        self.queued.store(self.guard.len() as u64, Ordering::Relaxed);
     }
 }
 
