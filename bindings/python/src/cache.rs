@@ -12,8 +12,8 @@
 //! and drops the cache.
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Mutex, RwLock};
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
@@ -23,6 +23,7 @@ use radixkv::events::{KvEvent, Medium, NamespaceMeta};
 use radixkv::tree::{DEFAULT_SLRU_THRESHOLD, InsertOptions, checked_priority};
 use radixkv::{Cache, CacheOptions, EventOptions, EvictionPolicy, PrefixLock, SlotRun};
 
+use crate::closable::Closable;
 use crate::errors::*;
 use crate::input::{Input, OutOfRange, View, to_input, to_runs};
 
@@ -187,10 +188,6 @@ impl LockTable {
     }
 }
 
-fn closed() -> Fail {
-    fail(CLOSED, "the cache is closed")
-}
-
 fn no_events(function: &str) -> Fail {
     let _ = function;
     fail(
@@ -202,8 +199,7 @@ fn no_events(function: &str) -> Fail {
 /// A radixkv cache (see the module docs).
 #[pyclass(frozen, module = "radixkv._radixkv")]
 pub struct NativeCache {
-    closing: AtomicBool,
-    state: RwLock<Option<Cache>>,
+    inner: Closable<Cache>,
     locks: LockTable,
     #[pyo3(get)]
     page_size: usize,
@@ -273,17 +269,7 @@ impl NativeCache {
         function: &str,
         f: impl FnOnce(&Cache) -> Res<T> + Send,
     ) -> PyResult<T> {
-        if self.closing.load(Ordering::Acquire) {
-            return Err(to_pyerr(py, function, closed()));
-        }
-        let r = py.detach(|| {
-            let g = self.state.read().unwrap_or_else(|p| p.into_inner());
-            match g.as_ref() {
-                Some(c) => f(c),
-                None => Err(closed()),
-            }
-        });
-        done(py, function, r)
+        self.inner.with(py, function, f)
     }
 
     fn untrack(&self, freed: &[u32]) {
@@ -418,12 +404,11 @@ impl NativeCache {
         })();
         let cache = done(py, "rkv_cache_new", r)?;
         Ok(NativeCache {
-            closing: AtomicBool::new(false),
             page_size: cache.page_size(),
             pool_slots: cache.options().pool_slots,
             events: cache.events().is_some(),
             tracked: (track_slots && pool_slots == 0).then(|| Mutex::new(Vec::new())),
-            state: RwLock::new(Some(cache)),
+            inner: Closable::new(cache),
             locks: LockTable::new(),
         })
     }
@@ -431,27 +416,22 @@ impl NativeCache {
     /// Refuses new calls, waits for those in flight, releases the outstanding locks and
     /// frees the cache. Idempotent.
     fn close(&self, py: Python<'_>) {
-        self.closing.store(true, Ordering::Release);
-        py.detach(|| {
-            let mut g = self.state.write().unwrap_or_else(|p| p.into_inner());
-            if let Some(c) = g.take() {
-                for l in self.locks.drain() {
-                    let _ = c.release(l);
-                }
-                drop(c);
+        self.inner.close(py, |c| {
+            for l in self.locks.drain() {
+                let _ = c.release(l);
             }
         });
     }
 
     #[getter]
     fn closed(&self) -> bool {
-        self.state.read().map(|g| g.is_none()).unwrap_or(true)
+        self.inner.closed()
     }
 
     /// Whether calls are refused (closing or closed).
     #[getter]
     fn closing(&self) -> bool {
-        self.closing.load(Ordering::Acquire)
+        self.inner.closing()
     }
 
     // -- matching --

@@ -13,6 +13,7 @@ use pyo3::prelude::*;
 use pyo3::types::PyDict;
 
 mod cache;
+mod closable;
 mod errors;
 mod input;
 mod publisher;

@@ -12,8 +12,7 @@
 //! whose bytes Python reads and writes a slot at a time (`read_slot`/`write_slot`) or in
 //! place at the stores' addresses (`kv_ptrs`).
 
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, RwLock};
+use std::sync::Arc;
 
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict, PyList};
@@ -30,12 +29,9 @@ use radixkv::{CacheOptions, EventOptions, EvictionPolicy};
 use crate::cache::{
     LockTable, event_rows, oor, options, pair_len, slot_buffer, tokens_of, with_two,
 };
+use crate::closable::Closable;
 use crate::errors::*;
 use crate::input::to_input;
-
-fn closed() -> Fail {
-    fail(CLOSED, "the cache is closed")
-}
 
 fn no_events() -> Fail {
     fail(
@@ -58,8 +54,7 @@ type LoadedRow<'py> = (u64, usize, Bound<'py, PyAny>, usize, usize, &'static str
 /// A two-level cache (see the module docs).
 #[pyclass(frozen, module = "radixkv._radixkv")]
 pub struct NativeTieredCache {
-    closing: AtomicBool,
-    state: RwLock<Option<TieredCache>>,
+    inner: Closable<TieredCache>,
     locks: LockTable,
     /// The host copier's stores (copier "host").
     host_copier: Option<Arc<HostCopier>>,
@@ -90,17 +85,7 @@ impl NativeTieredCache {
         function: &str,
         f: impl FnOnce(&TieredCache) -> Res<T> + Send,
     ) -> PyResult<T> {
-        if self.closing.load(Ordering::Acquire) {
-            return Err(to_pyerr(py, function, closed()));
-        }
-        let r = py.detach(|| {
-            let g = self.state.read().unwrap_or_else(|p| p.into_inner());
-            match g.as_ref() {
-                Some(c) => f(c),
-                None => Err(closed()),
-            }
-        });
-        done(py, function, r)
+        self.inner.with(py, function, f)
     }
 
     fn store(&self, side: &str) -> Res<&Arc<HostKvStorage>> {
@@ -232,12 +217,11 @@ impl NativeTieredCache {
         })();
         let (cache, host_copier) = done(py, "rkv_tier_new", r)?;
         Ok(NativeTieredCache {
-            closing: AtomicBool::new(false),
             page_size: cache.page_size(),
             pool_slots: pool_slots as usize,
             host_slots: host_slots as usize,
             events: events.is_some(),
-            state: RwLock::new(Some(cache)),
+            inner: Closable::new(cache),
             locks: LockTable::new(),
             host_copier,
         })
@@ -246,28 +230,23 @@ impl NativeTieredCache {
     /// Refuses new calls, waits for those in flight, releases the outstanding locks and
     /// frees the cache (waiting for its copies). Idempotent.
     fn close(&self, py: Python<'_>) {
-        self.closing.store(true, Ordering::Release);
-        py.detach(|| {
-            let mut g = self.state.write().unwrap_or_else(|p| p.into_inner());
-            if let Some(c) = g.take() {
-                c.wait_all();
-                for l in self.locks.drain() {
-                    let _ = c.release(l);
-                }
-                drop(c);
+        self.inner.close(py, |c| {
+            c.wait_all();
+            for l in self.locks.drain() {
+                let _ = c.release(l);
             }
         });
     }
 
     #[getter]
     fn closed(&self) -> bool {
-        self.state.read().map(|g| g.is_none()).unwrap_or(true)
+        self.inner.closed()
     }
 
     /// Whether calls are refused (closing or closed).
     #[getter]
     fn closing(&self) -> bool {
-        self.closing.load(Ordering::Acquire)
+        self.inner.closing()
     }
 
     /// The write policy's SGLang name.
@@ -595,9 +574,7 @@ impl NativeTieredCache {
         slot: u32,
     ) -> PyResult<(Bound<'py, PyBytes>, Bound<'py, PyBytes>)> {
         let s = done(py, "rkv_kv_read_slot", self.store(side))?.clone();
-        if self.closing.load(Ordering::Acquire) {
-            return Err(to_pyerr(py, "rkv_kv_read_slot", closed()));
-        }
+        self.inner.refuse_if_closing(py, "rkv_kv_read_slot")?;
         let n = s.layout().slot_bytes();
         let r = py.detach(|| {
             let (mut k, mut v) = (vec![0u8; n], vec![0u8; n]);
@@ -619,9 +596,7 @@ impl NativeTieredCache {
         v: Vec<u8>,
     ) -> PyResult<()> {
         let s = done(py, "rkv_kv_write_slot", self.store(side))?.clone();
-        if self.closing.load(Ordering::Acquire) {
-            return Err(to_pyerr(py, "rkv_kv_write_slot", closed()));
-        }
+        self.inner.refuse_if_closing(py, "rkv_kv_write_slot")?;
         let r = py.detach(|| s.write_slot(layer, slot, &k, &v).map_err(st));
         done(py, "rkv_kv_write_slot", r)
     }

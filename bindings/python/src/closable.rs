@@ -1,0 +1,80 @@
+//! [`Closable`]: a native object's Rust value that `close()` can take away while other
+//! threads call into it (what `NativeCache` and `NativeTieredCache` share).
+//!
+//! A call checks `closing`, then runs under the read lock with the GIL released; `close`
+//! sets `closing` (new calls are refused at once), takes the write lock (waiting for the
+//! calls in flight) and takes the value out.
+
+use std::sync::RwLock;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use pyo3::prelude::*;
+
+use crate::errors::*;
+
+/// The error of a call on a closed object (`CacheClosedError`).
+fn closed() -> Fail {
+    fail(CLOSED, "the cache is closed")
+}
+
+/// A value `close()` can take away; see the module docs.
+pub(crate) struct Closable<T> {
+    closing: AtomicBool,
+    state: RwLock<Option<T>>,
+}
+
+impl<T: Send + Sync> Closable<T> {
+    /// Holds `value`.
+    pub(crate) fn new(value: T) -> Self {
+        Closable { closing: AtomicBool::new(false), state: RwLock::new(Some(value)) }
+    }
+
+    /// Runs `f` on the value with the GIL released; `function` names the operation in an
+    /// error's message. A closed (or closing) object is refused.
+    pub(crate) fn with<R: Send>(
+        &self,
+        py: Python<'_>,
+        function: &str,
+        f: impl FnOnce(&T) -> Res<R> + Send,
+    ) -> PyResult<R> {
+        self.refuse_if_closing(py, function)?;
+        let r = py.detach(|| {
+            let g = self.state.read().unwrap_or_else(|p| p.into_inner());
+            match g.as_ref() {
+                Some(c) => f(c),
+                None => Err(closed()),
+            }
+        });
+        done(py, function, r)
+    }
+
+    /// `Err` (the closed error, naming `function`) once `close` has begun.
+    pub(crate) fn refuse_if_closing(&self, py: Python<'_>, function: &str) -> PyResult<()> {
+        if self.closing() {
+            return Err(to_pyerr(py, function, closed()));
+        }
+        Ok(())
+    }
+
+    /// Refuses new calls, waits for those in flight, and hands the value (once) to
+    /// `finish` with the GIL released. Idempotent.
+    pub(crate) fn close(&self, py: Python<'_>, finish: impl FnOnce(T) + Send) {
+        self.closing.store(true, Ordering::Release);
+        py.detach(|| {
+            let mut g = self.state.write().unwrap_or_else(|p| p.into_inner());
+            if let Some(c) = g.take() {
+                finish(c);
+            }
+        });
+    }
+
+    /// Whether the value is gone.
+    pub(crate) fn closed(&self) -> bool {
+        self.state.read().map(|g| g.is_none()).unwrap_or(true)
+    }
+
+    /// Whether calls are refused (closing or closed).
+    pub(crate) fn closing(&self) -> bool {
+        self.closing.load(Ordering::Acquire)
+    }
+}
