@@ -7,8 +7,8 @@
 use std::sync::Mutex;
 
 use criterion::{BatchSize, Criterion, criterion_group, criterion_main};
-use radixkv::trace::{Trace, TraceOptions};
 use radixkv::{EvictionPolicy, RadixTree, TreeConfig};
+use radixkv_trace::{Trace, TraceOptions};
 
 /// The trace's requests as tokens (CLI.md's materialization, block size 512).
 fn requests() -> Vec<Vec<u32>> {

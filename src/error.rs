@@ -63,9 +63,3 @@ pub type Result<T> = std::result::Result<T, Error>;
 pub(crate) fn invalid(msg: impl Into<String>) -> Error {
     Error::InvalidArgument(msg.into())
 }
-
-/// Shorthand for an [`Error::Io`].
-#[cfg_attr(loom, allow(dead_code))]
-pub(crate) fn io(msg: impl Into<String>) -> Error {
-    Error::Io(msg.into())
-}

@@ -6,13 +6,10 @@ pub(crate) mod sync;
 pub mod cache;
 pub mod error;
 pub mod events;
-pub mod ffi;
 pub mod kv;
 pub mod pool;
-pub mod sched;
 pub mod slot_run;
 pub mod tier;
-pub mod trace;
 pub mod tree;
 
 pub use cache::{Cache, CacheOptions, CacheStats, EventOptions, FreeFn, FreeRunsFn, Request};

@@ -114,7 +114,7 @@ fn memory_bytes_on_the_mooncake_trace() {
     // not a skip.
     assert!(std::path::Path::new(path).exists(), "{path} not found (the shared traces)");
     let _one = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
-    let trace = radixkv::trace::Trace::load(path, Default::default()).unwrap();
+    let trace = radixkv_trace::Trace::load(path, Default::default()).unwrap();
     let t = RadixTree::new(TreeConfig::default()).unwrap();
     t.reclaim();
     let mut out = Vec::new();

@@ -1,8 +1,8 @@
 //! The tree alone reproduces the exact hit count of the Mooncake synthetic trace
 //! (`CLI.md`): match, then insert, per request, in file order, unlimited capacity.
 
-use radixkv::trace::{Trace, TraceOptions};
 use radixkv::{EvictionPolicy, RadixTree, TreeConfig};
+use radixkv_trace::{Trace, TraceOptions};
 
 fn load_trace() -> Option<Vec<Vec<u32>>> {
     let path =

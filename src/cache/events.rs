@@ -72,13 +72,10 @@ impl Cache {
         self.events().map(|s| s.drain()).unwrap_or_default()
     }
 
-    /// Attaches a ZMQ publisher to the cache's sink (see [`crate::events::publisher`]).
-    #[cfg(not(loom))]
-    pub fn publish(
-        &self,
-        opts: crate::events::publisher::PublisherOptions,
-    ) -> Result<crate::events::publisher::Publisher> {
-        crate::events::publisher::Publisher::start(self.sink()?, opts)
+    /// The cache's event sink, to attach a publisher to (`radixkv_publisher::Publisher::
+    /// start(cache.event_sink()?, ...)`). `InvalidArgument` with events off.
+    pub fn event_sink(&self) -> Result<&std::sync::Arc<crate::events::EventSink>> {
+        self.sink()
     }
 
     /// [`Cache::reset`] holding the cache exclusively: with events on, it pushes one

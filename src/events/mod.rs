@@ -1,8 +1,9 @@
 //! KV-cache events: what cluster routers see of a cache (`KV_EVENTS.md`).
 //!
 //! This module is the standalone layer the cache's hooks feed: typed events, their page
-//! hashes ([`hash`]), vLLM's msgpack wire ([`wire`]) and a ZMQ publisher
-//! ([`publisher`]). The hooks that push into it are in the tree (`Insert::hang`,
+//! hashes ([`hash`]) and vLLM's msgpack wire ([`wire`]); the ZMQ publisher is the crate
+//! `radixkv-publisher`, attached to a sink as a [`BatchOutlet`]. The hooks that push into
+//! it are in the tree (`Insert::hang`,
 //! `RadixTree::evict_leaf`; enabled with `Cache::enable_events`); where they push relative
 //! to the publish of a leaf and the unlink of an evicted one, and why, is in
 //! `docs/kv-events.md`, "sequencing with the tree", and next to the pushes.
@@ -14,8 +15,8 @@
 //! [`EventSink::cleared`] that fill in the namespace's identity, page size and medium);
 //! [`EventSink::flush`] closes the events pushed so far into one batch with the next
 //! sequence number. The batches go either to an in-process queue that
-//! [`EventSink::drain`] empties, or, once a [`publisher::Publisher`] is attached, to its
-//! thread.
+//! [`EventSink::drain`] empties, or, once an outlet is attached ([`EventSink::attach`]:
+//! the publisher's), to it.
 //!
 //! Contract:
 //! - **Thread-safety.** Every method takes `&self` and may be called from any thread at
@@ -38,10 +39,6 @@
 //!   model, which has neither. Its page hashes come from [`EventSink::namespace`]'s hasher.
 
 pub mod hash;
-// Not in loom builds: the models of the hooks need only the sink, and loom builds would
-// otherwise compile libzmq.
-#[cfg(not(loom))]
-pub mod publisher;
 pub mod wire;
 
 use std::collections::{HashMap, VecDeque};
@@ -180,11 +177,19 @@ pub struct NamespaceInfo {
     pub hasher: PageHasher,
 }
 
+/// Where a sink's closed batches go once attached ([`EventSink::attach`]): the publisher's
+/// queue. `submit` is called under the sink's lock, once per batch, in sequence order; it
+/// must not block and must not call into the sink (it may drop a batch and count it: a gap
+/// the consumer sees in `seq`).
+pub trait BatchOutlet: Send {
+    /// Takes batch `seq`.
+    fn submit(&mut self, seq: u64, batch: EventBatch);
+}
+
 /// Where closed batches go.
 enum Output {
     Drain(VecDeque<(u64, EventBatch)>),
-    #[cfg(not(loom))]
-    Publish(publisher::Feed),
+    Publish(Box<dyn BatchOutlet>),
 }
 
 struct State {
@@ -366,7 +371,6 @@ impl EventSink {
                 }
             }
             // Under the lock, so the publisher gets batches in sequence order.
-            #[cfg(not(loom))]
             Output::Publish(feed) => feed.submit(seq, batch),
         }
         Some(seq)
@@ -377,7 +381,6 @@ impl EventSink {
     pub fn drain(&self) -> Vec<(u64, EventBatch)> {
         match &mut self.lock().out {
             Output::Drain(q) => q.drain(..).collect(),
-            #[cfg(not(loom))]
             Output::Publish(_) => Vec::new(),
         }
     }
@@ -397,7 +400,6 @@ impl EventSink {
                 let n = count(&mut q.iter()).min(q.len());
                 q.drain(..n).collect()
             }
-            #[cfg(not(loom))]
             Output::Publish(_) => Vec::new(),
         }
     }
@@ -408,9 +410,8 @@ impl EventSink {
     }
 
     /// Sends closed batches to `feed` from now on (what was in the drain queue first, in
-    /// order). `InvalidArgument` if a publisher is attached already.
-    #[cfg(not(loom))]
-    pub(crate) fn attach(&self, mut feed: publisher::Feed) -> Result<()> {
+    /// order). `InvalidArgument` if an outlet is attached already.
+    pub fn attach(&self, mut feed: Box<dyn BatchOutlet>) -> Result<()> {
         let mut s = self.lock();
         match &mut s.out {
             Output::Publish(_) => {
@@ -426,9 +427,8 @@ impl EventSink {
         }
     }
 
-    /// Detaches the publisher: later batches go to the drain queue again.
-    #[cfg(not(loom))]
-    pub(crate) fn detach(&self) {
+    /// Detaches the outlet: later batches go to the drain queue again.
+    pub fn detach(&self) {
         self.lock().out = Output::Drain(VecDeque::new());
     }
 }
@@ -583,11 +583,9 @@ mod tests {
     }
 
     #[test]
-    fn sink_and_publisher_are_send_and_sync() {
+    fn sink_is_send_and_sync() {
         fn ok<T: Send + Sync>() {}
         ok::<EventSink>();
-        #[cfg(not(loom))]
-        ok::<publisher::Publisher>();
     }
 
     #[test]

@@ -126,7 +126,8 @@ impl RadixTree {
         self.match_into(ns, tokens, out)
     }
 
-    pub(crate) fn match_into<S: SlotSink>(&self, ns: u64, tokens: &[u32], out: &mut S) -> usize {
+    /// [`RadixTree::match_prefix`] into any [`SlotSink`].
+    pub fn match_into<S: SlotSink>(&self, ns: u64, tokens: &[u32], out: &mut S) -> usize {
         let m = self.match_unrecorded(ns, tokens, out);
         self.matches.record(tokens.len(), m);
         m
@@ -135,12 +136,8 @@ impl RadixTree {
     /// A match that the statistics do not count (the C ABI's size check before a locking
     /// match, which counts itself): otherwise [`RadixTree::match_prefix`] /
     /// [`RadixTree::match_prefix_runs`], access stamps included.
-    pub(crate) fn match_unrecorded<S: SlotSink>(
-        &self,
-        ns: u64,
-        tokens: &[u32],
-        out: &mut S,
-    ) -> usize {
+    #[doc(hidden)]
+    pub fn match_unrecorded<S: SlotSink>(&self, ns: u64, tokens: &[u32], out: &mut S) -> usize {
         out.clear();
         let n = self.aligned(tokens.len());
         let g = self.domain.pin();

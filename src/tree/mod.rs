@@ -182,7 +182,8 @@ pub use policy::{
     DEFAULT_SLRU_THRESHOLD, EvictionPolicy, InsertOptions, NodeInfo, checked_priority,
 };
 use policy::{FROZEN, Keys};
-pub(crate) use slots::{OutBuf, SlotSink, SlotSource, cut_runs, push_differing};
+pub use slots::{Mark, OutBuf, SlotSink};
+pub(crate) use slots::{SlotSource, cut_runs, push_differing};
 use stripes::MatchCounters;
 
 use crate::error::{Error, Result, invalid};

@@ -151,12 +151,8 @@ impl RadixTree {
         self.lock_into(ns, tokens, out)
     }
 
-    pub(crate) fn lock_into<S: SlotSink>(
-        &self,
-        ns: u64,
-        tokens: &[u32],
-        out: &mut S,
-    ) -> PrefixLock {
+    /// [`RadixTree::match_and_lock_raw`] into any [`SlotSink`].
+    pub fn lock_into<S: SlotSink>(&self, ns: u64, tokens: &[u32], out: &mut S) -> PrefixLock {
         out.clear();
         let n = self.aligned(tokens.len());
         let g = self.domain.pin();

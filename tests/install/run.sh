@@ -164,7 +164,7 @@ stripped() {
     local line
     line="$(gdb -nx -batch -ex 'info line rkv_cache_new' "$L/$SONAME" 2>&1)"
     case "$line" in
-      *'src/ffi/'*) echo "   gdb: ${line%% starts at*}" ;;
+      *'crates/ffi/src/'*) echo "   gdb: ${line%% starts at*}" ;;
       *) bad "gdb found no line info for rkv_cache_new in $L/$SONAME: $line"; return 1 ;;
     esac
   else

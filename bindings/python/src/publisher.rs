@@ -5,8 +5,8 @@ use std::time::Duration;
 
 use pyo3::prelude::*;
 use radixkv::events::EventSink;
-use radixkv::events::publisher::{Publisher, PublisherCounters, PublisherOptions};
 use radixkv::events::wire::{Encoding, WireOptions};
+use radixkv_publisher::{Publisher, PublisherCounters, PublisherOptions};
 
 use crate::errors::*;
 

@@ -6,7 +6,7 @@
 mod sink;
 mod source;
 
-pub(crate) use sink::{OutBuf, SlotSink};
+pub use sink::{Mark, OutBuf, SlotSink};
 pub(crate) use source::{SlotSource, cut_runs, push_differing};
 
 use crate::slot_run::{SlotRun, run_len};

@@ -1,12 +1,16 @@
 //! Where a match writes the slots of the edges it passes: one slot per token (`Vec<u32>`)
 //! or runs of consecutive slots (`Vec<SlotRun>`, O(runs) to write instead of O(tokens)).
 
+// The trait is public so other crates can name it and pass the sinks below, and sealed in
+// effect: its methods take the tree's crate-private `Node`, so only this crate implements it.
+#![allow(private_interfaces)]
+
 use crate::slot_run::SlotRun;
 use crate::tree::node::Node;
 
 /// A match's output: cleared when a descent starts over, then given each matched edge's
 /// leading tokens in order.
-pub(crate) trait SlotSink {
+pub trait SlotSink {
     /// Forgets what earlier (abandoned) descents wrote.
     fn clear(&mut self);
     /// Appends the slots of `node`'s first `k` tokens.
@@ -20,13 +24,13 @@ pub(crate) trait SlotSink {
 /// A point in a sink's output: its length, and the length of its last run (a `take` may
 /// extend the last run instead of pushing a new one).
 #[derive(Clone, Copy, Debug)]
-pub(crate) struct Mark {
+pub struct Mark {
     len: usize,
     last: u32,
 }
 
 /// A caller's buffer of `cap` slots (the C ABI's `out_slots`), written in place.
-pub(crate) struct OutBuf {
+pub struct OutBuf {
     ptr: *mut u32,
     cap: usize,
     len: usize,
@@ -36,11 +40,16 @@ impl OutBuf {
     /// # Safety
     /// `ptr[0..cap]` is writable, aligned, and nothing else reads or writes it while the
     /// `OutBuf` lives.
-    pub(crate) unsafe fn new(ptr: *mut u32, cap: usize) -> OutBuf {
+    pub unsafe fn new(ptr: *mut u32, cap: usize) -> OutBuf {
         OutBuf { ptr, cap, len: 0 }
     }
-    pub(crate) fn len(&self) -> usize {
+    /// Slots the match wrote (or would have written, past `cap`).
+    pub fn len(&self) -> usize {
         self.len
+    }
+    /// Whether the match wrote nothing.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
     }
     /// The next `n` slots of the buffer (None past its end: then only the length grows).
     #[inline]

@@ -19,9 +19,9 @@ use dynamo_kv_router::protocols::KvCacheEventData;
 use dynamo_kv_router::protocols::{BlockHashOptions, WorkerWithDpRank, compute_block_hash_for_seq};
 use dynamo_kv_router::zmq_wire::{ZmqEventNormalizer, decode_event_batch};
 use radixkv::events::hash::HashMode;
-use radixkv::events::publisher::{Publisher, PublisherOptions, REPLAY_END};
 use radixkv::events::{EventSink, NamespaceMeta};
 use radixkv::{Cache, CacheOptions, Error, EventOptions, SlotRun};
+use radixkv_publisher::{Publisher, PublisherOptions, REPLAY_END};
 
 /// How often an engine retries an allocation that finds every slot pinned by the other
 /// threads (they release within a request).
@@ -71,7 +71,7 @@ impl Engine {
 
     /// Attaches a publisher to the cache's sink.
     pub fn publish(&self, opts: PublisherOptions) -> Publisher {
-        self.cache.publish(opts).expect("a publisher")
+        Publisher::start(self.cache.event_sink().expect("events on"), opts).expect("a publisher")
     }
 
     /// The last batch closed so far, if any.

@@ -5,10 +5,10 @@ use std::time::{Duration, Instant};
 
 use radixkv::events::NamespaceMeta;
 use radixkv::events::hash::HashMode;
-use radixkv::events::publisher::{Publisher, PublisherOptions};
 use radixkv::events::wire::{Encoding, WireOptions};
-use radixkv::trace::{Request, Trace, TraceOptions};
 use radixkv_dynamo_consumer::{DynamoConsumer, Engine};
+use radixkv_publisher::{Publisher, PublisherOptions};
+use radixkv_trace::{Request, Trace, TraceOptions};
 
 const PAGE: usize = 16;
 

@@ -1,0 +1,5 @@
+//! The `radixkv` command line (see `CLI.md`): `radixkv replay` and `radixkv sweep`.
+
+fn main() {
+    std::process::exit(radixkv_cli::main());
+}

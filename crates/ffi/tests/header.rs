@@ -1,0 +1,122 @@
+//! The checked-in C header `include/radixkv.h` must equal a fresh cbindgen generation from
+//! `crates/ffi/src/` with `crates/ffi/cbindgen.toml`. Regenerate it with:
+//!
+//! ```sh
+//! RADIXKV_BLESS=1 cargo test -p radixkv-ffi --test header
+//! ```
+
+use std::path::Path;
+
+#[test]
+fn header_is_up_to_date() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let config =
+        cbindgen::Config::from_file(root.join("cbindgen.toml")).expect("read cbindgen.toml");
+    // Parse only the FFI module (and its submodules): the header is the C ABI, nothing else,
+    // and this needs no `cargo metadata`.
+    let bindings = cbindgen::Builder::new()
+        .with_config(config)
+        .with_src(root.join("src/lib.rs"))
+        .generate()
+        .expect("cbindgen failed to generate the header");
+    let mut fresh = Vec::new();
+    bindings.write(&mut fresh);
+    let fresh = String::from_utf8(fresh).expect("header is UTF-8");
+
+    // The names engines are written against (C_ABI.md) come out exactly (compared with
+    // runs of whitespace collapsed: cbindgen breaks long declarations over lines).
+    let flat = fresh.split_whitespace().collect::<Vec<_>>().join(" ");
+    for name in [
+        "typedef struct rkv_cache rkv_cache;",
+        "typedef uint64_t rkv_lock;",
+        "typedef enum rkv_status {",
+        "} rkv_status;",
+        "RKV_OK = 0,",
+        "RKV_INTERNAL_ERROR = 9,",
+        "typedef enum rkv_eviction_policy {",
+        "RKV_EVICT_LRU = 0,",
+        "typedef struct rkv_options {",
+        "typedef struct rkv_stats {",
+        "typedef void (*rkv_free_fn)(void *ctx, const uint32_t *slots, size_t n_slots);",
+        "const char *rkv_status_str(rkv_status status);",
+        "const char *rkv_last_error_message(void);",
+        // The KV-event additions (version 1 kept).
+        "RKV_IO_ERROR = 10,",
+        "#define RKV_EVENTS_NO_SEQ",
+        "typedef struct rkv_publisher rkv_publisher;",
+        "typedef struct rkv_event {",
+        "typedef struct rkv_events_options {",
+        "typedef struct rkv_publisher_options {",
+        // The eviction policies and per-insert options (version 1 kept).
+        "RKV_EVICT_FIFO = 1,",
+        "RKV_EVICT_LFU = 2,",
+        "RKV_EVICT_MRU = 3,",
+        "RKV_EVICT_FILO = 4,",
+        "RKV_EVICT_PRIORITY = 5,",
+        "RKV_EVICT_SLRU = 6,",
+        "#define RKV_DEFAULT_SLRU_THRESHOLD 2",
+        "typedef struct rkv_policy_options {",
+        "uint32_t slru_threshold;",
+        "typedef struct rkv_insert_options {",
+        "int64_t priority;",
+        "uint64_t inserted_len;",
+        "struct rkv_policy_options rkv_policy_options_default(void);",
+        "struct rkv_insert_options rkv_insert_options_default(void);",
+        "const char *rkv_eviction_policy_name(uint32_t policy);",
+        "enum rkv_status rkv_eviction_policy_from_name(const char *name, uint32_t *out_policy);",
+        "enum rkv_status rkv_cache_new_with(const struct rkv_options *opts, const struct \
+         rkv_policy_options *policy, struct rkv_cache **out_cache);",
+        "enum rkv_status rkv_cache_eviction_policy(const struct rkv_cache *cache, uint32_t \
+         *out_policy, uint32_t *out_slru_threshold);",
+        "enum rkv_status rkv_insert_ex(const struct rkv_cache *cache, uint64_t ns, const \
+         uint32_t *tokens, const uint32_t *slots, size_t n_tokens, const struct \
+         rkv_insert_options *opts, size_t *out_existing);",
+        "enum rkv_status rkv_insert_lock_ex(const struct rkv_cache *cache, uint64_t ns, const \
+         uint32_t *tokens, const uint32_t *slots, size_t n_tokens, const struct \
+         rkv_insert_options *opts, size_t *out_existing, rkv_lock *out_lock);",
+        "enum rkv_status rkv_insert_runs_ex(const struct rkv_cache *cache, uint64_t ns, const \
+         uint32_t *tokens, size_t n_tokens, const struct rkv_slot_run *runs, size_t n_runs, \
+         const struct rkv_insert_options *opts, size_t *out_existing);",
+        "enum rkv_status rkv_insert_lock_runs_ex(const struct rkv_cache *cache, uint64_t ns, \
+         const uint32_t *tokens, size_t n_tokens, const struct rkv_slot_run *runs, size_t \
+         n_runs, const struct rkv_insert_options *opts, size_t *out_existing, rkv_lock \
+         *out_lock);",
+    ] {
+        assert!(flat.contains(name), "the header lacks `{name}`");
+    }
+
+    let path = root.join("../../include/radixkv.h");
+    if std::env::var_os("RADIXKV_BLESS").is_some_and(|v| v == "1") {
+        std::fs::write(&path, &fresh).expect("write include/radixkv.h");
+        eprintln!("wrote {}", path.display());
+        return;
+    }
+    let checked_in = std::fs::read_to_string(&path).unwrap_or_default();
+    if checked_in != fresh {
+        let diff = first_difference(&checked_in, &fresh);
+        panic!(
+            "include/radixkv.h is out of date with crates/ffi/src/ ({diff}).\n\
+             Regenerate it with:  RADIXKV_BLESS=1 cargo test --test header\n\
+             then review `git diff include/radixkv.h` and commit it."
+        );
+    }
+}
+
+/// "line N: checked-in `...` vs generated `...`" for the first line that differs.
+fn first_difference(old: &str, new: &str) -> String {
+    let (mut o, mut n) = (old.lines(), new.lines());
+    for line in 1.. {
+        match (o.next(), n.next()) {
+            (None, None) => return "they differ only in line endings".into(),
+            (a, b) if a == b => continue,
+            (a, b) => {
+                return format!(
+                    "first difference at line {line}: checked-in {:?} vs generated {:?}",
+                    a.unwrap_or("<end of file>"),
+                    b.unwrap_or("<end of file>")
+                );
+            }
+        }
+    }
+    unreachable!()
+}
