@@ -57,7 +57,7 @@ fn bench(c: &mut Criterion) {
         g.bench_function(format!("radixkv/{threads}t"), |b| {
             b.iter(|| {
                 split(&reqs, threads, |part| {
-                    let mut out = Vec::new();
+                    let mut out: Vec<u32> = Vec::new();
                     for r in part {
                         tree.match_prefix(0, r, &mut out);
                     }
@@ -67,7 +67,7 @@ fn bench(c: &mut Criterion) {
         g.bench_function(format!("mutex_tree/{threads}t"), |b| {
             b.iter(|| {
                 split(&reqs, threads, |part| {
-                    let mut out = Vec::new();
+                    let mut out: Vec<u32> = Vec::new();
                     for r in part {
                         locked.lock().unwrap().match_prefix(0, r, &mut out);
                     }
@@ -85,7 +85,7 @@ fn bench(c: &mut Criterion) {
                 new_tree,
                 |t| {
                     split(&reqs, threads, |part| {
-                        let mut out = Vec::new();
+                        let mut out: Vec<u32> = Vec::new();
                         for (i, r) in part.iter().enumerate() {
                             t.match_prefix(0, r, &mut out);
                             let slots = vec![i as u32; r.len()];
@@ -102,7 +102,7 @@ fn bench(c: &mut Criterion) {
                 || Mutex::new(new_tree()),
                 |t| {
                     split(&reqs, threads, |part| {
-                        let mut out = Vec::new();
+                        let mut out: Vec<u32> = Vec::new();
                         for (i, r) in part.iter().enumerate() {
                             let guard = t.lock().unwrap();
                             guard.match_prefix(0, r, &mut out);

@@ -44,7 +44,7 @@ fn settle(t: &RadixTree) {
 fn replay(n: u64) -> f64 {
     let cache = Cache::new(CacheOptions::default()).unwrap();
     let toks: Vec<u32> = (0..8).collect();
-    let mut out = Vec::new();
+    let mut out: Vec<u32> = Vec::new();
     let mut next = 0u32;
     let t0 = Instant::now();
     for ns in 0..n {

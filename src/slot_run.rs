@@ -11,16 +11,76 @@
 //! let cache = Cache::new(CacheOptions { page_size: 1, pool_slots: 1024, ..Default::default() })?;
 //! let prompt: Vec<u32> = (0..300).collect();
 //! let mut runs = Vec::new();
-//! let lock = cache.match_and_lock_runs(0, &prompt, &mut runs); // cached prefix as runs, pinned
-//! cache.alloc_runs(prompt.len() - lock.len(), &mut runs)?;    // the rest, as runs
-//! assert_eq!(cache.insert_runs(0, &prompt, &runs)?, 0);
+//! let lock = cache.match_and_lock(0, &prompt, &mut runs); // cached prefix as runs, pinned
+//! cache.alloc_runs(prompt.len() - lock.len(), &mut runs)?; // the rest, as runs
+//! assert_eq!(cache.insert(0, &prompt, &runs)?, 0);
 //! drop(lock);
 //! cache.reclaim();
-//! let mut again = Vec::new();
-//! assert_eq!(cache.match_prefix_runs(0, &prompt, &mut again), 300);
+//! let mut again: Vec<radixkv::SlotRun> = Vec::new();
+//! assert_eq!(cache.match_prefix(0, &prompt, &mut again), 300);
 //! assert_eq!(again.iter().map(|r| r.len as usize).sum::<usize>(), 300);
 //! # Ok::<(), radixkv::Error>(())
 //! ```
+
+/// An insert's slots, one per token, in token order: a list, or runs of consecutive slots
+/// (as a pool hands them out: O(runs) to pass, check and store instead of O(tokens)).
+/// Anything that is one converts: `&[u32]`, `&Vec<u32>`, `&[u32; N]`, `&[SlotRun]`,
+/// `&Vec<SlotRun>`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Slots<'a> {
+    /// One slot per token.
+    List(&'a [u32]),
+    /// Runs whose lengths add up to the token count (checked by the insert).
+    Runs(&'a [SlotRun]),
+}
+
+impl<'a> From<&'a [u32]> for Slots<'a> {
+    fn from(s: &'a [u32]) -> Self {
+        Slots::List(s)
+    }
+}
+
+impl<'a> From<&'a Vec<u32>> for Slots<'a> {
+    fn from(s: &'a Vec<u32>) -> Self {
+        Slots::List(s)
+    }
+}
+
+impl<'a> From<&'a mut Vec<u32>> for Slots<'a> {
+    fn from(s: &'a mut Vec<u32>) -> Self {
+        Slots::List(s)
+    }
+}
+
+impl<'a> From<&'a mut Vec<SlotRun>> for Slots<'a> {
+    fn from(r: &'a mut Vec<SlotRun>) -> Self {
+        Slots::Runs(r)
+    }
+}
+
+impl<'a, const N: usize> From<&'a [u32; N]> for Slots<'a> {
+    fn from(s: &'a [u32; N]) -> Self {
+        Slots::List(s)
+    }
+}
+
+impl<'a> From<&'a [SlotRun]> for Slots<'a> {
+    fn from(r: &'a [SlotRun]) -> Self {
+        Slots::Runs(r)
+    }
+}
+
+impl<'a> From<&'a Vec<SlotRun>> for Slots<'a> {
+    fn from(r: &'a Vec<SlotRun>) -> Self {
+        Slots::Runs(r)
+    }
+}
+
+impl<'a, const N: usize> From<&'a [SlotRun; N]> for Slots<'a> {
+    fn from(r: &'a [SlotRun; N]) -> Self {
+        Slots::Runs(r)
+    }
+}
 
 /// The slots `start, start + 1, .., start + len - 1` (`len >= 1`, and `start + len <= 2^32`).
 ///

@@ -70,14 +70,14 @@ fn list_cycle(cache: &Cache, prompt: &[u32], failures: &Failures) {
 /// The same cycle with slots as runs: `match_and_lock_runs`, `alloc_runs`, `insert_runs`.
 fn runs_cycle(cache: &Cache, prompt: &[u32], failures: &Failures) {
     let mut runs: Vec<SlotRun> = Vec::new();
-    let lock = cache.match_and_lock_runs(0, prompt, &mut runs);
+    let lock = cache.match_and_lock(0, prompt, &mut runs);
     let m = lock.len();
     match cache.alloc_runs(prompt.len() - m, &mut runs) {
         Ok(()) => {}
         Err(e @ Error::OutOfSlots { .. }) => return failures.record("alloc_runs", e),
         Err(e) => panic!("alloc_runs: {e}"),
     }
-    let existing = cache.insert_runs(0, prompt, &runs).unwrap();
+    let existing = cache.insert(0, prompt, &runs).unwrap();
     assert!(existing >= m, "the pinned prefix stays cached");
     drop(lock);
 }

@@ -55,7 +55,7 @@ fn run(page: usize, pool: usize, threads: usize, cycles: usize, policy: Eviction
             let owners = owners.clone();
             std::thread::spawn(move || {
                 let mut rng = Rng(0x9e37_79b9 + t as u64 * 31);
-                let mut out = Vec::new();
+                let mut out: Vec<u32> = Vec::new();
                 for c in 0..cycles {
                     let who = (t * cycles + c + 1) as u32;
                     let ns = rng.below(3);
@@ -158,7 +158,7 @@ fn runs_cycle(
     priority: i32,
 ) {
     let mut runs = Vec::new();
-    let lock = cache.match_and_lock_runs(ns, prompt, &mut runs);
+    let lock = cache.match_and_lock(ns, prompt, &mut runs);
     let m = lock.len();
     let need = (prompt.len() - m).div_ceil(page) * page;
     match cache.alloc_runs(need, &mut runs) {
@@ -170,7 +170,7 @@ fn runs_cycle(
     assert_eq!(all.len(), m + need);
     owners.claim(who, &all[m..]);
     // The pinned prefix is still cached with the slots the match returned.
-    let mut out = Vec::new();
+    let mut out: Vec<u32> = Vec::new();
     assert!(cache.match_prefix(ns, prompt, &mut out) >= m, "a pinned prefix went away");
     assert_eq!(out[..m], all[..m]);
     owners.unclaim(who, &all[m..]);
@@ -182,7 +182,7 @@ fn runs_cycle(
     if finish {
         // The insert adopts or frees the prompt's slots; the page-rounding spare is ours.
         let opts = InsertOptions::with_priority(priority);
-        cache.insert_runs_with_options(ns, prompt, &runs_of(&all[..prompt.len()]), opts).unwrap();
+        cache.insert_with(ns, prompt, &runs_of(&all[..prompt.len()]), opts).unwrap();
         if all.len() > prompt.len() {
             cache.free_runs(&runs_of(&all[prompt.len()..])).unwrap();
         }

@@ -4,6 +4,7 @@
 //! sequence order (gapless, no store under a parent not held, no removal of a page not
 //! held), must hold exactly the tree's cached pages.
 
+use radixkv::InsertOptions;
 use std::sync::{Arc, Mutex};
 
 use radixkv::events::{EventBatch, NamespaceMeta};
@@ -38,7 +39,7 @@ fn run(page: usize, pool: usize, policy: EvictionPolicy, cycles: usize) {
             let (cache, drained) = (cache.clone(), drained.clone());
             std::thread::spawn(move || {
                 let mut rng = Rng(0x2545_f491_4f6c_dd1d ^ ((t as u64 + 1) * 0x9e37_79b9));
-                let mut out = Vec::new();
+                let mut out: Vec<u32> = Vec::new();
                 for _ in 0..cycles {
                     let ns = rng.below(3);
                     let fam = rng.below(4) as u32;
@@ -71,8 +72,15 @@ fn run(page: usize, pool: usize, policy: EvictionPolicy, cycles: usize) {
                         4 => {
                             let mut slots = Vec::new();
                             if cache.alloc(n, &mut slots).is_ok() {
-                                let (_, l) =
-                                    cache.insert_and_lock_raw(ns, &tokens[..n], &slots).unwrap();
+                                let (_, l) = cache
+                                    .insert_and_lock(
+                                        ns,
+                                        &tokens[..n],
+                                        &slots,
+                                        InsertOptions::default(),
+                                    )
+                                    .map(|(e, l)| (e, l.into_raw()))
+                                    .unwrap();
                                 cache.match_prefix(ns, &tokens, &mut out);
                                 cache.release(l).unwrap();
                             }

@@ -2,6 +2,7 @@
 //! adds pages (right hashes, right parent), nothing for splits, pins and matches, the right
 //! hashes removed by eviction and `drop_namespace`, and the exclusive reset.
 
+use radixkv::InsertOptions;
 use radixkv::events::hash::{HashMode, PageHasher};
 use radixkv::events::{KvEvent, NamespaceMeta, SinkOptions};
 use radixkv::{Cache, CacheOptions, EventOptions, EvictionPolicy, RadixTree, TreeConfig};
@@ -82,9 +83,9 @@ fn splits_pins_and_matches_publish_nothing() {
     let a = [1, 2, 3, 4, 5, 6, 7, 8];
     t.insert(0, &a, &slots(8)).unwrap();
     events(&t);
-    let mut out = Vec::new();
+    let mut out: Vec<u32> = Vec::new();
     // A lock ending inside the edge splits it; a match reads.
-    let l = t.match_and_lock_raw(0, &a[..4], &mut out);
+    let l = t.match_and_lock(0, &a[..4], &mut out).into_raw();
     assert_eq!(t.match_prefix(0, &a, &mut out), 8);
     assert!(events(&t).is_empty(), "split, pin, match: no event");
     // Diverges inside the lower half: a split, and one store for the new page only.
@@ -196,7 +197,10 @@ fn exclusive_reset_clears_all_or_removes_what_left() {
     // With a page pinned, the exclusive reset removes what it dropped instead.
     let mut s = Vec::new();
     c.alloc(4, &mut s).unwrap();
-    let (_, l) = c.insert_and_lock_raw(0, &a, &s).unwrap();
+    let (_, l) = c
+        .insert_and_lock(0, &a, &s, InsertOptions::default())
+        .map(|(e, l)| (e, l.into_raw()))
+        .unwrap();
     let mut s = Vec::new();
     c.alloc(4, &mut s).unwrap();
     c.insert(0, &b, &s).unwrap();

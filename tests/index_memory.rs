@@ -53,7 +53,7 @@ fn memory_bytes_matches_the_allocator() {
         // An empty tree holds the namespace map's shards and their first tables.
         let empty = t.memory_bytes();
         assert!(empty < 64 * 1024, "an empty tree: {empty} bytes");
-        let mut out = Vec::new();
+        let mut out: Vec<u32> = Vec::new();
         for ns in 0..4u64 {
             for conv in 0..300u32 {
                 let shared: Vec<u32> = (0..200).collect();
@@ -117,7 +117,7 @@ fn memory_bytes_on_the_mooncake_trace() {
     let trace = radixkv_trace::Trace::load(path, Default::default()).unwrap();
     let t = RadixTree::new(TreeConfig::default()).unwrap();
     t.reclaim();
-    let mut out = Vec::new();
+    let mut out: Vec<u32> = Vec::new();
     let mut next = 0u32;
     let mut slots = Vec::new();
     let empty = t.memory_bytes();

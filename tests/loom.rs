@@ -145,11 +145,11 @@ fn unpin_racing_a_split_of_the_pinned_edge() {
         let t = Arc::new(tree());
         t.insert(0, &[1, 2, 3], &[10, 20, 30]).unwrap();
         let mut out = Vec::new();
-        let whole = t.match_and_lock_raw(0, &[1, 2, 3], &mut out);
+        let whole = t.match_and_lock(0, &[1, 2, 3], &mut out).into_raw();
         let t2 = t.clone();
         let splitter = thread::spawn(move || {
             let mut out = Vec::new();
-            t2.match_and_lock_raw(0, &[1], &mut out)
+            t2.match_and_lock(0, &[1], &mut out).into_raw()
         });
         t.release(whole).unwrap();
         let half = splitter.join().unwrap();
@@ -172,7 +172,7 @@ fn pin_racing_a_split() {
         let t2 = t.clone();
         let splitter = thread::spawn(move || t2.insert(0, &[1, 9], &[0, 90]).unwrap());
         let mut out = Vec::new();
-        let l = t.match_and_lock_raw(0, &[1, 2, 3], &mut out);
+        let l = t.match_and_lock(0, &[1, 2, 3], &mut out).into_raw();
         assert_eq!(out, vec![10, 20, 30]);
         assert_eq!(splitter.join().unwrap(), 1);
         assert_eq!(t.stats().protected_tokens, 3);
@@ -280,7 +280,7 @@ fn racing_pins_and_unpins_leave_the_leaf_evictable() {
         let t = Arc::new(tree());
         t.insert(0, &[1, 2], &[10, 20]).unwrap();
         let mut out = Vec::new();
-        let mine = t.match_and_lock_raw(0, &[1, 2], &mut out);
+        let mine = t.match_and_lock(0, &[1, 2], &mut out).into_raw();
         // The pass meets the leaf pinned and drops its entry: only an unpin re-queues it.
         assert_eq!(t.evict(usize::MAX, &mut |_: &[u32]| panic!("evicted a pinned leaf")), 0);
         let t2 = t.clone();
@@ -313,10 +313,10 @@ fn split_racing_a_split_of_its_lower_half() {
         let t2 = t.clone();
         let second = thread::spawn(move || {
             let mut out = Vec::new();
-            t2.match_and_lock_raw(0, &[1, 2, 3, 9], &mut out)
+            t2.match_and_lock(0, &[1, 2, 3, 9], &mut out).into_raw()
         });
         let mut out = Vec::new();
-        let first = t.match_and_lock_raw(0, &[1, 2, 9], &mut out);
+        let first = t.match_and_lock(0, &[1, 2, 9], &mut out).into_raw();
         assert_eq!(out, vec![10, 20]);
         let second = second.join().unwrap();
         assert_eq!(second.len(), 3);
@@ -346,12 +346,12 @@ fn split_racing_a_split_of_the_parent_edge() {
         let t2 = t.clone();
         let child = thread::spawn(move || {
             let mut out = Vec::new();
-            let l = t2.match_and_lock_raw(0, &[1, 2, 3], &mut out);
+            let l = t2.match_and_lock(0, &[1, 2, 3], &mut out).into_raw();
             assert_eq!(out, vec![10, 20, 30]);
             l
         });
         let mut out = Vec::new();
-        let parent = t.match_and_lock_raw(0, &[1], &mut out);
+        let parent = t.match_and_lock(0, &[1], &mut out).into_raw();
         assert_eq!((parent.len(), out), (1, vec![10]));
         let child = child.join().unwrap();
         assert_eq!(child.len(), 3);
@@ -382,7 +382,7 @@ fn eviction_racing_a_split_of_the_parent() {
             freed
         });
         let mut out = Vec::new();
-        let l = t.match_and_lock_raw(0, &[1], &mut out);
+        let l = t.match_and_lock(0, &[1], &mut out).into_raw();
         assert_eq!((l.len(), out), (1, vec![10]));
         assert_eq!(evictor.join().unwrap(), vec![30], "the only unpinned leaf is [3]");
         let c = t.check_invariants().unwrap();
@@ -479,7 +479,7 @@ fn last_unpin_of_a_parent_racing_the_eviction_of_its_last_child() {
         t.insert(0, &[1], &[10]).unwrap();
         t.insert(0, &[1, 2], &[10, 20]).unwrap(); // [1] -> [2]
         let mut out = Vec::new();
-        let l = t.match_and_lock_raw(0, &[1], &mut out);
+        let l = t.match_and_lock(0, &[1], &mut out).into_raw();
         let t2 = t.clone();
         let evictor = thread::spawn(move || {
             let mut freed = Vec::new();
@@ -762,7 +762,8 @@ fn events_pinned_insert_and_release_racing_an_eviction() {
         let evictor = thread::spawn(move || {
             t2.evict(usize::MAX, &mut |_| {});
         });
-        let (_, g) = t.insert_and_lock(0, &[1, 2, 3], &[11, 21, 31]).unwrap();
+        let (_, g) =
+            t.insert_and_lock(0, &[1, 2, 3], &[11, 21, 31], InsertOptions::default()).unwrap();
         assert_eq!(g.len(), 3);
         drop(g);
         evictor.join().unwrap();

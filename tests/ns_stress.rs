@@ -11,7 +11,7 @@
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use radixkv::{Cache, CacheOptions, Error, EvictionPolicy, RadixTree, TreeConfig};
+use radixkv::{Cache, CacheOptions, Error, EvictionPolicy, InsertOptions, RadixTree, TreeConfig};
 
 #[path = "support/rng.rs"]
 mod rng;
@@ -58,7 +58,7 @@ fn namespaces_in_a_pooled_cache(policy: EvictionPolicy) {
             let (cache, tags) = (cache.clone(), tags.clone());
             std::thread::spawn(move || {
                 let mut rng = Rng(0x51ed_2701 + t as u64 * 7919);
-                let mut out = Vec::new();
+                let mut out: Vec<u32> = Vec::new();
                 let mut slots = Vec::new();
                 for c in 0..cycles {
                     // Half the cycles on 16 hot ids every thread races on, half on fresh ids.
@@ -79,7 +79,8 @@ fn namespaces_in_a_pooled_cache(policy: EvictionPolicy) {
                     for &s in &slots {
                         tags[s as usize].store(ns, Ordering::Relaxed);
                     }
-                    let (_, lock) = cache.insert_and_lock(ns, &toks, &slots).unwrap();
+                    let (_, lock) =
+                        cache.insert_and_lock(ns, &toks, &slots, InsertOptions::default()).unwrap();
                     // Pinned: the match sees the whole key, with slots of this namespace.
                     assert_eq!(cache.match_prefix(ns, &toks, &mut out), len);
                     for &s in &out {
@@ -152,7 +153,7 @@ fn short_lived_namespaces_in_a_tree() {
             let (adopted, freed) = (adopted.clone(), freed.clone());
             std::thread::spawn(move || {
                 let mut rng = Rng(0x2545_f491 + t as u64 * 131);
-                let mut out = Vec::new();
+                let mut out: Vec<u32> = Vec::new();
                 let mut free = |s: &[u32]| {
                     for &x in s {
                         let b = balance[x as usize].fetch_sub(1, Ordering::Relaxed);
@@ -175,7 +176,9 @@ fn short_lived_namespaces_in_a_tree() {
                     let e = if rng.below(2) == 0 {
                         tree.insert(ns, &toks, &slots).unwrap()
                     } else {
-                        let (e, g) = tree.insert_and_lock(ns, &toks, &slots).unwrap();
+                        let (e, g) = tree
+                            .insert_and_lock(ns, &toks, &slots, InsertOptions::default())
+                            .unwrap();
                         assert_eq!(tree.match_prefix(ns, &toks, &mut out), len);
                         if rng.below(2) == 0 {
                             tree.drop_namespace(ns, &mut free);

@@ -1,6 +1,7 @@
 //! The tree alone reproduces the exact hit count of the Mooncake synthetic trace
 //! (`CLI.md`): match, then insert, per request, in file order, unlimited capacity.
 
+use radixkv::InsertOptions;
 use radixkv::{EvictionPolicy, RadixTree, TreeConfig};
 use radixkv_trace::{Trace, TraceOptions};
 
@@ -19,7 +20,7 @@ fn replay(reqs: &[Vec<u32>], page: usize, lock: bool) -> (u64, u64) {
     })
     .unwrap();
     let (mut hit, mut total) = (0u64, 0u64);
-    let mut out = Vec::new();
+    let mut out: Vec<u32> = Vec::new();
     let mut next_slot = 0u32;
     for r in reqs {
         total += r.len() as u64;
@@ -28,7 +29,7 @@ fn replay(reqs: &[Vec<u32>], page: usize, lock: bool) -> (u64, u64) {
         if lock {
             let g = t.match_and_lock(0, r, &mut out);
             hit += out.len() as u64;
-            let (_, g2) = t.insert_and_lock(0, r, &slots).unwrap();
+            let (_, g2) = t.insert_and_lock(0, r, &slots, InsertOptions::default()).unwrap();
             drop(g);
             drop(g2);
         } else {
@@ -69,7 +70,7 @@ fn mooncake_trace_concurrent_replay() {
                 for k in 0..threads {
                     let (t, reqs) = (&t, &reqs);
                     s.spawn(move || {
-                        let mut out = Vec::new();
+                        let mut out: Vec<u32> = Vec::new();
                         for (i, r) in
                             reqs.iter().enumerate().skip((k + round) % threads).step_by(threads)
                         {

@@ -27,7 +27,7 @@ fn split_nodes_are_freed_without_eviction() {
     let _one = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     let n = 1_000_000u32;
     let toks: Vec<u32> = (0..n).collect();
-    let mut out = Vec::with_capacity(n as usize);
+    let mut out: Vec<u32> = Vec::with_capacity(n as usize);
     let t = RadixTree::new(TreeConfig::default()).unwrap();
     collect_garbage();
     let before = counting_alloc::live();

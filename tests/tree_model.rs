@@ -104,17 +104,17 @@ fn run(p: usize, policy: EvictionPolicy, ops: Vec<Op>) -> Result<(), TestCaseErr
                 prop_assert_eq!(m, mm);
                 prop_assert_eq!(&out, &ms);
                 // The same match as runs: they expand to the same slots, joined maximally.
-                prop_assert_eq!(tree.match_prefix_runs(ns, &t, &mut runs), mm);
+                prop_assert_eq!(tree.match_prefix(ns, &t, &mut runs), mm);
                 prop_assert_eq!(&expand(&runs)?, &ms);
             }
             Op::MatchLock(ns, t) => {
                 // Odd query lengths lock through the runs variant.
                 let l = if t.len() % 2 == 1 {
-                    let l = tree.match_and_lock_runs_raw(ns, &t, &mut runs);
+                    let l = tree.match_and_lock(ns, &t, &mut runs).into_raw();
                     out = expand(&runs)?;
                     l
                 } else {
-                    tree.match_and_lock_raw(ns, &t, &mut out)
+                    tree.match_and_lock(ns, &t, &mut out).into_raw()
                 };
                 let (mm, ms) = model.matched(ns, &t);
                 prop_assert_eq!(l.len(), mm);
@@ -256,17 +256,17 @@ fn insert(
     let opts = InsertOptions { priority: (base % 3) as i32 - 1, inserted_len: base as usize % 5 };
     let e = if lock {
         let (e, l) = if by_runs {
-            tree.insert_and_lock_runs_raw_with_options(ns, &t, &runs, opts).unwrap()
+            tree.insert_and_lock(ns, &t, &runs, opts).map(|(e, l)| (e, l.into_raw())).unwrap()
         } else {
-            tree.insert_and_lock_raw_with_options(ns, &t, &slots, opts).unwrap()
+            tree.insert_and_lock(ns, &t, &slots, opts).map(|(e, l)| (e, l.into_raw())).unwrap()
         };
         prop_assert_eq!(l.len(), n);
         locks.push((l, ns, t[..n].to_vec()));
         e
     } else if by_runs {
-        tree.insert_runs_with_options(ns, &t, &runs, opts).unwrap()
+        tree.insert_with(ns, &t, &runs, opts).unwrap()
     } else if base.is_multiple_of(2) {
-        tree.insert_with_options(ns, &t, &slots, opts).unwrap()
+        tree.insert_with(ns, &t, &slots, opts).unwrap()
     } else {
         tree.insert(ns, &t, &slots).unwrap()
     };
@@ -340,7 +340,7 @@ fn run_order(policy: EvictionPolicy, ops: Vec<(u8, u32, usize)>) -> Result<(), T
     let key = |i: u32| -> Vec<u32> { (0..4).map(|j| 10 * i + j).collect() };
     // Cached keys -> (last access, creation), both in operation order.
     let mut model: HashMap<u32, (usize, usize)> = HashMap::new();
-    let mut out = Vec::new();
+    let mut out: Vec<u32> = Vec::new();
     for (step, (kind, i, len)) in ops.into_iter().enumerate() {
         match kind {
             0 => {
@@ -770,7 +770,7 @@ fn run_policy(
                 prop_assert_eq!((m, &out), (mm, &ms));
             }
             POp::MatchLock(ns, t) => {
-                let l = tree.match_and_lock_raw(ns, &t, &mut out);
+                let l = tree.match_and_lock(ns, &t, &mut out).into_raw();
                 let (mm, ms) = model.matched(ns, &t, true);
                 prop_assert_eq!((l.len(), &out), (mm, &ms));
                 locks.push((l, ns, t[..mm].to_vec()));
@@ -781,11 +781,14 @@ fn run_policy(
                 let n = t.len() / p * p;
                 let o = InsertOptions { priority: prio, inserted_len: n * tenths as usize / 10 };
                 let e = if lock {
-                    let (e, l) = tree.insert_and_lock_raw_with_options(ns, &t, &slots, o).unwrap();
+                    let (e, l) = tree
+                        .insert_and_lock(ns, &t, &slots, o)
+                        .map(|(e, l)| (e, l.into_raw()))
+                        .unwrap();
                     locks.push((l, ns, t[..n].to_vec()));
                     e
                 } else {
-                    tree.insert_with_options(ns, &t, &slots, o).unwrap()
+                    tree.insert_with(ns, &t, &slots, o).unwrap()
                 };
                 prop_assert_eq!(e, model.insert(ns, &t, &slots, o, lock), "step {}", step);
             }

@@ -182,7 +182,7 @@ fn run(page: usize, threads: usize, ops: usize, policy: EvictionPolicy) {
                             ledger.check_match(ns, &q, &out, false);
                         }
                         2 | 3 => {
-                            let l = tree.match_and_lock_raw(ns, &q, &mut out);
+                            let l = tree.match_and_lock(ns, &q, &mut out).into_raw();
                             assert_eq!(l.len(), out.len());
                             ledger.check_match(ns, &q, &out, true);
                             locks.push((l, q.clone(), out.clone()));
@@ -198,7 +198,8 @@ fn run(page: usize, threads: usize, ops: usize, policy: EvictionPolicy) {
                             };
                             if rng.below(3) == 0 {
                                 let (e, l) = tree
-                                    .insert_and_lock_raw_with_options(ns, &q, &slots, opts)
+                                    .insert_and_lock(ns, &q, &slots, opts)
+                                    .map(|(e, l)| (e, l.into_raw()))
                                     .unwrap();
                                 assert_eq!(l.len(), n);
                                 ledger.settle(&slots, e, n);
@@ -207,7 +208,7 @@ fn run(page: usize, threads: usize, ops: usize, policy: EvictionPolicy) {
                                 ledger.check_match(ns, &q, &out[..n], true);
                                 locks.push((l, q.clone(), out[..n].to_vec()));
                             } else {
-                                let e = tree.insert_with_options(ns, &q, &slots, opts).unwrap();
+                                let e = tree.insert_with(ns, &q, &slots, opts).unwrap();
                                 assert!(e <= n && e.is_multiple_of(page));
                                 ledger.settle(&slots, e, n);
                             }

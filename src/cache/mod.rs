@@ -35,11 +35,11 @@ use crossbeam_utils::CachePadded;
 
 use crate::error::{Error, Result, invalid};
 use crate::pool::SlotPool;
-use crate::slot_run::{SlotRun, run_len};
+use crate::slot_run::{SlotRun, Slots, run_len};
 use crate::sync::{AtomicU64, AtomicUsize, Ordering, yield_now};
 use crate::tree::{
     DEFAULT_SLRU_THRESHOLD, EvictionPolicy, InsertOptions, LockGuard, NamespaceStats, PrefixLock,
-    RadixTree, SlotSource, Stage, TreeConfig, TreeStats, cut_runs, push_differing,
+    RadixTree, SlotSink, SlotSource, Stage, TreeConfig, TreeStats, cut_runs, push_differing,
 };
 
 /// How many times [`Cache::alloc`] tries again, at most, when it found nothing to evict
@@ -258,9 +258,9 @@ impl Cache {
         self.opts
     }
 
-    /// Page size.
+    /// Page size (the tree's: stored once).
     pub fn page_size(&self) -> usize {
-        self.opts.page_size
+        self.tree.page_size()
     }
 
     /// Whether it owns a pool.
@@ -268,115 +268,89 @@ impl Cache {
         self.pool.is_some()
     }
 
-    /// Longest cached prefix (an estimate under concurrency); see
+    /// Longest cached prefix of `tokens` (an estimate under concurrency): clears `out`,
+    /// writes the matched slots into it and returns the match length (a page multiple). `out`
+    /// is any [`SlotSink`]: a `Vec<u32>` (one slot per token), a `Vec<SlotRun>` (runs of
+    /// consecutive slots: O(runs) to write when slots come in runs, as the pool hands them
+    /// out) or an [`OutBuf`](crate::tree::OutBuf) (a caller's buffer). See
     /// [`RadixTree::match_prefix`].
-    pub fn match_prefix(&self, ns: u64, tokens: &[u32], out: &mut Vec<u32>) -> usize {
+    pub fn match_prefix<S: SlotSink>(&self, ns: u64, tokens: &[u32], out: &mut S) -> usize {
         self.tree.match_prefix(ns, tokens, out)
     }
 
-    /// Match and pin atomically; see [`RadixTree::match_and_lock`].
-    pub fn match_and_lock(&self, ns: u64, tokens: &[u32], out: &mut Vec<u32>) -> LockGuard<'_> {
-        self.tree.match_and_lock(ns, tokens, out)
-    }
-
-    /// [`Cache::match_prefix`] writing the slots as runs of consecutive slots; see
-    /// [`RadixTree::match_prefix_runs`].
-    pub fn match_prefix_runs(&self, ns: u64, tokens: &[u32], out: &mut Vec<SlotRun>) -> usize {
-        self.tree.match_prefix_runs(ns, tokens, out)
-    }
-
-    /// [`Cache::match_and_lock`] writing the slots as runs of consecutive slots; see
-    /// [`RadixTree::match_and_lock_runs`].
-    pub fn match_and_lock_runs(
+    /// Match and pin atomically (how an engine admits a request): as
+    /// [`Cache::match_prefix`], and the guard pins the matched pages until it is dropped;
+    /// [`LockGuard::into_raw`] detaches it as a [`PrefixLock`] value to release with
+    /// [`Cache::release`]. See [`RadixTree::match_and_lock`].
+    pub fn match_and_lock<S: SlotSink>(
         &self,
         ns: u64,
         tokens: &[u32],
-        out: &mut Vec<SlotRun>,
+        out: &mut S,
     ) -> LockGuard<'_> {
-        self.tree.match_and_lock_runs(ns, tokens, out)
+        self.tree.match_and_lock(ns, tokens, out)
     }
 
-    /// Caches `tokens[..n]` (n cut to a page multiple) with `slots` and returns `existing`
-    /// (see [`RadixTree::insert`]).
+    /// Caches `tokens[..n]` (n cut to a page multiple) with `slots` (a list or runs: see
+    /// [`Slots`]) and returns `existing` (see [`RadixTree::insert`]).
     ///
     /// In pool mode the call itself frees every slot it did not adopt (`slots[..existing]`
     /// where they differ from the cached slot at that position, and `slots[n..]`), and
     /// refuses whole, changing nothing, a slot outside the pool, a free slot, a slot listed
     /// twice, or one the tree caches at another position (`InvalidArgument`).
     ///
-    /// Cost: slots that come in runs (as [`Cache::alloc`] hands them out) are read once and
-    /// then handled as runs, as [`Cache::insert_runs`] does; scattered slots (runs under 4
+    /// Cost: runs ([`Slots::Runs`], as [`Cache::alloc_runs`] hands them out) take O(runs) in
+    /// the pool step and the new leaf; a list whose slots come in runs (as [`Cache::alloc`]
+    /// hands them out) is read once and then handled as runs; scattered slots (runs under 4
     /// slots on average) are checked and stored one by one.
-    pub fn insert(&self, ns: u64, tokens: &[u32], slots: &[u32]) -> Result<usize> {
-        self.insert_with_options(ns, tokens, slots, InsertOptions::default())
-    }
-
-    /// [`Cache::insert`] with an eviction priority (see [`InsertOptions::priority`]).
-    pub fn insert_with_priority(
+    pub fn insert<'s>(
         &self,
         ns: u64,
         tokens: &[u32],
-        slots: &[u32],
-        priority: i32,
+        slots: impl Into<Slots<'s>>,
     ) -> Result<usize> {
-        self.insert_with_options(ns, tokens, slots, InsertOptions::with_priority(priority))
+        self.insert_with(ns, tokens, slots, InsertOptions::default())
     }
 
-    /// [`Cache::insert`] with [`InsertOptions`] (priority, and what the request inserted
-    /// before, for hit counting).
-    pub fn insert_with_options(
+    /// [`Cache::insert`] with [`InsertOptions`] (the eviction priority, and what the request
+    /// inserted before, for hit counting).
+    pub fn insert_with<'s>(
         &self,
         ns: u64,
         tokens: &[u32],
-        slots: &[u32],
+        slots: impl Into<Slots<'s>>,
         opts: InsertOptions,
     ) -> Result<usize> {
-        self.insert_impl(ns, tokens, slots, false, opts, None).map(|(e, _)| e)
+        self.insert_slots(ns, tokens, slots.into(), false, opts).map(|(e, _)| e)
     }
 
-    /// Insert and pin `tokens[..n]` atomically (chunked prefill; a request that keeps
-    /// running). Pool behaviour as in [`Cache::insert`].
-    pub fn insert_and_lock(
+    /// [`Cache::insert_with`] that also pins `tokens[..n]` atomically with the insert
+    /// (chunked prefill; a request that keeps running: release its old lock afterwards).
+    /// The guard unpins when dropped; [`LockGuard::into_raw`] detaches it.
+    pub fn insert_and_lock<'s>(
         &self,
         ns: u64,
         tokens: &[u32],
-        slots: &[u32],
-    ) -> Result<(usize, LockGuard<'_>)> {
-        self.insert_and_lock_with_options(ns, tokens, slots, InsertOptions::default())
-    }
-
-    /// [`Cache::insert_and_lock`] with [`InsertOptions`].
-    pub fn insert_and_lock_with_options(
-        &self,
-        ns: u64,
-        tokens: &[u32],
-        slots: &[u32],
+        slots: impl Into<Slots<'s>>,
         opts: InsertOptions,
     ) -> Result<(usize, LockGuard<'_>)> {
-        let (e, l) = self.insert_and_lock_raw_with_options(ns, tokens, slots, opts)?;
-        Ok((e, self.tree.guard(l)))
+        let (e, l) = self.insert_slots(ns, tokens, slots.into(), true, opts)?;
+        Ok((e, self.tree.guard(l.expect("a pinning insert returns a lock"))))
     }
 
-    /// [`Cache::insert_and_lock`] returning a detached lock.
-    pub fn insert_and_lock_raw(
+    /// The insert behind [`Cache::insert_with`] and [`Cache::insert_and_lock`].
+    pub(crate) fn insert_slots(
         &self,
         ns: u64,
         tokens: &[u32],
-        slots: &[u32],
-    ) -> Result<(usize, PrefixLock)> {
-        self.insert_and_lock_raw_with_options(ns, tokens, slots, InsertOptions::default())
-    }
-
-    /// [`Cache::insert_and_lock_raw`] with [`InsertOptions`].
-    pub fn insert_and_lock_raw_with_options(
-        &self,
-        ns: u64,
-        tokens: &[u32],
-        slots: &[u32],
+        slots: Slots<'_>,
+        pin: bool,
         opts: InsertOptions,
-    ) -> Result<(usize, PrefixLock)> {
-        let (e, l) = self.insert_impl(ns, tokens, slots, true, opts, None)?;
-        Ok((e, l.expect("a pinning insert returns a lock")))
+    ) -> Result<(usize, Option<PrefixLock>)> {
+        match slots {
+            Slots::List(s) => self.insert_impl(ns, tokens, s, pin, opts, None),
+            Slots::Runs(r) => self.insert_runs_impl(ns, tokens, r, pin, opts),
+        }
     }
 
     /// The insert behind the public variants; `cached` (if given) receives the cached slots
@@ -393,7 +367,7 @@ impl Cache {
         let Some(pool) = &self.pool else {
             let src = SlotSource::List(slots);
             let ok = &mut |_: usize, _: &Vec<u32>, _| Ok(());
-            return self.tree.insert_with(ns, tokens, src, pin, opts, cached, ok);
+            return self.tree.insert_core(ns, tokens, src, pin, opts, cached, ok);
         };
         if tokens.len() != slots.len() {
             return Err(invalid(format!(
@@ -404,7 +378,7 @@ impl Cache {
         }
         if cached.is_none() {
             // Slots from a pool mostly come in long runs: one pass turns them into runs, and
-            // the pool step and the new leaf then take O(runs) (`insert_runs`) instead of each
+            // the pool step and the new leaf then take O(runs) (`Slots::Runs`) instead of each
             // scanning every slot again. Scattered slots (runs under 4 slots on average) keep
             // the list path; the pass stops as soon as it knows.
             let limit = slots.len() / 4;
@@ -434,7 +408,7 @@ impl Cache {
         cached: Option<&mut Vec<u32>>,
         pool: &SlotPool,
     ) -> Result<(usize, Option<PrefixLock>)> {
-        let n = tokens.len() / self.opts.page_size * self.opts.page_size;
+        let n = self.tree.aligned(tokens.len());
         let mut scratch = Vec::new();
         let cached = cached.unwrap_or(&mut scratch);
         let mut release = Vec::new();
@@ -456,73 +430,7 @@ impl Cache {
             }
         };
         let src = SlotSource::List(slots);
-        self.tree.insert_with(ns, tokens, src, pin, opts, Some(cached), &mut prepare)
-    }
-
-    /// [`Cache::insert`] with the slots given as runs of consecutive slots ([`SlotRun`], in
-    /// token order, their lengths adding up to `tokens.len()`; `InvalidArgument` otherwise,
-    /// or for an empty run), as [`Cache::alloc_runs`] hands them out: the pool step and the
-    /// new leaf take O(runs) instead of O(tokens). The same rules otherwise: with a pool, the
-    /// runs past `existing` (up to `n`) are adopted, and the given slots of the cached prefix
-    /// that differ from the cached ones, and those past `n`, go back to the pool.
-    pub fn insert_runs(&self, ns: u64, tokens: &[u32], runs: &[SlotRun]) -> Result<usize> {
-        self.insert_runs_with_options(ns, tokens, runs, InsertOptions::default())
-    }
-
-    /// [`Cache::insert_runs`] with [`InsertOptions`].
-    pub fn insert_runs_with_options(
-        &self,
-        ns: u64,
-        tokens: &[u32],
-        runs: &[SlotRun],
-        opts: InsertOptions,
-    ) -> Result<usize> {
-        self.insert_runs_impl(ns, tokens, runs, false, opts).map(|(e, _)| e)
-    }
-
-    /// [`Cache::insert_and_lock`] with the slots given as runs (see [`Cache::insert_runs`]).
-    pub fn insert_and_lock_runs(
-        &self,
-        ns: u64,
-        tokens: &[u32],
-        runs: &[SlotRun],
-    ) -> Result<(usize, LockGuard<'_>)> {
-        let (e, l) = self.insert_and_lock_runs_raw(ns, tokens, runs)?;
-        Ok((e, self.tree.guard(l)))
-    }
-
-    /// [`Cache::insert_and_lock_runs`] with [`InsertOptions`].
-    pub fn insert_and_lock_runs_with_options(
-        &self,
-        ns: u64,
-        tokens: &[u32],
-        runs: &[SlotRun],
-        opts: InsertOptions,
-    ) -> Result<(usize, LockGuard<'_>)> {
-        let (e, l) = self.insert_and_lock_runs_raw_with_options(ns, tokens, runs, opts)?;
-        Ok((e, self.tree.guard(l)))
-    }
-
-    /// [`Cache::insert_and_lock_runs`] returning a detached lock.
-    pub fn insert_and_lock_runs_raw(
-        &self,
-        ns: u64,
-        tokens: &[u32],
-        runs: &[SlotRun],
-    ) -> Result<(usize, PrefixLock)> {
-        self.insert_and_lock_runs_raw_with_options(ns, tokens, runs, InsertOptions::default())
-    }
-
-    /// [`Cache::insert_and_lock_runs_raw`] with [`InsertOptions`].
-    pub fn insert_and_lock_runs_raw_with_options(
-        &self,
-        ns: u64,
-        tokens: &[u32],
-        runs: &[SlotRun],
-        opts: InsertOptions,
-    ) -> Result<(usize, PrefixLock)> {
-        let (e, l) = self.insert_runs_impl(ns, tokens, runs, true, opts)?;
-        Ok((e, l.expect("a pinning insert returns a lock")))
+        self.tree.insert_core(ns, tokens, src, pin, opts, Some(cached), &mut prepare)
     }
 
     fn insert_runs_impl(
@@ -535,7 +443,7 @@ impl Cache {
     ) -> Result<(usize, Option<PrefixLock>)> {
         let src = SlotSource::runs(runs, tokens.len())?;
         let Some(pool) = &self.pool else {
-            return self.tree.insert_with::<Vec<u32>>(
+            return self.tree.insert_core::<Vec<u32>>(
                 ns,
                 tokens,
                 src,
@@ -545,7 +453,7 @@ impl Cache {
                 &mut |_, _, _| Ok(()),
             );
         };
-        let n = tokens.len() / self.opts.page_size * self.opts.page_size;
+        let n = self.tree.aligned(tokens.len());
         let mut cached: Vec<SlotRun> = Vec::new();
         let (mut adopt, mut release) = (Vec::new(), Vec::new());
         let mut prepare = |existing: usize, have: &Vec<SlotRun>, stage: Stage| -> Result<()> {
@@ -559,7 +467,7 @@ impl Cache {
                 Stage::Commit => pool.settle_runs(&adopt, &release),
             }
         };
-        self.tree.insert_with(ns, tokens, src, pin, opts, Some(&mut cached), &mut prepare)
+        self.tree.insert_core(ns, tokens, src, pin, opts, Some(&mut cached), &mut prepare)
     }
 
     /// Unpins a detached lock. `InvalidLock` for another cache's lock.
@@ -666,7 +574,7 @@ impl Cache {
 
     /// [`Cache::alloc`] appending the slots to `out` as runs of consecutive slots (joined to
     /// `out`'s last run where they continue it): O(runs) instead of O(slots); pass them to
-    /// [`Cache::insert_runs`] or [`Cache::free_runs`].
+    /// [`Cache::insert`] (as [`Slots::Runs`]) or [`Cache::free_runs`].
     pub fn alloc_runs(&self, n: usize, out: &mut Vec<SlotRun>) -> Result<()> {
         self.alloc_with(n, &mut |pool| pool.try_alloc_runs(n, out))
     }

@@ -81,7 +81,7 @@ impl Cache {
             return Err(Error::NoPool);
         }
         let mut slots = Vec::with_capacity(round_up(prompt.len(), self.page_size()));
-        let lock = self.tree().match_and_lock_raw(ns, prompt, &mut slots);
+        let lock = self.tree().match_and_lock(ns, prompt, &mut slots).into_raw();
         let m = lock.len();
         let need = round_up(prompt.len() - m, self.page_size());
         if let Err(e) = self.alloc(need, &mut slots) {
@@ -167,8 +167,7 @@ impl<'c> Request<'c> {
     /// tokens first, the request switches to the cached slots (its own are freed).
     /// Returns the tokens that were cached already.
     pub fn checkpoint(&mut self) -> Result<usize> {
-        let p = self.cache.page_size();
-        let n = self.tokens.len() / p * p;
+        let n = self.cache.tree().aligned(self.tokens.len());
         let mut cached = Vec::new();
         let (existing, lock) = self.cache.insert_impl(
             self.ns,
@@ -193,7 +192,7 @@ impl<'c> Request<'c> {
     /// Returns the tokens that were cached already.
     pub fn finish(mut self) -> Result<usize> {
         let len = self.tokens.len();
-        let res = self.cache.insert_with_options(
+        let res = self.cache.insert_with(
             self.ns,
             &self.tokens,
             &self.slots[..len],

@@ -106,7 +106,7 @@ fn alloc_evicts_when_short_and_reports_out_of_slots() {
     assert!(matches!(c.alloc(6, &mut b), Err(Error::OutOfSlots { requested: 6, .. })));
     assert_eq!(b.len(), 4);
     conserved(&c, 4);
-    let mut out = Vec::new();
+    let mut out: Vec<u32> = Vec::new();
     let g = c.match_and_lock(0, &[1, 2, 3, 4], &mut out);
     let g2 = c.match_and_lock(0, &[5, 6, 7, 8], &mut out);
     assert!(matches!(c.alloc(2, &mut b), Err(Error::OutOfSlots { .. })));
@@ -174,7 +174,7 @@ fn insert_runs_settles_the_pool_as_insert_does() {
                 Some((
                     l.match_and_lock(0, t, &mut sl),
                     a.match_and_lock(0, t, &mut sa),
-                    b.match_and_lock_runs(0, t, &mut rb),
+                    b.match_and_lock(0, t, &mut rb),
                 ))
             } else {
                 None
@@ -192,7 +192,7 @@ fn insert_runs_settles_the_pool_as_insert_does() {
                 .insert_list(0, t, &sl[..n], false, Default::default(), None, l.pool().unwrap())
                 .unwrap();
             let ea = a.insert(0, t, &sa[..n]).unwrap();
-            let eb = b.insert_runs(0, t, &first(&rb, n)).unwrap();
+            let eb = b.insert(0, t, &first(&rb, n)).unwrap();
             assert_eq!((el, ea), (eb, eb), "p {p} request {i}");
             l.free(&sl[n..]).unwrap();
             a.free(&sa[n..]).unwrap();
@@ -208,7 +208,8 @@ fn insert_runs_settles_the_pool_as_insert_does() {
                 assert_eq!(pl.state(s), pb.state(s), "p {p} request {i} slot {s}");
                 assert_eq!(pa.state(s), pb.state(s), "p {p} request {i} slot {s}");
             }
-            let (mut ol, mut oa, mut ob) = (Vec::new(), Vec::new(), Vec::new());
+            let (mut ol, mut oa, mut ob) =
+                (Vec::<u32>::new(), Vec::<u32>::new(), Vec::<u32>::new());
             for t in &reqs {
                 let m = b.match_prefix(0, t, &mut ob);
                 assert_eq!((l.match_prefix(0, t, &mut ol), a.match_prefix(0, t, &mut oa)), (m, m));
@@ -237,7 +238,7 @@ fn insert_refuses_bad_slots_on_both_paths() {
     let scattered = [a[7], a[0], a[5], a[2], a[9], a[4], a[11], a[13]];
     assert_eq!(c.insert(0, &toks, &scattered).unwrap(), 0);
     assert_eq!(c.insert(1, &toks, &a[16..24]).unwrap(), 0);
-    let mut out = Vec::new();
+    let mut out: Vec<u32> = Vec::new();
     assert_eq!(c.match_prefix(0, &toks, &mut out), 8);
     assert_eq!(out, scattered);
     assert_eq!(c.match_prefix(1, &toks, &mut out), 8);
@@ -270,21 +271,29 @@ fn refused_inserts_leave_no_split_and_no_stamp() {
         let slots = [h[0], h[1], h[2], bad];
         assert!(matches!(c.insert(0, &key, &slots), Err(Error::InvalidArgument(_))), "{bad}");
         assert_eq!(c.stats(), before, "list path, {bad}");
-        let err = c.insert_and_lock_raw(0, &key, &slots);
+        let err = c
+            .insert_and_lock(0, &key, &slots, InsertOptions::default())
+            .map(|(e, l)| (e, l.into_raw()));
         assert!(matches!(err, Err(Error::InvalidArgument(_))), "{bad}");
         assert_eq!(c.stats(), before, "list path pinning, {bad}");
         let runs = [r(h[0], 1), r(h[1], 1), r(h[2], 1), r(bad, 1)];
-        assert!(matches!(c.insert_runs(0, &key, &runs), Err(Error::InvalidArgument(_))));
+        assert!(matches!(c.insert(0, &key, &runs), Err(Error::InvalidArgument(_))));
         assert_eq!(c.stats(), before, "runs path, {bad}");
-        let err = c.insert_and_lock_runs_raw(0, &key, &runs);
+        let err = c
+            .insert_and_lock(0, &key, &runs, InsertOptions::default())
+            .map(|(e, l)| (e, l.into_raw()));
         assert!(matches!(err, Err(Error::InvalidArgument(_))), "{bad}");
         assert_eq!(c.stats(), before, "runs path pinning, {bad}");
         // Pinning a prefix that ends inside the edge (the lock would split it), with a
         // given slot that differs from the cached one and is not the caller's to free.
-        let err = c.insert_and_lock_raw(0, &[1, 2], &[a[0], bad]);
+        let err = c
+            .insert_and_lock(0, &[1, 2], &[a[0], bad], InsertOptions::default())
+            .map(|(e, l)| (e, l.into_raw()));
         assert!(matches!(err, Err(Error::InvalidArgument(_))), "{bad}");
         assert_eq!(c.stats(), before, "pinned prefix, {bad}");
-        let err = c.insert_and_lock_runs_raw(0, &[1, 2], &[r(a[0], 1), r(bad, 1)]);
+        let err = c
+            .insert_and_lock(0, &[1, 2], &[r(a[0], 1), r(bad, 1)], InsertOptions::default())
+            .map(|(e, l)| (e, l.into_raw()));
         assert!(matches!(err, Err(Error::InvalidArgument(_))), "{bad}");
         assert_eq!(c.stats(), before, "pinned prefix by runs, {bad}");
         // Passing the whole first leaf, then refused where the new leaf would hang.
@@ -292,7 +301,7 @@ fn refused_inserts_leave_no_split_and_no_stamp() {
         let slots = [a[0], a[1], a[2], a[3], h[3], bad];
         assert!(matches!(c.insert(0, &longer, &slots), Err(Error::InvalidArgument(_))));
         let runs = [r(a[0], 4), r(h[3], 1), r(bad, 1)];
-        assert!(matches!(c.insert_runs(0, &longer, &runs), Err(Error::InvalidArgument(_))));
+        assert!(matches!(c.insert(0, &longer, &runs), Err(Error::InvalidArgument(_))));
         assert_eq!(c.stats(), before, "below a leaf, {bad}");
     }
     // The refusals moved no stamp: the older leaf is still the first evicted, whole.
@@ -317,7 +326,7 @@ fn bad_runs_are_refused_whole() {
     let b = a[0].start;
     assert_eq!(a[0].len, 4);
     let r = |start: u32, len: u32| SlotRun { start, len };
-    c.insert_runs(0, &[1, 2], &[r(b, 2)]).unwrap();
+    c.insert(0, &[1, 2], &[r(b, 2)]).unwrap();
     let before = c.stats();
     let free_slot = (0..16u32).find(|s| !(b..b + 4).contains(s)).unwrap();
     let bad: [(&[SlotRun], &str); 7] = [
@@ -330,7 +339,7 @@ fn bad_runs_are_refused_whole() {
         (&[r(b + 2, 3)], "more slots than tokens"),
     ];
     for (runs, why) in bad {
-        assert!(matches!(c.insert_runs(0, &[5, 6], runs), Err(Error::InvalidArgument(_))), "{why}");
+        assert!(matches!(c.insert(0, &[5, 6], runs), Err(Error::InvalidArgument(_))), "{why}");
         assert_eq!(c.stats(), before, "{why}");
     }
     assert_eq!(c.pool().unwrap().state(b + 2), Some(SlotState::Held));
@@ -342,8 +351,8 @@ fn bad_runs_are_refused_whole() {
     assert_eq!(no_pool.alloc_runs(1, &mut Vec::new()), Err(Error::NoPool));
     assert_eq!(no_pool.free_runs(&[r(0, 1)]), Err(Error::NoPool));
     // Caller-managed mode indexes the runs as given.
-    assert_eq!(no_pool.insert_runs(0, &[1, 2, 3], &[r(7, 2), r(50, 1)]).unwrap(), 0);
-    let mut out = Vec::new();
+    assert_eq!(no_pool.insert(0, &[1, 2, 3], &[r(7, 2), r(50, 1)]).unwrap(), 0);
+    let mut out: Vec<u32> = Vec::new();
     assert_eq!(no_pool.match_prefix(0, &[1, 2, 3], &mut out), 3);
     assert_eq!(out, [7, 8, 50]);
 }
@@ -402,7 +411,7 @@ fn request_cycle_admit_extend_checkpoint_finish() {
     // r2 finishes its 10 tokens: 8 cached already, 2 unaligned.
     assert_eq!(r2.finish().unwrap(), 8);
     conserved(&c, 0);
-    let mut out = Vec::new();
+    let mut out: Vec<u32> = Vec::new();
     assert_eq!(c.match_prefix(0, &(1..=13).collect::<Vec<_>>(), &mut out), 12);
     assert_eq!(out, r_slots[..12]);
     // Aborting gives everything back.
@@ -561,7 +570,7 @@ fn drop_namespace_returns_its_slots_to_the_pool() {
     let st = c.namespace_stats(1);
     assert_eq!((st.cached_tokens, st.evictable_tokens, st.nodes), (8, 8, 1));
     // Pin the first page of namespace 1: it stays, the second page goes back to the pool.
-    let mut out = Vec::new();
+    let mut out: Vec<u32> = Vec::new();
     let g = c.match_and_lock(1, &[1, 2, 3, 4], &mut out);
     let free0 = c.stats().free_slots;
     assert_eq!(c.drop_namespace(1, None).unwrap(), 4);
@@ -646,7 +655,7 @@ fn allocations_evict_in_policy_order() {
             c.insert(0, &[k * 10, k * 10 + 1, k * 10 + 2, k * 10 + 3], &s).unwrap();
             held.push(s);
         }
-        let mut out = Vec::new();
+        let mut out: Vec<u32> = Vec::new();
         c.match_prefix(0, &[0, 1, 2, 3], &mut out);
         let mut s = Vec::new();
         c.alloc(4, &mut s).unwrap();

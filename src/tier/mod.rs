@@ -709,11 +709,11 @@ impl TieredCache {
     /// changed) for slots of a page that are not one whole pool page, or as
     /// [`Cache::insert`].
     pub fn insert(&self, ns: u64, tokens: &[u32], slots: &[u32]) -> Result<usize> {
-        self.insert_with_options(ns, tokens, slots, InsertOptions::default())
+        self.insert_with(ns, tokens, slots, InsertOptions::default())
     }
 
-    /// [`TieredCache::insert`] with [`InsertOptions`].
-    pub fn insert_with_options(
+    /// [`TieredCache::insert`] with [`InsertOptions`] (as [`Cache::insert_with`]).
+    pub fn insert_with(
         &self,
         ns: u64,
         tokens: &[u32],
@@ -760,7 +760,7 @@ impl TieredCache {
                 slots.len()
             )));
         }
-        let n = tokens.len() / p * p;
+        let n = self.dev.tree().aligned(tokens.len());
         let pool = self.dev.pool().expect("a tiered cache has a device pool");
         for (i, page) in slots[..n].chunks_exact(p).enumerate() {
             let b = page[0];
@@ -856,7 +856,7 @@ impl TieredCache {
         // The backup's own pin: the insert's lock, or (when the caller keeps that one) a
         // second lock over the same pages, taken while the first still pins them all.
         let (backup_lock, caller) = if keep {
-            let mut scratch = Vec::new();
+            let mut scratch: Vec<u32> = Vec::new();
             (self.dev.match_and_lock(ns, &tokens[..n], &mut scratch).into_raw(), Some(lock))
         } else {
             (lock, None)

@@ -114,28 +114,21 @@ impl RadixTree {
     ///
     /// In a concurrent cache this is an estimate: the prefix may be evicted the moment it
     /// returns. Admit requests with [`RadixTree::match_and_lock`].
-    pub fn match_prefix(&self, ns: u64, tokens: &[u32], out: &mut Vec<u32>) -> usize {
-        self.match_into(ns, tokens, out)
-    }
-
-    /// [`RadixTree::match_prefix`] writing the matched slots to `out` (cleared first) as
-    /// runs of consecutive slots ([`SlotRun`], in token order; neighbours that continue one
-    /// another are joined): O(runs) to write instead of O(tokens) when slots come in runs,
-    /// as a pool hands them out. The runs' lengths add up to the match length returned.
-    pub fn match_prefix_runs(&self, ns: u64, tokens: &[u32], out: &mut Vec<SlotRun>) -> usize {
-        self.match_into(ns, tokens, out)
-    }
-
-    /// [`RadixTree::match_prefix`] into any [`SlotSink`].
-    pub fn match_into<S: SlotSink>(&self, ns: u64, tokens: &[u32], out: &mut S) -> usize {
+    ///
+    /// `out` is any [`SlotSink`]: a `Vec<u32>` (one slot per token), a `Vec<SlotRun>` (runs
+    /// of consecutive slots in token order, neighbours that continue one another joined:
+    /// O(runs) to write instead of O(tokens) when slots come in runs, as a pool hands them
+    /// out; the runs' lengths add up to the match length), or an [`OutBuf`] (a caller's
+    /// buffer).
+    pub fn match_prefix<S: SlotSink>(&self, ns: u64, tokens: &[u32], out: &mut S) -> usize {
         let m = self.match_unrecorded(ns, tokens, out);
         self.matches.record(tokens.len(), m);
         m
     }
 
     /// A match that the statistics do not count (the C ABI's size check before a locking
-    /// match, which counts itself): otherwise [`RadixTree::match_prefix`] /
-    /// [`RadixTree::match_prefix_runs`], access stamps included.
+    /// match, which counts itself): otherwise [`RadixTree::match_prefix`], access stamps
+    /// included.
     #[doc(hidden)]
     pub fn match_unrecorded<S: SlotSink>(&self, ns: u64, tokens: &[u32], out: &mut S) -> usize {
         out.clear();

@@ -4,81 +4,47 @@
 use super::*;
 
 impl RadixTree {
-    /// Caches `tokens[..n]` (n = `tokens.len()` cut to a page multiple) with `slots`
-    /// (same length as `tokens`) and returns `existing`, the match length at the moment
-    /// of insertion: the slots `slots[..existing]` are not adopted (the tree keeps its
-    /// own), nor are `slots[n..]`; the caller owns every slot not adopted.
-    pub fn insert(&self, ns: u64, tokens: &[u32], slots: &[u32]) -> Result<usize> {
-        self.insert_with_options(ns, tokens, slots, InsertOptions::default())
-    }
-
-    /// [`RadixTree::insert`] with an eviction priority (see [`InsertOptions::priority`]:
-    /// read by [`EvictionPolicy::Priority`]; the other policies ignore it).
-    pub fn insert_with_priority(
+    /// Caches `tokens[..n]` (n = `tokens.len()` cut to a page multiple) with `slots` (one
+    /// per token: a list, or runs of consecutive slots, see [`Slots`]) and returns
+    /// `existing`, the match length at the moment of insertion: the slots `slots[..existing]`
+    /// are not adopted (the tree keeps its own), nor are `slots[n..]`; the caller owns every
+    /// slot not adopted. Runs must be non-empty, stay within `u32` ids and add up to
+    /// `tokens.len()` (`InvalidArgument` otherwise); a new leaf stores them as they are.
+    pub fn insert<'s>(
         &self,
         ns: u64,
         tokens: &[u32],
-        slots: &[u32],
-        priority: i32,
+        slots: impl Into<Slots<'s>>,
     ) -> Result<usize> {
-        self.insert_with_options(ns, tokens, slots, InsertOptions::with_priority(priority))
+        self.insert_with(ns, tokens, slots, InsertOptions::default())
     }
 
-    /// [`RadixTree::insert`] with [`InsertOptions`] (priority, and what the request
+    /// [`RadixTree::insert`] with [`InsertOptions`] (eviction priority, and what the request
     /// inserted before, for hit counting).
-    pub fn insert_with_options(
+    pub fn insert_with<'s>(
         &self,
         ns: u64,
         tokens: &[u32],
-        slots: &[u32],
+        slots: impl Into<Slots<'s>>,
         opts: InsertOptions,
     ) -> Result<usize> {
-        self.insert_plain(ns, tokens, SlotSource::List(slots), false, opts).map(|(e, _)| e)
-    }
-
-    /// [`RadixTree::insert`] with the slots given as runs of consecutive slots, in token
-    /// order (their lengths must add up to `tokens.len()`; `InvalidArgument` otherwise, or
-    /// for an empty run or one past slot id `u32::MAX`): the new leaf stores the runs as
-    /// they are, O(runs) instead of scanning every slot. The runs `slots[..existing]` and
-    /// past `n` cover are not adopted, as in `insert`.
-    pub fn insert_runs(&self, ns: u64, tokens: &[u32], runs: &[SlotRun]) -> Result<usize> {
-        self.insert_runs_with_options(ns, tokens, runs, InsertOptions::default())
-    }
-
-    /// [`RadixTree::insert_runs`] with [`InsertOptions`].
-    pub fn insert_runs_with_options(
-        &self,
-        ns: u64,
-        tokens: &[u32],
-        runs: &[SlotRun],
-        opts: InsertOptions,
-    ) -> Result<usize> {
-        let src = SlotSource::runs(runs, tokens.len())?;
+        let src = SlotSource::of(slots.into(), tokens.len())?;
         self.insert_plain(ns, tokens, src, false, opts).map(|(e, _)| e)
     }
 
-    /// [`RadixTree::insert_and_lock_raw`] with the slots given as runs (as in
-    /// [`RadixTree::insert_runs`]).
-    pub fn insert_and_lock_runs_raw(
+    /// Insert and pin `tokens[..n]` atomically (chunked prefill, or a request that keeps
+    /// running: release its old lock afterwards). The guard releases the pin when dropped;
+    /// [`LockGuard::into_raw`] detaches it as a [`PrefixLock`] value.
+    pub fn insert_and_lock<'s>(
         &self,
         ns: u64,
         tokens: &[u32],
-        runs: &[SlotRun],
-    ) -> Result<(usize, PrefixLock)> {
-        self.insert_and_lock_runs_raw_with_options(ns, tokens, runs, InsertOptions::default())
-    }
-
-    /// [`RadixTree::insert_and_lock_runs_raw`] with [`InsertOptions`].
-    pub fn insert_and_lock_runs_raw_with_options(
-        &self,
-        ns: u64,
-        tokens: &[u32],
-        runs: &[SlotRun],
+        slots: impl Into<Slots<'s>>,
         opts: InsertOptions,
-    ) -> Result<(usize, PrefixLock)> {
-        let src = SlotSource::runs(runs, tokens.len())?;
+    ) -> Result<(usize, LockGuard<'_>)> {
+        let src = SlotSource::of(slots.into(), tokens.len())?;
         let (e, l) = self.insert_plain(ns, tokens, src, true, opts)?;
-        Ok((e, l.expect("a pinning insert returns a lock")))
+        Ok((e, self.guard(l.expect("a pinning insert returns a lock"))))
     }
 
     /// An insert with nothing to collect or prepare.
@@ -90,52 +56,7 @@ impl RadixTree {
         pin: bool,
         opts: InsertOptions,
     ) -> Result<(usize, Option<PrefixLock>)> {
-        self.insert_with::<Vec<u32>>(ns, tokens, slots, pin, opts, None, &mut |_, _, _| Ok(()))
-    }
-
-    /// Insert and pin `tokens[..n]` atomically (chunked prefill, or a request that keeps
-    /// running: release its old lock afterwards).
-    pub fn insert_and_lock(
-        &self,
-        ns: u64,
-        tokens: &[u32],
-        slots: &[u32],
-    ) -> Result<(usize, LockGuard<'_>)> {
-        self.insert_and_lock_with_options(ns, tokens, slots, InsertOptions::default())
-    }
-
-    /// [`RadixTree::insert_and_lock`] with [`InsertOptions`].
-    pub fn insert_and_lock_with_options(
-        &self,
-        ns: u64,
-        tokens: &[u32],
-        slots: &[u32],
-        opts: InsertOptions,
-    ) -> Result<(usize, LockGuard<'_>)> {
-        let (e, l) = self.insert_and_lock_raw_with_options(ns, tokens, slots, opts)?;
-        Ok((e, self.guard(l)))
-    }
-
-    /// [`RadixTree::insert_and_lock`] returning a detached [`PrefixLock`].
-    pub fn insert_and_lock_raw(
-        &self,
-        ns: u64,
-        tokens: &[u32],
-        slots: &[u32],
-    ) -> Result<(usize, PrefixLock)> {
-        self.insert_and_lock_raw_with_options(ns, tokens, slots, InsertOptions::default())
-    }
-
-    /// [`RadixTree::insert_and_lock_raw`] with [`InsertOptions`].
-    pub fn insert_and_lock_raw_with_options(
-        &self,
-        ns: u64,
-        tokens: &[u32],
-        slots: &[u32],
-        opts: InsertOptions,
-    ) -> Result<(usize, PrefixLock)> {
-        let (e, l) = self.insert_plain(ns, tokens, SlotSource::List(slots), true, opts)?;
-        Ok((e, l.expect("a pinning insert returns a lock")))
+        self.insert_core::<Vec<u32>>(ns, tokens, slots, pin, opts, None, &mut |_, _, _| Ok(()))
     }
 
     /// The insert behind every public variant. `prepare(existing, cached, Stage::Commit)`
@@ -166,7 +87,7 @@ impl RadixTree {
     /// `opts`: the priority and hit counting (see [`InsertOptions`]); applied to the path
     /// once the insert has succeeded, with the access stamps (`Insert::bump`).
     #[allow(clippy::too_many_arguments)]
-    pub(crate) fn insert_with<S: SlotSink + Default>(
+    pub(crate) fn insert_core<S: SlotSink + Default>(
         &self,
         ns: u64,
         tokens: &[u32],

@@ -187,7 +187,7 @@ pub(crate) use slots::{SlotSource, cut_runs, push_differing};
 use stripes::MatchCounters;
 
 use crate::error::{Error, Result, invalid};
-use crate::slot_run::SlotRun;
+use crate::slot_run::{SlotRun, Slots};
 use crate::sync::epoch::{Domain, Guard, Owned};
 use crate::sync::{AtomicU64, Ordering, lock, next_id};
 
@@ -334,7 +334,7 @@ pub struct RadixTree {
     events: Option<std::sync::Arc<crate::events::EventSink>>,
 }
 
-/// What an insert asks of its `prepare` step (see `RadixTree::insert_with`).
+/// What an insert asks of its `prepare` step (see `RadixTree::insert_core`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Stage {
     /// Validate the outcome so far, changing nothing: the insert is about to change the
@@ -401,8 +401,10 @@ impl RadixTree {
         self.cfg
     }
 
+    /// `len` cut down to a whole number of pages (`SEMANTICS.md`: `floor(len / P) * P`): the
+    /// one place that rounds a key (the cache, the request cycle and the tier ask here).
     #[inline]
-    pub(super) fn aligned(&self, len: usize) -> usize {
+    pub fn aligned(&self, len: usize) -> usize {
         len / self.cfg.page_size * self.cfg.page_size
     }
 

@@ -119,40 +119,25 @@ impl RadixTree {
     /// pins the matched pages (they stay cached with the same slots) until it is dropped.
     /// Where the match ends inside an edge, the edge is split so the lock ends on a node
     /// boundary. A lock on an empty match is valid too.
-    pub fn match_and_lock(&self, ns: u64, tokens: &[u32], out: &mut Vec<u32>) -> LockGuard<'_> {
-        let lock = self.match_and_lock_raw(ns, tokens, out);
-        self.guard(lock)
-    }
-
-    /// [`RadixTree::match_and_lock`] returning a detached [`PrefixLock`].
-    pub fn match_and_lock_raw(&self, ns: u64, tokens: &[u32], out: &mut Vec<u32>) -> PrefixLock {
-        self.lock_into(ns, tokens, out)
-    }
-
-    /// [`RadixTree::match_and_lock`] writing the matched slots as runs, as
-    /// [`RadixTree::match_prefix_runs`] does.
-    pub fn match_and_lock_runs(
+    /// `out` is any [`SlotSink`], as in [`RadixTree::match_prefix`];
+    /// [`LockGuard::into_raw`] detaches the lock as a [`PrefixLock`] value.
+    pub fn match_and_lock<S: SlotSink>(
         &self,
         ns: u64,
         tokens: &[u32],
-        out: &mut Vec<SlotRun>,
+        out: &mut S,
     ) -> LockGuard<'_> {
         let lock = self.lock_into(ns, tokens, out);
         self.guard(lock)
     }
 
-    /// [`RadixTree::match_and_lock_runs`] returning a detached [`PrefixLock`].
-    pub fn match_and_lock_runs_raw(
+    /// The match and pin behind [`RadixTree::match_and_lock`], returning the lock as a value.
+    pub(crate) fn lock_into<S: SlotSink>(
         &self,
         ns: u64,
         tokens: &[u32],
-        out: &mut Vec<SlotRun>,
+        out: &mut S,
     ) -> PrefixLock {
-        self.lock_into(ns, tokens, out)
-    }
-
-    /// [`RadixTree::match_and_lock_raw`] into any [`SlotSink`].
-    pub fn lock_into<S: SlotSink>(&self, ns: u64, tokens: &[u32], out: &mut S) -> PrefixLock {
         out.clear();
         let n = self.aligned(tokens.len());
         let g = self.domain.pin();

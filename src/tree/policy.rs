@@ -115,7 +115,7 @@ impl fmt::Display for EvictionPolicy {
 /// The SLRU threshold SGLang uses by default (`SLRUStrategy(protected_threshold=2)`).
 pub const DEFAULT_SLRU_THRESHOLD: u32 = 2;
 
-/// Per-insert options (see [`RadixTree::insert_with_options`]).
+/// Per-insert options (see [`RadixTree::insert_with`]).
 ///
 /// **Priority** (read by [`EvictionPolicy::Priority`]): every node on the insert's path (the
 /// nodes holding `tokens[..n]`, the new leaf included) takes the larger of its own priority
@@ -134,7 +134,7 @@ pub const DEFAULT_SLRU_THRESHOLD: u32 = 2;
 /// Under the policies that do not read them, priorities and hit counts are not kept (they
 /// read as 0), and no extra split is made.
 ///
-/// [`RadixTree::insert_with_options`]: super::RadixTree::insert_with_options
+/// [`RadixTree::insert_with`]: super::RadixTree::insert_with
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct InsertOptions {
     /// Eviction priority of the inserted tokens (higher stays longer; default 0). An

@@ -79,16 +79,19 @@ fn inserts_that_cache_nothing_leave_no_namespace_behind() {
     let t = tree(4);
     // Shorter than a page: nothing to cache, no namespace created.
     assert_eq!(t.insert(9, &[1, 2, 3], &[1, 2, 3]).unwrap(), 0);
-    let (e, l) = t.insert_and_lock_raw(9, &[], &[]).unwrap();
+    let (e, l) = t
+        .insert_and_lock(9, &[], &[0u32; 0], InsertOptions::default())
+        .map(|(e, l)| (e, l.into_raw()))
+        .unwrap();
     assert_eq!((e, l.len()), (0, 0));
     t.release(l).unwrap();
-    let mut out = Vec::new();
+    let mut out: Vec<u32> = Vec::new();
     let g = t.match_and_lock(9, &[1, 2, 3, 4], &mut out);
     assert!(g.is_empty());
     drop(g);
     assert_eq!(t.stats().namespaces, 0);
     // A refused insert (its prepare step fails) that created the root reclaims it.
-    let r = t.insert_with::<Vec<u32>>(
+    let r = t.insert_core::<Vec<u32>>(
         9,
         &[1, 2, 3, 4],
         SlotSource::List(&[1, 2, 3, 4]),
@@ -118,7 +121,7 @@ fn drop_namespace_frees_its_unpinned_pages_only() {
         (5, 5, 0, 4)
     );
     // Pin [1, 2] of namespace 1: it stays, everything else of 1 goes.
-    let mut out = Vec::new();
+    let mut out: Vec<u32> = Vec::new();
     let g = t.match_and_lock(1, &[1, 2], &mut out);
     assert_eq!(g.len(), 2);
     let st = t.namespace_stats(1);
@@ -184,7 +187,7 @@ fn lock_moves_tokens_between_evictable_and_protected() {
     t.insert(0, &[1, 2, 3], &[10, 20, 30]).unwrap();
     let s = t.stats();
     assert_eq!((s.evictable_tokens, s.protected_tokens), (3, 0));
-    let mut out = Vec::new();
+    let mut out: Vec<u32> = Vec::new();
     let g = t.match_and_lock(0, &[1, 2, 3], &mut out);
     assert_eq!(out, vec![10, 20, 30]);
     assert_eq!(g.len(), 3);
@@ -295,7 +298,7 @@ fn match_that_forks_inside_an_edge_stops_there() {
     t.insert(0, &la, &la_slots).unwrap();
     // "Hello_" matches, then 'w' vs 'L' forks inside the edge.
     assert_eq!(m(&t, 0, &world), la_slots[..6].to_vec());
-    let mut out = Vec::new();
+    let mut out: Vec<u32> = Vec::new();
     let g = t.match_and_lock(0, &world, &mut out);
     assert_eq!(out, la_slots[..6].to_vec());
     assert_eq!(g.len(), 6);
@@ -318,7 +321,7 @@ fn match_that_forks_inside_an_edge_stops_there() {
 fn match_and_lock_splits_and_pins_only_the_matched_part() {
     let t = tree(1);
     t.insert(0, &[1, 2, 3, 4, 5, 6], &[1, 2, 3, 4, 5, 6]).unwrap();
-    let mut out = Vec::new();
+    let mut out: Vec<u32> = Vec::new();
     let g = t.match_and_lock(0, &[1, 2, 3, 9], &mut out);
     assert_eq!(out, vec![1, 2, 3]);
     let s = t.stats();
@@ -336,7 +339,7 @@ fn match_and_lock_splits_and_pins_only_the_matched_part() {
 fn pins_survive_a_split_of_the_pinned_edge() {
     let t = tree(1);
     t.insert(0, &[1, 2, 3, 4], &[1, 2, 3, 4]).unwrap();
-    let mut out = Vec::new();
+    let mut out: Vec<u32> = Vec::new();
     let whole = t.match_and_lock(0, &[1, 2, 3, 4], &mut out).into_raw();
     // Split the pinned edge by locking a shorter prefix.
     let half = t.match_and_lock(0, &[1, 2], &mut out);
@@ -355,13 +358,14 @@ fn pins_survive_a_split_of_the_pinned_edge() {
 #[test]
 fn insert_and_lock_pins_atomically() {
     let t = tree(2);
-    let (e, g) = t.insert_and_lock(0, &[1, 2, 3, 4, 5], &[1, 2, 3, 4, 5]).unwrap();
+    let (e, g) =
+        t.insert_and_lock(0, &[1, 2, 3, 4, 5], &[1, 2, 3, 4, 5], InsertOptions::default()).unwrap();
     assert_eq!(e, 0);
     assert_eq!(g.len(), 4);
     assert_eq!(t.stats().protected_tokens, 4);
     assert_eq!(t.evict(100, &mut |_| panic!("pinned")), 0);
     // Re-inserting a prefix that ends inside the edge splits it and pins only that.
-    let (e2, g2) = t.insert_and_lock(0, &[1, 2], &[7, 7]).unwrap();
+    let (e2, g2) = t.insert_and_lock(0, &[1, 2], &[7, 7], InsertOptions::default()).unwrap();
     assert_eq!((e2, g2.len()), (2, 2));
     drop(g);
     let s = t.stats();
@@ -387,12 +391,12 @@ fn empty_and_bad_inputs() {
     assert_eq!(t.insert(0, &[1, 2, 3], &[1, 2, 3]).unwrap(), 0); // shorter than a page
     assert_eq!(t.stats().cached_tokens, 0);
     assert_eq!(m(&t, 0, &[]), Vec::<u32>::new());
-    let mut out = Vec::new();
+    let mut out: Vec<u32> = Vec::new();
     let g = t.match_and_lock(0, &[], &mut out);
     assert!(g.is_empty());
     drop(g);
     let other = tree(4);
-    let mut out = Vec::new();
+    let mut out: Vec<u32> = Vec::new();
     let l = other.match_and_lock(0, &[1], &mut out).into_raw();
     assert_eq!(t.release(l), Err(Error::InvalidLock));
     t.check_invariants().unwrap();
@@ -403,7 +407,7 @@ fn reset_drops_unpinned_only() {
     let t = tree(1);
     t.insert(0, &[1, 2, 3], &[1, 2, 3]).unwrap();
     t.insert(1, &[4, 5], &[4, 5]).unwrap();
-    let mut out = Vec::new();
+    let mut out: Vec<u32> = Vec::new();
     let g = t.match_and_lock(1, &[4, 5], &mut out);
     let mut freed = Vec::new();
     t.reset(&mut |s| freed.extend_from_slice(s));
@@ -475,7 +479,7 @@ fn a_lone_child_differing_inside_the_first_page_is_no_match() {
     t.insert(0, &[1, 2, 3, 4], &[10, 20, 30, 40]).unwrap();
     t.insert(0, &[5, 6], &[50, 60]).unwrap();
     assert_eq!(m(&t, 0, &[1, 9, 3, 4]), Vec::<u32>::new());
-    let mut out = Vec::new();
+    let mut out: Vec<u32> = Vec::new();
     let g = t.match_and_lock(0, &[1, 9, 3, 4], &mut out);
     assert!(g.is_empty() && out.is_empty());
     drop(g);
@@ -521,7 +525,7 @@ fn a_run_of_consecutive_slots_is_stored_as_one_base_at_any_page_size() {
             t4.insert(0, &toks, &odd).unwrap();
             let mut q = toks.clone();
             q[cut] = 1000;
-            let l = t4.match_and_lock_raw(0, &q, &mut Vec::new());
+            let l = t4.match_and_lock(0, &q, &mut Vec::<u32>::new()).into_raw();
             assert_eq!(l.len(), cut);
             assert_eq!(m(&t4, 0, &toks), odd, "p {p} cut {cut}");
             assert_eq!(m(&t4, 0, &q), odd[..cut], "p {p} cut {cut}");
@@ -535,7 +539,7 @@ fn a_run_of_consecutive_slots_is_stored_as_one_base_at_any_page_size() {
         q[40] = 1000;
         let fresh: Vec<u32> = (5000..5064).collect();
         assert_eq!(t.insert(0, &q, &fresh).unwrap(), 40);
-        let l = t.match_and_lock_raw(0, &toks[..24], &mut Vec::new());
+        let l = t.match_and_lock(0, &toks[..24], &mut Vec::<u32>::new()).into_raw();
         assert_eq!(l.len(), 24);
         assert_eq!(m(&t, 0, &toks), run);
         let mut want = run[..40].to_vec();
@@ -589,7 +593,7 @@ fn short_runs_are_counted_before_choosing_runs() {
         t.insert(0, &toks, slots).unwrap();
         let heap = t.check_invariants().unwrap().heap_bytes;
         assert_eq!(m(&t, 0, &toks), slots);
-        let l = t.match_and_lock_raw(0, &toks[..slots.len() / 2], &mut Vec::new());
+        let l = t.match_and_lock(0, &toks[..slots.len() / 2], &mut Vec::<u32>::new()).into_raw();
         assert_eq!(m(&t, 0, &toks), slots);
         t.release(l).unwrap();
         let mut all = slots.to_vec();
@@ -646,7 +650,7 @@ fn match_prefix_runs_names_the_same_slots_as_runs() {
                 let mut want = Vec::new();
                 let m = t.match_prefix(ns, &q, &mut want);
                 let mut runs = vec![SlotRun { start: 9, len: 9 }]; // cleared first
-                assert_eq!(t.match_prefix_runs(ns, &q, &mut runs), m, "p {p} layout {i} cut {cut}");
+                assert_eq!(t.match_prefix(ns, &q, &mut runs), m, "p {p} layout {i} cut {cut}");
                 let got: Vec<u32> = runs.iter().flat_map(|r| r.slots()).collect();
                 assert_eq!(got, want, "p {p} layout {i} cut {cut}");
                 assert_eq!(&got[..], &slots[..m]);
@@ -656,7 +660,7 @@ fn match_prefix_runs_names_the_same_slots_as_runs() {
                 assert_eq!(runs, maximal, "p {p} layout {i} cut {cut}");
                 // The locking variant names the same slots and pins the match.
                 let mut lruns = Vec::new();
-                let l = t.match_and_lock_runs(ns, &q, &mut lruns);
+                let l = t.match_and_lock(ns, &q, &mut lruns);
                 assert_eq!((l.len(), &lruns), (m, &runs));
                 assert_eq!(t.stats().protected_tokens as usize, m);
                 drop(l);
@@ -753,7 +757,7 @@ fn lru_order_is_exact_between_inserts() {
     // And the other way round, with a locking match and a partial match as the accesses.
     t.insert(0, &[1, 2], &[10, 11]).unwrap();
     m(&t, 0, &[5]);
-    let mut out = Vec::new();
+    let mut out: Vec<u32> = Vec::new();
     drop(t.match_and_lock(0, &[1, 2], &mut out));
     freed.clear();
     t.evict(1, &mut |s| freed.extend_from_slice(s));
@@ -809,8 +813,8 @@ fn each_policy_orders_three_leaves_as_sglang_does() {
         t.insert(0, &[2], &[2]).unwrap();
         t.insert(0, &[3], &[3]).unwrap();
         m(&t, 0, &[1]);
-        t.insert_with_priority(0, &[3], &[3], 2).unwrap();
-        t.insert_with_priority(0, &[2], &[2], 1).unwrap();
+        t.insert_with(0, &[3], &[3], InsertOptions::with_priority(2)).unwrap();
+        t.insert_with(0, &[2], &[2], InsertOptions::with_priority(1)).unwrap();
         t
     };
     // Last accesses: [1] < [3] < [2] (the re-inserts access); creation: [1] < [2] < [3].
@@ -861,15 +865,16 @@ fn lfu_counts_inserts_not_matches_and_slru_reads_its_threshold() {
 fn split_halves_inherit_priority_and_hit_count() {
     let key: Vec<u32> = (1..=8).collect();
     let slots: Vec<u32> = (10..18).collect();
-    let mut out = Vec::new();
+    let mut out: Vec<u32> = Vec::new();
     // Priority: a locking match splits [1..8] at 4; both halves keep priority 5.
     let t = policy_tree(EvictionPolicy::Priority, 2);
-    t.insert_with_priority(0, &key, &slots, 5).unwrap();
+    t.insert_with(0, &key, &slots, InsertOptions::with_priority(5)).unwrap();
     let g = t.match_and_lock(0, &key[..4], &mut out);
     assert_eq!(meta_of(&t, &key), vec![(5, 0, 4), (5, 0, 4)]);
     // An insert diverging after [1..4] raises the upper half only (its path), and the new
     // leaf takes its priority.
-    t.insert_with_priority(0, &[1, 2, 3, 4, 9, 9], &[0, 0, 0, 0, 20, 21], 7).unwrap();
+    t.insert_with(0, &[1, 2, 3, 4, 9, 9], &[0, 0, 0, 0, 20, 21], InsertOptions::with_priority(7))
+        .unwrap();
     assert_eq!(meta_of(&t, &key), vec![(7, 0, 4), (5, 0, 4)]);
     assert_eq!(meta_of(&t, &[1, 2, 3, 4, 9, 9]), vec![(7, 0, 4), (7, 0, 2)]);
     drop(g);
@@ -905,7 +910,7 @@ fn an_insert_ending_inside_an_edge_splits_only_when_its_policy_reads_what_change
         let split = matches!(policy, EvictionPolicy::Lfu | EvictionPolicy::Slru);
         assert_eq!(nodes, 1 + split as u64, "{policy}");
         // A higher priority: splits under `priority` too (only the inserted part is raised).
-        t.insert_with_priority(0, &key[..2], &slots[..2], 3).unwrap();
+        t.insert_with(0, &key[..2], &slots[..2], InsertOptions::with_priority(3)).unwrap();
         let want = match policy {
             EvictionPolicy::Lfu | EvictionPolicy::Slru => 3,
             EvictionPolicy::Priority => 2,
@@ -919,10 +924,10 @@ fn an_insert_ending_inside_an_edge_splits_only_when_its_policy_reads_what_change
         if policy == EvictionPolicy::Lfu {
             let before = meta_of(&t, &key);
             let o = InsertOptions { priority: 0, inserted_len: 8 };
-            t.insert_with_options(0, &key, &slots, o).unwrap();
+            t.insert_with(0, &key, &slots, o).unwrap();
             assert_eq!(meta_of(&t, &key), before);
             let o = InsertOptions { priority: 0, inserted_len: 4 };
-            t.insert_with_options(0, &key, &slots, o).unwrap();
+            t.insert_with(0, &key, &slots, o).unwrap();
             let hits: Vec<u32> = meta_of(&t, &key).iter().map(|x| x.1).collect();
             let was: Vec<u32> = before.iter().map(|x| x.1).collect();
             // Nodes ending at 2 and 4 count nothing, the one ending at 8 one more.
@@ -940,7 +945,7 @@ fn mru_rekeys_a_queued_leaf_on_every_kind_of_access() {
     }
     // [2] matched, [3] locked and released, [1] re-inserted: [1] is now the most recent.
     m(&t, 0, &[2]);
-    let mut out = Vec::new();
+    let mut out: Vec<u32> = Vec::new();
     drop(t.match_and_lock(0, &[3], &mut out));
     t.insert(0, &[1], &[1]).unwrap();
     t.check_invariants().unwrap();
@@ -972,8 +977,8 @@ fn priorities_outside_i32_are_refused_at_wide_boundaries() {
     assert!(checked_priority(1 << 40).is_err());
     assert_eq!(checked_priority(-(1 << 31)).unwrap(), i32::MIN);
     let t = policy_tree(EvictionPolicy::Priority, 1);
-    t.insert_with_priority(0, &[1], &[1], i32::MIN).unwrap();
-    t.insert_with_priority(0, &[2], &[2], i32::MAX).unwrap();
+    t.insert_with(0, &[1], &[1], InsertOptions::with_priority(i32::MIN)).unwrap();
+    t.insert_with(0, &[2], &[2], InsertOptions::with_priority(i32::MAX)).unwrap();
     t.insert(0, &[3], &[3]).unwrap();
     assert_eq!(order(&t), vec![1, 3, 2]);
 }

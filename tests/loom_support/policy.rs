@@ -34,7 +34,7 @@ fn mru_touch_racing_the_queueing_of_the_leaf() {
         let t = Arc::new(tree(EvictionPolicy::Mru));
         t.insert(0, &[1], &[10]).unwrap();
         let mut out = Vec::new();
-        let l = t.match_and_lock_raw(0, &[1], &mut out);
+        let l = t.match_and_lock(0, &[1], &mut out).into_raw();
         // A is pinned: this pass drops its entry and frees nothing.
         assert_eq!(t.evict(1, &mut |_| {}), 0);
         t.insert(0, &[2], &[20]).unwrap();
@@ -69,7 +69,7 @@ fn lfu_hit_racing_a_split_of_the_edge() {
             assert_eq!(t2.insert(0, &[1, 2], &[10, 20]).unwrap(), 2);
         });
         let mut out = Vec::new();
-        let l = t.match_and_lock_raw(0, &[1], &mut out);
+        let l = t.match_and_lock(0, &[1], &mut out).into_raw();
         inserter.join().unwrap();
         t.release(l).unwrap();
         assert_eq!(hits(&t, &[1, 2]), vec![(2, 1), (2, 1)], "a hit was lost in the split");

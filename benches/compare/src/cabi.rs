@@ -152,7 +152,7 @@ pub fn describe() -> String {
     };
     let stale = match newest(&src) {
         Some(s) if s > m => format!(
-            "; older than src/ by {} s: rebuild it with `cargo build --release --lib`",
+            "; older than src/ by {} s: rebuild it with `cargo build --release -p radixkv-ffi`",
             age(s) - age(m)
         ),
         _ => String::new(),

@@ -9,6 +9,7 @@ use serde_json::{Value, json};
 use crate::trace::{self, Branching, Req};
 use crate::util::*;
 use crate::work::*;
+use radixkv::{InsertOptions, SlotRun};
 
 pub struct Ctx {
     pub runs: usize,
@@ -92,7 +93,7 @@ pub fn measure(ctx: &Ctx, spec: &[String]) -> Value {
             // radixkv replay) into memory kept until the end. No lookup, no structure.
             let (reqs, slots) = mooncake(ctx, 1);
             let tree = radixkv::RadixTree::new(radixkv::TreeConfig::default()).unwrap();
-            let mut out = Vec::new();
+            let mut out: Vec<u32> = Vec::new();
             let cached: Vec<usize> = reqs
                 .iter()
                 .map(|r| {
@@ -131,7 +132,7 @@ pub fn measure(ctx: &Ctx, spec: &[String]) -> Value {
             // left the cache, so it can only read more than this.
             let (reqs, slots) = mooncake(ctx, 1);
             let tree = radixkv::RadixTree::new(radixkv::TreeConfig::default()).unwrap();
-            let mut out = Vec::new();
+            let mut out: Vec<u32> = Vec::new();
             let mut stored: Vec<u32> = Vec::new();
             for r in &reqs {
                 let m = tree.match_prefix(r.ns, &r.tokens, &mut out);
@@ -165,15 +166,15 @@ pub fn measure(ctx: &Ctx, spec: &[String]) -> Value {
             for r in &reqs {
                 tree.insert(r.ns, &r.tokens, r.slots(&slots)).unwrap();
             }
-            let mut runs = Vec::new();
+            let mut runs: Vec<SlotRun> = Vec::new();
             let (mut cold, mut warm, mut sum_warm) = (Vec::new(), Vec::new(), Vec::new());
             for run in 0..=ctx.runs {
                 let mut t = [0.0f64; 3];
                 for r in &reqs {
                     let t0 = std::time::Instant::now();
-                    std::hint::black_box(tree.match_prefix_runs(r.ns, &r.tokens, &mut runs));
+                    std::hint::black_box(tree.match_prefix(r.ns, &r.tokens, &mut runs));
                     let t1 = std::time::Instant::now();
-                    std::hint::black_box(tree.match_prefix_runs(r.ns, &r.tokens, &mut runs));
+                    std::hint::black_box(tree.match_prefix(r.ns, &r.tokens, &mut runs));
                     let t2 = std::time::Instant::now();
                     std::hint::black_box(r.tokens.iter().fold(0u32, |a, &x| a.wrapping_add(x)));
                     let t3 = std::time::Instant::now();
@@ -344,8 +345,13 @@ pub fn measure(ctx: &Ctx, spec: &[String]) -> Value {
                                 slots.extend(next..next + key.len() as u32);
                                 next += key.len() as u32;
                                 if mixed {
-                                    tree.insert_with_priority(0, key, &slots, priority_of(i))
-                                        .unwrap();
+                                    tree.insert_with(
+                                        0,
+                                        key,
+                                        &slots,
+                                        InsertOptions::with_priority(priority_of(i)),
+                                    )
+                                    .unwrap();
                                 } else {
                                     tree.insert(0, key, &slots).unwrap();
                                 }
@@ -354,11 +360,11 @@ pub fn measure(ctx: &Ctx, spec: &[String]) -> Value {
                                 // A quarter of the leaves inserted again (a hit, and an
                                 // access): with the priorities, keys far from insertion order.
                                 for i in (0..keys.len()).filter(|i| priority_of(*i + 7) == 0) {
-                                    tree.insert_with_priority(
+                                    tree.insert_with(
                                         0,
                                         &keys[i],
                                         &slots_of(&keys, i),
-                                        priority_of(i),
+                                        InsertOptions::with_priority(priority_of(i)),
                                     )
                                     .unwrap();
                                 }

@@ -129,10 +129,10 @@ impl RkvRuns {
 
 impl Index for RkvRuns {
     fn lookup(&self, r: &Req, s: &mut Scratch) -> usize {
-        self.0.tree.match_prefix_runs(r.ns, &r.tokens, &mut s.runs)
+        self.0.tree.match_prefix(r.ns, &r.tokens, &mut s.runs)
     }
     fn store(&self, r: &Req, _cached: usize, _slots: &[u32], _s: &mut Scratch) {
-        self.0.tree.insert_runs(r.ns, &r.tokens, &r.runs).unwrap();
+        self.0.tree.insert(r.ns, &r.tokens, &r.runs).unwrap();
     }
     fn cached_tokens(&self) -> Option<u64> {
         self.0.cached_tokens()

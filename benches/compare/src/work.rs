@@ -254,9 +254,9 @@ pub fn evict_replay_rkv_policy(
     for (i, r) in reqs.iter().enumerate() {
         let opts = InsertOptions::with_priority(priority_of(i));
         let lock = if cycle == CacheCycle::Runs {
-            cache.tree().match_and_lock_runs_raw(r.ns, &r.tokens, &mut runs)
+            cache.tree().match_and_lock(r.ns, &r.tokens, &mut runs).into_raw()
         } else {
-            cache.tree().match_and_lock_raw(r.ns, &r.tokens, &mut slots)
+            cache.tree().match_and_lock(r.ns, &r.tokens, &mut slots).into_raw()
         };
         let m = lock.len();
         hits += m as u64;
@@ -272,10 +272,10 @@ pub fn evict_replay_rkv_policy(
         }
         if cycle == CacheCycle::Runs {
             cache.alloc_runs(need, &mut runs).expect("the pool holds every request");
-            cache.insert_runs_with_options(r.ns, &r.tokens, &runs, opts).unwrap();
+            cache.insert_with(r.ns, &r.tokens, &runs, opts).unwrap();
         } else {
             cache.alloc(need, &mut slots).expect("the pool holds every request");
-            cache.insert_with_options(r.ns, &r.tokens, &slots, opts).unwrap();
+            cache.insert_with(r.ns, &r.tokens, &slots, opts).unwrap();
         }
         cache.release(lock).unwrap();
         if cycle != CacheCycle::ListsInline {
@@ -384,7 +384,7 @@ pub fn evict_replay_tree_policy(
     let mut hits = 0u64;
     let t0 = std::time::Instant::now();
     for (i, r) in reqs.iter().enumerate() {
-        let lock = tree.match_and_lock_raw(r.ns, &r.tokens, &mut slots);
+        let lock = tree.match_and_lock(r.ns, &r.tokens, &mut slots).into_raw();
         let m = lock.len();
         hits += m as u64;
         let need = r.tokens.len() - m;
@@ -398,7 +398,9 @@ pub fn evict_replay_tree_policy(
             nodes_evicted += n0 - tree.stats().nodes;
         }
         free.take(need, &mut slots);
-        let existing = tree.insert_with_priority(r.ns, &r.tokens, &slots, priority_of(i)).unwrap();
+        let existing = tree
+            .insert_with(r.ns, &r.tokens, &slots, InsertOptions::with_priority(priority_of(i)))
+            .unwrap();
         debug_assert_eq!(existing, m);
         tree.release(lock).unwrap();
         if reclaim {
@@ -505,7 +507,7 @@ fn mix_driver(
 }
 
 fn rkv_cycle(cache: &Cache, r: &Req, slots: &mut Vec<u32>) -> u64 {
-    let lock = cache.tree().match_and_lock_raw(r.ns, &r.tokens, slots);
+    let lock = cache.tree().match_and_lock(r.ns, &r.tokens, slots).into_raw();
     let m = lock.len();
     if cache.alloc(r.tokens.len() - m, slots).is_err() {
         cache.release(lock).unwrap();
@@ -518,13 +520,13 @@ fn rkv_cycle(cache: &Cache, r: &Req, slots: &mut Vec<u32>) -> u64 {
 
 /// [`rkv_cycle`] with slots as runs end to end.
 fn rkv_cycle_runs(cache: &Cache, r: &Req, runs: &mut Vec<SlotRun>) -> u64 {
-    let lock = cache.tree().match_and_lock_runs_raw(r.ns, &r.tokens, runs);
+    let lock = cache.tree().match_and_lock(r.ns, &r.tokens, runs).into_raw();
     let m = lock.len();
     if cache.alloc_runs(r.tokens.len() - m, runs).is_err() {
         cache.release(lock).unwrap();
         return 0;
     }
-    cache.insert_runs(r.ns, &r.tokens, runs).unwrap();
+    cache.insert(r.ns, &r.tokens, runs).unwrap();
     cache.release(lock).unwrap();
     m as u64
 }
@@ -544,7 +546,7 @@ pub fn mix_tree(reqs: &[Req], threads: usize, cap: usize) -> MixRun {
     let refill = |runs: &[SlotRun]| free.lock().unwrap().put(runs);
     mix_driver(reqs, threads, &|r, slots| match r {
         Some(r) => {
-            let lock = tree.match_and_lock_raw(r.ns, &r.tokens, slots);
+            let lock = tree.match_and_lock(r.ns, &r.tokens, slots).into_raw();
             let m = lock.len();
             let need = r.tokens.len() - m;
             loop {
@@ -561,7 +563,7 @@ pub fn mix_tree(reqs: &[Req], threads: usize, cap: usize) -> MixRun {
                     return 0; // nothing evictable: every other page is pinned
                 }
             }
-            let existing = tree.insert(r.ns, &r.tokens, slots).unwrap();
+            let existing = tree.insert(r.ns, &r.tokens, &*slots).unwrap();
             if existing > m {
                 // Cached by a racing insert meanwhile: not adopted.
                 free.lock().unwrap().put_slots(&slots[m..existing]);
@@ -631,7 +633,7 @@ pub fn mix_rkv_mutex(reqs: &[Req], threads: usize, cap: usize) -> MixRun {
         Some(r) => {
             let admitted = {
                 let c = cache.lock().unwrap();
-                let lock = c.tree().match_and_lock_raw(r.ns, &r.tokens, slots);
+                let lock = c.tree().match_and_lock(r.ns, &r.tokens, slots).into_raw();
                 let m = lock.len();
                 match c.alloc(r.tokens.len() - m, slots) {
                     Ok(()) => Some(lock),

@@ -463,8 +463,8 @@ impl NativeCache {
         self.with(py, "rkv_match", |c| {
             let mut sc = Vec::new();
             let toks = tv.get("tokens", &mut sc).map_err(oor)?;
-            let mut out = Vec::new();
-            Ok(c.match_prefix_runs(ns, toks, &mut out))
+            let mut out: Vec<SlotRun> = Vec::new();
+            Ok(c.match_prefix(ns, toks, &mut out))
         })
     }
 
@@ -490,12 +490,12 @@ impl NativeCache {
         }
         let views: Vec<View<'_>> = inputs.iter().map(|i| i.view()).collect();
         let lens = self.with(py, "rkv_match", |c| {
-            let (mut sc, mut out) = (Vec::new(), Vec::new());
+            let (mut sc, mut out) = (Vec::<u32>::new(), Vec::<SlotRun>::new());
             let mut lens = Vec::with_capacity(views.len());
             for v in &views {
                 let toks = v.get("tokens", &mut sc).map_err(oor)?;
                 out.clear();
-                lens.push(c.match_prefix_runs(ns, toks, &mut out));
+                lens.push(c.match_prefix(ns, toks, &mut out));
             }
             Ok(lens)
         })?;
@@ -515,7 +515,7 @@ impl NativeCache {
             let mut sc = Vec::new();
             let toks = tv.get("tokens", &mut sc).map_err(oor)?;
             let mut out = Vec::new();
-            c.match_prefix_runs(ns, toks, &mut out);
+            c.match_prefix(ns, toks, &mut out);
             Ok(out)
         })?;
         runs_list(py, &runs)
@@ -534,7 +534,7 @@ impl NativeCache {
             let mut sc = Vec::new();
             let toks = tv.get("tokens", &mut sc).map_err(oor)?;
             let mut out = Vec::with_capacity(toks.len());
-            let lock = c.tree().match_and_lock_raw(ns, toks, &mut out);
+            let lock = c.tree().match_and_lock(ns, toks, &mut out).into_raw();
             let (h, n) = self.hold(lock);
             Ok((h, n, out))
         })?;
@@ -554,7 +554,7 @@ impl NativeCache {
             let mut sc = Vec::new();
             let toks = tv.get("tokens", &mut sc).map_err(oor)?;
             let mut out = Vec::new();
-            let lock = c.tree().match_and_lock_runs_raw(ns, toks, &mut out);
+            let lock = c.tree().match_and_lock(ns, toks, &mut out).into_raw();
             let (h, n) = self.hold(lock);
             Ok((h, n, out))
         })?;
@@ -581,7 +581,7 @@ impl NativeCache {
         let (tv, sv) = (t.view(), s.view());
         self.with(py, "rkv_insert", |c| {
             with_two(tv, sv, |toks, sl| {
-                c.insert_with_options(ns, toks, sl, opts)
+                c.insert_with(ns, toks, sl, opts)
                     .map_err(|e| slot_refusal(e, Given::Slots(sl), c.pool()))
             })
         })
@@ -605,7 +605,8 @@ impl NativeCache {
         self.with(py, "rkv_insert_lock", |c| {
             with_two(tv, sv, |toks, sl| {
                 let (e, l) = c
-                    .insert_and_lock_raw_with_options(ns, toks, sl, opts)
+                    .insert_and_lock(ns, toks, sl, opts)
+                    .map(|(e, l)| (e, l.into_raw()))
                     .map_err(|e| slot_refusal(e, Given::Slots(sl), c.pool()))?;
                 let (h, n) = self.hold(l);
                 Ok((e, h, n))
@@ -630,8 +631,7 @@ impl NativeCache {
         self.with(py, "rkv_insert_runs", |c| {
             let mut sc = Vec::new();
             let toks = tv.get("tokens", &mut sc).map_err(oor)?;
-            c.insert_runs_with_options(ns, toks, &r, opts)
-                .map_err(|e| runs_refusal(e, c, &r, toks.len()))
+            c.insert_with(ns, toks, &r, opts).map_err(|e| runs_refusal(e, c, &r, toks.len()))
         })
     }
 
@@ -653,7 +653,8 @@ impl NativeCache {
             let mut sc = Vec::new();
             let toks = tv.get("tokens", &mut sc).map_err(oor)?;
             let (e, l) = c
-                .insert_and_lock_runs_raw_with_options(ns, toks, &r, opts)
+                .insert_and_lock(ns, toks, &r, opts)
+                .map(|(e, l)| (e, l.into_raw()))
                 .map_err(|e| runs_refusal(e, c, &r, toks.len()))?;
             let (h, n) = self.hold(l);
             Ok((e, h, n))
@@ -983,8 +984,8 @@ impl NativeCache {
         self.with(py, "rkv_match", |c| {
             let mut sc = Vec::new();
             let toks = tv.get("tokens", &mut sc).map_err(oor)?;
-            let mut out = Vec::new();
-            Ok(c.match_prefix_runs(ns, toks, &mut out))
+            let mut out: Vec<SlotRun> = Vec::new();
+            Ok(c.match_prefix(ns, toks, &mut out))
         })
     }
 
@@ -1025,8 +1026,8 @@ impl NativeCache {
             let mut sc = Vec::new();
             let toks = tv.get("tokens", &mut sc).map_err(oor)?;
             let before = c.tree().stats().evictable_tokens as i64;
-            let mut out = Vec::new();
-            let lock = c.tree().match_and_lock_runs_raw(ns, toks, &mut out);
+            let mut out: Vec<SlotRun> = Vec::new();
+            let lock = c.tree().match_and_lock(ns, toks, &mut out).into_raw();
             let delta = c.tree().stats().evictable_tokens as i64 - before;
             let (h, n) = self.hold(lock);
             Ok((h, n, delta))
@@ -1079,7 +1080,7 @@ impl NativeCache {
         self.with(py, "rkv_insert", |c| {
             with_two_named(tv, sv, "value", |toks, sl| {
                 let e = c
-                    .insert_with_options(ns, toks, sl, opts)
+                    .insert_with(ns, toks, sl, opts)
                     .map_err(|e| slot_refusal(e, Given::Slots(sl), c.pool()))?;
                 if let Some(t) = &self.tracked {
                     let aligned = toks.len() / c.page_size() * c.page_size();

@@ -356,7 +356,7 @@ impl NativeTieredCache {
         let (tv, sv) = (t.view(), s.view());
         self.with(py, "rkv_tier_insert", |c| {
             with_two(tv, sv, |toks, sl| {
-                c.insert_with_options(ns, toks, sl, opts)
+                c.insert_with(ns, toks, sl, opts)
                     .map_err(|e| slot_refusal(e, Given::Slots(sl), c.device().pool()))
             })
         })

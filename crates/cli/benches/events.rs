@@ -43,7 +43,7 @@ use radixkv::events::{EventSink, SinkOptions};
 use radixkv_publisher::{Publisher, PublisherOptions};
 
 const MOONCAKE: &str =
-    concat!(env!("CARGO_MANIFEST_DIR"), "/../shared/traces/mooncake_synthetic_trace.jsonl");
+    concat!(env!("CARGO_MANIFEST_DIR"), "/../../../shared/traces/mooncake_synthetic_trace.jsonl");
 
 fn median(v: &mut [f64]) -> f64 {
     v.sort_by(|a, b| a.partial_cmp(b).unwrap());
@@ -479,12 +479,12 @@ fn replay_in_process(reqs: &[Vec<u32>], mode: &str) -> (Duration, Duration) {
     for tokens in reqs {
         let n = tokens.len() / 16 * 16;
         runs.clear();
-        let g = cache.match_and_lock_runs(0, tokens, &mut runs);
+        let g = cache.match_and_lock(0, tokens, &mut runs);
         let m = g.len();
         if n > m {
             runs.push(SlotRun { start: next, len: (n - m) as u32 });
             next += (n - m) as u32;
-            cache.insert_runs(0, &tokens[..n], &runs).unwrap();
+            cache.insert(0, &tokens[..n], &runs).unwrap();
         }
         drop(g);
         cache.reclaim();

@@ -11,7 +11,7 @@ static COUNTER: AtomicUsize = AtomicUsize::new(0);
 /// The Mooncake trace of the spec (in `shared/` beside the checkout, where `.ci/run` and a
 /// session find it).
 pub const MOONCAKE: &str =
-    concat!(env!("CARGO_MANIFEST_DIR"), "/../shared/traces/mooncake_synthetic_trace.jsonl");
+    concat!(env!("CARGO_MANIFEST_DIR"), "/../../../shared/traces/mooncake_synthetic_trace.jsonl");
 
 /// Runs `radixkv` with `args`.
 pub fn run(args: &[&str]) -> Output {

@@ -1238,7 +1238,7 @@ pub unsafe extern "C" fn rkv_match(
             // SAFETY: `out_slots[0..out_cap]` passed `check_out_array` and is writable by the
             // caller's contract; it does not overlap `tokens`, the only other memory read.
             let mut sink = unsafe { radixkv_core::tree::OutBuf::new(out_slots, out_cap) };
-            let m = c.cache.tree().match_into(ns, t, &mut sink);
+            let m = c.cache.tree().match_prefix(ns, t, &mut sink);
             debug_assert_eq!(m, sink.len());
             // SAFETY: `out_len` passed `check_out`; the caller guarantees it is writable.
             unsafe { out_len.write(m) };
@@ -1316,7 +1316,7 @@ pub unsafe extern "C" fn rkv_match_lock(
             // nothing can fail after the pins.
             // SAFETY: as in `rkv_match`: a writable buffer disjoint from the query.
             let mut sink = unsafe { radixkv_core::tree::OutBuf::new(out_slots, out_cap) };
-            let lock = c.cache.tree().lock_into(ns, t, &mut sink);
+            let lock = c.cache.tree().match_and_lock(ns, t, &mut sink).into_raw();
             let m = sink.len();
             let handle = handle.fill(lock);
             // SAFETY: `out_len` and `out_lock` passed `check_out`; writable by contract.
@@ -1398,7 +1398,7 @@ pub unsafe extern "C" fn rkv_match_runs(
         check_out(out_n_runs, "out_n_runs")?;
         check_out(out_len, "out_len")?;
         let mut runs = Vec::new();
-        let m = c.cache.match_prefix_runs(ns, t, &mut runs);
+        let m = c.cache.match_prefix(ns, t, &mut runs);
         let fits = out_cap == 0 || runs.len() <= out_cap;
         // SAFETY: `out_runs` passed `check_out_array` and is written only when `out_cap >=
         // runs.len()` (`rkv_slot_run` has `SlotRun`'s layout, asserted above); `t` is not
@@ -1465,7 +1465,7 @@ pub unsafe extern "C" fn rkv_match_lock_runs(
             }
         }
         let handle = reserve_handle(c)?;
-        let guard = c.cache.match_and_lock_runs(ns, t, &mut runs);
+        let guard = c.cache.match_and_lock(ns, t, &mut runs);
         let m = guard.len();
         if runs.len() > out_cap {
             // Grown since the check (a racing insert): nothing stays pinned.
@@ -1570,7 +1570,7 @@ unsafe fn insert_body(
     let o = unsafe { insert_options(opts) }?;
     let existing = c
         .cache
-        .insert_with_options(ns, t, s, o)
+        .insert_with(ns, t, s, o)
         .map_err(|e| slot_refusal(e, &("slots", s), c.cache.pool()))?;
     // SAFETY: `out_existing` passed `check_out`; writable by the caller's contract.
     unsafe { out_existing.write(existing) };
@@ -1657,7 +1657,7 @@ unsafe fn insert_lock_body(
     let handle = reserve_handle(c)?;
     let (existing, guard) = c
         .cache
-        .insert_and_lock_with_options(ns, t, s, o)
+        .insert_and_lock(ns, t, s, o)
         .map_err(|e| slot_refusal(e, &("slots", s), c.cache.pool()))?;
     let handle = handle.fill(guard.into_raw());
     // SAFETY: both passed `check_out`; writable by the caller's contract.
@@ -1744,10 +1744,7 @@ unsafe fn insert_runs_body(
     check_out(out_existing, "out_existing")?;
     // SAFETY: NULL or aligned (`check_opt_in`), and readable by the caller's contract.
     let o = unsafe { insert_options(opts) }?;
-    let existing = c
-        .cache
-        .insert_runs_with_options(ns, t, r, o)
-        .map_err(|e| runs_refusal(e, c, r, t.len()))?;
+    let existing = c.cache.insert_with(ns, t, r, o).map_err(|e| runs_refusal(e, c, r, t.len()))?;
     // SAFETY: `out_existing` passed `check_out`; writable by the caller's contract.
     unsafe { out_existing.write(existing) };
     Ok(())
@@ -1835,7 +1832,8 @@ unsafe fn insert_lock_runs_body(
     let handle = reserve_handle(c)?;
     let (existing, lock) = c
         .cache
-        .insert_and_lock_runs_raw_with_options(ns, t, r, o)
+        .insert_and_lock(ns, t, r, o)
+        .map(|(e, l)| (e, l.into_raw()))
         .map_err(|e| runs_refusal(e, c, r, t.len()))?;
     let handle = handle.fill(lock);
     // SAFETY: both passed `check_out`; writable by the caller's contract.

@@ -919,7 +919,7 @@ unsafe fn insert_body(
     let refuse = |e| slot_refusal(e, &("slots", sl), t.tier.device().pool());
     match out_lock {
         None => {
-            let existing = t.tier.insert_with_options(ns, tk, sl, io).map_err(refuse)?;
+            let existing = t.tier.insert_with(ns, tk, sl, io).map_err(refuse)?;
             // SAFETY: passed `check_out`; writable by the caller's contract.
             unsafe { out_existing.write(existing) };
         }

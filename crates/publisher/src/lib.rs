@@ -21,9 +21,9 @@
 //!   `inproc://`, and connects otherwise; the replay socket always binds. `*` as the host
 //!   means every interface and as the port any free port ([`Publisher::endpoint`] says which).
 //!   A bad endpoint or `inproc://` (which the transport does not have: use `ipc://`) is an
-//!   [`Error::InvalidArgument`](radixkv::Error::InvalidArgument) from `start`, and an address
+//!   [`Error::InvalidArgument`] from `start`, and an address
 //!   in use (or any other refusal by the operating system: a bind without permission, a
-//!   runtime or thread that cannot be had) an [`Error::Io`](radixkv::Error::Io), each naming
+//!   runtime or thread that cannot be had) an [`Error::Io`], each naming
 //!   the endpoint and the reason. A connecting PUB socket connects in the background and
 //!   keeps trying until its peer listens.
 //! - **High-water mark.** The transport means to drop messages for a subscriber whose queue
@@ -234,8 +234,8 @@ fn zmq_err(what: &str, endpoint: &str, e: impl std::fmt::Display) -> radixkv::Er
 }
 
 /// A failed bind: the operating system's refusal (an address in use, no permission) is
-/// [`Error::Io`](radixkv::Error::Io); an endpoint the transport cannot parse or does not
-/// have is [`Error::InvalidArgument`](radixkv::Error::InvalidArgument).
+/// [`Error::Io`]; an endpoint the transport cannot parse or does not
+/// have is [`Error::InvalidArgument`].
 fn bind_err(endpoint: &str, e: zeromq::ZmqError) -> radixkv::Error {
     match e {
         zeromq::ZmqError::Network(e) => io(format!("events: cannot bind {endpoint:?}: {e}")),

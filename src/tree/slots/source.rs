@@ -4,7 +4,7 @@
 
 use super::Edge;
 use crate::error::{Result, invalid};
-use crate::slot_run::SlotRun;
+use crate::slot_run::{SlotRun, Slots};
 use crate::tree::node::Node;
 
 /// The slots of an insert's tokens, in token order.
@@ -18,6 +18,15 @@ pub(crate) enum SlotSource<'a> {
 }
 
 impl<'a> SlotSource<'a> {
+    /// A caller's [`Slots`] for `n_tokens` tokens (runs checked as in [`SlotSource::runs`];
+    /// a list's length is checked by the insert).
+    pub(crate) fn of(slots: Slots<'a>, n_tokens: usize) -> Result<SlotSource<'a>> {
+        match slots {
+            Slots::List(s) => Ok(SlotSource::List(s)),
+            Slots::Runs(r) => SlotSource::runs(r, n_tokens),
+        }
+    }
+
     /// `runs` as a source for `n_tokens` tokens: `InvalidArgument` unless every run is
     /// non-empty, stays within `u32` ids (`start + len <= 2^32`), and the lengths add up to
     /// `n_tokens`.

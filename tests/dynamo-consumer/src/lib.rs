@@ -86,8 +86,8 @@ impl Engine {
 
     /// How many leading pages of `tokens` are cached in `ns` now (exact at quiescence).
     pub fn matched(&self, ns: u64, tokens: &[u32]) -> usize {
-        let mut runs = Vec::new();
-        self.cache.match_prefix_runs(ns, tokens, &mut runs) / self.page
+        let mut runs: Vec<SlotRun> = Vec::new();
+        self.cache.match_prefix(ns, tokens, &mut runs) / self.page
     }
 
     /// Runs one request of `tokens` in `ns`; returns the pages its `match_and_lock` found.
@@ -97,11 +97,11 @@ impl Engine {
             return 0;
         }
         let mut runs = Vec::new();
-        let guard = self.cache.match_and_lock_runs(ns, tokens, &mut runs);
+        let guard = self.cache.match_and_lock(ns, tokens, &mut runs);
         let m = guard.len();
         if n > m {
             self.take_slots(n - m, &mut runs);
-            self.cache.insert_runs(ns, &tokens[..n], &runs).expect("insert");
+            self.cache.insert(ns, &tokens[..n], &runs).expect("insert");
         }
         drop(guard);
         self.cache.reclaim();

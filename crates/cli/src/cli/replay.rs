@@ -5,7 +5,7 @@
 //! capacity: fresh slot numbers from a counter), `insert`, release the lock. With
 //! `with_output`, the prompt is inserted with `insert_and_lock` instead, and the prompt plus
 //! `output_length` fresh token ids (unique across the run) is inserted after it. Slots are
-//! passed as runs end to end (`match_and_lock_runs`, `alloc_runs`, `insert_runs`), as an
+//! passed as runs end to end (`match_and_lock` into runs, `alloc_runs`, `insert` of `Slots::Runs`), as an
 //! engine using the pool would: no call lists them one by one.
 //!
 //! N worker threads share the cache and pull from one [`WindowQueue`].
@@ -200,7 +200,7 @@ impl Shared<'_> {
             return Ok(());
         }
         let t = Instant::now();
-        let guard = self.cache.match_and_lock_runs(ns, tokens, runs);
+        let guard = self.cache.match_and_lock(ns, tokens, runs);
         c.lat.matching.push(t.elapsed());
         let m = guard.len();
         let got = runs.iter().map(|r| r.len as usize).sum::<usize>();
@@ -221,12 +221,12 @@ impl Shared<'_> {
             if with_output {
                 let (_, l) = self
                     .cache
-                    .insert_and_lock_runs_with_options(ns, &tokens[..n], runs, first)
+                    .insert_and_lock(ns, &tokens[..n], &*runs, first)
                     .map_err(|e| cache_err("insert_and_lock_runs", e))?;
                 input_lock = Some(l);
             } else {
                 self.cache
-                    .insert_runs_with_options(ns, &tokens[..n], runs, first)
+                    .insert_with(ns, &tokens[..n], &*runs, first)
                     .map_err(|e| cache_err("insert_runs", e))?;
             }
             c.lat.insert.push(t.elapsed());
@@ -267,7 +267,7 @@ impl Shared<'_> {
         let mut full = Vec::with_capacity(tokens.len() + out_len);
         full.extend_from_slice(tokens);
         full.extend(self.fresh_tokens(out_len)?);
-        let got = self.cache.match_prefix_runs(ns, &tokens[..n], runs);
+        let got = self.cache.match_prefix(ns, &tokens[..n], runs);
         if got != n {
             return Err(format!(
                 "cache lost a pinned prefix: {got} of {n} pinned tokens still match"
@@ -281,7 +281,7 @@ impl Shared<'_> {
         // The prompt's `n` tokens were inserted by this request already (`opts.inserted_len`):
         // only the nodes past them count a hit (SGLang's `cache_inserted_len`).
         self.cache
-            .insert_runs_with_options(ns, &full[..nf], runs, opts)
+            .insert_with(ns, &full[..nf], &*runs, opts)
             .map_err(|e| cache_err("insert_runs", e))?;
         c.lat.insert.push(t.elapsed());
         // Whole pages only: the generated tokens cached are those inside the `nf` aligned

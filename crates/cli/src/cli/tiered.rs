@@ -180,7 +180,7 @@ impl Engine<'_> {
                 locks.push(l);
             } else {
                 self.tier
-                    .insert_with_options(ns, &tokens[..n], &st.slots, first)
+                    .insert_with(ns, &tokens[..n], &st.slots, first)
                     .map_err(|e| cache_err("insert", e))?;
             }
             c.lat.insert.push(t.elapsed());
@@ -231,7 +231,7 @@ impl Engine<'_> {
         }
         let t = Instant::now();
         self.tier
-            .insert_with_options(ns, &st.full[..nf], &st.fresh, opts)
+            .insert_with(ns, &st.full[..nf], &st.fresh, opts)
             .map_err(|e| cache_err("insert", e))?;
         c.lat.insert.push(t.elapsed());
         c.output_tokens += (nf - tokens.len()) as u64;

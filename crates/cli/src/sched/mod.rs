@@ -115,7 +115,7 @@ impl PrefixOracle for Cache {
         thread_local! {
             static SCRATCH: RefCell<Vec<u32>> = const { RefCell::new(Vec::new()) };
         }
-        SCRATCH.with(|s| self.match_prefix(namespace, tokens, &mut s.borrow_mut()))
+        SCRATCH.with(|s| self.match_prefix(namespace, tokens, &mut *s.borrow_mut()))
     }
 }
 
