@@ -23,6 +23,13 @@ use radixkv_trace::{Trace, TraceOptions};
 
 const PAGE: usize = 16;
 
+/// `--kv-events-linger-ms` of the children a test reads replay from: an hour, far longer
+/// than any test runs. The test ends the child itself ([`Replay::finish`], or [`Replay`]'s
+/// drop when the test fails first), so the publisher still answers replay however slowly
+/// the test ran: whether the child is still there never depends on the clock. (A linger of
+/// 10 s, as before, ran out on a loaded machine before the test was done.)
+const LINGER_MS: &str = "3600000";
+
 /// A `radixkv replay` child with `--json`, its stderr and stdout read on threads of their
 /// own: the stderr lines as they come, the JSON report as soon as it is complete (it is
 /// printed before the linger, while the publisher still answers replay).
@@ -83,8 +90,9 @@ impl Replay {
         }
     }
 
-    /// Ends the child, which must still be lingering after its report (its linger is
-    /// long, so that replay answers on a loaded machine; the test has what it needs).
+    /// Ends the child, which must still be lingering after its report: its linger
+    /// ([`LINGER_MS`]) outlasts any test, so a child gone by now exited on its own (a
+    /// crash, or a linger not honoured), never because the test was slow.
     fn finish(mut self) {
         let st = self.child.try_wait().expect("try_wait");
         let rest: Vec<String> = self.stderr.try_iter().collect();
@@ -93,7 +101,15 @@ impl Replay {
             "radixkv should linger: {st:?}; stderr {:?} {rest:?}",
             self.stderr_seen
         );
-        self.child.kill().expect("kill");
+        // The drop kills it.
+    }
+}
+
+impl Drop for Replay {
+    /// Kills the child (lingering for an hour otherwise) and reaps it, also when the test
+    /// failed before [`Replay::finish`].
+    fn drop(&mut self) {
+        let _ = self.child.kill();
         let _ = self.child.wait();
     }
 }
@@ -252,7 +268,7 @@ fn a_subscriber_holds_every_page_of_the_mooncake_replay() {
         "--kv-events-topic",
         "kv@127.0.0.1:0@test",
         "--kv-events-linger-ms",
-        "10000",
+        LINGER_MS,
     ]);
     let (pub_ep, replay_ep) = r.endpoints();
     assert_eq!(pub_ep, ep, "connects to the given endpoint");
@@ -299,7 +315,7 @@ fn two_threads_with_eviction_through_a_bound_endpoint() {
         "--kv-events-format",
         "vllm-map",
         "--kv-events-linger-ms",
-        "10000",
+        LINGER_MS,
     ]);
     let (pub_ep, replay_ep) = r.endpoints();
     assert!(!pub_ep.ends_with(":*"), "the bound port is printed: {pub_ep}");
@@ -339,7 +355,7 @@ fn sglang_hashes_and_namespaces() {
         "--kv-events-hash",
         "sglang",
         "--kv-events-linger-ms",
-        "10000",
+        LINGER_MS,
     ]);
     let (_, replay_ep) = r.endpoints();
     s.connect_replay(&replay_ep.unwrap());
