@@ -3,6 +3,10 @@
 
 use super::*;
 
+use std::ffi::{CStr, c_void};
+
+use radixkv_core::pool::SlotPool;
+
 use std::ptr::{null, null_mut};
 
 /// This thread's last error message.
