@@ -6,7 +6,7 @@ use std::cell::{Cell, RefCell};
 use std::ffi::{CStr, c_char};
 use std::panic::{AssertUnwindSafe, catch_unwind};
 
-use radixkv_core::error::Error;
+use radixkv_core::error::{Error, status};
 
 use crate::types::{RKV_ABI_VERSION, rkv_status, rkv_status_value};
 
@@ -103,16 +103,9 @@ pub(crate) fn boundary(function: &str, f: impl FnOnce() -> Res<()>) -> rkv_statu
 }
 
 impl From<&Error> for rkv_status {
+    /// The core's status of `e` ([`Error::status`], the one mapping every front shares).
     fn from(e: &Error) -> Self {
-        match e {
-            Error::InvalidArgument(_) => rkv_status::RKV_INVALID_ARGUMENT,
-            Error::InvalidLock => rkv_status::RKV_INVALID_LOCK,
-            Error::OutOfSlots { .. } => rkv_status::RKV_OUT_OF_SLOTS,
-            Error::NoPool => rkv_status::RKV_NO_POOL,
-            Error::DoubleFree { .. } => rkv_status::RKV_DOUBLE_FREE,
-            Error::Device(_) => rkv_status::RKV_DEVICE_ERROR,
-            Error::Io(_) => rkv_status::RKV_IO_ERROR,
-        }
+        rkv_status::from_code(e.status()).unwrap_or(rkv_status::RKV_INTERNAL_ERROR)
     }
 }
 
@@ -157,21 +150,7 @@ pub extern "C" fn rkv_abi_version() -> u32 {
 /// Thread-safe.
 #[unsafe(no_mangle)]
 pub extern "C" fn rkv_status_str(status: rkv_status_value) -> *const c_char {
-    let s: &'static CStr = match status {
-        0 => c"RKV_OK: success",
-        1 => c"RKV_NULL_ARGUMENT: a required pointer is NULL",
-        2 => c"RKV_INVALID_ARGUMENT: invalid argument",
-        3 => c"RKV_INVALID_LOCK: unknown, already released, or another cache's lock",
-        4 => c"RKV_BUFFER_TOO_SMALL: output buffer too small (required length in *out_len)",
-        5 => c"RKV_OUT_OF_SLOTS: pool short even after evicting all that is evictable",
-        6 => c"RKV_NO_POOL: this cache has no slot pool",
-        7 => c"RKV_DOUBLE_FREE: slot already free or held by the tree",
-        8 => c"RKV_DEVICE_ERROR: KV storage / device failure",
-        9 => c"RKV_INTERNAL_ERROR: internal error (a bug in radixkv)",
-        10 => c"RKV_IO_ERROR: the environment refused (an address in use, a socket or thread)",
-        _ => c"unknown status",
-    };
-    s.as_ptr()
+    status::describe(status).as_ptr()
 }
 
 /// This thread's message for the last call that failed: exactly what was wrong, naming

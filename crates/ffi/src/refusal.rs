@@ -1,7 +1,7 @@
 //! Messages for refused slots, buffers and allocations: the core says which slot and what
 //! is wrong with it (`Error::Slot`); these name where it is among the given arguments.
 
-use radixkv_core::error::Error;
+use radixkv_core::error::{Error, SlotProblem};
 use radixkv_core::pool::{SlotPool, SlotState};
 use radixkv_core::slot_run::SlotRun;
 
@@ -10,20 +10,6 @@ use crate::types::{rkv_cache, rkv_status};
 
 // ---------------------------------------------------------------------------------------
 // Messages for refused slots: the core names the slot; these name its position.
-
-/// The slot a core error names: `DoubleFree { slot }`, or an `InvalidArgument` from the
-/// pool, whose messages begin "slot N " (`SlotPool::refusal`, `SlotPool::out_of_range`).
-pub(crate) fn named_slot(e: &Error) -> Option<u32> {
-    match e {
-        Error::DoubleFree { slot } => Some(*slot),
-        Error::InvalidArgument(m) => {
-            let rest = m.strip_prefix("slot ")?;
-            let digits = rest.split(' ').next()?;
-            digits.parse().ok()
-        }
-        _ => None,
-    }
-}
 
 /// Where a slot value is among the given slots: a position in a list, or a run.
 pub(crate) trait SlotPositions {
@@ -55,25 +41,28 @@ impl SlotPositions for (&str, &[SlotRun]) {
     }
 }
 
-/// A core refusal of given slots (`e`), with the position of the slot it names and, for a
-/// pool, what state that slot is in (every slot given must be held by the caller).
+/// A core refusal of given slots (`e`), with the position of the slot it names and what is
+/// wrong with it: the pool's [`SlotProblem`] (`Error::Slot`), or for `Error::DoubleFree`
+/// the slot's state in the pool (every slot given must be held by the caller). Read from
+/// the error's fields, never from its text.
 pub(crate) fn slot_refusal(e: Error, given: &dyn SlotPositions, pool: Option<&SlotPool>) -> Fail {
     let status = rkv_status::from(&e);
-    let Some(slot) = named_slot(&e) else { return st(e) };
+    let Some((slot, problem)) = e.slot() else { return st(e) };
     let at = given.find(slot);
     let Some(first) = at.first() else { return st(e) };
-    let core_says_twice = matches!(&e, Error::InvalidArgument(m) if m.contains("twice"));
-    let state = pool.and_then(|p| p.state(slot));
-    let what = match pool {
-        Some(p) if slot as usize >= p.capacity() => format!(
-            "is out of range: the pool has {} slots (ids 0 to {})",
-            p.capacity(),
-            p.capacity() - 1
-        ),
-        _ if at.len() > 1 && (core_says_twice || state == Some(SlotState::Held)) => {
-            format!("is given twice (also {})", at[1])
-        }
-        _ => match state {
+    let state = match problem {
+        Some(SlotProblem::State { found, .. }) => Some(found),
+        _ => pool.and_then(|p| p.state(slot)),
+    };
+    let outside = match problem {
+        Some(SlotProblem::OutsidePool { capacity }) => Some(capacity),
+        _ => pool.map(SlotPool::capacity).filter(|&c| slot as usize >= c),
+    };
+    let twice = problem == Some(SlotProblem::ListedTwice) || state == Some(SlotState::Held);
+    let what = match outside {
+        Some(c) => format!("is out of range: the pool has {c} slots (ids 0 to {})", c - 1),
+        None if at.len() > 1 && twice => format!("is given twice (also {})", at[1]),
+        None => match state {
             Some(SlotState::Free) => "is free, not held by the caller (never allocated with \
                                       rkv_alloc, or freed or evicted since)"
                 .to_string(),

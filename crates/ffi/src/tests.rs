@@ -2,7 +2,7 @@ use super::*;
 
 use std::ffi::CStr;
 
-use radixkv_core::error::Error;
+use radixkv_core::error::{Error, SlotProblem};
 use radixkv_core::tree::{EvictionPolicy, InsertOptions};
 
 #[test]
@@ -16,6 +16,7 @@ fn a_panic_becomes_internal_error() {
 fn every_error_maps_to_its_status() {
     let cases = [
         (Error::InvalidArgument("x".into()), 2),
+        (Error::Slot { slot: 3, problem: SlotProblem::ListedTwice }, 2),
         (Error::InvalidLock, 3),
         (Error::OutOfSlots { requested: 2, available: 1 }, 5),
         (Error::NoPool, 6),
@@ -206,4 +207,18 @@ fn cache_new_with_sets_the_policy_and_its_threshold() {
         assert_eq!((pol, thr), (6, RKV_DEFAULT_SLRU_THRESHOLD));
         rkv_cache_free(c);
     }
+}
+
+#[test]
+fn the_status_enum_is_the_cores_table() {
+    use radixkv_core::error::status;
+    for (s, c) in rkv_status::ALL.iter().zip(status::ALL) {
+        assert_eq!(*s as i32, c.code);
+        assert_eq!(format!("{s:?}"), format!("RKV_{}", c.name));
+        assert_eq!(rkv_status::from_code(c.code), Some(*s));
+        // SAFETY: rkv_status_str returns a static NUL-terminated string.
+        assert_eq!(unsafe { CStr::from_ptr(rkv_status_str(c.code)) }, c.text);
+    }
+    assert_eq!(rkv_status::from_code(11), None);
+    assert_eq!(rkv_status::from_code(-1), None);
 }

@@ -4,6 +4,7 @@
 use std::ffi::{c_int, c_void};
 
 use radixkv_core::cache::Cache;
+use radixkv_core::error::status;
 use radixkv_core::slot_run::SlotRun;
 use radixkv_core::tree::{DEFAULT_SLRU_THRESHOLD, PrefixLock};
 
@@ -53,6 +54,54 @@ pub enum rkv_status {
     /// only by `rkv_events_publish`; the cache is unchanged.
     RKV_IO_ERROR = 10,
 }
+
+impl rkv_status {
+    /// Every status, in number order.
+    pub const ALL: [rkv_status; 11] = {
+        use rkv_status::*;
+        [
+            RKV_OK,
+            RKV_NULL_ARGUMENT,
+            RKV_INVALID_ARGUMENT,
+            RKV_INVALID_LOCK,
+            RKV_BUFFER_TOO_SMALL,
+            RKV_OUT_OF_SLOTS,
+            RKV_NO_POOL,
+            RKV_DOUBLE_FREE,
+            RKV_DEVICE_ERROR,
+            RKV_INTERNAL_ERROR,
+            RKV_IO_ERROR,
+        ]
+    };
+
+    /// The status numbered `code` ([`status`]), if one is.
+    pub fn from_code(code: i32) -> Option<rkv_status> {
+        usize::try_from(code).ok().and_then(|i| Self::ALL.get(i)).copied()
+    }
+}
+
+// The header's enum (cbindgen needs literal values) is the core's table, value for value and
+// name for name: the status codes are defined once, in `radixkv::error::status`.
+const _: () = {
+    assert!(rkv_status::ALL.len() == status::ALL.len());
+    let mut i = 0;
+    while i < status::ALL.len() {
+        assert!(rkv_status::ALL[i] as i32 == status::ALL[i].code);
+        i += 1;
+    }
+    use rkv_status::*;
+    assert!(RKV_OK as i32 == status::OK);
+    assert!(RKV_NULL_ARGUMENT as i32 == status::NULL_ARGUMENT);
+    assert!(RKV_INVALID_ARGUMENT as i32 == status::INVALID_ARGUMENT);
+    assert!(RKV_INVALID_LOCK as i32 == status::INVALID_LOCK);
+    assert!(RKV_BUFFER_TOO_SMALL as i32 == status::BUFFER_TOO_SMALL);
+    assert!(RKV_OUT_OF_SLOTS as i32 == status::OUT_OF_SLOTS);
+    assert!(RKV_NO_POOL as i32 == status::NO_POOL);
+    assert!(RKV_DOUBLE_FREE as i32 == status::DOUBLE_FREE);
+    assert!(RKV_DEVICE_ERROR as i32 == status::DEVICE_ERROR);
+    assert!(RKV_INTERNAL_ERROR as i32 == status::INTERNAL_ERROR);
+    assert!(RKV_IO_ERROR as i32 == status::IO_ERROR);
+};
 
 /// How eviction orders evictable leaves (the `eviction_policy` field of `rkv_options`, a
 /// `uint32_t`: values other than these are `RKV_INVALID_ARGUMENT`, with a message listing
