@@ -1,15 +1,27 @@
-//! The error type shared by every interface.
+//! The error type shared by every interface, and the status codes every front reports.
 
 use std::fmt;
+
+use crate::pool::SlotState;
 
 /// What went wrong. Every error leaves the cache unchanged.
 ///
 /// Each variant maps to one `rkv_status` code of the C ABI (see `C_ABI.md`).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Error {
-    /// A bad argument: page size 0, length mismatch, a slot outside the pool, an
-    /// unaligned allocation, a slot the tree caches at another position, ...
+    /// A bad argument: page size 0, length mismatch, an unaligned allocation, ... (a bad
+    /// slot is [`Error::Slot`]).
     InvalidArgument(String),
+    /// A slot given to the pool (or to the cache, which hands it to the pool) that it
+    /// refuses: which slot and what is wrong with it. Status `INVALID_ARGUMENT`; its message
+    /// is `invalid argument: slot N ` and [`SlotProblem`]'s text. (A slot freed that is not
+    /// held is [`Error::DoubleFree`] instead.)
+    Slot {
+        /// The first offending slot.
+        slot: u32,
+        /// What is wrong with it.
+        problem: SlotProblem,
+    },
     /// An unknown, already released, or another cache's lock.
     InvalidLock,
     /// The pool is short even after evicting everything evictable.
@@ -38,6 +50,7 @@ impl fmt::Display for Error {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             Error::InvalidArgument(m) => write!(f, "invalid argument: {m}"),
+            Error::Slot { slot, problem } => write!(f, "invalid argument: slot {slot} {problem}"),
             Error::InvalidLock => {
                 write!(f, "invalid lock: unknown, already released, or another cache's")
             }
@@ -55,6 +68,191 @@ impl fmt::Display for Error {
 }
 
 impl std::error::Error for Error {}
+
+impl Error {
+    /// The status code of this error ([`status`]): what the C ABI returns and what Python's
+    /// exceptions carry as `.status`. Every front maps errors through this one function.
+    pub fn status(&self) -> i32 {
+        match self {
+            Error::InvalidArgument(_) | Error::Slot { .. } => status::INVALID_ARGUMENT,
+            Error::InvalidLock => status::INVALID_LOCK,
+            Error::OutOfSlots { .. } => status::OUT_OF_SLOTS,
+            Error::NoPool => status::NO_POOL,
+            Error::DoubleFree { .. } => status::DOUBLE_FREE,
+            Error::Device(_) => status::DEVICE_ERROR,
+            Error::Io(_) => status::IO_ERROR,
+        }
+    }
+
+    /// The slot a slot refusal names ([`Error::Slot`] or [`Error::DoubleFree`]), with its
+    /// problem when the pool said which ([`Error::Slot`]).
+    pub fn slot(&self) -> Option<(u32, Option<SlotProblem>)> {
+        match self {
+            Error::Slot { slot, problem } => Some((*slot, Some(*problem))),
+            Error::DoubleFree { slot } => Some((*slot, None)),
+            _ => None,
+        }
+    }
+}
+
+/// What is wrong with a slot the pool refuses ([`Error::Slot`]). Its `Display` is the end
+/// of the message: `slot 7 ` followed by `is outside the pool of 16 slots`, `is listed
+/// twice`, or `is free, not held`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum SlotProblem {
+    /// Not a slot of the pool: its ids are `0..capacity`.
+    OutsidePool {
+        /// The pool's size.
+        capacity: usize,
+    },
+    /// Given more than once in one call (in one list, or in two lists of one insert).
+    ListedTwice,
+    /// In state `found`, not in the state `wanted` the call needs: a free slot, or one the
+    /// tree caches (at another position), given as a held one; or a slot to release from
+    /// the tree that it does not cache.
+    State {
+        /// The state the slot is in.
+        found: SlotState,
+        /// The state the call needs it in.
+        wanted: SlotState,
+    },
+}
+
+impl fmt::Display for SlotProblem {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            SlotProblem::OutsidePool { capacity } => {
+                write!(f, "is outside the pool of {capacity} slots")
+            }
+            SlotProblem::ListedTwice => write!(f, "is listed twice"),
+            SlotProblem::State { found, wanted } => {
+                let found = match found {
+                    SlotState::Free => "free",
+                    SlotState::Held => "held by a caller",
+                    SlotState::Cached => "cached by the tree",
+                };
+                let wanted = match wanted {
+                    SlotState::Free => "free",
+                    SlotState::Held => "held",
+                    SlotState::Cached => "cached",
+                };
+                write!(f, "is {found}, not {wanted}")
+            }
+        }
+    }
+}
+
+/// The status codes, defined once for every front: the C ABI's `rkv_status` (the C ABI
+/// crate's enum, which cbindgen turns into the header's, is checked against these values
+/// at compile time), Python's `radixkv.Status` (read from the extension's `STATUS_CODES`),
+/// and C++ through the C header. [`Error::status`] maps an error to its code.
+pub mod status {
+    use std::ffi::CStr;
+
+    /// Success.
+    pub const OK: i32 = 0;
+    /// A pointer that is required was NULL.
+    pub const NULL_ARGUMENT: i32 = 1;
+    /// A bad argument.
+    pub const INVALID_ARGUMENT: i32 = 2;
+    /// An unknown, already released, or another cache's lock.
+    pub const INVALID_LOCK: i32 = 3;
+    /// The output buffer is smaller than the result.
+    pub const BUFFER_TOO_SMALL: i32 = 4;
+    /// The pool is short even after evicting everything evictable.
+    pub const OUT_OF_SLOTS: i32 = 5;
+    /// A pool call on a cache without a pool.
+    pub const NO_POOL: i32 = 6;
+    /// A slot that is already free or held by the tree.
+    pub const DOUBLE_FREE: i32 = 7;
+    /// KV storage or device failure.
+    pub const DEVICE_ERROR: i32 = 8;
+    /// A bug (a caught panic) or an internal limit.
+    pub const INTERNAL_ERROR: i32 = 9;
+    /// The environment refused what a valid call needed.
+    pub const IO_ERROR: i32 = 10;
+
+    /// One status code: its number, its name (without the C ABI's `RKV_` prefix) and its
+    /// description (what `rkv_status_str` returns, NUL-terminated).
+    #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+    pub struct Code {
+        /// The number.
+        pub code: i32,
+        /// The name, e.g. `"INVALID_ARGUMENT"` (C: `RKV_INVALID_ARGUMENT`).
+        pub name: &'static str,
+        /// The description, e.g. `"RKV_OK: success"`.
+        pub text: &'static CStr,
+    }
+
+    /// Every status code, in number order (`ALL[i].code == i`).
+    pub const ALL: [Code; 11] = [
+        Code { code: OK, name: "OK", text: c"RKV_OK: success" },
+        Code {
+            code: NULL_ARGUMENT,
+            name: "NULL_ARGUMENT",
+            text: c"RKV_NULL_ARGUMENT: a required pointer is NULL",
+        },
+        Code {
+            code: INVALID_ARGUMENT,
+            name: "INVALID_ARGUMENT",
+            text: c"RKV_INVALID_ARGUMENT: invalid argument",
+        },
+        Code {
+            code: INVALID_LOCK,
+            name: "INVALID_LOCK",
+            text: c"RKV_INVALID_LOCK: unknown, already released, or another cache's lock",
+        },
+        Code {
+            code: BUFFER_TOO_SMALL,
+            name: "BUFFER_TOO_SMALL",
+            text: c"RKV_BUFFER_TOO_SMALL: output buffer too small (required length in *out_len)",
+        },
+        Code {
+            code: OUT_OF_SLOTS,
+            name: "OUT_OF_SLOTS",
+            text: c"RKV_OUT_OF_SLOTS: pool short even after evicting all that is evictable",
+        },
+        Code { code: NO_POOL, name: "NO_POOL", text: c"RKV_NO_POOL: this cache has no slot pool" },
+        Code {
+            code: DOUBLE_FREE,
+            name: "DOUBLE_FREE",
+            text: c"RKV_DOUBLE_FREE: slot already free or held by the tree",
+        },
+        Code {
+            code: DEVICE_ERROR,
+            name: "DEVICE_ERROR",
+            text: c"RKV_DEVICE_ERROR: KV storage / device failure",
+        },
+        Code {
+            code: INTERNAL_ERROR,
+            name: "INTERNAL_ERROR",
+            text: c"RKV_INTERNAL_ERROR: internal error (a bug in radixkv)",
+        },
+        Code {
+            code: IO_ERROR,
+            name: "IO_ERROR",
+            text: c"RKV_IO_ERROR: the environment refused (an address in use, a socket or thread)",
+        },
+    ];
+
+    /// The status numbered `code`, if one is.
+    pub fn get(code: i32) -> Option<&'static Code> {
+        usize::try_from(code).ok().and_then(|i| ALL.get(i))
+    }
+
+    /// What `rkv_status_str` says about `code`: its description, or "unknown status".
+    pub fn describe(code: i32) -> &'static CStr {
+        get(code).map_or(c"unknown status", |c| c.text)
+    }
+
+    const _: () = {
+        let mut i = 0;
+        while i < ALL.len() {
+            assert!(ALL[i].code == i as i32);
+            i += 1;
+        }
+    };
+}
 
 /// `Result` with [`Error`].
 pub type Result<T> = std::result::Result<T, Error>;

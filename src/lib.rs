@@ -13,7 +13,7 @@ pub mod tier;
 pub mod tree;
 
 pub use cache::{Cache, CacheOptions, CacheStats, EventOptions, FreeFn, FreeRunsFn, Request};
-pub use error::{Error, Result};
+pub use error::{Error, Result, SlotProblem};
 pub use slot_run::SlotRun;
 pub use tree::{
     DEFAULT_SLRU_THRESHOLD, EvictionPolicy, InsertOptions, LockGuard, NamespaceStats, PrefixLock,

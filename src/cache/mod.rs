@@ -297,7 +297,8 @@ impl Cache {
     /// In pool mode the call itself frees every slot it did not adopt (`slots[..existing]`
     /// where they differ from the cached slot at that position, and `slots[n..]`), and
     /// refuses whole, changing nothing, a slot outside the pool, a free slot, a slot listed
-    /// twice, or one the tree caches at another position (`InvalidArgument`).
+    /// twice, or one the tree caches at another position ([`Error::Slot`], naming the slot and
+    /// its [`crate::SlotProblem`]).
     ///
     /// Cost: runs ([`Slots::Runs`], as [`Cache::alloc_runs`] hands them out) take O(runs) in
     /// the pool step and the new leaf; a list whose slots come in runs (as [`Cache::alloc`]

@@ -2,6 +2,7 @@
 //! pool, and the request cycle.
 
 use super::*;
+use crate::error::SlotProblem;
 use crate::pool::SlotState;
 use crate::slot_run::SlotRun;
 
@@ -68,15 +69,35 @@ fn bad_slots_are_refused_whole() {
     c.alloc(4, &mut a).unwrap();
     c.insert(0, &[1, 2], &a[..2]).unwrap();
     let before = c.stats();
+    // Each refusal names the slot and what is wrong with it (`Error::Slot`).
+    let slot = |slot, problem| Err(Error::Slot { slot, problem });
+    let (held, cached) = (SlotState::Held, SlotState::Cached);
     // Outside the pool.
-    assert!(matches!(c.insert(0, &[5, 6], &[a[2], 999]), Err(Error::InvalidArgument(_))));
+    let outside = SlotProblem::OutsidePool { capacity: 16 };
+    assert_eq!(c.insert(0, &[5, 6], &[a[2], 999]), slot(999, outside));
     // A free slot (never allocated).
     let free_slot = (0..16u32).find(|s| !a.contains(s)).unwrap();
-    assert!(matches!(c.insert(0, &[5, 6], &[a[2], free_slot]), Err(Error::InvalidArgument(_))));
+    let free = SlotProblem::State { found: SlotState::Free, wanted: held };
+    assert_eq!(c.insert(0, &[5, 6], &[a[2], free_slot]), slot(free_slot, free));
     // A slot the tree caches at another position.
-    assert!(matches!(c.insert(0, &[5, 6], &[a[2], a[0]]), Err(Error::InvalidArgument(_))));
+    let at_another = SlotProblem::State { found: cached, wanted: held };
+    assert_eq!(c.insert(0, &[5, 6], &[a[2], a[0]]), slot(a[0], at_another));
     // The same slot twice.
-    assert!(matches!(c.insert(0, &[5, 6], &[a[2], a[2]]), Err(Error::InvalidArgument(_))));
+    assert_eq!(c.insert(0, &[5, 6], &[a[2], a[2]]), slot(a[2], SlotProblem::ListedTwice));
+    // The messages the fronts show are the pool's, as before these were fields.
+    let msg = |r: Result<usize>| r.unwrap_err().to_string();
+    assert_eq!(
+        msg(c.insert(0, &[5, 6], &[a[2], 999])),
+        "invalid argument: slot 999 is outside the pool of 16 slots"
+    );
+    assert_eq!(
+        msg(c.insert(0, &[5, 6], &[a[2], a[0]])),
+        format!("invalid argument: slot {} is cached by the tree, not held", a[0])
+    );
+    assert_eq!(
+        msg(c.insert(0, &[5, 6], &[a[2], a[2]])),
+        format!("invalid argument: slot {} is listed twice", a[2])
+    );
     // Length mismatch.
     assert!(matches!(c.insert(0, &[5, 6], &[a[2]]), Err(Error::InvalidArgument(_))));
     assert_eq!(c.stats(), before);
@@ -87,7 +108,7 @@ fn bad_slots_are_refused_whole() {
     c.free(&a[2..3]).unwrap();
     assert_eq!(c.free(&a[2..3]), Err(Error::DoubleFree { slot: a[2] }));
     assert_eq!(c.free(&a[..1]), Err(Error::DoubleFree { slot: a[0] }));
-    assert!(matches!(c.free(&[1000]), Err(Error::InvalidArgument(_))));
+    assert_eq!(c.free(&[1000]), Err(Error::Slot { slot: 1000, problem: outside }));
     conserved(&c, 1);
 }
 
@@ -232,7 +253,7 @@ fn insert_refuses_bad_slots_on_both_paths() {
     let runs_bad = [a[16], a[17], a[18], a[19], a[20], a[21], a[22], 999];
     let scattered_bad = [a[7], a[0], a[5], a[2], a[9], a[4], a[11], a[11]];
     for bad in [&runs_bad[..], &scattered_bad[..]] {
-        assert!(matches!(c.insert(0, &toks, bad), Err(Error::InvalidArgument(_))), "{bad:?}");
+        assert!(matches!(c.insert(0, &toks, bad), Err(Error::Slot { .. })), "{bad:?}");
         assert_eq!(c.stats(), before);
     }
     let scattered = [a[7], a[0], a[5], a[2], a[9], a[4], a[11], a[13]];
@@ -269,39 +290,39 @@ fn refused_inserts_leave_no_split_and_no_stamp() {
     let key = [1, 2, 7, 8]; // diverges inside the first leaf's edge, after 2 tokens
     for bad in [999, free_slot, a[5]] {
         let slots = [h[0], h[1], h[2], bad];
-        assert!(matches!(c.insert(0, &key, &slots), Err(Error::InvalidArgument(_))), "{bad}");
+        assert!(matches!(c.insert(0, &key, &slots), Err(Error::Slot { .. })), "{bad}");
         assert_eq!(c.stats(), before, "list path, {bad}");
         let err = c
             .insert_and_lock(0, &key, &slots, InsertOptions::default())
             .map(|(e, l)| (e, l.into_raw()));
-        assert!(matches!(err, Err(Error::InvalidArgument(_))), "{bad}");
+        assert!(matches!(err, Err(Error::Slot { .. })), "{bad}");
         assert_eq!(c.stats(), before, "list path pinning, {bad}");
         let runs = [r(h[0], 1), r(h[1], 1), r(h[2], 1), r(bad, 1)];
-        assert!(matches!(c.insert(0, &key, &runs), Err(Error::InvalidArgument(_))));
+        assert!(matches!(c.insert(0, &key, &runs), Err(Error::Slot { .. })));
         assert_eq!(c.stats(), before, "runs path, {bad}");
         let err = c
             .insert_and_lock(0, &key, &runs, InsertOptions::default())
             .map(|(e, l)| (e, l.into_raw()));
-        assert!(matches!(err, Err(Error::InvalidArgument(_))), "{bad}");
+        assert!(matches!(err, Err(Error::Slot { .. })), "{bad}");
         assert_eq!(c.stats(), before, "runs path pinning, {bad}");
         // Pinning a prefix that ends inside the edge (the lock would split it), with a
         // given slot that differs from the cached one and is not the caller's to free.
         let err = c
             .insert_and_lock(0, &[1, 2], &[a[0], bad], InsertOptions::default())
             .map(|(e, l)| (e, l.into_raw()));
-        assert!(matches!(err, Err(Error::InvalidArgument(_))), "{bad}");
+        assert!(matches!(err, Err(Error::Slot { .. })), "{bad}");
         assert_eq!(c.stats(), before, "pinned prefix, {bad}");
         let err = c
             .insert_and_lock(0, &[1, 2], &[r(a[0], 1), r(bad, 1)], InsertOptions::default())
             .map(|(e, l)| (e, l.into_raw()));
-        assert!(matches!(err, Err(Error::InvalidArgument(_))), "{bad}");
+        assert!(matches!(err, Err(Error::Slot { .. })), "{bad}");
         assert_eq!(c.stats(), before, "pinned prefix by runs, {bad}");
         // Passing the whole first leaf, then refused where the new leaf would hang.
         let longer = [1, 2, 3, 4, 5, 6];
         let slots = [a[0], a[1], a[2], a[3], h[3], bad];
-        assert!(matches!(c.insert(0, &longer, &slots), Err(Error::InvalidArgument(_))));
+        assert!(matches!(c.insert(0, &longer, &slots), Err(Error::Slot { .. })));
         let runs = [r(a[0], 4), r(h[3], 1), r(bad, 1)];
-        assert!(matches!(c.insert(0, &longer, &runs), Err(Error::InvalidArgument(_))));
+        assert!(matches!(c.insert(0, &longer, &runs), Err(Error::Slot { .. })));
         assert_eq!(c.stats(), before, "below a leaf, {bad}");
     }
     // The refusals moved no stamp: the older leaf is still the first evicted, whole.
@@ -339,7 +360,7 @@ fn bad_runs_are_refused_whole() {
         (&[r(b + 2, 3)], "more slots than tokens"),
     ];
     for (runs, why) in bad {
-        assert!(matches!(c.insert(0, &[5, 6], runs), Err(Error::InvalidArgument(_))), "{why}");
+        assert!(matches!(c.insert(0, &[5, 6], runs), Err(Error::Slot { .. })), "{why}");
         assert_eq!(c.stats(), before, "{why}");
     }
     assert_eq!(c.pool().unwrap().state(b + 2), Some(SlotState::Held));

@@ -101,7 +101,7 @@ use std::sync::TryLockError;
 
 use crossbeam_utils::CachePadded;
 
-use crate::error::{Error, Result, invalid};
+use crate::error::{Error, Result, SlotProblem, invalid};
 use crate::slot_run::{SlotRun, run_len};
 use crate::sync::{AtomicU8, AtomicU64, AtomicUsize, Mutex, MutexGuard, Ordering, lock, yield_now};
 
@@ -406,7 +406,7 @@ impl SlotPool {
     /// Returns Held slots to the pool (`Held -> Free`). A page goes back to the free list once
     /// all `P` of its slots are Free; its slots may be freed in separate calls.
     ///
-    /// Refused whole, changing nothing: `InvalidArgument` if any slot is outside the pool;
+    /// Refused whole, changing nothing: [`Error::Slot`] if any slot is outside the pool;
     /// [`Error::DoubleFree`] if any is not Held (Free already, or Cached by the tree) or is
     /// listed twice.
     pub fn free(&self, slots: &[u32]) -> Result<()> {
@@ -431,19 +431,21 @@ impl SlotPool {
 
     /// Hands Held slots over to the tree (`Held -> Cached`).
     ///
-    /// Refused whole, changing nothing, with `InvalidArgument` if any slot is outside the
+    /// Refused whole, changing nothing, with [`Error::Slot`] if any slot is outside the
     /// pool, not Held, or listed twice.
     pub fn adopt(&self, slots: &[u32]) -> Result<()> {
-        self.change(slots, HELD, CACHED).map_err(|(slot, why)| self.refusal(slot, why, "held"))
+        self.change(slots, HELD, CACHED)
+            .map_err(|(slot, why)| self.refusal(slot, why, SlotState::Held))
     }
 
     /// Takes back slots the tree evicted (`Cached -> Free`), returning whole pages to the
     /// free list as [`SlotPool::free`] does.
     ///
-    /// Refused whole, changing nothing, with `InvalidArgument` if any slot is outside the
+    /// Refused whole, changing nothing, with [`Error::Slot`] if any slot is outside the
     /// pool, not Cached, or listed twice.
     pub fn release_cached(&self, slots: &[u32]) -> Result<()> {
-        self.change(slots, CACHED, FREE).map_err(|(slot, why)| self.refusal(slot, why, "cached"))
+        self.change(slots, CACHED, FREE)
+            .map_err(|(slot, why)| self.refusal(slot, why, SlotState::Cached))
     }
 
     /// [`SlotPool::release_cached`] for slots given as runs (as
@@ -454,7 +456,7 @@ impl SlotPool {
         let mut own = Vec::with_capacity(runs.len());
         let ascending = self.take_runs(runs, FREE, &mut own)?;
         self.apply_runs(own, ascending, CACHED)
-            .map_err(|(slot, why)| self.refusal(slot, why, "cached"))
+            .map_err(|(slot, why)| self.refusal(slot, why, SlotState::Cached))
     }
 
     /// [`SlotPool::free`] for slots given as runs (as [`SlotPool::try_alloc_runs`] hands
@@ -475,7 +477,8 @@ impl SlotPool {
         let mut own = Vec::with_capacity(adopt.len() + free.len());
         let a = self.take_runs(adopt, CACHED, &mut own)?;
         let b = self.take_runs(free, FREE, &mut own)?;
-        self.apply_runs(own, a && b, HELD).map_err(|(slot, why)| self.refusal(slot, why, "held"))
+        self.apply_runs(own, a && b, HELD)
+            .map_err(|(slot, why)| self.refusal(slot, why, SlotState::Held))
     }
 
     /// Appends `runs` to `own`, all going to `to`: `InvalidArgument` for an empty run or one
@@ -503,16 +506,16 @@ impl SlotPool {
     /// The pool half of an insert, as one all-or-nothing step: `adopt` go to the tree
     /// (`Held -> Cached`) and `free` back to the pool (`Held -> Free`).
     ///
-    /// Refused whole, changing nothing, with `InvalidArgument` if any slot of either list is
+    /// Refused whole, changing nothing, with [`Error::Slot`] if any slot of either list is
     /// outside the pool, not Held (free, or cached by the tree), or listed twice in either
     /// or both lists.
     pub fn settle(&self, adopt: &[u32], free: &[u32]) -> Result<()> {
         self.change_lists(&[(adopt, CACHED), (free, FREE)], HELD)
-            .map_err(|(slot, why)| self.refusal(slot, why, "held"))
+            .map_err(|(slot, why)| self.refusal(slot, why, SlotState::Held))
     }
 
     /// Checks, changing nothing, that every slot is in the pool, Held, and listed once (to
-    /// validate an insert before it mutates); `InvalidArgument` naming the first offender.
+    /// validate an insert before it mutates); [`Error::Slot`] naming the first offender.
     ///
     /// Reads each slot once, without locks: exact for slots the caller owns, which nobody
     /// else may change; not a snapshot of slots others are changing.
@@ -525,11 +528,11 @@ impl SlotPool {
         for &s in slots {
             let v = self.load_state(s as usize, Ordering::Acquire);
             if v != HELD {
-                return Err(self.refusal(s, Refusal::State(v), "held"));
+                return Err(self.refusal(s, Refusal::State(v), SlotState::Held));
             }
         }
         if let Some(s) = first_duplicate(slots) {
-            return Err(self.refusal(s, Refusal::Twice, "held"));
+            return Err(self.refusal(s, Refusal::Twice, SlotState::Held));
         }
         Ok(())
     }
@@ -555,12 +558,12 @@ impl SlotPool {
         let a = self.take_runs(adopt, CACHED, &mut own)?;
         let b = self.take_runs(free, FREE, &mut own)?;
         if !(a && b) {
-            sort_runs(&mut own).map_err(|(slot, why)| self.refusal(slot, why, "held"))?;
+            sort_runs(&mut own).map_err(|(slot, why)| self.refusal(slot, why, SlotState::Held))?;
         }
         for r in &own {
             if let Some(s) = self.first_not_held(r.start, r.end) {
                 let why = Refusal::State(self.load_state(s, Ordering::Acquire));
-                return Err(self.refusal(s as u32, why, "held"));
+                return Err(self.refusal(s as u32, why, SlotState::Held));
             }
         }
         Ok(())
@@ -584,22 +587,24 @@ impl SlotPool {
     }
 
     fn out_of_range(&self, slot: u32) -> Error {
-        invalid(format!("slot {slot} is outside the pool of {} slots", self.capacity()))
+        Error::Slot { slot, problem: SlotProblem::OutsidePool { capacity: self.capacity() } }
     }
 
-    fn refusal(&self, slot: u32, why: Refusal, wanted: &str) -> Error {
-        match why {
-            Refusal::OutOfRange => self.out_of_range(slot),
-            Refusal::Twice => invalid(format!("slot {slot} is listed twice")),
-            Refusal::State(v) => invalid(format!(
-                "slot {slot} is {}, not {wanted}",
-                match v {
-                    FREE => "free",
-                    HELD => "held by a caller",
-                    _ => "cached by the tree",
-                }
-            )),
-        }
+    /// The error for `slot` refused as `why` by a call that needs it `wanted`.
+    fn refusal(&self, slot: u32, why: Refusal, wanted: SlotState) -> Error {
+        let problem = match why {
+            Refusal::OutOfRange => return self.out_of_range(slot),
+            Refusal::Twice => SlotProblem::ListedTwice,
+            Refusal::State(v) => {
+                let found = match v {
+                    FREE => SlotState::Free,
+                    HELD => SlotState::Held,
+                    _ => SlotState::Cached,
+                };
+                SlotProblem::State { found, wanted }
+            }
+        };
+        Error::Slot { slot, problem }
     }
 
     /// Moves every slot from `from` to `to` (`to == FREE` gives whole pages back), or none.

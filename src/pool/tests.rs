@@ -2,8 +2,9 @@ use std::collections::HashSet;
 
 use super::*;
 
+/// Refused with status `INVALID_ARGUMENT`: a bad argument, or a bad slot (`Error::Slot`).
 fn is_invalid<T: fmt::Debug>(r: Result<T>) -> bool {
-    matches!(r, Err(Error::InvalidArgument(_)))
+    matches!(r, Err(Error::InvalidArgument(_) | Error::Slot { .. }))
 }
 
 /// Every slot's state, in order.
@@ -808,7 +809,7 @@ fn racing_free_and_adopt_have_one_winner() {
             (t1.join().unwrap(), t2.join().unwrap())
         });
         match (r1, r2) {
-            (Ok(()), Err(Error::InvalidArgument(_))) => {
+            (Ok(()), Err(Error::Slot { .. })) => {
                 assert!(v.iter().all(|&s| pool.state(s) == Some(SlotState::Free)));
             }
             (Err(Error::DoubleFree { .. }), Ok(())) => {
@@ -840,10 +841,10 @@ fn settle_moves_both_lists_or_nothing() {
     let mut a = Vec::new();
     assert!(pool.try_alloc(16, &mut a).unwrap());
     // A slot in both lists, a free slot, one outside the pool: refused, nothing changed.
-    assert!(matches!(pool.settle(&a[..4], &a[3..5]), Err(Error::InvalidArgument(_))));
+    assert!(matches!(pool.settle(&a[..4], &a[3..5]), Err(Error::Slot { .. })));
     let free_slot = (0..32u32).find(|s| !a.contains(s)).unwrap();
-    assert!(matches!(pool.settle(&a[..4], &[a[4], free_slot]), Err(Error::InvalidArgument(_))));
-    assert!(matches!(pool.settle(&a[..4], &[a[4], 99]), Err(Error::InvalidArgument(_))));
+    assert!(matches!(pool.settle(&a[..4], &[a[4], free_slot]), Err(Error::Slot { .. })));
+    assert!(matches!(pool.settle(&a[..4], &[a[4], 99]), Err(Error::Slot { .. })));
     assert!(a.iter().all(|&s| pool.state(s) == Some(SlotState::Held)));
     assert_eq!(pool.available(), 16);
     // Adopt one page, free one and a half pages: the whole page returns at once, the
@@ -860,4 +861,41 @@ fn settle_moves_both_lists_or_nothing() {
     pool.release_cached(&a[12..16]).unwrap();
     assert_eq!(pool.available(), 32);
     assert_eq!(pool.allocatable(), 32);
+}
+
+#[test]
+fn refusals_name_the_slot_and_the_problem() {
+    let pool = SlotPool::new(16, 4).unwrap();
+    let mut held = Vec::new();
+    pool.try_alloc(8, &mut held).unwrap();
+    pool.adopt(&held[4..]).unwrap();
+    let free_slot = (0..16u32).find(|s| !held.contains(s)).unwrap();
+    let slot = |slot, problem| Err(Error::Slot { slot, problem });
+    let (h, c) = (SlotState::Held, SlotState::Cached);
+    let outside = SlotProblem::OutsidePool { capacity: 16 };
+    assert_eq!(pool.adopt(&[held[0], 16]), slot(16, outside));
+    assert_eq!(pool.adopt(&[held[0], held[0]]), slot(held[0], SlotProblem::ListedTwice));
+    let free_not_held = SlotProblem::State { found: SlotState::Free, wanted: h };
+    assert_eq!(pool.adopt(&[held[0], free_slot]), slot(free_slot, free_not_held));
+    assert_eq!(
+        pool.check_held(&[held[4]]),
+        slot(held[4], SlotProblem::State { found: c, wanted: h })
+    );
+    let held_not_cached = SlotProblem::State { found: h, wanted: c };
+    assert_eq!(pool.release_cached(&[held[0]]), slot(held[0], held_not_cached));
+    let runs = [SlotRun { start: 12, len: 8 }];
+    assert_eq!(pool.free_runs(&runs), slot(16, outside));
+    // Every status of a slot refusal is INVALID_ARGUMENT; DoubleFree stays its own.
+    assert_eq!(
+        Error::Slot { slot: 1, problem: outside }.status(),
+        crate::error::status::INVALID_ARGUMENT
+    );
+    assert_eq!(pool.free(&[free_slot]), Err(Error::DoubleFree { slot: free_slot }));
+    // The messages, word for word.
+    let text = |problem| Error::Slot { slot: 7, problem }.to_string();
+    assert_eq!(text(outside), "invalid argument: slot 7 is outside the pool of 16 slots");
+    assert_eq!(text(SlotProblem::ListedTwice), "invalid argument: slot 7 is listed twice");
+    assert_eq!(text(free_not_held), "invalid argument: slot 7 is free, not held");
+    assert_eq!(text(held_not_cached), "invalid argument: slot 7 is held by a caller, not cached");
+    assert_eq!(snapshot(&pool).iter().filter(|s| **s == c).count(), 4, "nothing changed");
 }

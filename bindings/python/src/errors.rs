@@ -46,7 +46,7 @@ pub type Res<T> = Result<T, Fail>;
 /// The status of a core error.
 pub fn status_of(e: &Error) -> i32 {
     match e {
-        Error::InvalidArgument(_) => INVALID_ARGUMENT,
+        Error::InvalidArgument(_) | Error::Slot { .. } => INVALID_ARGUMENT,
         Error::InvalidLock => INVALID_LOCK,
         Error::OutOfSlots { .. } => OUT_OF_SLOTS,
         Error::NoPool => NO_POOL,

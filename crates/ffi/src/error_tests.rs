@@ -3,6 +3,10 @@
 
 use super::*;
 
+use std::ffi::{CStr, c_void};
+
+use radixkv_core::pool::SlotPool;
+
 use std::ptr::{null, null_mut};
 
 /// This thread's last error message.
@@ -677,19 +681,21 @@ fn stats_reset_and_reclaim() {
 }
 
 #[test]
-fn core_messages_name_the_slot_first() {
-    // `named_slot` reads the slot from the pool's messages: pin their form.
+fn core_slot_refusals_carry_the_slot_and_the_problem() {
+    // `slot_refusal` reads the slot and the problem from `Error::Slot`'s fields (and the
+    // slot of `Error::DoubleFree`): every pool refusal of a given slot carries them.
     let pool = SlotPool::new(16, 1).unwrap();
     let mut held = Vec::new();
     assert!(pool.try_alloc(2, &mut held).unwrap());
-    for e in [
-        pool.free(&[99]).unwrap_err(),
-        pool.check_held(&[held[0], 14]).unwrap_err(),
-        pool.check_held(&[held[0], held[0]]).unwrap_err(),
-        pool.free(&[held[0], held[0]]).unwrap_err(),
+    for (e, want) in [
+        (pool.free(&[99]).unwrap_err(), 99),
+        (pool.check_held(&[held[0], 14]).unwrap_err(), 14),
+        (pool.check_held(&[held[0], held[0]]).unwrap_err(), held[0]),
+        (pool.free(&[held[0], held[0]]).unwrap_err(), held[0]),
     ] {
-        let slot = named_slot(&e).unwrap_or_else(|| panic!("{e}"));
-        assert!(slot == 99 || slot == 14 || slot == held[0], "{e}");
+        let (slot, _) = e.slot().unwrap_or_else(|| panic!("{e}"));
+        assert_eq!(slot, want, "{e}");
+        assert_eq!(rkv_status::from(&e) as i32, e.status(), "{e}");
     }
 }
 

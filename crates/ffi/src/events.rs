@@ -330,6 +330,18 @@ impl Need {
         }
     }
 
+    /// `rkv_events_drain`'s `*out_info` for `n_batches` batches needing `self`, `left` left.
+    fn info(self, n_batches: usize, left: usize) -> rkv_events_drain_info {
+        rkv_events_drain_info {
+            n_batches,
+            n_events: self.events,
+            n_hashes: self.hashes,
+            n_tokens: self.tokens,
+            n_string_bytes: self.strings,
+            batches_left: left,
+        }
+    }
+
     fn fits(self, cap: Need) -> bool {
         self.events <= cap.events
             && self.hashes <= cap.hashes
@@ -727,17 +739,59 @@ pub(super) unsafe fn drain_into<'a>(
     let s = get_sink()?;
     let cap =
         Need { events: events_cap, hashes: hashes_cap, tokens: tokens_cap, strings: strings_cap };
-    // Measured under the sink's lock: what fits, and what all of it needs.
-    let (mut taken_need, mut all_need) = (Need::default(), Need::default());
+    let t = take_fitting(s, cap);
+    if t.batches.is_empty() && t.queued > 0 {
+        // SAFETY: passed `check_out`; writable by the caller's contract.
+        unsafe { out_info.write(t.all.info(t.queued, t.queued)) };
+        return Err(nothing_fits(t.queued, cap, t.all));
+    }
+    let mut laid = Laid::new(t.taken, out_hashes, out_tokens, out_strings);
+    for (seq, b) in &t.batches {
+        for e in &b.events {
+            laid.push(*seq, b.ts, e);
+        }
+    }
+    debug_assert_eq!(laid.need(), t.taken);
+    let info = laid.need().info(t.batches.len(), t.queued - t.batches.len());
+    // SAFETY: every buffer passed `check_out_array` with its capacity, and what is
+    // written fits it (`t.taken.fits(cap)`); the sources are our own vectors. The
+    // caller guarantees the buffers are writable.
+    unsafe {
+        write_array(out_events, &laid.events);
+        write_array(out_hashes, &laid.hashes);
+        write_array(out_tokens, &laid.tokens);
+        write_array(out_strings.cast::<u8>(), &laid.strings);
+        out_info.write(info);
+    }
+    Ok(())
+}
+
+/// The batches `rkv_events_drain` took from the front of the queue, and the counts it
+/// measured under the sink's lock.
+struct Taken {
+    /// The batches that fit, in order (taken off the queue).
+    batches: Vec<(u64, EventBatch)>,
+    /// What they need.
+    taken: Need,
+    /// What every queued batch needs.
+    all: Need,
+    /// Batches queued when the drain looked.
+    queued: usize,
+}
+
+/// Takes the longest run of front batches that fits `cap` together, measuring what the
+/// whole queue needs meanwhile (under the sink's lock).
+fn take_fitting(s: &EventSink, cap: Need) -> Taken {
+    let (mut taken, mut all) = (Need::default(), Need::default());
     let (mut queued, mut fit) = (0usize, 0usize);
-    let taken = s.drain_front(|q| {
+    let batches = s.drain_front(|q| {
         let mut fitting = true;
         for (_, b) in q {
             let n = Need::of(b);
             queued += 1;
-            all_need = all_need.plus(n);
-            if fitting && taken_need.plus(n).fits(cap) {
-                taken_need = taken_need.plus(n);
+            all = all.plus(n);
+            if fitting && taken.plus(n).fits(cap) {
+                taken = taken.plus(n);
                 fit += 1;
             } else {
                 fitting = false;
@@ -745,131 +799,144 @@ pub(super) unsafe fn drain_into<'a>(
         }
         fit
     });
-    debug_assert_eq!(taken.len(), fit);
-    if taken.is_empty() && queued > 0 {
-        let info = rkv_events_drain_info {
-            n_batches: queued,
-            n_events: all_need.events,
-            n_hashes: all_need.hashes,
-            n_tokens: all_need.tokens,
-            n_string_bytes: all_need.strings,
-            batches_left: queued,
-        };
-        // SAFETY: passed `check_out`; writable by the caller's contract.
-        unsafe { out_info.write(info) };
-        return Err(fail(
-            rkv_status::RKV_BUFFER_TOO_SMALL,
-            format!(
-                "the first of the {queued} queued batches does not fit (events_cap = \
-                 {events_cap}, hashes_cap = {hashes_cap}, tokens_cap = {tokens_cap}, \
-                 strings_cap = {strings_cap}); all of them need {} events, {} hashes, {} \
-                 tokens, {} string bytes (in *out_info); nothing was taken",
-                all_need.events, all_need.hashes, all_need.tokens, all_need.strings
-            ),
-        ));
-    }
-    // Laid out in our own vectors, then copied: the events point into the caller's
-    // buffers at the offsets their arrays get there.
-    let mut events = Vec::with_capacity(taken_need.events);
-    let mut hashes: Vec<u64> = Vec::with_capacity(taken_need.hashes);
-    let mut tokens: Vec<u32> = Vec::with_capacity(taken_need.tokens);
-    let mut strings: Vec<u8> = Vec::with_capacity(taken_need.strings);
-    // The address of element `off` of a caller buffer, or NULL for an empty array.
-    // `wrapping_add` computes it without asserting anything; it stays in the buffer,
-    // since `off + n <= cap` for everything laid out (they fit).
-    fn at<T>(base: *mut T, off: usize, n: usize) -> *const T {
-        if n == 0 { std::ptr::null() } else { base.wrapping_add(off).cast_const() }
-    }
-    let put_str = |s: &Option<std::sync::Arc<str>>, strings: &mut Vec<u8>| match s {
-        None => std::ptr::null(),
-        Some(s) => {
-            let p = out_strings.wrapping_add(strings.len()).cast_const();
-            strings.extend_from_slice(s.as_bytes());
-            strings.push(0);
-            p
-        }
-    };
-    for (seq, b) in &taken {
-        for e in &b.events {
-            let mut ev = rkv_event {
-                seq: *seq,
-                ts: b.ts,
-                kind: rkv_event_kind::RKV_EVENT_ALL_BLOCKS_CLEARED as u32,
-                medium: rkv_medium::RKV_MEDIUM_GPU as u32,
-                block_size: 0,
-                has_parent: 0,
-                parent_block_hash: 0,
-                block_hashes: std::ptr::null(),
-                n_block_hashes: 0,
-                token_ids: std::ptr::null(),
-                n_token_ids: 0,
-                lora_name: std::ptr::null(),
-                cache_salt: std::ptr::null(),
-            };
-            match e {
-                KvEvent::BlockStored {
-                    block_hashes,
-                    parent_block_hash,
-                    token_ids,
-                    block_size,
-                    lora_name,
-                    cache_salt,
-                    medium,
-                } => {
-                    ev.kind = rkv_event_kind::RKV_EVENT_BLOCK_STORED as u32;
-                    ev.medium = medium_of(*medium);
-                    ev.block_size = *block_size;
-                    ev.has_parent = u32::from(parent_block_hash.is_some());
-                    ev.parent_block_hash = parent_block_hash.unwrap_or(0);
-                    ev.block_hashes = at(out_hashes, hashes.len(), block_hashes.len());
-                    ev.n_block_hashes = block_hashes.len();
-                    hashes.extend_from_slice(block_hashes);
-                    ev.token_ids = at(out_tokens, tokens.len(), token_ids.len());
-                    ev.n_token_ids = token_ids.len();
-                    tokens.extend_from_slice(token_ids);
-                    ev.lora_name = put_str(lora_name, &mut strings);
-                    ev.cache_salt = put_str(cache_salt, &mut strings);
-                }
-                KvEvent::BlockRemoved { block_hashes, medium } => {
-                    ev.kind = rkv_event_kind::RKV_EVENT_BLOCK_REMOVED as u32;
-                    ev.medium = medium_of(*medium);
-                    ev.block_hashes = at(out_hashes, hashes.len(), block_hashes.len());
-                    ev.n_block_hashes = block_hashes.len();
-                    hashes.extend_from_slice(block_hashes);
-                }
-                KvEvent::AllBlocksCleared => {}
-            }
-            events.push(ev);
+    debug_assert_eq!(batches.len(), fit);
+    Taken { batches, taken, all, queued }
+}
+
+/// `RKV_BUFFER_TOO_SMALL` when not even the first of `queued` batches fits `cap`.
+fn nothing_fits(queued: usize, cap: Need, all: Need) -> super::Fail {
+    fail(
+        rkv_status::RKV_BUFFER_TOO_SMALL,
+        format!(
+            "the first of the {queued} queued batches does not fit (events_cap = {}, \
+             hashes_cap = {}, tokens_cap = {}, strings_cap = {}); all of them need {} events, \
+             {} hashes, {} tokens, {} string bytes (in *out_info); nothing was taken",
+            cap.events,
+            cap.hashes,
+            cap.tokens,
+            cap.strings,
+            all.events,
+            all.hashes,
+            all.tokens,
+            all.strings
+        ),
+    )
+}
+
+/// Drained events laid out in our own vectors, to be copied to the caller's buffers: each
+/// event points into those buffers at the offsets its arrays get there.
+struct Laid {
+    events: Vec<rkv_event>,
+    hashes: Vec<u64>,
+    tokens: Vec<u32>,
+    strings: Vec<u8>,
+    out_hashes: *mut u64,
+    out_tokens: *mut u32,
+    out_strings: *mut c_char,
+}
+
+/// The address of element `off` of a caller buffer, or NULL for an empty array.
+/// `wrapping_add` computes it without asserting anything; it stays in the buffer, since
+/// `off + n <= cap` for everything laid out (they fit).
+fn at<T>(base: *mut T, off: usize, n: usize) -> *const T {
+    if n == 0 { std::ptr::null() } else { base.wrapping_add(off).cast_const() }
+}
+
+impl Laid {
+    /// Room for `need`, pointing into the caller's three array buffers.
+    fn new(
+        need: Need,
+        out_hashes: *mut u64,
+        out_tokens: *mut u32,
+        out_strings: *mut c_char,
+    ) -> Laid {
+        Laid {
+            events: Vec::with_capacity(need.events),
+            hashes: Vec::with_capacity(need.hashes),
+            tokens: Vec::with_capacity(need.tokens),
+            strings: Vec::with_capacity(need.strings),
+            out_hashes,
+            out_tokens,
+            out_strings,
         }
     }
-    debug_assert_eq!(
+
+    /// What is laid out so far.
+    fn need(&self) -> Need {
         Need {
-            events: events.len(),
-            hashes: hashes.len(),
-            tokens: tokens.len(),
-            strings: strings.len()
-        },
-        taken_need
-    );
-    let info = rkv_events_drain_info {
-        n_batches: taken.len(),
-        n_events: events.len(),
-        n_hashes: hashes.len(),
-        n_tokens: tokens.len(),
-        n_string_bytes: strings.len(),
-        batches_left: queued - taken.len(),
-    };
-    // SAFETY: every buffer passed `check_out_array` with its capacity, and what is
-    // written fits it (`taken_need.fits(cap)`); the sources are our own vectors. The
-    // caller guarantees the buffers are writable.
-    unsafe {
-        write_array(out_events, &events);
-        write_array(out_hashes, &hashes);
-        write_array(out_tokens, &tokens);
-        write_array(out_strings.cast::<u8>(), &strings);
-        out_info.write(info);
+            events: self.events.len(),
+            hashes: self.hashes.len(),
+            tokens: self.tokens.len(),
+            strings: self.strings.len(),
+        }
     }
-    Ok(())
+
+    /// A string's copy (NUL-terminated) and its address in the caller's buffer; NULL for none.
+    fn put_str(&mut self, s: &Option<std::sync::Arc<str>>) -> *const c_char {
+        let Some(s) = s else { return std::ptr::null() };
+        let p = self.out_strings.wrapping_add(self.strings.len()).cast_const();
+        self.strings.extend_from_slice(s.as_bytes());
+        self.strings.push(0);
+        p
+    }
+
+    /// Hashes' copy and their address in the caller's buffer.
+    fn put_hashes(&mut self, h: &[u64]) -> *const u64 {
+        let p = at(self.out_hashes, self.hashes.len(), h.len());
+        self.hashes.extend_from_slice(h);
+        p
+    }
+
+    /// Event `e` of batch `seq` (timestamp `ts`), its arrays appended.
+    fn push(&mut self, seq: u64, ts: f64, e: &KvEvent) {
+        let mut ev = rkv_event {
+            seq,
+            ts,
+            kind: rkv_event_kind::RKV_EVENT_ALL_BLOCKS_CLEARED as u32,
+            medium: rkv_medium::RKV_MEDIUM_GPU as u32,
+            block_size: 0,
+            has_parent: 0,
+            parent_block_hash: 0,
+            block_hashes: std::ptr::null(),
+            n_block_hashes: 0,
+            token_ids: std::ptr::null(),
+            n_token_ids: 0,
+            lora_name: std::ptr::null(),
+            cache_salt: std::ptr::null(),
+        };
+        match e {
+            KvEvent::BlockStored {
+                block_hashes,
+                parent_block_hash,
+                token_ids,
+                block_size,
+                lora_name,
+                cache_salt,
+                medium,
+            } => {
+                ev.kind = rkv_event_kind::RKV_EVENT_BLOCK_STORED as u32;
+                ev.medium = medium_of(*medium);
+                ev.block_size = *block_size;
+                ev.has_parent = u32::from(parent_block_hash.is_some());
+                ev.parent_block_hash = parent_block_hash.unwrap_or(0);
+                ev.block_hashes = self.put_hashes(block_hashes);
+                ev.n_block_hashes = block_hashes.len();
+                ev.token_ids = at(self.out_tokens, self.tokens.len(), token_ids.len());
+                ev.n_token_ids = token_ids.len();
+                self.tokens.extend_from_slice(token_ids);
+                ev.lora_name = self.put_str(lora_name);
+                ev.cache_salt = self.put_str(cache_salt);
+            }
+            KvEvent::BlockRemoved { block_hashes, medium } => {
+                ev.kind = rkv_event_kind::RKV_EVENT_BLOCK_REMOVED as u32;
+                ev.medium = medium_of(*medium);
+                ev.block_hashes = self.put_hashes(block_hashes);
+                ev.n_block_hashes = block_hashes.len();
+            }
+            KvEvent::AllBlocksCleared => {}
+        }
+        self.events.push(ev);
+    }
 }
 
 // ---------------------------------------------------------------------------------------
