@@ -10,7 +10,7 @@ use criterion::{BatchSize, Criterion, criterion_group, criterion_main};
 use radixkv::{EvictionPolicy, RadixTree, TreeConfig};
 use radixkv_trace::{Trace, TraceOptions};
 
-/// The trace's requests as tokens (CLI.md's materialization, block size 512).
+/// The trace's requests as tokens (docs/contract/CLI.md's materialization, block size 512).
 fn requests() -> Vec<Vec<u32>> {
     let path =
         concat!(env!("CARGO_MANIFEST_DIR"), "/../shared/traces/mooncake_synthetic_trace.jsonl");

@@ -6,7 +6,7 @@ use crate::pool::SlotState;
 
 /// What went wrong. Every error leaves the cache unchanged.
 ///
-/// Each variant maps to one `rkv_status` code of the C ABI (see `C_ABI.md`).
+/// Each variant maps to one `rkv_status` code of the C ABI (see `docs/contract/C_ABI.md`).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Error {
     /// A bad argument: page size 0, length mismatch, an unaligned allocation, ... (a bad

@@ -1,5 +1,5 @@
 #![doc = include_str!("../README.md")]
-#![deny(unsafe_op_in_unsafe_fn, missing_docs)]
+#![deny(unsafe_op_in_unsafe_fn, missing_docs, clippy::undocumented_unsafe_blocks)]
 
 pub(crate) mod sync;
 

@@ -1,5 +1,5 @@
 //! The tree alone reproduces the exact hit count of the Mooncake synthetic trace
-//! (`CLI.md`): match, then insert, per request, in file order, unlimited capacity.
+//! (`docs/contract/CLI.md`): match, then insert, per request, in file order, unlimited capacity.
 
 use radixkv::InsertOptions;
 use radixkv::{EvictionPolicy, RadixTree, TreeConfig};

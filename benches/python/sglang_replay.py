@@ -8,7 +8,7 @@ against 1 on one Cache.
     PYTHON benches/python/sglang_replay.py [TRACE] [--runs N]
 
 PYTHON needs sglang 0.5.23, torch, numpy and radixkv installed (scripts/sglang-check makes
-such a venv). Tokens are materialized as in CLI.md (block id h
+such a venv). Tokens are materialized as in docs/contract/CLI.md (block id h
 gives tokens h*512 .. h*512+511, cut to input_length); each request's key
 (``RadixKey(array('q', tokens))``) and its fresh KV indices (an int64 tensor, one new
 index per token, request after request) are made before the timing. The loop (as

@@ -1,4 +1,4 @@
-//! KV-cache events: what cluster routers see of a cache (`KV_EVENTS.md`).
+//! KV-cache events: what cluster routers see of a cache (`docs/contract/KV_EVENTS.md`).
 //!
 //! This module is the standalone layer the cache's hooks feed: typed events, their page
 //! hashes ([`hash`]) and vLLM's msgpack wire ([`wire`]); the ZMQ publisher is the crate

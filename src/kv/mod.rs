@@ -1,6 +1,6 @@
 //! KV storage: the memory the slots index (host and CUDA backends).
 //!
-//! A slot (see `SEMANTICS.md`) is the index of one token's KV entry. For every layer a
+//! A slot (see `docs/contract/SEMANTICS.md`) is the index of one token's KV entry. For every layer a
 //! [`KvStorage`] holds two buffers, K and V, each shaped
 //! `[num_slots, num_kv_heads, head_dim]` with elements of `elem_bytes` bytes, row-major:
 //! slot `s` of a buffer is the `slot_bytes()` bytes at offset `s * slot_bytes()`.

@@ -160,6 +160,7 @@ fn check_lengths(a: &[u32], b: &[u32]) -> Result<()> {
 
 /// Which copies a [`DeferredCopier`] fails.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[doc(hidden)] // a test hook: checks, not an engine API (kept public for the tests)
 pub enum FailPlan {
     /// None.
     #[default]
@@ -184,6 +185,7 @@ struct Held {
 /// copy in flight may. A failed copy is never run. For tests of the in-flight windows and
 /// the rollback.
 #[derive(Debug)]
+#[doc(hidden)] // a test hook: checks, not an engine API (kept public for the tests)
 pub struct DeferredCopier<C: TierCopier> {
     inner: C,
     delay: u32,

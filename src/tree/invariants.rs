@@ -4,6 +4,7 @@ use super::*;
 
 /// What a quiescent walk of the tree found (see [`RadixTree::check_invariants`]).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[doc(hidden)] // a test hook: checks, not an engine API (kept public for the tests)
 pub struct TreeCensus {
     /// Tokens in reachable nodes.
     pub cached_tokens: u64,
@@ -28,6 +29,7 @@ impl RadixTree {
     /// with its current key), and the counters equal to what the walk finds
     /// (`cached == evictable + protected`). Meant for tests at quiescence; concurrent
     /// writers make it report spurious differences.
+    #[doc(hidden)] // a test hook: checks, not an engine API (kept public for the tests)
     pub fn check_invariants(&self) -> std::result::Result<TreeCensus, String> {
         let g = self.domain.pin();
         let p = self.cfg.page_size;
@@ -107,6 +109,7 @@ impl RadixTree {
     }
 
     /// Entries in the eviction index (some may be stale); for tests and benches.
+    #[doc(hidden)] // a test hook: checks, not an engine API (kept public for the tests)
     pub fn eviction_queue_len(&self) -> usize {
         self.index.len()
     }

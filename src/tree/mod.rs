@@ -11,7 +11,7 @@
 //!
 //! # Consistency
 //!
-//! Every operation is linearizable with respect to the sequential model of `SEMANTICS.md`
+//! Every operation is linearizable with respect to the sequential model of `docs/contract/SEMANTICS.md`
 //! (a prefix-closed map from pages to slots with pin counts):
 //!
 //! - [`RadixTree::match_prefix`] is lock-free and writes no structure (only access stamps
@@ -62,7 +62,7 @@
 //! `namespace.rs`). A namespace id never seen and one reclaimed are the same to every
 //! operation: nothing cached.
 //!
-//! How this reads `SEMANTICS.md`: its model is a map of pages per namespace and says nothing
+//! How this reads `docs/contract/SEMANTICS.md`: its model is a map of pages per namespace and says nothing
 //! of a namespace's own lifetime; here a namespace exists exactly while it has a cached page
 //! (the model's view: a namespace with no page is indistinguishable from one never used), so
 //! `stats().namespaces` counts those. `drop_namespace` is `evict` restricted to one
@@ -401,7 +401,7 @@ impl RadixTree {
         self.cfg
     }
 
-    /// `len` cut down to a whole number of pages (`SEMANTICS.md`: `floor(len / P) * P`): the
+    /// `len` cut down to a whole number of pages (`docs/contract/SEMANTICS.md`: `floor(len / P) * P`): the
     /// one place that rounds a key (the cache, the request cycle and the tier ask here).
     #[inline]
     pub fn aligned(&self, len: usize) -> usize {
@@ -486,6 +486,7 @@ impl RadixTree {
     /// root excluded), ending with the node that holds the last matched page. Lock-free,
     /// changes nothing (no access is recorded). For tests and diagnostics: under
     /// concurrency each figure is a recent value.
+    #[doc(hidden)] // a test hook: checks, not an engine API (kept public for the tests)
     pub fn inspect(&self, ns: u64, tokens: &[u32]) -> Vec<NodeInfo> {
         let g = self.domain.pin();
         let key = &tokens[..self.aligned(tokens.len())];

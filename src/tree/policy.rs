@@ -166,6 +166,7 @@ pub fn checked_priority(p: i64) -> Result<i32> {
 ///
 /// [`RadixTree::inspect`]: super::RadixTree::inspect
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[doc(hidden)] // a test hook: checks, not an engine API (kept public for the tests)
 pub struct NodeInfo {
     /// Tokens of the edge.
     pub len: usize,

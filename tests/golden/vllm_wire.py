@@ -2,7 +2,7 @@
 
 msgspec is vLLM's encoder. The structs below are vLLM's
 (`vllm/distributed/kv_events.py`: EventBatch, KVCacheEvent, BlockStored, BlockRemoved,
-AllBlocksCleared) with the field set of KV_EVENTS.md, written twice:
+AllBlocksCleared) with the field set of docs/contract/KV_EVENTS.md, written twice:
 
 - "vllm-array": `array_like=True, tag=True`, every field present. (vLLM's array-like
   structs also set `omit_defaults=True`, which drops a *trailing* field equal to its

@@ -3,7 +3,7 @@
 //! hold, that no page is stored while it is held (a re-store must follow the removal:
 //! pushed the other way round, a set consumer would drop a page the cache holds), and that
 //! no page is removed while a page stored under it is still held (a child's removal comes
-//! before its parent's: `KV_EVENTS.md`, "its `BlockRemoved` after any event naming a page
+//! before its parent's: `docs/contract/KV_EVENTS.md`, "its `BlockRemoved` after any event naming a page
 //! below it").
 
 use std::collections::{HashMap, HashSet};

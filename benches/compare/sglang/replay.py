@@ -9,7 +9,7 @@ has `sglang` and `torch` installed; it can also run alone:
 Prints one line `RESULT {json}`: the sglang version, the replay times (per request
 match_prefix, then insert of the request's tokens with fresh slots as an int64 tensor), the
 match-only times over the full tree, and the hit tokens. Like the Rust harness: tokens are
-materialized as in CLI.md and each request's slot tensor is made before the timing; one
+materialized as in docs/contract/CLI.md and each request's slot tensor is made before the timing; one
 untimed warm-up run, then RUNS timed runs, a fresh cache for each replay.
 
 With `evict CAPACITY`: workload 4a instead, the engine's cycle under a pool of CAPACITY slots

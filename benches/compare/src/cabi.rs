@@ -1,7 +1,7 @@
 //! radixkv driven through its C ABI, as a C engine drives it: `libradixkv.so` is loaded at
 //! run time (`dlopen`, not linked), its functions are looked up by name (`dlsym`), and every
 //! call passes raw pointers to caller-owned buffers (`include/radixkv.h`; contract in
-//! `C_ABI.md`). The contestants here do the same logical work per request as their Rust
+//! `docs/contract/C_ABI.md`). The contestants here do the same logical work per request as their Rust
 //! counterparts (`rkv` in `peers.rs`, the Cache cycle of workload 4a in `work.rs`), call for
 //! call, so any difference between the two is what the ABI costs.
 //!
@@ -265,7 +265,7 @@ pub struct Cache {
     raw: *mut CCache,
 }
 
-// SAFETY: C_ABI.md: every function taking `const rkv_cache *` is safe to call from many
+// SAFETY: docs/contract/C_ABI.md: every function taking `const rkv_cache *` is safe to call from many
 // threads at once; `rkv_cache_free` runs only in `drop`, which has the cache to itself.
 unsafe impl Send for Cache {}
 // SAFETY: as above.

@@ -1,4 +1,4 @@
-//! Workload inputs: the Mooncake trace (CLI.md's materialization) and a generated branching
+//! Workload inputs: the Mooncake trace (docs/contract/CLI.md's materialization) and a generated branching
 //! (agent-style) workload.
 
 use crate::util::Rng;

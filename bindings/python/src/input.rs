@@ -234,6 +234,7 @@ impl<'a> View<'a> {
             // the arm's type, kept alive by the `Input` this view borrows ('a outlives 's).
             macro_rules! typed {
                 ($t:ty) => {
+                    // SAFETY: as stated for each arm above.
                     unsafe { std::slice::from_raw_parts(r.ptr.cast::<$t>(), r.n) }
                 };
             }

@@ -5,7 +5,7 @@
 //! (`radixkv/_cache.py`) keeps the public API: namespaces, error classes, `Lock` objects,
 //! dataclasses. Built by maturin as one abi3 wheel for CPython >= 3.9.
 
-#![deny(unsafe_op_in_unsafe_fn, missing_docs)]
+#![deny(unsafe_op_in_unsafe_fn, missing_docs, clippy::undocumented_unsafe_blocks)]
 
 use std::sync::Mutex;
 

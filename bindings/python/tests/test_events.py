@@ -16,7 +16,7 @@ from radixkv import (
     Status,
 )
 
-# The spec's vectors (KV_EVENTS.md): tokens 1..16 as one page, seed 1337, and the sequence
+# The spec's vectors (docs/contract/KV_EVENTS.md): tokens 1..16 as one page, seed 1337, and the sequence
 # hash of the next page 17..32.
 PAGE_1 = 16863443419780771464
 PAGE_2 = 12466389667045779788

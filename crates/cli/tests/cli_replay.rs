@@ -6,7 +6,7 @@ mod cli_common;
 use cli_common::*;
 use radixkv_trace::synthetic::{SyntheticConfig, generate};
 
-/// The key exactness test of CLI.md (about a second even in debug, so never ignored).
+/// The key exactness test of docs/contract/CLI.md (about a second even in debug, so never ignored).
 #[test]
 fn mooncake_trace_exact_hit_count() {
     let v = run_json(&[

@@ -16,6 +16,7 @@
 //! After a panic (a bug) the cache stays memory-safe and every call keeps its contract on
 //! pointers and handles; whether the tree's content is still exactly the model's is not
 //! promised (a panic in the middle of a tree operation may leave it partly done).
+#![deny(unsafe_op_in_unsafe_fn, missing_docs, clippy::undocumented_unsafe_blocks)]
 #![allow(non_camel_case_types)]
 
 // The modules, by noun. cbindgen reads them from these declarations, in this order.

@@ -1,4 +1,4 @@
-#![deny(unsafe_op_in_unsafe_fn, missing_docs)]
+#![deny(unsafe_op_in_unsafe_fn, missing_docs, clippy::undocumented_unsafe_blocks)]
 
 //! The ZMQ publisher: vLLM's PUB stream and ROUTER replay, off the calling thread.
 //!

@@ -19,6 +19,8 @@
 //! Mooncake requests are kept as their hash ids and materialized on demand
 //! ([`Trace::get`]), so a loaded trace stays small.
 
+#![deny(unsafe_op_in_unsafe_fn, missing_docs, clippy::undocumented_unsafe_blocks)]
+
 pub mod synthetic;
 
 use serde::Deserialize;

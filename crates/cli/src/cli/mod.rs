@@ -1,4 +1,4 @@
-//! The command line (binary only): `radixkv replay` and `radixkv sweep` (see `CLI.md`).
+//! The command line (binary only): `radixkv replay` and `radixkv sweep` (see `docs/contract/CLI.md`).
 
 /// `print!` to stdout, except that a closed pipe (`radixkv replay --json | head -1`) ends
 /// the program quietly with status 0 instead of panicking (see [`emit`]).
