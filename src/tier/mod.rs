@@ -32,6 +32,14 @@
 //! replay). They complete in the background: [`TieredCache::poll`] finishes the copies
 //! that are done, [`TieredCache::wait_all`] and [`TieredCache::wait_load`] block.
 //!
+//! A copier call that **panics** (the trait is public: any Rust copier can) counts as its
+//! copy failing: the tier rolls it back as a failed copy (below), with the other copies it
+//! had taken back in flight, before the panic goes on to the caller, whether in `poll`,
+//! `wait_all`, `wait_load`, the insert or load-back that started the copy, or the
+//! `write_back` eviction hook (whose reserved host entries go; the tree's pass and the
+//! pool's guard return the evicted slots). So `wait_all` returns and dropping the tier ends
+//! (its drop finishes every copy even past such panics, then passes the first on).
+//!
 //! # Consistency and the protocols
 //!
 //! One mutex guards the host index and the host pool (each host step below is atomic), and
@@ -39,11 +47,21 @@
 //! host index through the eviction hook). What makes each race come out right:
 //!
 //! - **Backup in flight vs device eviction.** A backup holds a device lock on the pages it
-//!   copies (the pinning insert it starts from, or a pinning match) from before the copy
-//!   starts until the host entries are committed, so the device cannot evict (and reuse)
-//!   a slot the copy reads. Its host entries are *writing* until then: no hit, not
-//!   evictable, and a second backup of the same page finds them and skips it. A failed copy
-//!   removes them (their host pages go back to the free list) before the device lock goes.
+//!   copies (the pinning insert it starts from, or for `insert_and_lock` a second lock over
+//!   the pages that insert pinned) from before the copy starts until the host entries are
+//!   committed, so the device cannot evict (and reuse) a slot the copy reads. Its host
+//!   entries are *writing* until then: no hit, not evictable, and a second backup of the
+//!   same page finds them and skips it. A failed copy
+//!   removes them (their host pages go back to the free list) before the device lock goes;
+//!   an insert that found a writing entry meanwhile marked it resident and flagged its
+//!   device page `BACKED`, so the removal clears that flag too (under the host lock), or the
+//!   page would never be backed up again while it stays on the device.
+//! - **Ops taken to finish vs a waiter.** `poll`, `wait_all` and `wait_load` take ops out of
+//!   the pending list and raise `finishing` under its lock; the ops still running and those
+//!   not yet asked about go back, and `finishing` comes down only after that and after the
+//!   finished ops' results are stored, also when a copier's panic unwinds (a drop guard).
+//!   So a waiter that finds its op neither pending nor finished while `finishing` is 0
+//!   knows the ticket is unknown or taken, and never spins on a count a panic left up.
 //! - **Load-back vs a racing match.** A load-back pins the host entries it copies (host
 //!   eviction skips them) and holds the device slots it allocated (no other owner) until
 //!   the copy completes; only then are the pages inserted into the device tree. So a racing
@@ -63,7 +81,13 @@
 //! Invariants at quiescence (no copy in flight; [`TieredCache::check`]): device
 //! `free + cached + held == N_dev` (the cache's), host `free + backed == N_host`, every host
 //! page owned by one entry or free, every resident entry's device page cached with that
-//! identity, and no host entry still writing or pinned.
+//! identity, a cached page flagged `BACKED` exactly when an entry names it (but for
+//! `write_back`'s documented window: an entry that names no page), no page that is not
+//! cached flagged, and no host entry still writing or pinned.
+//!
+//! The backup pin of [`TieredCache::insert_and_lock`] (a second lock over the pages its
+//! insert pinned) is taken without counting a match: the device's match statistics
+//! (`match_calls`, hit tokens) count only the caller's matches.
 
 pub mod copier;
 pub(crate) mod host_index;
@@ -356,8 +380,9 @@ pub struct TieredCache {
     /// Load-back ids (a counter: no part of any protocol, so `std` under loom too).
     next_load: StatU64,
     /// Threads finishing ops they took out of `pending` (raised under `pending`'s lock,
-    /// lowered once their results are stored), so a waiter that finds its op in neither
-    /// place knows whether it is on its way.
+    /// lowered once their results are stored and the unfinished ops are back, by [`Taken`]'s
+    /// drop, also on a panic), so a waiter that finds its op in neither place knows whether
+    /// it is on its way.
     finishing: AtomicU64,
 }
 
