@@ -1172,7 +1172,8 @@ impl TieredCache {
     }
 
     /// Waits for a load-back and takes its result. `InvalidArgument` for a ticket that is
-    /// unknown or already taken.
+    /// unknown or already taken. If the copier panics, the load-back is rolled back (its
+    /// result, taken next, is `Device`) and the panic goes on.
     pub fn wait_load(&self, t: LoadTicket) -> Result<Loaded> {
         loop {
             if let Some(r) = lock(&self.results).remove(&t.0) {
@@ -1204,7 +1205,9 @@ impl TieredCache {
 
     /// Finishes the copies that are done (backups commit their host copies and unpin the
     /// device pages; load-backs insert their pages). Returns how many finished. Every
-    /// method of the tier calls it; an engine calls it once per step.
+    /// method of the tier calls it; an engine calls it once per step. If the copier panics,
+    /// the copy it was polling is rolled back as failed, the others stay in flight, and the
+    /// panic goes on.
     pub fn poll(&self) -> usize {
         // Relaxed: a hint (see `queued`).
         if self.queued.load(Ordering::Relaxed) == 0 {
@@ -1225,7 +1228,9 @@ impl TieredCache {
         done
     }
 
-    /// Waits for every copy in flight and finishes it.
+    /// Waits for every copy in flight and finishes it. If the copier panics, the copy it was
+    /// waiting on is rolled back as failed, the rest stay in flight (a later call finishes
+    /// them), and the panic goes on.
     pub fn wait_all(&self) {
         loop {
             let taken = {
