@@ -325,11 +325,13 @@ impl HostIndex {
         self.requeue(key);
     }
 
-    /// A writing entry's copy failed: it goes, and its host page is free again.
-    pub(crate) fn abort(&mut self, key: PageKey) {
+    /// A writing entry's copy failed: it goes, and its host page is free again. Returns the
+    /// device page it named as resident ([`HostIndex::mark_resident`]: an insert that
+    /// cached the same page meanwhile), or [`NO_PAGE`]: that page has no host copy now.
+    pub(crate) fn abort(&mut self, key: PageKey) -> u32 {
         let e = self.map.get(&key).expect("a reserved entry stays until committed or aborted");
         debug_assert!(!e.ready, "aborting a ready entry");
-        self.remove(key);
+        self.remove(key).resident
     }
 
     /// The consecutive ready entries for `hashes` (namespace `ns`), from the first on, at

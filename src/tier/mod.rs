@@ -32,6 +32,14 @@
 //! replay). They complete in the background: [`TieredCache::poll`] finishes the copies
 //! that are done, [`TieredCache::wait_all`] and [`TieredCache::wait_load`] block.
 //!
+//! A copier call that **panics** (the trait is public: any Rust copier can) counts as its
+//! copy failing: the tier rolls it back as a failed copy (below), with the other copies it
+//! had taken back in flight, before the panic goes on to the caller, whether in `poll`,
+//! `wait_all`, `wait_load`, the insert or load-back that started the copy, or the
+//! `write_back` eviction hook (whose reserved host entries go; the tree's pass and the
+//! pool's guard return the evicted slots). So `wait_all` returns and dropping the tier ends
+//! (its drop finishes every copy even past such panics, then passes the first on).
+//!
 //! # Consistency and the protocols
 //!
 //! One mutex guards the host index and the host pool (each host step below is atomic), and
@@ -39,11 +47,21 @@
 //! host index through the eviction hook). What makes each race come out right:
 //!
 //! - **Backup in flight vs device eviction.** A backup holds a device lock on the pages it
-//!   copies (the pinning insert it starts from, or a pinning match) from before the copy
-//!   starts until the host entries are committed, so the device cannot evict (and reuse)
-//!   a slot the copy reads. Its host entries are *writing* until then: no hit, not
-//!   evictable, and a second backup of the same page finds them and skips it. A failed copy
-//!   removes them (their host pages go back to the free list) before the device lock goes.
+//!   copies (the pinning insert it starts from, or for `insert_and_lock` a second lock over
+//!   the pages that insert pinned) from before the copy starts until the host entries are
+//!   committed, so the device cannot evict (and reuse) a slot the copy reads. Its host
+//!   entries are *writing* until then: no hit, not evictable, and a second backup of the
+//!   same page finds them and skips it. A failed copy
+//!   removes them (their host pages go back to the free list) before the device lock goes;
+//!   an insert that found a writing entry meanwhile marked it resident and flagged its
+//!   device page `BACKED`, so the removal clears that flag too (under the host lock), or the
+//!   page would never be backed up again while it stays on the device.
+//! - **Ops taken to finish vs a waiter.** `poll`, `wait_all` and `wait_load` take ops out of
+//!   the pending list and raise `finishing` under its lock; the ops still running and those
+//!   not yet asked about go back, and `finishing` comes down only after that and after the
+//!   finished ops' results are stored, also when a copier's panic unwinds (a drop guard).
+//!   So a waiter that finds its op neither pending nor finished while `finishing` is 0
+//!   knows the ticket is unknown or taken, and never spins on a count a panic left up.
 //! - **Load-back vs a racing match.** A load-back pins the host entries it copies (host
 //!   eviction skips them) and holds the device slots it allocated (no other owner) until
 //!   the copy completes; only then are the pages inserted into the device tree. So a racing
@@ -63,7 +81,13 @@
 //! Invariants at quiescence (no copy in flight; [`TieredCache::check`]): device
 //! `free + cached + held == N_dev` (the cache's), host `free + backed == N_host`, every host
 //! page owned by one entry or free, every resident entry's device page cached with that
-//! identity, and no host entry still writing or pinned.
+//! identity, a cached page flagged `BACKED` exactly when an entry names it (but for
+//! `write_back`'s documented window: an entry that names no page), no page that is not
+//! cached flagged, and no host entry still writing or pinned.
+//!
+//! The backup pin of [`TieredCache::insert_and_lock`] (a second lock over the pages its
+//! insert pinned) is taken without counting a match: the device's match statistics
+//! (`match_calls`, hit tokens) count only the caller's matches.
 
 pub mod copier;
 pub(crate) mod host_index;
@@ -242,8 +266,11 @@ struct DevPage {
     /// (`write_through_selective`). `BACKED`: a host entry names this page as resident; set
     /// only while the page is pinned (a backup's commit, an insert finding the host copy, a
     /// load-back), cleared with the count when the page leaves the device (the eviction
-    /// hook) or is reused (`set_page`). So a page without it has no resident host copy, and
-    /// inserts and evictions skip the host index for it when nothing else is to be done.
+    /// hook) or is reused (`set_page`), and cleared alone when the entry that named it goes
+    /// without becoming ready (an insert marked a *writing* entry resident, then its copy
+    /// failed: [`Shared::abort`]). So a page without it has no resident host copy, and
+    /// inserts and evictions skip the host index for it when nothing else is to be done;
+    /// and a page with it has one (`check()` tests both).
     hits: AtomicU64,
 }
 
@@ -353,8 +380,9 @@ pub struct TieredCache {
     /// Load-back ids (a counter: no part of any protocol, so `std` under loom too).
     next_load: StatU64,
     /// Threads finishing ops they took out of `pending` (raised under `pending`'s lock,
-    /// lowered once their results are stored), so a waiter that finds its op in neither
-    /// place knows whether it is on its way.
+    /// lowered once their results are stored and the unfinished ops are back, by [`Taken`]'s
+    /// drop, also on a panic), so a waiter that finds its op in neither place knows whether
+    /// it is on its way.
     finishing: AtomicU64,
 }
 
@@ -407,6 +435,26 @@ impl Shared {
     fn set_backed(&self, page: u32) {
         // Relaxed: see `DevPage::hits`.
         self.pages[page as usize].hits.fetch_or(BACKED, Ordering::Relaxed);
+    }
+
+    /// Removes the writing entry of `key` (its copy failed or never started; `host` is the
+    /// locked index) and clears `BACKED` of the device page it named, if any: an insert that
+    /// cached the same tokens while the copy ran marked the entry resident and set `BACKED`
+    /// ([`HostIndex::mark_resident`]), and a page left `BACKED` without an entry would never
+    /// be backed up again while it stays on the device.
+    ///
+    /// Under the host lock, so no hook or insert interleaves: an entry that still names
+    /// device page `d` means `d`'s eviction hook has not run since the insert marked it (the
+    /// hook un-names its page under this lock before the slots can be reused), so `d` still
+    /// holds `key` and clearing its flag touches no other page's state. An insert reading
+    /// the flag just before the clear skips the host step once (a backup delayed, not a
+    /// state broken); every later one sees it clear.
+    fn abort(&self, host: &mut HostIndex, key: PageKey) {
+        let d = host.abort(key);
+        if d != NO_PAGE {
+            // Relaxed: see `DevPage::hits`; the host lock orders it with the flag's writers.
+            self.pages[d as usize].hits.fetch_and(!BACKED, Ordering::Relaxed);
+        }
     }
 
     fn page_id(&self, page: u32) -> (PageKey, Option<u64>) {
@@ -496,7 +544,11 @@ impl Shared {
             wb.iter().flat_map(|w| (0..p as u32).map(move |i| w.2 * p as u32 + i)).collect();
         let hst: Vec<u32> = wb.iter().flat_map(|w| (0..p as u32).map(move |i| w.3 + i)).collect();
         bump(&self.counters.copies_to_host, 1);
-        let r = self.copier.to_host(&dev, &hst).and_then(|t| self.copier.wait(t));
+        // A copier that panics fails the write-back: its entries go (below) before the
+        // panic goes on, so no host page stays reserved by an entry writing for ever. (The
+        // tree's pass and the pool's guard return the evicted slots as it unwinds.)
+        let (r, panic) =
+            call_copier(|| self.copier.to_host(&dev, &hst).and_then(|t| self.copier.wait(t)));
         let mut host = self.host();
         match r {
             Ok(()) => {
@@ -519,11 +571,35 @@ impl Shared {
             }
             Err(_) => {
                 for w in &wb {
-                    host.abort(w.0);
+                    self.abort(&mut host, w.0);
                 }
+                drop(host);
                 bump(&self.counters.copy_failures, 1);
             }
         }
+        resume(panic);
+    }
+}
+
+/// What a copier's panic unwinds with.
+type Panic = Box<dyn std::any::Any + Send + 'static>;
+
+/// Calls the copier, catching a panic: then the copy counts as failed (`Device`), and the
+/// panic is handed back for the caller to [`resume`] once it has rolled the copy back. The
+/// tier holds no lock of its own across a copier call and `call` touches none of its
+/// state, so nothing of the tier's is half-changed when it unwinds (`AssertUnwindSafe`);
+/// what the copier's own state is after its panic is its business.
+fn call_copier<T>(call: impl FnOnce() -> Result<T>) -> (Result<T>, Option<Panic>) {
+    match std::panic::catch_unwind(std::panic::AssertUnwindSafe(call)) {
+        Ok(r) => (r, None),
+        Err(p) => (Err(crate::error::Error::Device("the tier's copier panicked".into())), Some(p)),
+    }
+}
+
+/// Goes on with a copier's panic [`call_copier`] caught, if any.
+fn resume(panic: Option<Panic>) {
+    if let Some(p) = panic {
+        std::panic::resume_unwind(p);
     }
 }
 
@@ -854,43 +930,61 @@ impl TieredCache {
         let op_tokens: Vec<u32> =
             backup.iter().flat_map(|&(i, _)| page_tokens(tokens, i, p).iter().copied()).collect();
         // The backup's own pin: the insert's lock, or (when the caller keeps that one) a
-        // second lock over the same pages, taken while the first still pins them all.
+        // second lock over the same pages, taken while the first still pins them all. That
+        // one is no match of the caller's: the tree's match statistics do not count it.
         let (backup_lock, caller) = if keep {
-            let mut scratch: Vec<u32> = Vec::new();
-            (self.dev.match_and_lock(ns, &tokens[..n], &mut scratch).into_raw(), Some(lock))
+            let mut scratch: Vec<crate::SlotRun> = Vec::new();
+            (self.dev.tree().lock_unrecorded(ns, &tokens[..n], &mut scratch), Some(lock))
         } else {
             (lock, None)
         };
-        match sh.copier.to_host(&dev, &hst) {
-            Ok(ticket) => {
-                let op = Op::Backup { ticket, lock: backup_lock, ns, pages, tokens: op_tokens };
+        // If the copier panics, the caller's lock goes with the unwinding guard, and the
+        // backup is finished as failed (`finish`: its entries go, its pin is released).
+        let caller = caller.map(|l| self.dev.tree().guard(l));
+        let op = Op::Backup { ticket: 0, lock: backup_lock, ns, pages, tokens: op_tokens };
+        let (mut op, started) = self.ask(op, |_| sh.copier.to_host(&dev, &hst));
+        match started {
+            Ok(t) => {
+                if let Op::Backup { ticket, .. } = &mut op {
+                    *ticket = t;
+                }
                 self.settle_or_queue(op);
-                Ok((existing, caller))
             }
-            Err(_) => {
-                let mut host = sh.host();
-                for pg in &pages {
-                    host.abort((ns, pg.hash));
-                }
-                drop(host);
-                bump(&sh.counters.copy_failures, 1);
-                match caller {
-                    Some(c) => {
-                        self.dev.release(backup_lock)?;
-                        Ok((existing, Some(c)))
-                    }
-                    None => Ok((existing, Some(backup_lock))),
-                }
-            }
+            // Rolled back as a failed copy.
+            Err(e) => self.finish(op, Err(e)),
         }
+        Ok((existing, caller.map(|g| g.into_raw())))
     }
 
     /// Finishes `op` now if its copy is done, else queues it.
     fn settle_or_queue(&self, op: Op) {
-        match self.shared.copier.poll(op_ticket(&op)) {
+        let (op, r) = self.ask(op, |op| self.shared.copier.poll(op_ticket(op)));
+        match r {
             Ok(false) => self.pending().push(op),
             r => self.finish(op, r.map(|_| ())),
         }
+    }
+
+    /// Asks the copier about `op`'s copy (`call`) and hands `op` back with the answer. If
+    /// the copier panics, the copy counts as failed: `op` is finished so (its host entries
+    /// go or are unpinned, its device locks and slots released, a load-back's result
+    /// stored) before the panic goes on to the caller. A copier that panics on a ticket is
+    /// never asked about it again (as after an `Err`, the ticket is spent).
+    fn ask<T>(&self, op: Op, call: impl FnOnce(&Op) -> Result<T>) -> (Op, Result<T>) {
+        let (r, panic) = call_copier(|| call(&op));
+        if let Some(p) = panic {
+            self.finish(op, r.map(|_| ()));
+            std::panic::resume_unwind(p);
+        }
+        (op, r)
+    }
+
+    /// Takes `ops` out of `pending` as one finishing thread: raises `finishing`. Call it
+    /// with `pending` locked (see [`Taken`]).
+    fn taken(&self, ops: Vec<Op>) -> Taken<'_> {
+        // SeqCst: see `finishing`.
+        self.finishing.fetch_add(1, Ordering::SeqCst);
+        Taken { tier: self, left: ops.into_iter(), keep: Vec::new() }
     }
 
     /// Completes an op whose copy ended with `r`.
@@ -906,7 +1000,7 @@ impl TieredCache {
                             host.commit((ns, pg.hash), pg.dev_page);
                             sh.set_backed(pg.dev_page);
                         } else {
-                            host.abort((ns, pg.hash));
+                            sh.abort(&mut host, (ns, pg.hash));
                         }
                     }
                 }
@@ -1046,21 +1140,11 @@ impl TieredCache {
         }
         let hst: Vec<u32> = bases.iter().flat_map(|&b| (0..p as u32).map(move |j| b + j)).collect();
         bump(&sh.counters.copies_to_device, 1);
-        let ticket = match sh.copier.to_device(&hst, &new) {
-            Ok(t) => t,
-            Err(e) => {
-                let _ = self.dev.free(&new);
-                sh.host().unpin(ns, &pinned, &[]);
-                let _ = self.dev.release(lock0);
-                bump(&sh.counters.copy_failures, 1);
-                return Err(e);
-            }
-        };
         let mut slots = prefix;
         slots.extend_from_slice(&new);
         let op = LoadOp {
             id,
-            ticket,
+            ticket: 0,
             ns,
             tokens: tokens[..d + m * p].to_vec(),
             slots,
@@ -1068,7 +1152,16 @@ impl TieredCache {
             lock: lock0,
             hashes: pinned,
         };
-        self.settle_or_queue(Op::Load(Box::new(op)));
+        // If the copier panics, the load-back is finished as failed (`finish`: the slots
+        // freed, the host copies unpinned, the prefix released) under an id no caller holds.
+        let (op, started) = self.ask(Op::Load(Box::new(op)), |_| sh.copier.to_device(&hst, &new));
+        let Op::Load(mut l) = op else { unreachable!("a load-back") };
+        match started {
+            Ok(t) => l.ticket = t,
+            // Rolled back as a failed copy; nothing is stored under `id`.
+            Err(e) => return self.finish_load(*l, Err(e)).map(|_| LoadTicket(id)),
+        }
+        self.settle_or_queue(Op::Load(l));
         Ok(LoadTicket(id))
     }
 
@@ -1079,28 +1172,25 @@ impl TieredCache {
     }
 
     /// Waits for a load-back and takes its result. `InvalidArgument` for a ticket that is
-    /// unknown or already taken.
+    /// unknown or already taken. If the copier panics, the load-back is rolled back (its
+    /// result, taken next, is `Device`) and the panic goes on.
     pub fn wait_load(&self, t: LoadTicket) -> Result<Loaded> {
         loop {
             if let Some(r) = lock(&self.results).remove(&t.0) {
                 return r;
             }
-            let (op, finishing) = {
+            let (taken, finishing) = {
                 let mut pend = self.pending();
                 let i = pend.iter().position(|o| matches!(o, Op::Load(l) if l.id == t.0));
                 match i {
-                    Some(i) => {
-                        self.finishing.fetch_add(1, Ordering::SeqCst);
-                        (Some(pend.swap_remove(i)), 0)
-                    }
+                    Some(i) => (Some(self.taken(vec![pend.swap_remove(i)])), 0),
                     None => (None, self.finishing.load(Ordering::SeqCst)),
                 }
             };
-            match op {
-                Some(op) => {
-                    let r = self.shared.copier.wait(op_ticket(&op));
-                    self.finish(op, r);
-                    self.finishing.fetch_sub(1, Ordering::SeqCst);
+            match taken {
+                Some(mut taken) => {
+                    taken.finish_next(|op| self.shared.copier.wait(op_ticket(op)).map(|()| true));
+                    drop(taken); // its result is stored: `finishing` comes down
                 }
                 // Another thread took it and is finishing it: its result comes.
                 None if finishing > 0 => crate::sync::yield_now(),
@@ -1115,42 +1205,35 @@ impl TieredCache {
 
     /// Finishes the copies that are done (backups commit their host copies and unpin the
     /// device pages; load-backs insert their pages). Returns how many finished. Every
-    /// method of the tier calls it; an engine calls it once per step.
+    /// method of the tier calls it; an engine calls it once per step. If the copier panics,
+    /// the copy it was polling is rolled back as failed, the others stay in flight, and the
+    /// panic goes on.
     pub fn poll(&self) -> usize {
         // Relaxed: a hint (see `queued`).
         if self.queued.load(Ordering::Relaxed) == 0 {
             return 0;
         }
-        let ops = {
+        let mut taken = {
             let mut pend = self.pending();
             if pend.is_empty() {
                 return 0;
             }
-            self.finishing.fetch_add(1, Ordering::SeqCst);
-            std::mem::take(&mut *pend)
+            self.taken(std::mem::take(&mut *pend))
         };
-        let mut keep = Vec::new();
         let mut done = 0;
-        for op in ops {
-            match self.shared.copier.poll(op_ticket(&op)) {
-                Ok(false) => keep.push(op),
-                r => {
-                    done += 1;
-                    self.finish(op, r.map(|_| ()));
-                }
-            }
+        while let Some(finished) = taken.finish_next(|op| self.shared.copier.poll(op_ticket(op))) {
+            done += finished as usize;
         }
-        if !keep.is_empty() {
-            self.pending().extend(keep);
-        }
-        self.finishing.fetch_sub(1, Ordering::SeqCst);
+        drop(taken); // the copies still running go back to `pending`, then `finishing` comes down
         done
     }
 
-    /// Waits for every copy in flight and finishes it.
+    /// Waits for every copy in flight and finishes it. If the copier panics, the copy it was
+    /// waiting on is rolled back as failed, the rest stay in flight (a later call finishes
+    /// them), and the panic goes on.
     pub fn wait_all(&self) {
         loop {
-            let ops = {
+            let taken = {
                 let mut pend = self.pending();
                 if pend.is_empty() {
                     if self.finishing.load(Ordering::SeqCst) == 0 {
@@ -1158,19 +1241,18 @@ impl TieredCache {
                     }
                     None
                 } else {
-                    self.finishing.fetch_add(1, Ordering::SeqCst);
-                    Some(std::mem::take(&mut *pend))
+                    Some(self.taken(std::mem::take(&mut *pend)))
                 }
             };
-            let Some(ops) = ops else {
+            let Some(mut taken) = taken else {
                 crate::sync::yield_now();
                 continue;
             };
-            for op in ops {
-                let r = self.shared.copier.wait(op_ticket(&op));
-                self.finish(op, r);
-            }
-            self.finishing.fetch_sub(1, Ordering::SeqCst);
+            while taken
+                .finish_next(|op| self.shared.copier.wait(op_ticket(op)).map(|()| true))
+                .is_some()
+            {}
+            drop(taken);
         }
     }
 
@@ -1246,23 +1328,36 @@ impl TieredCache {
         // a page the device holds again. Harmless (the device copy is complete; if host
         // eviction drops the host copy, the page is written back again when the device
         // evicts it), and documented in docs/host-tier.md.
+        // And BACKED implies such an entry: a page flagged without one (a failed backup
+        // that a re-insert had marked resident) would never be backed up again.
         let write_back = sh.opts.write_policy == WritePolicy::WriteBack;
         let p = sh.page_size as u32;
         for page in 0..(pool.capacity() as u32 / p) {
+            // Relaxed: quiescent.
+            let backed = sh.pages[page as usize].hits.load(Ordering::Relaxed) & BACKED != 0;
             if pool.state(page * p) != Some(SlotState::Cached) {
+                if backed {
+                    return Err(format!("device page {page} is not cached but flagged BACKED"));
+                }
                 continue;
             }
             let (id, _) = sh.page_id(page);
-            if let Some(e) = host.get(&id) {
-                // Relaxed: quiescent.
-                let backed = sh.pages[page as usize].hits.load(Ordering::Relaxed) & BACKED != 0;
-                let window = write_back && e.resident == NO_PAGE;
-                if !window && (e.resident != page || !backed) {
+            match host.get(&id) {
+                Some(e) => {
+                    let window = write_back && e.resident == NO_PAGE;
+                    if !window && (e.resident != page || !backed) {
+                        return Err(format!(
+                            "device page {page} holds {id:?}, whose host copy names page {} (BACKED: {backed})",
+                            e.resident
+                        ));
+                    }
+                }
+                None if backed => {
                     return Err(format!(
-                        "device page {page} holds {id:?}, whose host copy names page {} (BACKED: {backed})",
-                        e.resident
+                        "device page {page} holds {id:?} and is flagged BACKED, but has no host copy"
                     ));
                 }
+                None => {}
             }
         }
         drop(host);
@@ -1313,6 +1408,54 @@ impl Drop for Pending<'_> {
     }
 }
 
+/// Ops one thread took out of `pending` to finish, counted in `finishing` (raised by
+/// [`TieredCache::taken`] under `pending`'s lock). Dropped, also by a panic unwinding (a
+/// copier's, which [`TieredCache::ask`] turned into a failed copy first), it puts the ops
+/// still in flight and those not yet looked at back in `pending`, and only then lowers
+/// `finishing`. The order waiters rely on: every op taken is, at each moment, in `pending`,
+/// in `results` (a finished load-back), or counted in `finishing`; `finishing` comes down
+/// only after the ops' results are stored and the rest are back. So `wait_all` and
+/// `wait_load` never spin on a count that a panic left up, and no op is dropped unfinished.
+struct Taken<'a> {
+    tier: &'a TieredCache,
+    /// Not yet asked about.
+    left: std::vec::IntoIter<Op>,
+    /// Asked about and still in flight.
+    keep: Vec<Op>,
+}
+
+impl Taken<'_> {
+    /// Asks the copier about the next op (`call`, `Ok(false)` while its copy runs) and
+    /// finishes it if its copy completed or failed (`Some(true)`), or keeps it (`Some(false)`);
+    /// `None` when no op is left.
+    fn finish_next(&mut self, call: impl FnOnce(&Op) -> Result<bool>) -> Option<bool> {
+        let op = self.left.next()?;
+        let (op, r) = self.tier.ask(op, call);
+        match r {
+            Ok(false) => {
+                self.keep.push(op);
+                Some(false)
+            }
+            r => {
+                self.tier.finish(op, r.map(|_| ()));
+                Some(true)
+            }
+        }
+    }
+}
+
+impl Drop for Taken<'_> {
+    fn drop(&mut self) {
+        let mut rest = std::mem::take(&mut self.keep);
+        rest.extend(self.left.by_ref());
+        if !rest.is_empty() {
+            self.tier.pending().extend(rest);
+        }
+        // SeqCst: see `TieredCache::finishing`; after the results and `pending` above.
+        self.tier.finishing.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
 /// The ticket of an op's copy.
 fn op_ticket(op: &Op) -> CopyTicket {
     match op {
@@ -1328,8 +1471,21 @@ fn page_tokens(tokens: &[u32], i: usize, p: usize) -> &[u32] {
 
 impl Drop for TieredCache {
     fn drop(&mut self) {
-        // Copies in flight read or write memory the caller may free next: finish them.
-        self.wait_all();
+        // Copies in flight read or write memory the caller may free next: finish them, all
+        // of them even when the copier panics. Each such panic finishes the copy it came
+        // from as failed (`ask`) and puts the rest back (`Taken`), so this loop ends; the
+        // first panic goes on afterwards, unless the thread is unwinding already.
+        let mut first = None;
+        while let Err(p) =
+            std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| self.wait_all()))
+        {
+            first.get_or_insert(p);
+        }
+        if let Some(p) = first
+            && !std::thread::panicking()
+        {
+            std::panic::resume_unwind(p);
+        }
     }
 }
 

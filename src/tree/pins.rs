@@ -138,6 +138,21 @@ impl RadixTree {
         tokens: &[u32],
         out: &mut S,
     ) -> PrefixLock {
+        let lock = self.lock_unrecorded(ns, tokens, out);
+        self.matches.record(tokens.len(), lock.len());
+        lock
+    }
+
+    /// A locking match that the match statistics do not count (the host tier's backup pin:
+    /// a second lock over pages its own insert has just pinned, no match of the caller's);
+    /// otherwise [`RadixTree::lock_into`], access stamps included.
+    #[inline]
+    pub(crate) fn lock_unrecorded<S: SlotSink>(
+        &self,
+        ns: u64,
+        tokens: &[u32],
+        out: &mut S,
+    ) -> PrefixLock {
         out.clear();
         let n = self.aligned(tokens.len());
         let g = self.domain.pin();
@@ -145,7 +160,6 @@ impl RadixTree {
             None => 0,
             Some(root) => self.pin_descend(root, &tokens[..n], out, &g),
         };
-        self.matches.record(tokens.len(), m);
         PrefixLock { tree_id: self.id, ns, tokens: tokens[..m].into() }
     }
 
