@@ -204,6 +204,10 @@ impl Shared {
 pub(crate) struct Feed {
     tx: SyncSender<Arc<Item>>,
     wake: UnixStream,
+    /// The wake-up socket's read end, shared with the thread: while the feed lives its
+    /// peer is open, so a write never meets a closed socket (`EPIPE`, and a `SIGPIPE` that
+    /// would kill a C or Python host that does not ignore it), even if the thread is gone.
+    _wake_peer: Arc<UnixStream>,
     shared: Arc<Shared>,
 }
 
@@ -355,7 +359,8 @@ impl Publisher {
                 // answer. A send past it fails (`EAGAIN`) instead of vanishing.
                 let answer = opts.buffer_steps.saturating_add(1).saturating_mul(2);
                 let answer = hwm_option(answer, "twice buffer_steps + 1")?;
-                r.set_sndhwm(answer).map_err(|e| option_err("ROUTER socket's high-water mark", e))?;
+                r.set_sndhwm(answer)
+                    .map_err(|e| option_err("ROUTER socket's high-water mark", e))?;
                 r.set_router_mandatory(true)
                     .map_err(|e| option_err("ROUTER socket's mandatory routing", e))?;
                 r.bind(ep).map_err(|e| zmq_error("bind", ep, e))?;
@@ -381,7 +386,13 @@ impl Publisher {
             parked: AtomicBool::new(false),
         });
         let (tx, rx) = std::sync::mpsc::sync_channel(opts.max_queue);
-        sink.attach(Box::new(Feed { tx, wake: wake_tx, shared: shared.clone() }))?;
+        let wake_rx = Arc::new(wake_rx);
+        sink.attach(Box::new(Feed {
+            tx,
+            wake: wake_tx,
+            _wake_peer: wake_rx.clone(),
+            shared: shared.clone(),
+        }))?;
         let worker = Worker {
             pub_sock,
             replay,
@@ -390,7 +401,8 @@ impl Publisher {
             sink: Arc::downgrade(sink),
             topic: opts.topic.into_bytes(),
             wire: opts.wire,
-            auto_flush: opts.auto_flush,
+            // `zmq_poll` counts milliseconds: a zero period would spin.
+            auto_flush: opts.auto_flush.map(|d| d.max(Duration::from_millis(1))),
             linger: opts.linger,
             horizon: 0,
         };
@@ -467,7 +479,7 @@ struct Worker {
     replay: Option<zmq::Socket>,
     /// The read end of the wake-up socket pair (the feed writes a byte when it queues a
     /// batch for a parked thread; end-of-file when the feed is dropped).
-    wake: UnixStream,
+    wake: Arc<UnixStream>,
     shared: Arc<Shared>,
     sink: Weak<EventSink>,
     topic: Vec<u8>,
@@ -574,7 +586,7 @@ impl Worker {
     /// end-of-file for ever; the caller then finds the queue closed.
     fn drain_wake(&self) {
         let mut buf = [0u8; 64];
-        while matches!((&self.wake).read(&mut buf), Ok(1..)) {}
+        while matches!((&*self.wake).read(&mut buf), Ok(1..)) {}
     }
 
     fn publish(&mut self, item: &Item) {
@@ -584,7 +596,9 @@ impl Worker {
         let sent = self
             .pub_sock
             .send(&self.topic[..], zmq::SNDMORE | zmq::DONTWAIT)
-            .and_then(|()| self.pub_sock.send(&item.seq.to_be_bytes()[..], zmq::SNDMORE | zmq::DONTWAIT))
+            .and_then(|()| {
+                self.pub_sock.send(&item.seq.to_be_bytes()[..], zmq::SNDMORE | zmq::DONTWAIT)
+            })
             .and_then(|()| self.pub_sock.send(payload, zmq::DONTWAIT));
         if sent.is_ok() {
             // Relaxed: a counter.

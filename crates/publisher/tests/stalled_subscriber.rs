@@ -144,11 +144,19 @@ fn nums(line: &str, tag: &str) -> Vec<u64> {
 /// exactly the kept batches from there on (the ring's last 10,000), decodable, in order.
 #[test]
 fn a_stalled_subscriber_costs_bounded_memory_and_replay_repairs_its_gap() {
-    let n: u64 =
-        std::env::var("RADIXKV_STALL_BATCHES").ok().and_then(|v| v.parse().ok()).unwrap_or(1_000_000);
+    let n: u64 = std::env::var("RADIXKV_STALL_BATCHES")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(1_000_000);
     let buffer_steps = PublisherOptions::default().buffer_steps as u64;
     let mut child = Command::new(std::env::current_exe().unwrap())
-        .args(["--exact", "stalled_publisher_child", "--ignored", "--nocapture", "--test-threads=1"])
+        .args([
+            "--exact",
+            "stalled_publisher_child",
+            "--ignored",
+            "--nocapture",
+            "--test-threads=1",
+        ])
         .env(CHILD, n.to_string())
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
