@@ -357,8 +357,9 @@ impl Publisher {
                 // when the client has read the previous one: libzmq's writer learns of
                 // what its reader took only every half high-water mark, hence twice the
                 // answer. A send past it fails (`EAGAIN`) instead of vanishing.
+                // (Capped at libzmq's `int`: past it, a practically unlimited pipe.)
                 let answer = opts.buffer_steps.saturating_add(1).saturating_mul(2);
-                let answer = hwm_option(answer, "twice buffer_steps + 1")?;
+                let answer = i32::try_from(answer).unwrap_or(i32::MAX);
                 r.set_sndhwm(answer)
                     .map_err(|e| option_err("ROUTER socket's high-water mark", e))?;
                 r.set_router_mandatory(true)
@@ -518,6 +519,11 @@ impl Worker {
                     Err(TryRecvError::Disconnected) => break 'live,
                 }
             }
+            // And after every burst, so a steady trickle of batches (each found just as
+            // the thread parks) cannot keep a replay request waiting.
+            if n > 0 {
+                self.serve_requests();
+            }
             if let (Some(d), Some(at)) = (self.auto_flush, next_flush)
                 && Instant::now() >= at
             {
@@ -529,7 +535,10 @@ impl Worker {
                 continue;
             }
             match self.park(&rx) {
-                Ok(Some(item)) => self.publish(&item),
+                Ok(Some(item)) => {
+                    self.publish(&item);
+                    self.serve_requests();
+                }
                 Ok(None) => {
                     self.wait(true, next_flush.map_or(-1, millis_until));
                     self.shared.parked.store(false, Ordering::Relaxed);
