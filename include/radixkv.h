@@ -2,7 +2,7 @@
  * radixkv: a lock-free concurrent radix index for LLM KV-cache prefix reuse.
  * C ABI version 1. SPDX-License-Identifier: Apache-2.0
  *
- * Link with -lradixkv (shared), or libradixkv.a plus -lpthread -ldl -lm (static).
+ * Link with -lradixkv (shared), or libradixkv.a plus -lstdc++ -lpthread -ldl -lm (static).
  * Every function taking `const rkv_cache *` is safe to call from many threads at once;
  * rkv_cache_free and rkv_events_enable (which take `rkv_cache *`) must not run
  * concurrently with any other call on that cache. The same holds for `rkv_tier`: functions

@@ -49,7 +49,7 @@ mkdir -p "$OUT/lib" && ln -sfn "$PROFILE_DIR/libradixkv.so" "$OUT/lib/libradixkv
 TESTS=(test_abi test_tier)
 for t in "${TESTS[@]}"; do
   step "build $t static" "$CC" "${CFLAGS[@]}" "$ROOT/tests/c/$t.c" "$PROFILE_DIR/libradixkv.a" \
-    -lpthread -ldl -lm -o "$OUT/${t}_static"
+    -lstdc++ -lpthread -ldl -lm -o "$OUT/${t}_static"
   step "build $t shared" "$CC" "${CFLAGS[@]}" "$ROOT/tests/c/$t.c" -L "$PROFILE_DIR" -lradixkv \
     -Wl,-rpath,"$OUT/lib" -lpthread -o "$OUT/${t}_shared"
 done

@@ -40,7 +40,7 @@ CXXFLAGS=(-std=c++17 -Wall -Wextra -Werror -pedantic -g -O1 -pthread
 build() {
   "$CXX" "${CXXFLAGS[@]}" "$ROOT/tests/cpp/test_main.cpp" "$ROOT/tests/cpp/test_api.cpp" \
     "$ROOT/tests/cpp/test_lifetime.cpp" "$ROOT/tests/cpp/test_events.cpp" "$ROOT/tests/cpp/test_tier.cpp" \
-    "$PROFILE_DIR/libradixkv.a" -lpthread -ldl -lm \
+    "$PROFILE_DIR/libradixkv.a" -lstdc++ -lpthread -ldl -lm \
     -o "$OUT/test_cpp"
 }
 # A hang is a failure (a Lock outliving its Cache used to block forever): every run of the

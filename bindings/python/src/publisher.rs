@@ -64,6 +64,7 @@ pub fn start(sink: &Arc<EventSink>, o: Opts) -> Res<NativePublisher> {
             wire,
             auto_flush: (o.auto_flush_ms > 0).then(|| Duration::from_millis(o.auto_flush_ms)),
             linger: Duration::from_millis(o.linger_ms),
+            ..Default::default()
         },
     )
     .map_err(st)?;

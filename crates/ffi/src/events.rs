@@ -399,6 +399,7 @@ mod imp {
                 wire,
                 auto_flush: o.auto_flush,
                 linger: o.linger,
+                ..Default::default()
             },
         )?;
         // The endpoints came from C strings, so they hold no NUL; drop any all the same.

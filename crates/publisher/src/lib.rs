@@ -12,44 +12,50 @@
 //!   counts it ([`PublisherStats::dropped`]); a batch is never split. Its sequence number
 //!   is used all the same, so a subscriber sees the gap, and the batch is still kept for
 //!   replay. A push or flush never waits for the thread or the socket.
+//! - **High-water mark.** The PUB socket keeps at most [`PublisherOptions::hwm`] messages
+//!   (default 100,000, vLLM's `hwm`) for each subscriber that is not reading; past it,
+//!   libzmq drops whole messages for that subscriber alone (the others go on getting
+//!   them), so a stalled subscriber costs the publisher's process a bounded amount of
+//!   memory: about `hwm` x (the payload + 3 x 64 bytes of message headers + the
+//!   allocator's overhead), plus at most two replay answers per replay client (below). Those drops
+//!   are the subscriber's gaps in `seq`, repaired through replay; the publisher does not
+//!   see them (libzmq does not report them), so they are not in [`PublisherStats::dropped`].
 //! - **Replay.** With a replay endpoint, a ROUTER socket answers `[b"", start_seq]`
 //!   (u64 big-endian) with `[b"", seq, payload]` for each kept batch with
 //!   `seq >= start_seq` (the last [`PublisherOptions::buffer_steps`] closed, published or
 //!   dropped, up to the last the thread has taken from the queue), then
-//!   `[b"", 0xffff_ffff_ffff_ffff, b""]`.
+//!   `[b"", 0xffff_ffff_ffff_ffff, b""]`. The ROUTER socket's high-water mark is two whole
+//!   answers (2 x (`buffer_steps` + 1) messages) per client, so an answer always fits
+//!   behind one the client has read (libzmq learns what a reader took only every half
+//!   high-water mark); a client that asks again and again without reading, once its pipe
+//!   is full, gets the rest of an answer (and its end marker) dropped, and asks again
+//!   after its own timeout.
 //! - **Endpoints.** The PUB socket binds when the endpoint contains `*` or is `ipc://` or
 //!   `inproc://`, and connects otherwise; the replay socket always binds. `*` as the host
 //!   means every interface and as the port any free port ([`Publisher::endpoint`] says which).
-//!   A bad endpoint or `inproc://` (which the transport does not have: use `ipc://`) is an
-//!   [`Error::InvalidArgument`] from `start`, and an address
-//!   in use (or any other refusal by the operating system: a bind without permission, a
-//!   runtime or thread that cannot be had) an [`Error::Io`], each naming
-//!   the endpoint and the reason. A connecting PUB socket connects in the background and
-//!   keeps trying until its peer listens.
-//! - **High-water mark.** The transport means to drop messages for a subscriber whose queue
-//!   holds 100,000 of them (its fixed high-water mark, vLLM's default `hwm`), but as built
-//!   (`zeromq` 0.7) it does not: it sends through a fresh clone of the subscriber's
-//!   `futures` channel sender each time, and each clone is granted a slot past the
-//!   channel's bound, so a subscriber that stops reading makes the publisher's process
-//!   hold every message it has not taken, without limit (measured: 1,000,000 one-page
-//!   batches to a stalled subscriber, all delivered once it read again, the publisher's
-//!   RSS peaking at 632 MiB; `BENCHMARKS.md`, "KV events"). Nothing is dropped there, and
-//!   the publisher cannot see that queue; the batches dropped at its own queue are counted.
+//!   A bad endpoint or `inproc://` (which would reach only the publisher's own private ZMQ
+//!   context: use `ipc://`) is an [`Error::InvalidArgument`]
+//!   from `start`, and an address in use (or any other refusal by the operating system: a
+//!   bind without permission, a context or thread that cannot be had) an
+//!   [`Error::Io`], each naming the endpoint and the reason. A connecting
+//!   PUB socket connects in the background and keeps trying until its peer listens.
 //!
-//! The ZMQ implementation is the pure-Rust `zeromq` crate (zmq.rs), run on a one-thread
-//! tokio runtime inside the publisher's thread: it speaks ZMTP 3 to libzmq peers (vLLM's
-//! and Dynamo's), and keeps `libradixkv.a` free of a C++ runtime (`docs/kv-events.md` says
-//! why it, not libzmq's binding).
+//! The ZMQ implementation is libzmq 4.3 (the `zmq` crate; `zmq-sys` builds it from source),
+//! what vLLM (pyzmq) and Dynamo run: one context with one I/O thread per publisher, and the
+//! publisher's own thread, which polls its queue (through a wake-up socket pair) and the
+//! ROUTER socket with `zmq_poll`. libzmq is C++: a program linking `libradixkv.a` adds
+//! `-lstdc++` (the pkg-config file and the CMake package do; `docs/kv-events.md`, "The ZMQ
+//! crate", says why libzmq and not the pure-Rust `zeromq`).
 
 use std::collections::VecDeque;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::io::{Read, Write};
+use std::os::fd::AsRawFd;
+use std::os::unix::net::UnixStream;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::mpsc::{Receiver, SyncSender, TryRecvError, TrySendError};
 use std::sync::{Arc, Mutex, OnceLock, Weak};
 use std::thread::JoinHandle;
-use std::time::Duration;
-
-use bytes::Bytes;
-use tokio::sync::mpsc::{Receiver, Sender, error::TrySendError};
-use zeromq::{Socket, SocketRecv, SocketSend, ZmqMessage};
+use std::time::{Duration, Instant};
 
 use radixkv::Error;
 use radixkv::error::Result;
@@ -88,6 +94,11 @@ pub struct PublisherOptions {
     pub auto_flush: Option<Duration>,
     /// How long closing the publisher keeps its sockets open for messages still leaving.
     pub linger: Duration,
+    /// The PUB socket's high-water mark (libzmq's `ZMQ_SNDHWM`, vLLM's `hwm`, default
+    /// 100,000): the most messages kept for one subscriber that is not reading; past it
+    /// they are dropped for that subscriber. 0 is no limit (unbounded memory for a stalled
+    /// subscriber); at most `i32::MAX`.
+    pub hwm: usize,
 }
 
 impl Default for PublisherOptions {
@@ -101,6 +112,7 @@ impl Default for PublisherOptions {
             wire: WireOptions::default(),
             auto_flush: Some(Duration::from_millis(10)),
             linger: Duration::from_secs(1),
+            hwm: 100_000,
         }
     }
 }
@@ -109,7 +121,8 @@ impl Default for PublisherOptions {
 /// `published + dropped` is the number of batches the sink closed while it was attached.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct PublisherStats {
-    /// Batches sent on the PUB socket.
+    /// Batches sent on the PUB socket (handed to libzmq, which drops them for a subscriber
+    /// past its high-water mark without saying so).
     pub published: u64,
     /// Batches dropped because the queue was full.
     pub dropped: u64,
@@ -142,17 +155,15 @@ impl std::fmt::Debug for PublisherCounters {
 struct Item {
     seq: u64,
     batch: Mutex<Option<EventBatch>>,
-    payload: OnceLock<Bytes>,
+    payload: OnceLock<Vec<u8>>,
 }
 
 impl Item {
-    fn payload(&self, wire: &WireOptions) -> Bytes {
-        self.payload
-            .get_or_init(|| {
-                let b = self.batch.lock().unwrap_or_else(|p| p.into_inner()).take();
-                Bytes::from(encode_batch(&b.expect("a batch is encoded once"), wire))
-            })
-            .clone()
+    fn payload(&self, wire: &WireOptions) -> &[u8] {
+        self.payload.get_or_init(|| {
+            let b = self.batch.lock().unwrap_or_else(|p| p.into_inner()).take();
+            encode_batch(&b.expect("a batch is encoded once"), wire)
+        })
     }
 }
 
@@ -164,6 +175,9 @@ struct Shared {
     /// The last `buffer_steps` batches closed, in sequence order.
     ring: Mutex<VecDeque<Arc<Item>>>,
     buffer_steps: usize,
+    /// The thread is about to wait (or waiting) in `zmq_poll` and wants a wake-up byte for
+    /// the next batch queued (see [`Feed::submit`] and [`Worker::park`]).
+    parked: AtomicBool,
 }
 
 impl Shared {
@@ -183,14 +197,24 @@ impl Shared {
 }
 
 /// The sink's end of a publisher: called under the sink's lock, in sequence order.
+///
+/// Dropping it (the sink's detach) drops `tx` and then `wake`, in declaration order: the
+/// thread's queue is disconnected before the wake-up socket's peer sees end-of-file, so
+/// the thread, woken by that, finds the queue closed.
 pub(crate) struct Feed {
-    tx: Sender<Arc<Item>>,
+    tx: SyncSender<Arc<Item>>,
+    wake: UnixStream,
+    /// The wake-up socket's read end, shared with the thread: while the feed lives its
+    /// peer is open, so a write never meets a closed socket (`EPIPE`, and a `SIGPIPE` that
+    /// would kill a C or Python host that does not ignore it), even if the thread is gone.
+    _wake_peer: Arc<UnixStream>,
     shared: Arc<Shared>,
 }
 
 impl BatchOutlet for Feed {
     /// Keeps the batch for replay and queues it for the thread, or drops it (counted)
-    /// when the queue is full. Never blocks.
+    /// when the queue is full. Never blocks: the wake-up write is non-blocking, and made
+    /// only when the thread is parked.
     fn submit(&mut self, seq: u64, batch: EventBatch) {
         let item = Arc::new(Item { seq, batch: Mutex::new(Some(batch)), payload: OnceLock::new() });
         if self.shared.buffer_steps > 0 {
@@ -201,8 +225,19 @@ impl BatchOutlet for Feed {
             r.push_back(item.clone());
         }
         match self.tx.try_send(item) {
-            Ok(()) => {}
-            Err(TrySendError::Full(_)) | Err(TrySendError::Closed(_)) => {
+            Ok(()) => {
+                // SeqCst fence, paired with the one in `Worker::park`: either the thread's
+                // last look at the queue (after it raised `parked`) sees this batch, or
+                // this load sees `parked` raised and wakes it. Never neither.
+                std::sync::atomic::fence(Ordering::SeqCst);
+                if self.shared.parked.load(Ordering::Relaxed)
+                    && self.shared.parked.swap(false, Ordering::Relaxed)
+                {
+                    // Non-blocking: a full socket buffer already holds a wake-up.
+                    let _ = (&self.wake).write(&[1]);
+                }
+            }
+            Err(TrySendError::Full(_)) | Err(TrySendError::Disconnected(_)) => {
                 // Relaxed: a counter.
                 self.shared.dropped.fetch_add(1, Ordering::Relaxed);
             }
@@ -229,18 +264,23 @@ impl std::fmt::Debug for Publisher {
     }
 }
 
-fn zmq_err(what: &str, endpoint: &str, e: impl std::fmt::Display) -> radixkv::Error {
-    invalid(format!("events: cannot {what} {endpoint:?}: {e}"))
+/// A libzmq refusal: an endpoint it cannot parse or a transport it does not have is
+/// [`Error::InvalidArgument`]; the operating system's
+/// refusal (an address in use, no permission, no such interface, no file descriptors) is
+/// [`Error::Io`].
+fn zmq_error(what: &str, endpoint: &str, e: zmq::Error) -> Error {
+    let msg = format!("events: cannot {what} {endpoint:?}: {e}");
+    match e {
+        zmq::Error::EINVAL | zmq::Error::EPROTONOSUPPORT | zmq::Error::ENOCOMPATPROTO => {
+            invalid(msg)
+        }
+        _ => io(msg),
+    }
 }
 
-/// A failed bind: the operating system's refusal (an address in use, no permission) is
-/// [`Error::Io`]; an endpoint the transport cannot parse or does not
-/// have is [`Error::InvalidArgument`].
-fn bind_err(endpoint: &str, e: zeromq::ZmqError) -> radixkv::Error {
-    match e {
-        zeromq::ZmqError::Network(e) => io(format!("events: cannot bind {endpoint:?}: {e}")),
-        e => zmq_err("bind", endpoint, e),
-    }
+/// A socket option libzmq refused (none should be).
+fn option_err(what: &str, e: zmq::Error) -> Error {
+    io(format!("events: cannot set the {what}: {e}"))
 }
 
 /// Whether vLLM's rule binds the PUB socket to `endpoint` (else it connects).
@@ -248,96 +288,133 @@ pub fn binds(endpoint: &str) -> bool {
     endpoint.contains('*') || endpoint.starts_with("ipc://") || endpoint.starts_with("inproc://")
 }
 
-/// An endpoint in the transport's terms: `tcp://*:p` is every interface, `tcp://h:*` any
-/// free port; `inproc://` is refused (the transport has none).
-fn transport_endpoint(endpoint: &str) -> Result<String> {
+/// Refuses `inproc://`: the publisher's ZMQ context is its own, so no other socket could
+/// reach it.
+fn check_endpoint(endpoint: &str) -> Result<()> {
     if endpoint.starts_with("inproc://") {
-        return Err(zmq_err(
-            "use",
-            endpoint,
-            "inproc:// is not supported by radixkv's ZMQ transport (use ipc:// or tcp://)",
-        ));
+        return Err(invalid(format!(
+            "events: cannot use {endpoint:?}: inproc:// is not supported by radixkv's publisher \
+             (its ZMQ context is private: use ipc:// or tcp://)"
+        )));
     }
-    let Some(rest) = endpoint.strip_prefix("tcp://") else {
-        return Ok(endpoint.to_owned());
-    };
-    let Some((host, port)) = rest.rsplit_once(':') else {
-        return Err(zmq_err("use", endpoint, "a tcp endpoint needs host:port"));
-    };
-    let host = if host == "*" { "0.0.0.0" } else { host };
-    let port = if port == "*" { "0" } else { port };
-    Ok(format!("tcp://{host}:{port}"))
+    Ok(())
+}
+
+/// The address a socket bound, wildcards resolved.
+fn last_endpoint(s: &zmq::Socket, asked: &str) -> String {
+    match s.get_last_endpoint() {
+        Ok(Ok(e)) if !e.is_empty() => e,
+        _ => asked.to_owned(),
+    }
+}
+
+fn hwm_option(n: usize, what: &str) -> Result<i32> {
+    i32::try_from(n).map_err(|_| invalid(format!("events: {what} must be at most {}", i32::MAX)))
 }
 
 impl Publisher {
     /// Opens the sockets (errors come back here, before anything runs), attaches to
     /// `sink` (batches already in its drain queue are published first) and starts the
-    /// thread. `InvalidArgument` for a bad endpoint, `max_queue` of 0, or a sink that has a
-    /// publisher already; `Io` for an address in use (or another refusal by the operating
-    /// system, a runtime or a thread that cannot be had).
+    /// thread. `InvalidArgument` for a bad endpoint, `max_queue` of 0, an `hwm` past
+    /// `i32::MAX`, or a sink that has a publisher already; `Io` for an address in use (or
+    /// another refusal by the operating system, a context or a thread that cannot be had).
     pub fn start(sink: &Arc<EventSink>, opts: PublisherOptions) -> Result<Publisher> {
         if opts.max_queue == 0 {
             return Err(invalid("events: max_queue must be at least 1"));
         }
-        let rt = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .map_err(|e| io(format!("events: cannot start the publisher's runtime: {e}")))?;
-        // The sockets start tasks on the runtime they are made in: make them (and bind, and
-        // attach) inside it, so whatever fails drops them there too.
-        let (shared, worker, rx, endpoint, replay_endpoint) = {
-            let _in_runtime = rt.enter();
-            let ep = transport_endpoint(&opts.endpoint)?;
-            let mut pub_sock = zeromq::PubSocket::new();
-            let endpoint = if binds(&opts.endpoint) {
-                let bound =
-                    rt.block_on(pub_sock.bind(&ep)).map_err(|e| bind_err(&opts.endpoint, e))?;
-                bound.to_string()
-            } else {
-                // Parse now, so a bad endpoint is an error here; connect in the background.
-                ep.parse::<zeromq::Endpoint>()
-                    .map_err(|e| zmq_err("connect to", &opts.endpoint, e))?;
-                opts.endpoint.clone()
-            };
-            let (replay, replay_endpoint) = match &opts.replay_endpoint {
-                None => (None, None),
-                Some(ep) => {
-                    let mut r = zeromq::RouterSocket::new();
-                    let bound = rt
-                        .block_on(r.bind(&transport_endpoint(ep)?))
-                        .map_err(|e| bind_err(ep, e))?;
-                    (Some(r), Some(bound.to_string()))
-                }
-            };
-            let shared = Arc::new(Shared {
-                published: AtomicU64::new(0),
-                dropped: AtomicU64::new(0),
-                replayed: AtomicU64::new(0),
-                replay_requests: AtomicU64::new(0),
-                ring: Mutex::new(VecDeque::new()),
-                // Without a replay socket nothing reads the ring: keep nothing (a replay of a
-                // long trace would otherwise hold its last 10,000 batches for nobody).
-                buffer_steps: if opts.replay_endpoint.is_some() { opts.buffer_steps } else { 0 },
-            });
-            let (tx, rx) = tokio::sync::mpsc::channel(opts.max_queue);
-            sink.attach(Box::new(Feed { tx, shared: shared.clone() }))?;
-            let worker = Worker {
-                pub_sock,
-                connect: (!binds(&opts.endpoint)).then_some(ep),
-                replay,
-                shared: shared.clone(),
-                sink: Arc::downgrade(sink),
-                topic: Bytes::from(opts.topic.into_bytes()),
-                wire: opts.wire,
-                auto_flush: opts.auto_flush,
-                linger: opts.linger,
-                horizon: 0,
-            };
-            (shared, worker, rx, endpoint, replay_endpoint)
+        let hwm = hwm_option(opts.hwm, "hwm")?;
+        check_endpoint(&opts.endpoint)?;
+        if let Some(ep) = &opts.replay_endpoint {
+            check_endpoint(ep)?;
+        }
+        // One context per publisher, its one I/O thread, and sockets that close at once
+        // (the publisher's own linger comes first: see `Worker::run`).
+        let ctx = zmq::Context::new();
+        let pub_sock = ctx
+            .socket(zmq::PUB)
+            .map_err(|e| io(format!("events: cannot open a ZMQ PUB socket: {e}")))?;
+        pub_sock.set_linger(0).map_err(|e| option_err("PUB socket's linger", e))?;
+        pub_sock.set_sndhwm(hwm).map_err(|e| option_err("PUB socket's high-water mark", e))?;
+        let endpoint = if binds(&opts.endpoint) {
+            pub_sock.bind(&opts.endpoint).map_err(|e| zmq_error("bind", &opts.endpoint, e))?;
+            last_endpoint(&pub_sock, &opts.endpoint)
+        } else {
+            // libzmq checks the endpoint now and connects in the background, retrying
+            // (every 100 ms) until the peer listens.
+            pub_sock
+                .connect(&opts.endpoint)
+                .map_err(|e| zmq_error("connect to", &opts.endpoint, e))?;
+            opts.endpoint.clone()
+        };
+        let (replay, replay_endpoint) = match &opts.replay_endpoint {
+            None => (None, None),
+            Some(ep) => {
+                let r = ctx
+                    .socket(zmq::ROUTER)
+                    .map_err(|e| io(format!("events: cannot open a ZMQ ROUTER socket: {e}")))?;
+                r.set_linger(0).map_err(|e| option_err("ROUTER socket's linger", e))?;
+                // A whole answer (the ring and the end marker) fits a client's pipe even
+                // when the client has read the previous one: libzmq's writer learns of
+                // what its reader took only every half high-water mark, hence twice the
+                // answer. A send past it fails (`EAGAIN`) instead of vanishing.
+                // (Capped at libzmq's `int`: past it, a practically unlimited pipe.)
+                let answer = opts.buffer_steps.saturating_add(1).saturating_mul(2);
+                let answer = i32::try_from(answer).unwrap_or(i32::MAX);
+                r.set_sndhwm(answer)
+                    .map_err(|e| option_err("ROUTER socket's high-water mark", e))?;
+                r.set_router_mandatory(true)
+                    .map_err(|e| option_err("ROUTER socket's mandatory routing", e))?;
+                r.bind(ep).map_err(|e| zmq_error("bind", ep, e))?;
+                let bound = last_endpoint(&r, ep);
+                (Some(r), Some(bound))
+            }
+        };
+        let (wake_rx, wake_tx) = UnixStream::pair()
+            .map_err(|e| io(format!("events: cannot open the publisher's wake-up socket: {e}")))?;
+        for s in [&wake_rx, &wake_tx] {
+            s.set_nonblocking(true)
+                .map_err(|e| io(format!("events: cannot set up the wake-up socket: {e}")))?;
+        }
+        let shared = Arc::new(Shared {
+            published: AtomicU64::new(0),
+            dropped: AtomicU64::new(0),
+            replayed: AtomicU64::new(0),
+            replay_requests: AtomicU64::new(0),
+            ring: Mutex::new(VecDeque::new()),
+            // Without a replay socket nothing reads the ring: keep nothing (a replay of a
+            // long trace would otherwise hold its last 10,000 batches for nobody).
+            buffer_steps: if opts.replay_endpoint.is_some() { opts.buffer_steps } else { 0 },
+            parked: AtomicBool::new(false),
+        });
+        let (tx, rx) = std::sync::mpsc::sync_channel(opts.max_queue);
+        let wake_rx = Arc::new(wake_rx);
+        sink.attach(Box::new(Feed {
+            tx,
+            wake: wake_tx,
+            _wake_peer: wake_rx.clone(),
+            shared: shared.clone(),
+        }))?;
+        let worker = Worker {
+            pub_sock,
+            replay,
+            wake: wake_rx,
+            shared: shared.clone(),
+            sink: Arc::downgrade(sink),
+            topic: opts.topic.into_bytes(),
+            wire: opts.wire,
+            // `zmq_poll` counts milliseconds: a zero period would spin.
+            auto_flush: opts.auto_flush.map(|d| d.max(Duration::from_millis(1))),
+            linger: opts.linger,
+            horizon: 0,
         };
         let thread = std::thread::Builder::new()
             .name("radixkv-kv-events".into())
-            .spawn(move || rt.block_on(worker.run(rx)))
+            .spawn(move || {
+                worker.run(rx);
+                // The sockets are closed (dropped with the worker); the context's
+                // termination, which waits for them, follows here, off the caller.
+                drop(ctx);
+            })
             .map_err(|e| {
                 sink.detach();
                 io(format!("events: cannot start the publisher thread: {e}"))
@@ -383,8 +460,8 @@ impl Publisher {
     fn shutdown(&mut self) {
         if let Some(t) = self.thread.take() {
             self.sink.flush();
-            // Dropping the feed closes the queue: the thread sends what is left, then sees
-            // the close, lingers and returns, closing its sockets.
+            // Dropping the feed closes the queue and wakes the thread: it sends what is
+            // left, then sees the close, lingers and returns, closing its sockets.
             self.sink.detach();
             let _ = t.join();
         }
@@ -397,15 +474,16 @@ impl Drop for Publisher {
     }
 }
 
-/// The publisher's thread (a task on its one-thread runtime).
+/// The publisher's thread.
 struct Worker {
-    pub_sock: zeromq::PubSocket,
-    /// The endpoint to connect the PUB socket to, when it does not bind.
-    connect: Option<String>,
-    replay: Option<zeromq::RouterSocket>,
+    pub_sock: zmq::Socket,
+    replay: Option<zmq::Socket>,
+    /// The read end of the wake-up socket pair (the feed writes a byte when it queues a
+    /// batch for a parked thread; end-of-file when the feed is dropped).
+    wake: Arc<UnixStream>,
     shared: Arc<Shared>,
     sink: Weak<EventSink>,
-    topic: Bytes,
+    topic: Vec<u8>,
     wire: WireOptions,
     auto_flush: Option<Duration>,
     linger: Duration,
@@ -413,134 +491,145 @@ struct Worker {
     horizon: u64,
 }
 
-/// The next replay request, or never without a replay socket.
-async fn next_request(r: &mut Option<zeromq::RouterSocket>) -> Option<ZmqMessage> {
-    match r {
-        Some(r) => r.recv().await.ok(),
-        None => std::future::pending().await,
-    }
+/// How many batches the thread sends in a burst before it looks at the replay socket.
+const BURST: u32 = 256;
+
+/// Milliseconds until `at` for `zmq_poll`, rounded up (a 0 ms poll would spin until then).
+fn millis_until(at: Instant) -> i64 {
+    let left = at.saturating_duration_since(Instant::now());
+    left.as_micros().div_ceil(1000).min(i64::MAX as u128) as i64
 }
 
 impl Worker {
-    async fn run(mut self, mut rx: Receiver<Arc<Item>>) {
-        let mut tick = tokio::time::interval(self.auto_flush.unwrap_or(Duration::from_secs(3600)));
-        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
-        let mut replay = self.replay.take();
-        let mut open = true;
-        if let Some(ep) = self.connect.take() {
-            // Connect in the background, retrying until the peer listens (each attempt backs
-            // off inside the transport for up to its 30 s connect timeout). Meanwhile batches
-            // go nowhere, as from a libzmq PUB socket no subscriber has reached yet, and
-            // replay and the auto-flush go on.
-            let mut pub_sock = std::mem::replace(&mut self.pub_sock, zeromq::PubSocket::new());
-            'connect: while open {
-                let attempt = pub_sock.connect(&ep);
-                tokio::pin!(attempt);
-                loop {
-                    tokio::select! {
-                        r = &mut attempt => {
-                            if r.is_ok() {
-                                break 'connect;
-                            }
-                            tokio::time::sleep(Duration::from_millis(100)).await;
-                            break;
-                        }
-                        item = rx.recv() => match item {
-                            Some(item) => self.unsent(&item),
-                            None => { open = false; break 'connect; }
-                        },
-                        req = next_request(&mut replay) => {
-                            if let (Some(req), Some(r)) = (req, replay.as_mut()) {
-                                self.serve(r, req).await;
-                            }
-                        }
-                        _ = tick.tick(), if self.auto_flush.is_some() => {
-                            if let Some(s) = self.sink.upgrade() {
-                                s.flush();
-                            }
-                        }
-                    }
-                }
-            }
-            self.pub_sock = pub_sock;
-        }
-        // The queue closed while connecting: straight to the linger.
-        while open {
-            tokio::select! {
-                item = rx.recv() => {
-                    let Some(item) = item else {
-                        open = false;
-                        continue;
-                    };
-                    self.publish(&item).await;
-                    // Send a burst without going back to the select between batches, but
-                    // every 64 let the socket's own tasks (on this one-thread runtime)
-                    // write the messages out: without the yield they would not run until
-                    // the burst ended, and the socket's queue would overflow meanwhile.
-                    let mut n = 0u32;
-                    while let Ok(item) = rx.try_recv() {
+    fn run(mut self, rx: Receiver<Arc<Item>>) {
+        let mut next_flush = self.auto_flush.map(|d| Instant::now() + d);
+        'live: loop {
+            // Send what is queued, looking at the replay socket every BURST batches.
+            let mut n = 0u32;
+            loop {
+                match rx.try_recv() {
+                    Ok(item) => {
+                        self.publish(&item);
                         n += 1;
-                        if n.is_multiple_of(64) {
-                            tokio::task::yield_now().await;
+                        if n.is_multiple_of(BURST) {
+                            self.serve_requests();
                         }
-                        self.publish(&item).await;
                     }
-                }
-                req = next_request(&mut replay) => {
-                    if let (Some(req), Some(r)) = (req, replay.as_mut()) {
-                        self.serve(r, req).await;
-                    }
-                }
-                _ = tick.tick(), if self.auto_flush.is_some() => {
-                    if let Some(s) = self.sink.upgrade() {
-                        s.flush();
-                    }
+                    Err(TryRecvError::Empty) => break,
+                    Err(TryRecvError::Disconnected) => break 'live,
                 }
             }
+            // And after every burst, so a steady trickle of batches (each found just as
+            // the thread parks) cannot keep a replay request waiting.
+            if n > 0 {
+                self.serve_requests();
+            }
+            if let (Some(d), Some(at)) = (self.auto_flush, next_flush)
+                && Instant::now() >= at
+            {
+                // Missed ticks are skipped, not caught up.
+                next_flush = Some(Instant::now() + d);
+                if let Some(s) = self.sink.upgrade() {
+                    s.flush();
+                }
+                continue;
+            }
+            match self.park(&rx) {
+                Ok(Some(item)) => {
+                    self.publish(&item);
+                    self.serve_requests();
+                }
+                Ok(None) => {
+                    self.wait(true, next_flush.map_or(-1, millis_until));
+                    self.shared.parked.store(false, Ordering::Relaxed);
+                    self.drain_wake();
+                    self.serve_requests();
+                }
+                Err(()) => break 'live,
+            }
         }
+        self.shared.parked.store(false, Ordering::Relaxed);
         // Give what was queued in the sockets time to leave, still answering replay.
-        let linger = tokio::time::sleep(self.linger);
-        tokio::pin!(linger);
-        loop {
-            tokio::select! {
-                _ = &mut linger => break,
-                req = next_request(&mut replay) => {
-                    if let (Some(req), Some(r)) = (req, replay.as_mut()) {
-                        self.serve(r, req).await;
-                    }
-                }
-            }
+        let end = Instant::now() + self.linger;
+        while Instant::now() < end {
+            // The wake-up socket is at end-of-file now (always readable): left out.
+            self.wait(false, millis_until(end));
+            self.serve_requests();
         }
     }
 
-    /// A batch taken while no peer is connected: sent to no one (counted as published, as
-    /// a PUB socket without subscribers sends it), kept for replay.
-    fn unsent(&mut self, item: &Item) {
-        // Relaxed: a counter.
-        self.shared.published.fetch_add(1, Ordering::Relaxed);
-        self.horizon = item.seq + 1;
+    /// Raises `parked` and looks at the queue once more: a batch queued meanwhile comes
+    /// back (and `parked` is lowered); `Ok(None)` means any later one writes a wake-up
+    /// byte; `Err` that the queue is closed.
+    fn park(&self, rx: &Receiver<Arc<Item>>) -> std::result::Result<Option<Arc<Item>>, ()> {
+        self.shared.parked.store(true, Ordering::Relaxed);
+        // SeqCst fence, paired with the one in `Feed::submit` (a store-buffer pattern: the
+        // flag's store here and the queue's store there, each followed by a fence and a
+        // load of the other).
+        std::sync::atomic::fence(Ordering::SeqCst);
+        match rx.try_recv() {
+            Ok(item) => {
+                self.shared.parked.store(false, Ordering::Relaxed);
+                Ok(Some(item))
+            }
+            Err(TryRecvError::Empty) => Ok(None),
+            Err(TryRecvError::Disconnected) => Err(()),
+        }
     }
 
-    async fn publish(&mut self, item: &Item) {
-        let mut m = ZmqMessage::from(self.topic.clone());
-        m.push_back(Bytes::copy_from_slice(&item.seq.to_be_bytes()));
-        m.push_back(item.payload(&self.wire));
-        // A PUB socket does not wait for subscribers (libzmq drops a message for a subscriber
-        // past its high-water mark; `zeromq` 0.7 queues it: see the module docs).
-        if self.pub_sock.send(m).await.is_ok() {
+    /// Waits in `zmq_poll` for a replay request or (with `woken`) a wake-up byte or the
+    /// feed's end-of-file, at most `timeout_ms` (-1: no limit).
+    fn wait(&self, woken: bool, timeout_ms: i64) {
+        let mut items = Vec::with_capacity(2);
+        if woken {
+            items.push(zmq::PollItem::from_fd(self.wake.as_raw_fd(), zmq::POLLIN));
+        }
+        if let Some(r) = &self.replay {
+            items.push(r.as_poll_item(zmq::POLLIN));
+        }
+        // An interrupted poll (EINTR) just goes round again.
+        let _ = zmq::poll(&mut items, timeout_ms);
+    }
+
+    /// Reads the wake-up bytes that have come. Once the feed is dropped the socket reads
+    /// end-of-file for ever; the caller then finds the queue closed.
+    fn drain_wake(&self) {
+        let mut buf = [0u8; 64];
+        while matches!((&*self.wake).read(&mut buf), Ok(1..)) {}
+    }
+
+    fn publish(&mut self, item: &Item) {
+        let payload = item.payload(&self.wire);
+        // A PUB socket never blocks: past a subscriber's high-water mark libzmq drops the
+        // whole message for that subscriber (a multi-part message is all or nothing).
+        let sent = self
+            .pub_sock
+            .send(&self.topic[..], zmq::SNDMORE | zmq::DONTWAIT)
+            .and_then(|()| {
+                self.pub_sock.send(&item.seq.to_be_bytes()[..], zmq::SNDMORE | zmq::DONTWAIT)
+            })
+            .and_then(|()| self.pub_sock.send(payload, zmq::DONTWAIT));
+        if sent.is_ok() {
             // Relaxed: a counter.
             self.shared.published.fetch_add(1, Ordering::Relaxed);
         }
         self.horizon = item.seq + 1;
     }
 
+    /// Answers the replay requests that have come, without waiting.
+    fn serve_requests(&self) {
+        let Some(r) = &self.replay else { return };
+        while let Ok(req) = r.recv_multipart(zmq::DONTWAIT) {
+            self.serve(r, req);
+        }
+    }
+
     /// Answers one replay request: `[identity, b"", start_seq]`.
-    async fn serve(&mut self, r: &mut zeromq::RouterSocket, req: ZmqMessage) {
-        let frames = req.into_vec();
+    fn serve(&self, r: &zmq::Socket, frames: Vec<Vec<u8>>) {
         if frames.len() != 3 || !frames[1].is_empty() || frames[2].len() != 8 {
             return;
         }
-        let id = frames[0].clone();
+        let id = &frames[0][..];
         let start = u64::from_be_bytes(frames[2][..8].try_into().expect("8 bytes"));
         let kept: Vec<Arc<Item>> = self
             .shared
@@ -549,22 +638,25 @@ impl Worker {
             .filter(|i| i.seq >= start && i.seq < self.horizon)
             .cloned()
             .collect();
+        // With mandatory routing, a client whose pipe is full (`EAGAIN`) or that has gone
+        // (`EHOSTUNREACH`) fails the first frame and nothing of that message is queued: the
+        // answer stops there, without its end marker.
+        let send = |seq: u64, payload: &[u8]| {
+            r.send(id, zmq::SNDMORE | zmq::DONTWAIT)
+                .and_then(|()| r.send(&b""[..], zmq::SNDMORE | zmq::DONTWAIT))
+                .and_then(|()| r.send(&seq.to_be_bytes()[..], zmq::SNDMORE | zmq::DONTWAIT))
+                .and_then(|()| r.send(payload, zmq::DONTWAIT))
+        };
         for item in &kept {
-            let mut m = ZmqMessage::from(id.clone());
-            m.push_back(Bytes::new());
-            m.push_back(Bytes::copy_from_slice(&item.seq.to_be_bytes()));
-            m.push_back(item.payload(&self.wire));
-            if r.send(m).await.is_ok() {
-                // Relaxed: a counter.
-                self.shared.replayed.fetch_add(1, Ordering::Relaxed);
+            if send(item.seq, item.payload(&self.wire)).is_err() {
+                return;
             }
+            // Relaxed: a counter.
+            self.shared.replayed.fetch_add(1, Ordering::Relaxed);
         }
-        let mut end = ZmqMessage::from(id);
-        end.push_back(Bytes::new());
-        end.push_back(Bytes::copy_from_slice(&REPLAY_END.to_be_bytes()));
-        end.push_back(Bytes::new());
-        let _ = r.send(end).await;
-        // Relaxed: a counter.
-        self.shared.replay_requests.fetch_add(1, Ordering::Relaxed);
+        if send(REPLAY_END, &[]).is_ok() {
+            // Relaxed: a counter.
+            self.shared.replay_requests.fetch_add(1, Ordering::Relaxed);
+        }
     }
 }

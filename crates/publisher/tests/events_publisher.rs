@@ -298,6 +298,18 @@ fn bad_endpoints_and_ports_in_use_are_clear_errors() {
     let _ = s.set_namespace(1, NamespaceMeta::default());
 }
 
+/// `hwm` is libzmq's `int`: past `i32::MAX` it is refused, and nothing is attached.
+#[test]
+fn an_hwm_past_i32_max_is_refused() {
+    let s = sink(1);
+    let m =
+        start_err(&s, PublisherOptions { hwm: i32::MAX as usize + 1, ..opts(Encoding::VllmArray) });
+    assert!(m.contains("hwm"), "{m}");
+    let p = Publisher::start(&s, PublisherOptions { hwm: 0, ..opts(Encoding::VllmArray) })
+        .expect("0 is no limit, as in libzmq");
+    drop(p);
+}
+
 #[test]
 fn a_full_queue_drops_whole_batches_and_counts_them() {
     let s = sink(1);
@@ -344,8 +356,8 @@ fn soak_nothing_lost_at_the_default_high_water_mark() {
         std::env::var("RADIXKV_SOAK_BATCHES").ok().and_then(|v| v.parse().ok()).unwrap_or(100_000);
     let s = sink(16);
     let o = PublisherOptions { topic: String::new(), ..opts(Encoding::VllmArray) };
-    // The transport's fixed high-water mark (100,000) and the queue's default.
-    let (hwm, max_queue) = (100_000u64, o.max_queue as u64);
+    // The PUB socket's high-water mark (`hwm`, vLLM's 100,000) and the queue's, defaults.
+    let (hwm, max_queue) = (o.hwm as u64, o.max_queue as u64);
     let p = Publisher::start(&s, o).unwrap();
     let ctx = zmq::Context::new();
     let sub = subscriber(&ctx, p.endpoint());
