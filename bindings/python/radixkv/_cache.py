@@ -25,20 +25,11 @@ U32Array = Any  # list / tuple / array / NumPy array / torch tensor / any buffer
 Runs = Any  # an iterable of (start, length) pairs
 
 
-class Status(enum.IntEnum):
-    """The status codes (the C ABI's ``rkv_status``)."""
-
-    OK = 0
-    NULL_ARGUMENT = 1
-    INVALID_ARGUMENT = 2
-    INVALID_LOCK = 3
-    BUFFER_TOO_SMALL = 4
-    OUT_OF_SLOTS = 5
-    NO_POOL = 6
-    DOUBLE_FREE = 7
-    DEVICE_ERROR = 8
-    INTERNAL_ERROR = 9
-    IO_ERROR = 10
+#: The status codes (the C ABI's ``rkv_status``), read from the extension: one table in the
+#: Rust core (``radixkv::error::status``) that the C header's enum is pinned to, so the
+#: numbers are defined once. ``Status.OK == 0``, ``Status.INVALID_ARGUMENT == 2``, ...
+Status = enum.IntEnum("Status", list(_ext.STATUS_CODES), module=__name__, qualname="Status")
+Status.__doc__ = "The status codes (the C ABI's ``rkv_status``, from the native extension)."
 
 
 class RadixKvError(Exception):

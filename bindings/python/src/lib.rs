@@ -87,5 +87,7 @@ fn _radixkv(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(status_str, m)?)?;
     m.add_function(wrap_pyfunction!(version, m)?)?;
     m.add_function(wrap_pyfunction!(borrow, m)?)?;
+    // The status codes, `(name, code)` in number order: `radixkv.Status` is built from them.
+    m.add("STATUS_CODES", errors::status_codes())?;
     Ok(())
 }
