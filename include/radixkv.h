@@ -4,8 +4,8 @@
  *
  * Link with -lradixkv (shared), or libradixkv.a plus -lpthread -ldl -lm (static).
  * Every function taking `const rkv_cache *` is safe to call from many threads at once;
- * rkv_cache_free and rkv_events_enable (which take `rkv_cache *`) must not run
- * concurrently with any other call on that cache. The same holds for `rkv_tier`: functions
+ * rkv_cache_free, rkv_cache_clear and rkv_events_enable (which take `rkv_cache *`) must not
+ * run concurrently with any other call on that cache. The same holds for `rkv_tier`: functions
  * taking `const rkv_tier *` are thread-safe; rkv_tier_free and rkv_tier_events_enable are not.
  * Outputs are written only on RKV_OK (and *out_len, or rkv_events_drain's *out_info, on
  * RKV_BUFFER_TOO_SMALL).
@@ -300,7 +300,8 @@ typedef enum rkv_load_outcome {
 /**
  * A cache: an opaque object created by `rkv_cache_new` and destroyed by `rkv_cache_free`.
  * Every function taking `const rkv_cache *` is safe to call from many threads at once;
- * `rkv_cache_free` must not run concurrently with any other call on the same cache.
+ * `rkv_cache_free`, `rkv_cache_clear` and `rkv_events_enable` (which take `rkv_cache *`) must
+ * not run concurrently with any other call on the same cache.
  */
 typedef struct rkv_cache rkv_cache;
 
@@ -460,6 +461,16 @@ typedef struct rkv_stats {
 } rkv_stats;
 
 /**
+ * Receives freed slots during `rkv_evict` (and `rkv_drop_namespace`): `slots[0..n_slots]`
+ * is valid only during the call (copy what you keep). Called on the thread that called
+ * `rkv_evict`, possibly several times per eviction; every freed slot is passed exactly once. It must return normally (no
+ * longjmp, no C++ exception) and must not call into the same cache.
+ */
+typedef void (*rkv_free_fn)(void *ctx,
+                            const uint32_t *slots,
+                            size_t n_slots);
+
+/**
  * A lock handle: pins a matched prefix until `rkv_release`. 0 is never a valid lock. A
  * plain value, valid only with the cache that made it; a handle that is unknown, already
  * released or another cache's is refused with `RKV_INVALID_LOCK`.
@@ -480,16 +491,6 @@ typedef struct rkv_slot_run {
    */
   uint32_t len;
 } rkv_slot_run;
-
-/**
- * Receives freed slots during `rkv_evict` (and `rkv_drop_namespace`): `slots[0..n_slots]`
- * is valid only during the call (copy what you keep). Called on the thread that called
- * `rkv_evict`, possibly several times per eviction; every freed slot is passed exactly once. It must return normally (no
- * longjmp, no C++ exception) and must not call into the same cache.
- */
-typedef void (*rkv_free_fn)(void *ctx,
-                            const uint32_t *slots,
-                            size_t n_slots);
 
 /**
  * Receives freed slots during `rkv_evict_runs`, as runs: `runs[0..n_runs]` is valid only
@@ -1158,6 +1159,33 @@ enum rkv_status rkv_cache_stats(const struct rkv_cache *cache,
  * `cache` is NULL or live.
  */
 enum rkv_status rkv_cache_reset(const struct rkv_cache *cache);
+
+/**
+ * Empties the cache holding it exclusively (an extension of version 1): drops every
+ * unpinned page, as `rkv_cache_reset` does, and with events on (`rkv_events_enable`)
+ * publishes one `RKV_EVENT_ALL_BLOCKS_CLEARED` when that leaves the cache empty (nothing
+ * was pinned; an empty cache publishes nothing), or the `RKV_EVENT_BLOCK_REMOVED` of every
+ * page it dropped when locks keep some pages cached. Locks stay valid and their pages stay
+ * cached. `free_fn(ctx, slots, n)`, if not NULL, receives every dropped slot exactly once,
+ * on this thread, before the call returns: in caller-managed mode the slots then belong to
+ * the caller (with NULL they are not reported, as with `rkv_cache_reset`); in pool mode
+ * they go back to the pool either way (`free_fn` is told and must not free them again).
+ * `free_fn` must return normally and must not call into the same cache. `ctx` is passed to
+ * it as is. Changes nothing on an error (`RKV_NULL_ARGUMENT` for a NULL cache).
+ *
+ * Not thread-safe: it must not run concurrently with any other call on the same cache
+ * (like `rkv_cache_free`), which is why it takes a non-const `rkv_cache *`; holding the
+ * cache alone is what makes `RKV_EVENT_ALL_BLOCKS_CLEARED` mean "empty" to a subscriber (no
+ * insert lands between the last drop and the event). Under concurrent calls use
+ * `rkv_cache_reset`, which publishes the removals instead.
+ *
+ * # Safety
+ * `cache` is NULL or live, and no other call on it runs concurrently; `free_fn` NULL or a
+ * function safe to call with `ctx` and a slot array.
+ */
+enum rkv_status rkv_cache_clear(struct rkv_cache *cache,
+                                rkv_free_fn free_fn,
+                                void *ctx);
 
 /**
  * Frees memory the index unlinked earlier (split, evicted or replaced nodes and tables)

@@ -865,6 +865,16 @@ class Cache(_Unique):
         """Drops every unpinned page (locks stay valid)."""
         self._n.reset()
 
+    def clear(self) -> None:
+        """Empties the cache holding it exclusively (``rkv_cache_clear``): drops every
+        unpinned page, as :meth:`reset` does, and with events on publishes one
+        ``ALL_BLOCKS_CLEARED`` event when that leaves the cache empty (nothing pinned), or the
+        ``BLOCK_REMOVED`` events of the pages it dropped while locks keep others. Locks stay
+        valid. Safe to call from any thread: it waits for the calls in flight, and calls
+        that start meanwhile wait for it (so no insert lands between the drop and the
+        event). Raises :class:`CacheClosedError` on a closed cache."""
+        self._n.clear()
+
     def reclaim(self) -> None:
         """Frees memory the index unlinked earlier (evicted or split nodes), a bounded
         batch per call. Never needed for correctness: otherwise the same work runs inside

@@ -13,8 +13,8 @@ use std::ffi::{CStr, c_char};
 use std::time::Duration;
 
 use super::{
-    Res, boundary, cache_ref, check_out, check_out_array, fail, rkv_cache, rkv_status, st,
-    write_array,
+    Res, boundary, cache_mut, cache_ref, check_out, check_out_array, fail, rkv_cache, rkv_status,
+    st, write_array,
 };
 use radixkv_core::cache::EventOptions;
 use radixkv_core::events::hash::HashMode;
@@ -234,19 +234,6 @@ pub struct rkv_publisher {
 
 // ---------------------------------------------------------------------------------------
 // Helpers (not exported).
-
-/// The cache behind `p`, exclusively.
-///
-/// # Safety
-/// `p` is NULL or was returned by `rkv_cache_new` and not yet freed, and no other call on
-/// it runs during `'a`.
-unsafe fn cache_mut<'a>(p: *mut rkv_cache) -> Res<&'a mut rkv_cache> {
-    // SAFETY: the caller's contract includes `cache_ref`'s; that checks NULL and alignment.
-    unsafe { cache_ref(p) }?;
-    // SAFETY: non-null, aligned, live (checked and promised above), and by the caller's
-    // contract nothing else uses the cache during 'a, so this is the only reference.
-    Ok(unsafe { &mut *p })
-}
 
 /// The cache's event sink, or the refusal of a cache without events.
 fn sink(c: &rkv_cache) -> Res<&std::sync::Arc<EventSink>> {
