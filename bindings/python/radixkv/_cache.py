@@ -136,13 +136,13 @@ _ext._register({**{int(k): v for k, v in _ERRORS.items()}, -1: CacheClosedError}
 
 def as_u32(obj: U32Array, what: str = "array") -> Any:
     """How the library reads ``obj`` as token or slot ids: an object with ``n`` (the count)
-    and ``ptr`` (the address read in place, or None when the values are converted or
-    copied), keeping ``obj`` borrowed (a buffer export held: an ``array`` cannot be resized)
-    until it is dropped. Used in place: C-contiguous native ``uint32`` buffers (``array('I')``,
-    NumPy ``uint32``, CPU torch ``uint32`` tensors), and ``int32`` ones once checked
-    non-negative; converted (with a range check naming the position of a value outside
-    ``[0, 2**32)``): other integer types, byte orders, strided or misaligned memory, and
-    Python sequences."""
+    and ``ptr`` (the address of ``obj``'s memory when a call would read it in place, or None
+    when the values are copied or converted). Every buffer (``array``, NumPy, ``memoryview``),
+    CPU torch tensor and ``__array_interface__`` object is copied while the GIL is held, so
+    another thread writing it cannot change what a call reads (``ptr`` is None); the copy of
+    ``uint32`` memory (and of ``int32`` memory, once checked non-negative) is then used as it
+    is; other integer types, byte orders and strided memory are converted, with a range check
+    naming the position of a value outside ``[0, 2**32)``, as are Python sequences."""
     return _ext.borrow(obj)
 
 

@@ -18,8 +18,7 @@ use radixkv::pool::{SlotPool, SlotState};
 // The status codes, from the core's one table (`radixkv::error::status`, which the C ABI's
 // `rkv_status` is pinned to); `STATUS_CODES` hands the table to Python.
 pub use radixkv::error::status::{
-    DEVICE_ERROR, DOUBLE_FREE, INTERNAL_ERROR, INVALID_ARGUMENT, INVALID_LOCK, IO_ERROR, NO_POOL,
-    NULL_ARGUMENT, OUT_OF_SLOTS,
+    INTERNAL_ERROR, INVALID_ARGUMENT, INVALID_LOCK, NO_POOL, NULL_ARGUMENT, OUT_OF_SLOTS,
 };
 /// Not a status: the cache (or publisher) was closed (`CacheClosedError`).
 pub const CLOSED: i32 = -1;
