@@ -237,10 +237,11 @@ impl<'a> View<'a> {
         let aligned = (r.ptr as usize).is_multiple_of(r.kind.size);
         let contiguous = r.stride == r.kind.size as isize || r.n == 1;
         if contiguous && aligned && !r.kind.swapped {
-            // SAFETY (each arm): `r` names `n` readable, aligned, contiguous elements of
-            // the arm's type, kept alive by the `Input` this view borrows ('a outlives 's).
             macro_rules! typed {
                 ($t:ty) => {
+                    // SAFETY: `r` names `n` readable, aligned, contiguous elements of `$t`,
+                    // kept alive by the `Input` this view borrows ('a outlives 's): for a
+                    // call, its own copy made under the GIL (`settle`), which nobody writes.
                     unsafe { std::slice::from_raw_parts(r.ptr.cast::<$t>(), r.n) }
                 };
             }

@@ -708,12 +708,8 @@ unsafe extern "C" fn collect(ctx: *mut c_void, slots: *const u32, n: usize) {
 fn ns_stats(c: *const rkv_cache, ns: u64) -> rkv_namespace_stats {
     let mut s = rkv_namespace_stats::default();
     // SAFETY: `c` is live; `s` is a live local.
-    assert_eq!(
-        unsafe { rkv_cache_namespace_stats(c, ns, &mut s) },
-        rkv_status::RKV_OK,
-        "{}",
-        last()
-    );
+    let st = unsafe { rkv_cache_namespace_stats(c, ns, &mut s) };
+    assert_eq!(st, rkv_status::RKV_OK, "{}", last());
     assert_eq!(last(), "");
     s
 }
