@@ -4,8 +4,8 @@
  *
  * Link with -lradixkv (shared), or libradixkv.a plus -lstdc++ -lpthread -ldl -lm (static).
  * Every function taking `const rkv_cache *` is safe to call from many threads at once;
- * rkv_cache_free and rkv_events_enable (which take `rkv_cache *`) must not run
- * concurrently with any other call on that cache. The same holds for `rkv_tier`: functions
+ * rkv_cache_free, rkv_cache_clear and rkv_events_enable (which take `rkv_cache *`) must not
+ * run concurrently with any other call on that cache. The same holds for `rkv_tier`: functions
  * taking `const rkv_tier *` are thread-safe; rkv_tier_free and rkv_tier_events_enable are not.
  * Outputs are written only on RKV_OK (and *out_len, or rkv_events_drain's *out_info, on
  * RKV_BUFFER_TOO_SMALL).
@@ -300,7 +300,8 @@ typedef enum rkv_load_outcome {
 /**
  * A cache: an opaque object created by `rkv_cache_new` and destroyed by `rkv_cache_free`.
  * Every function taking `const rkv_cache *` is safe to call from many threads at once;
- * `rkv_cache_free` must not run concurrently with any other call on the same cache.
+ * `rkv_cache_free`, `rkv_cache_clear` and `rkv_events_enable` (which take `rkv_cache *`) must
+ * not run concurrently with any other call on the same cache.
  */
 typedef struct rkv_cache rkv_cache;
 
@@ -460,6 +461,16 @@ typedef struct rkv_stats {
 } rkv_stats;
 
 /**
+ * Receives freed slots during `rkv_evict` (and `rkv_drop_namespace`): `slots[0..n_slots]`
+ * is valid only during the call (copy what you keep). Called on the thread that called
+ * `rkv_evict`, possibly several times per eviction; every freed slot is passed exactly once. It must return normally (no
+ * longjmp, no C++ exception) and must not call into the same cache.
+ */
+typedef void (*rkv_free_fn)(void *ctx,
+                            const uint32_t *slots,
+                            size_t n_slots);
+
+/**
  * A lock handle: pins a matched prefix until `rkv_release`. 0 is never a valid lock. A
  * plain value, valid only with the cache that made it; a handle that is unknown, already
  * released or another cache's is refused with `RKV_INVALID_LOCK`.
@@ -480,16 +491,6 @@ typedef struct rkv_slot_run {
    */
   uint32_t len;
 } rkv_slot_run;
-
-/**
- * Receives freed slots during `rkv_evict` (and `rkv_drop_namespace`): `slots[0..n_slots]`
- * is valid only during the call (copy what you keep). Called on the thread that called
- * `rkv_evict`, possibly several times per eviction; every freed slot is passed exactly once. It must return normally (no
- * longjmp, no C++ exception) and must not call into the same cache.
- */
-typedef void (*rkv_free_fn)(void *ctx,
-                            const uint32_t *slots,
-                            size_t n_slots);
 
 /**
  * Receives freed slots during `rkv_evict_runs`, as runs: `runs[0..n_runs]` is valid only
@@ -567,6 +568,86 @@ typedef struct rkv_events_stats {
    */
   uint64_t dropped;
 } rkv_events_stats;
+
+/**
+ * How `rkv_events_publish` publishes a cache's events on ZMQ (vLLM's KV-event stream).
+ * Get the defaults from `rkv_publisher_options_default()` and change fields. A plain
+ * value: the caller owns it and its strings, which `rkv_events_publish` only reads during
+ * the call (the publisher copies what it keeps).
+ */
+typedef struct rkv_publisher_options {
+  /**
+   * The PUB endpoint, a NUL-terminated UTF-8 string (required; default
+   * "tcp://\*:5557"). It binds when it contains `*` or is `ipc://`, and connects
+   * otherwise (vLLM's rule); `*` as the host is every interface, as the port any free
+   * port (`rkv_publisher_endpoint` says which). `inproc://` is not supported.
+   */
+  const char *endpoint;
+  /**
+   * The ROUTER replay endpoint (always bound), or NULL for none (default NULL).
+   */
+  const char *replay_endpoint;
+  /**
+   * The topic frame of every message, or NULL for the empty topic (default NULL; llm-d
+   * expects `kv@<pod-ip>:<port>@<model>`).
+   */
+  const char *topic;
+  /**
+   * An `rkv_encoding` value (default `RKV_ENCODING_VLLM_ARRAY`). Hashes go out unsigned
+   * with `RKV_HASH_XXH3` and signed with `RKV_HASH_SGLANG_SHA256`, as those engines
+   * send them.
+   */
+  uint32_t encoding;
+  /**
+   * How many of the last batches the replay socket keeps (vLLM's `buffer_steps`;
+   * default 10000; 0 keeps none).
+   */
+  uint64_t buffer_steps;
+  /**
+   * The most batches waiting for the publisher's thread, >= 1 (default 100000); past
+   * it, batches are dropped whole and counted (`rkv_publisher_stats.dropped`).
+   */
+  uint64_t max_queue;
+  /**
+   * Flush the cache's events this often, in milliseconds, from the publisher's thread,
+   * so events never wait for a caller that stopped calling `rkv_events_flush` (default
+   * 10; 0: only `rkv_events_flush` closes batches).
+   */
+  uint64_t auto_flush_ms;
+  /**
+   * How long stopping keeps the sockets open for messages still leaving, in
+   * milliseconds (default 1000).
+   */
+  uint64_t linger_ms;
+  /**
+   * The payload's `data_parallel_rank` (default 0).
+   */
+  int64_t data_parallel_rank;
+} rkv_publisher_options;
+
+/**
+ * A publisher's counters (`rkv_publisher_counters`). A plain value owned by the caller. Once
+ * the publisher has stopped, `published + dropped` is the number of batches the cache
+ * closed while it was attached.
+ */
+typedef struct rkv_publisher_stats {
+  /**
+   * Batches sent on the PUB socket.
+   */
+  uint64_t published;
+  /**
+   * Batches dropped because the publisher's queue was full.
+   */
+  uint64_t dropped;
+  /**
+   * Batches sent through replay (each time one is).
+   */
+  uint64_t replayed;
+  /**
+   * Replay requests answered.
+   */
+  uint64_t replay_requests;
+} rkv_publisher_stats;
 
 /**
  * One KV event, as `rkv_events_drain` writes it. Its arrays and strings point into the
@@ -670,86 +751,6 @@ typedef struct rkv_events_drain_info {
    */
   size_t batches_left;
 } rkv_events_drain_info;
-
-/**
- * How `rkv_events_publish` publishes a cache's events on ZMQ (vLLM's KV-event stream).
- * Get the defaults from `rkv_publisher_options_default()` and change fields. A plain
- * value: the caller owns it and its strings, which `rkv_events_publish` only reads during
- * the call (the publisher copies what it keeps).
- */
-typedef struct rkv_publisher_options {
-  /**
-   * The PUB endpoint, a NUL-terminated UTF-8 string (required; default
-   * "tcp://\*:5557"). It binds when it contains `*` or is `ipc://`, and connects
-   * otherwise (vLLM's rule); `*` as the host is every interface, as the port any free
-   * port (`rkv_publisher_endpoint` says which). `inproc://` is not supported.
-   */
-  const char *endpoint;
-  /**
-   * The ROUTER replay endpoint (always bound), or NULL for none (default NULL).
-   */
-  const char *replay_endpoint;
-  /**
-   * The topic frame of every message, or NULL for the empty topic (default NULL; llm-d
-   * expects `kv@<pod-ip>:<port>@<model>`).
-   */
-  const char *topic;
-  /**
-   * An `rkv_encoding` value (default `RKV_ENCODING_VLLM_ARRAY`). Hashes go out unsigned
-   * with `RKV_HASH_XXH3` and signed with `RKV_HASH_SGLANG_SHA256`, as those engines
-   * send them.
-   */
-  uint32_t encoding;
-  /**
-   * How many of the last batches the replay socket keeps (vLLM's `buffer_steps`;
-   * default 10000; 0 keeps none).
-   */
-  uint64_t buffer_steps;
-  /**
-   * The most batches waiting for the publisher's thread, >= 1 (default 100000); past
-   * it, batches are dropped whole and counted (`rkv_publisher_stats.dropped`).
-   */
-  uint64_t max_queue;
-  /**
-   * Flush the cache's events this often, in milliseconds, from the publisher's thread,
-   * so events never wait for a caller that stopped calling `rkv_events_flush` (default
-   * 10; 0: only `rkv_events_flush` closes batches).
-   */
-  uint64_t auto_flush_ms;
-  /**
-   * How long stopping keeps the sockets open for messages still leaving, in
-   * milliseconds (default 1000).
-   */
-  uint64_t linger_ms;
-  /**
-   * The payload's `data_parallel_rank` (default 0).
-   */
-  int64_t data_parallel_rank;
-} rkv_publisher_options;
-
-/**
- * A publisher's counters (`rkv_publisher_counters`). A plain value owned by the caller. Once
- * the publisher has stopped, `published + dropped` is the number of batches the cache
- * closed while it was attached.
- */
-typedef struct rkv_publisher_stats {
-  /**
-   * Batches sent on the PUB socket.
-   */
-  uint64_t published;
-  /**
-   * Batches dropped because the publisher's queue was full.
-   */
-  uint64_t dropped;
-  /**
-   * Batches sent through replay (each time one is).
-   */
-  uint64_t replayed;
-  /**
-   * Replay requests answered.
-   */
-  uint64_t replay_requests;
-} rkv_publisher_stats;
 
 /**
  * A caller-supplied copier (`RKV_COPIER_CALLBACK`): four functions and their `user_data`.
@@ -1158,6 +1159,33 @@ enum rkv_status rkv_cache_stats(const struct rkv_cache *cache,
  * `cache` is NULL or live.
  */
 enum rkv_status rkv_cache_reset(const struct rkv_cache *cache);
+
+/**
+ * Empties the cache holding it exclusively (an extension of version 1): drops every
+ * unpinned page, as `rkv_cache_reset` does, and with events on (`rkv_events_enable`)
+ * publishes one `RKV_EVENT_ALL_BLOCKS_CLEARED` when that leaves the cache empty (nothing
+ * was pinned; an empty cache publishes nothing), or the `RKV_EVENT_BLOCK_REMOVED` of every
+ * page it dropped when locks keep some pages cached. Locks stay valid and their pages stay
+ * cached. `free_fn(ctx, slots, n)`, if not NULL, receives every dropped slot exactly once,
+ * on this thread, before the call returns: in caller-managed mode the slots then belong to
+ * the caller (with NULL they are not reported, as with `rkv_cache_reset`); in pool mode
+ * they go back to the pool either way (`free_fn` is told and must not free them again).
+ * `free_fn` must return normally and must not call into the same cache. `ctx` is passed to
+ * it as is. Changes nothing on an error (`RKV_NULL_ARGUMENT` for a NULL cache).
+ *
+ * Not thread-safe: it must not run concurrently with any other call on the same cache
+ * (like `rkv_cache_free`), which is why it takes a non-const `rkv_cache *`; holding the
+ * cache alone is what makes `RKV_EVENT_ALL_BLOCKS_CLEARED` mean "empty" to a subscriber (no
+ * insert lands between the last drop and the event). Under concurrent calls use
+ * `rkv_cache_reset`, which publishes the removals instead.
+ *
+ * # Safety
+ * `cache` is NULL or live, and no other call on it runs concurrently; `free_fn` NULL or a
+ * function safe to call with `ctx` and a slot array.
+ */
+enum rkv_status rkv_cache_clear(struct rkv_cache *cache,
+                                rkv_free_fn free_fn,
+                                void *ctx);
 
 /**
  * Frees memory the index unlinked earlier (split, evicted or replaced nodes and tables)
@@ -1656,43 +1684,6 @@ enum rkv_status rkv_events_counters(const struct rkv_cache *cache,
                                     struct rkv_events_stats *out_stats);
 
 /**
- * Takes closed batches from the cache's drain queue, in sequence order, as many whole
- * batches as fit in the caller's buffers (an extension of version 1), and writes their
- * events to `out_events[0..events_cap]`, the events' hashes to `out_hashes[0..hashes_cap]`,
- * their tokens to `out_tokens[0..tokens_cap]` and their LoRA names and salts
- * (NUL-terminated) to `out_strings[0..strings_cap]`; each `rkv_event` points into those
- * buffers (see `rkv_event`). `*out_info` (required) says what was taken and how many
- * batches are left (`rkv_events_drain_info`). A batch is never split: it is taken with all
- * its events, or left queued.
- *
- * - Nothing queued: `RKV_OK` with all counts 0 (also while a publisher is attached, which
- *   takes every batch itself).
- * - The first queued batch does not fit: `RKV_BUFFER_TOO_SMALL`, nothing taken, nothing
- *   written but `*out_info`, which gives the entries each buffer needs to take every
- *   batch queued now; grow the buffers to that and call again.
- * - `RKV_OK` with `batches_left > 0`: the buffers held only the first batches; call again.
- *
- * Any buffer may be NULL when its capacity is 0 (all four with capacity 0 just measure).
- * The buffers must not overlap one another. `RKV_INVALID_ARGUMENT` for a cache without
- * events. Thread-safe: concurrent drains take disjoint batches; the measuring runs under
- * the lock every insert's event push takes, so it costs them O(queued events) once.
- *
- * # Safety
- * `cache` is NULL or live; each buffer NULL or writable for its capacity; `out_info` NULL
- * or writable.
- */
-enum rkv_status rkv_events_drain(const struct rkv_cache *cache,
-                                 struct rkv_event *out_events,
-                                 size_t events_cap,
-                                 uint64_t *out_hashes,
-                                 size_t hashes_cap,
-                                 uint32_t *out_tokens,
-                                 size_t tokens_cap,
-                                 char *out_strings,
-                                 size_t strings_cap,
-                                 struct rkv_events_drain_info *out_info);
-
-/**
  * Default publisher options: endpoint "tcp://\*:5557" (a static string), no replay
  * endpoint, the empty topic, `RKV_ENCODING_VLLM_ARRAY`, buffer_steps 10000, max_queue
  * 100000, auto_flush_ms 10, linger_ms 1000, data_parallel_rank 0 (vLLM's defaults).
@@ -1781,6 +1772,43 @@ enum rkv_status rkv_publisher_stop(struct rkv_publisher *publisher);
  * other call on it runs concurrently or follows.
  */
 void rkv_publisher_free(struct rkv_publisher *publisher);
+
+/**
+ * Takes closed batches from the cache's drain queue, in sequence order, as many whole
+ * batches as fit in the caller's buffers (an extension of version 1), and writes their
+ * events to `out_events[0..events_cap]`, the events' hashes to `out_hashes[0..hashes_cap]`,
+ * their tokens to `out_tokens[0..tokens_cap]` and their LoRA names and salts
+ * (NUL-terminated) to `out_strings[0..strings_cap]`; each `rkv_event` points into those
+ * buffers (see `rkv_event`). `*out_info` (required) says what was taken and how many
+ * batches are left (`rkv_events_drain_info`). A batch is never split: it is taken with all
+ * its events, or left queued.
+ *
+ * - Nothing queued: `RKV_OK` with all counts 0 (also while a publisher is attached, which
+ *   takes every batch itself).
+ * - The first queued batch does not fit: `RKV_BUFFER_TOO_SMALL`, nothing taken, nothing
+ *   written but `*out_info`, which gives the entries each buffer needs to take every
+ *   batch queued now; grow the buffers to that and call again.
+ * - `RKV_OK` with `batches_left > 0`: the buffers held only the first batches; call again.
+ *
+ * Any buffer may be NULL when its capacity is 0 (all four with capacity 0 just measure).
+ * The buffers must not overlap one another. `RKV_INVALID_ARGUMENT` for a cache without
+ * events. Thread-safe: concurrent drains take disjoint batches; the measuring runs under
+ * the lock every insert's event push takes, so it costs them O(queued events) once.
+ *
+ * # Safety
+ * `cache` is NULL or live; each buffer NULL or writable for its capacity; `out_info` NULL
+ * or writable.
+ */
+enum rkv_status rkv_events_drain(const struct rkv_cache *cache,
+                                 struct rkv_event *out_events,
+                                 size_t events_cap,
+                                 uint64_t *out_hashes,
+                                 size_t hashes_cap,
+                                 uint32_t *out_tokens,
+                                 size_t tokens_cap,
+                                 char *out_strings,
+                                 size_t strings_cap,
+                                 struct rkv_events_drain_info *out_info);
 
 /**
  * Default tier options: `size = sizeof(rkv_tier_options)`, `RKV_COPIER_NONE`, host_slots 0

@@ -26,8 +26,8 @@
 //
 // Thread-safety: every const member function of rkv::Cache may run from many threads at
 // once (they map to the C functions that take `const rkv_cache *`); constructing,
-// assigning and destroying a Cache, and enable_events, must not race with other calls on
-// it. A Lock is a plain
+// assigning and destroying a Cache, enable_events and clear must not race with other calls
+// on it. A Lock is a plain
 // object: one thread at a time uses it, but it may be moved to and released from any
 // thread, also while another thread destroys its Cache.
 //
@@ -716,6 +716,38 @@ class Cache {
 
   /// Drop every unpinned page.
   void reset() const { detail::check(rkv_cache_reset(cache_), "rkv_cache_reset"); }
+
+  /// Empty the cache holding it exclusively (rkv_cache_clear): drops every unpinned page, as
+  /// reset() does, and with events on publishes one ALL_BLOCKS_CLEARED when that leaves the
+  /// cache empty (nothing pinned), or the removals of the dropped pages otherwise. Not const:
+  /// it must not race with any other call on this cache (reset() may). In caller-managed
+  /// mode the dropped slots are not reported; clear(on_free) reports them.
+  void clear() {
+    detail::check(rkv_cache_clear(owner_.get(), nullptr, nullptr), "rkv_cache_clear");
+  }
+
+  /// clear(), calling `on_free(const uint32_t *slots, size_t n)` with every dropped slot
+  /// exactly once (in pool mode they go back to the pool anyway: do not free them again).
+  /// The first exception from `on_free` is rethrown after the clear and every call of it.
+  template <class F>
+  void clear(F &&on_free) {
+    struct Ctx {
+      F *f;
+      std::exception_ptr error;
+    } ctx{&on_free, nullptr};
+    void (*tramp)(void *, const std::uint32_t *, std::size_t) =
+        [](void *p, const std::uint32_t *xs, std::size_t k) {
+          Ctx *c = static_cast<Ctx *>(p);
+          try {
+            (*c->f)(xs, k);
+          } catch (...) {
+            if (!c->error) c->error = std::current_exception();
+          }
+        };
+    rkv_status st = rkv_cache_clear(owner_.get(), tramp, &ctx);
+    if (ctx.error) std::rethrow_exception(ctx.error);
+    detail::check(st, "rkv_cache_clear");
+  }
 
   /// Free memory the index unlinked earlier, off the latency-critical calls (see
   /// rkv_reclaim): call it once per scheduler step, where latency does not matter.

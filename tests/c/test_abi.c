@@ -1442,6 +1442,90 @@ static rkv_publisher_options quick_publisher(void) {
   return o;
 }
 
+/* rkv_cache_clear: the exclusive reset. With events on and nothing pinned it publishes one
+   ALL_BLOCKS_CLEARED and leaves the cache empty; with a lock it drops the rest and
+   publishes their removals; NULL is refused; the callback gets every dropped slot. */
+static void test_cache_clear(void) {
+  rkv_cache *c = make_events(16, 256), *plain = make(1, 0);
+  drain_bufs *b = (drain_bufs *)malloc(sizeof *b);
+  collector *k = new_collector();
+  rkv_events_drain_info info;
+  rkv_stats s;
+  uint32_t toks[32], slots[32], out[32];
+  size_t n = 0, i, existing = 0;
+  rkv_lock lock = 0;
+
+  if (!b) abort();
+  ST(rkv_cache_clear(NULL, NULL, NULL), RKV_NULL_ARGUMENT);
+  CHECK_MSG("rkv_cache_clear: cache is NULL");
+  ST(rkv_cache_clear(NULL, collect, k), RKV_NULL_ARGUMENT);
+  CHECK(k->calls == 0);
+
+  /* An empty cache: OK, and no event at all. */
+  ST(rkv_cache_clear(c, NULL, NULL), RKV_OK);
+  CHECK(strcmp(rkv_last_error_message(), "") == 0);
+  CHECK(flush_seq(c) == RKV_EVENTS_NO_SEQ);
+
+  /* Two pages in two namespaces, nothing pinned: one ALL_BLOCKS_CLEARED, an empty cache,
+     every slot back in the pool. */
+  insert_range(c, 0, 1, 32);
+  insert_range(c, 5, 1, 16);
+  flush_seq(c);
+  blank(b);
+  ST(drain(c, b, 8, 16, 128, 64, &info), RKV_OK);
+  CHECK(info.n_hashes == 3 && info.batches_left == 0); /* stored: 2 + 1 pages */
+  ST(rkv_cache_clear(c, NULL, NULL), RKV_OK);
+  s = stats(c);
+  CHECK(s.cached_tokens == 0 && s.nodes == 0 && s.free_slots == 256);
+  CHECK(rkv_match(c, 0, (toks[0] = 1, toks), 1, NULL, 0, &n) == RKV_OK && n == 0);
+  CHECK(flush_seq(c) != RKV_EVENTS_NO_SEQ);
+  blank(b);
+  ST(drain(c, b, 8, 16, 128, 64, &info), RKV_OK);
+  CHECK(info.n_batches == 1 && info.n_events == 1 && info.n_hashes == 0);
+  CHECK(b->ev[0].kind == RKV_EVENT_ALL_BLOCKS_CLEARED);
+
+  /* A lock keeps its page: the other one goes, published as a removal, no clear. */
+  insert_range(c, 0, 1, 32);
+  flush_seq(c);
+  ST(drain(c, b, 8, 16, 128, 64, &info), RKV_OK);
+  for (i = 0; i < 32; i++) toks[i] = (uint32_t)i + 1;
+  ST(rkv_match_lock(c, 0, toks, 16, out, 32, &n, &lock), RKV_OK);
+  CHECK(n == 16);
+  ST(rkv_cache_clear(c, NULL, NULL), RKV_OK);
+  s = stats(c);
+  CHECK(s.cached_tokens == 16 && s.protected_tokens == 16);
+  flush_seq(c);
+  blank(b);
+  ST(drain(c, b, 8, 16, 128, 64, &info), RKV_OK);
+  CHECK(info.n_events == 1 && b->ev[0].kind == RKV_EVENT_BLOCK_REMOVED);
+  CHECK(b->ev[0].n_block_hashes == 1 && b->ev[0].block_hashes[0] == PAGE_2);
+  ST(rkv_release(c, lock), RKV_OK);
+  ST(rkv_cache_clear(c, NULL, NULL), RKV_OK);
+  CHECK(stats(c).cached_tokens == 0);
+  flush_seq(c);
+  ST(drain(c, b, 8, 16, 128, 64, &info), RKV_OK);
+  CHECK(info.n_events == 1 && b->ev[0].kind == RKV_EVENT_ALL_BLOCKS_CLEARED);
+
+  /* Caller-managed, no events: the callback gets every dropped slot exactly once; with a
+     NULL callback the slots are simply not reported. */
+  for (i = 0; i < 8; i++) {
+    toks[i] = (uint32_t)i + 100;
+    slots[i] = (uint32_t)i + 40;
+  }
+  ST(rkv_insert(plain, 0, toks, slots, 8, &existing), RKV_OK);
+  ST(rkv_cache_clear(plain, collect, k), RKV_OK);
+  CHECK(k->total == 8 && each_at_most_once(k) && k->seen[40] == 1 && k->seen[47] == 1);
+  CHECK(stats(plain).cached_tokens == 0 && stats(plain).nodes == 0);
+  ST(rkv_insert(plain, 0, toks, slots, 8, &existing), RKV_OK);
+  ST(rkv_cache_clear(plain, NULL, NULL), RKV_OK);
+  CHECK(stats(plain).cached_tokens == 0);
+
+  free(k);
+  free(b);
+  rkv_cache_free(plain);
+  rkv_cache_free(c);
+}
+
 static void test_events_publisher(void) {
   rkv_cache *c = make_events(16, 256), *plain = make(16, 0);
   rkv_publisher_options d = rkv_publisher_options_default(), o;
@@ -1960,6 +2044,7 @@ int main(void) {
   test_namespaces();
   test_events_enable_and_namespaces();
   test_events_flush_and_drain();
+  test_cache_clear();
   test_events_publisher();
   test_policy_numbers_and_names();
   test_insert_ex_refusals();

@@ -202,10 +202,64 @@ void auto_flush_closes_batches() {
   CHECK(!c.flush_events().has_value());  // the publisher's thread closed it already
 }
 
+// Cache::clear (rkv_cache_clear): one all_blocks_cleared and an empty cache when nothing
+// is pinned; the removals when a lock keeps a page; a moved-from Cache is refused.
+void clearing() {
+  rkv::Cache c(rkv::Options{16, rkv::Policy::lru, 256});
+  c.enable_events();
+  c.clear();  // empty: nothing to publish
+  CHECK(!c.flush_events().has_value());
+  insert(c, 0, range(1, 32));
+  insert(c, 7, range(1, 16));
+  c.flush_events();
+  CHECK(c.drain_events().size() == 2);
+  c.clear();
+  CHECK(c.stats().cached_tokens == 0 && c.stats().nodes == 0 && c.stats().free_slots == 256);
+  CHECK(c.match(0, range(1, 16)).empty());
+  CHECK(c.flush_events().has_value());
+  std::vector<rkv::Event> ev = c.drain_events();
+  CHECK(ev.size() == 1 && ev[0].kind == rkv::EventKind::all_blocks_cleared);
+
+  insert(c, 0, range(1, 32));
+  c.flush_events();
+  c.drain_events();
+  {
+    rkv::Lock l = c.match_lock(0, range(1, 16));
+    CHECK(l.length() == 16);
+    c.clear();
+    CHECK(c.stats().cached_tokens == 16 && c.stats().protected_tokens == 16);
+    c.flush_events();
+    ev = c.drain_events();
+    CHECK(ev.size() == 1 && ev[0].kind == rkv::EventKind::block_removed);
+    CHECK(!ev.empty() && ev[0].block_hashes == std::vector<std::uint64_t>{kPage2});
+  }
+  c.clear();
+  c.flush_events();
+  ev = c.drain_events();
+  CHECK(ev.size() == 1 && ev[0].kind == rkv::EventKind::all_blocks_cleared);
+
+  // Caller-managed: clear(on_free) hands every slot back once; clear() drops them unreported.
+  rkv::Cache plain;
+  std::vector<std::uint32_t> toks = range(100, 107), slots = range(40, 47);
+  plain.insert(0, toks, slots);
+  std::vector<std::uint32_t> freed;
+  plain.clear([&](const std::uint32_t *s, std::size_t n) { freed.insert(freed.end(), s, s + n); });
+  std::sort(freed.begin(), freed.end());
+  CHECK(freed == slots);
+  CHECK(plain.stats().cached_tokens == 0);
+
+  rkv::Cache moved(std::move(plain));
+  CHECK_WHAT(plain.clear(), RKV_NULL_ARGUMENT, "rkv_cache_clear: cache is NULL");
+  moved.insert(0, toks, slots);
+  moved.clear();
+  CHECK(moved.stats().cached_tokens == 0);
+}
+
 }  // namespace
 
 void events_tests() {
   enabling_and_draining();
+  clearing();
   publishing();
   publisher_outlives_its_cache();
   auto_flush_closes_batches();

@@ -25,20 +25,11 @@ U32Array = Any  # list / tuple / array / NumPy array / torch tensor / any buffer
 Runs = Any  # an iterable of (start, length) pairs
 
 
-class Status(enum.IntEnum):
-    """The status codes (the C ABI's ``rkv_status``)."""
-
-    OK = 0
-    NULL_ARGUMENT = 1
-    INVALID_ARGUMENT = 2
-    INVALID_LOCK = 3
-    BUFFER_TOO_SMALL = 4
-    OUT_OF_SLOTS = 5
-    NO_POOL = 6
-    DOUBLE_FREE = 7
-    DEVICE_ERROR = 8
-    INTERNAL_ERROR = 9
-    IO_ERROR = 10
+#: The status codes (the C ABI's ``rkv_status``), read from the extension: one table in the
+#: Rust core (``radixkv::error::status``) that the C header's enum is pinned to, so the
+#: numbers are defined once. ``Status.OK == 0``, ``Status.INVALID_ARGUMENT == 2``, ...
+Status = enum.IntEnum("Status", list(_ext.STATUS_CODES), module=__name__, qualname="Status")
+Status.__doc__ = "The status codes (the C ABI's ``rkv_status``, from the native extension)."
 
 
 class RadixKvError(Exception):
@@ -145,13 +136,13 @@ _ext._register({**{int(k): v for k, v in _ERRORS.items()}, -1: CacheClosedError}
 
 def as_u32(obj: U32Array, what: str = "array") -> Any:
     """How the library reads ``obj`` as token or slot ids: an object with ``n`` (the count)
-    and ``ptr`` (the address read in place, or None when the values are converted or
-    copied), keeping ``obj`` borrowed (a buffer export held: an ``array`` cannot be resized)
-    until it is dropped. Used in place: C-contiguous native ``uint32`` buffers (``array('I')``,
-    NumPy ``uint32``, CPU torch ``uint32`` tensors), and ``int32`` ones once checked
-    non-negative; converted (with a range check naming the position of a value outside
-    ``[0, 2**32)``): other integer types, byte orders, strided or misaligned memory, and
-    Python sequences."""
+    and ``ptr`` (the address of ``obj``'s memory when a call would read it in place, or None
+    when the values are copied or converted). Every buffer (``array``, NumPy, ``memoryview``),
+    CPU torch tensor and ``__array_interface__`` object is copied while the GIL is held, so
+    another thread writing it cannot change what a call reads (``ptr`` is None); the copy of
+    ``uint32`` memory (and of ``int32`` memory, once checked non-negative) is then used as it
+    is; other integer types, byte orders and strided memory are converted, with a range check
+    naming the position of a value outside ``[0, 2**32)``, as are Python sequences."""
     return _ext.borrow(obj)
 
 
@@ -873,6 +864,16 @@ class Cache(_Unique):
     def reset(self) -> None:
         """Drops every unpinned page (locks stay valid)."""
         self._n.reset()
+
+    def clear(self) -> None:
+        """Empties the cache holding it exclusively (``rkv_cache_clear``): drops every
+        unpinned page, as :meth:`reset` does, and with events on publishes one
+        ``ALL_BLOCKS_CLEARED`` event when that leaves the cache empty (nothing pinned), or the
+        ``BLOCK_REMOVED`` events of the pages it dropped while locks keep others. Locks stay
+        valid. Safe to call from any thread: it waits for the calls in flight, and calls
+        that start meanwhile wait for it (so no insert lands between the drop and the
+        event). Raises :class:`CacheClosedError` on a closed cache."""
+        self._n.clear()
 
     def reclaim(self) -> None:
         """Frees memory the index unlinked earlier (evicted or split nodes), a bounded

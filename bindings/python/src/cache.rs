@@ -864,6 +864,21 @@ impl NativeCache {
         })
     }
 
+    /// Empties the cache holding it exclusively (`Cache::clear`): drops every unpinned
+    /// page as `reset` does, and with events on publishes one `AllBlocksCleared` when that
+    /// leaves the cache empty (the removals otherwise). Waits for the calls in flight; the
+    /// calls that start meanwhile wait for it.
+    fn clear(&self, py: Python<'_>) -> PyResult<()> {
+        self.inner.with_mut(py, "rkv_cache_clear", |c| {
+            if c.has_pool() {
+                c.clear(None)
+            } else {
+                c.clear(Some(&mut |s: &[u32]| self.untrack(s)))
+            }
+            .map_err(st)
+        })
+    }
+
     /// Frees memory the index unlinked earlier (a bounded batch).
     fn reclaim(&self, py: Python<'_>) -> PyResult<()> {
         self.with(py, "rkv_reclaim", |c| {

@@ -48,6 +48,27 @@ impl<T: Send + Sync> Closable<T> {
         done(py, function, r)
     }
 
+    /// Runs `f` on the value alone (`&mut`: under the write lock, so it waits for the
+    /// calls in flight and calls that start meanwhile wait for it), with the GIL released.
+    /// For the cache's exclusive operations (`Cache::clear`). A closed (or closing) object is
+    /// refused.
+    pub(crate) fn with_mut<R: Send>(
+        &self,
+        py: Python<'_>,
+        function: &str,
+        f: impl FnOnce(&mut T) -> Res<R> + Send,
+    ) -> PyResult<R> {
+        self.refuse_if_closing(py, function)?;
+        let r = py.detach(|| {
+            let mut g = self.state.write().unwrap_or_else(|p| p.into_inner());
+            match g.as_mut() {
+                Some(c) => f(c),
+                None => Err(closed()),
+            }
+        });
+        done(py, function, r)
+    }
+
     /// `Err` (the closed error, naming `function`) once `close` has begun.
     pub(crate) fn refuse_if_closing(&self, py: Python<'_>, function: &str) -> PyResult<()> {
         if self.closing() {

@@ -11,18 +11,15 @@ use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
 use pyo3::types::PyDict;
 use radixkv::Error;
+use radixkv::SlotProblem;
 use radixkv::SlotRun;
 use radixkv::pool::{SlotPool, SlotState};
 
-pub const NULL_ARGUMENT: i32 = 1;
-pub const INVALID_ARGUMENT: i32 = 2;
-pub const INVALID_LOCK: i32 = 3;
-pub const OUT_OF_SLOTS: i32 = 5;
-pub const NO_POOL: i32 = 6;
-pub const DOUBLE_FREE: i32 = 7;
-pub const DEVICE_ERROR: i32 = 8;
-pub const INTERNAL_ERROR: i32 = 9;
-pub const IO_ERROR: i32 = 10;
+// The status codes, from the core's one table (`radixkv::error::status`, which the C ABI's
+// `rkv_status` is pinned to); `STATUS_CODES` hands the table to Python.
+pub use radixkv::error::status::{
+    INTERNAL_ERROR, INVALID_ARGUMENT, INVALID_LOCK, NO_POOL, NULL_ARGUMENT, OUT_OF_SLOTS,
+};
 /// Not a status: the cache (or publisher) was closed (`CacheClosedError`).
 pub const CLOSED: i32 = -1;
 /// Not a status: a plain `ValueError` of the Python layer (a bad id).
@@ -43,17 +40,9 @@ pub fn fail(status: i32, msg: impl Into<String>) -> Fail {
 
 pub type Res<T> = Result<T, Fail>;
 
-/// The status of a core error.
+/// The status of a core error (the core's one mapping, [`Error::status`]).
 pub fn status_of(e: &Error) -> i32 {
-    match e {
-        Error::InvalidArgument(_) | Error::Slot { .. } => INVALID_ARGUMENT,
-        Error::InvalidLock => INVALID_LOCK,
-        Error::OutOfSlots { .. } => OUT_OF_SLOTS,
-        Error::NoPool => NO_POOL,
-        Error::DoubleFree { .. } => DOUBLE_FREE,
-        Error::Device(_) => DEVICE_ERROR,
-        Error::Io(_) => IO_ERROR,
-    }
+    e.status()
 }
 
 /// A core error with its own message.
@@ -135,27 +124,19 @@ pub fn done<T>(py: Python<'_>, function: &str, r: Res<T>) -> PyResult<T> {
     }
 }
 
-/// `rkv_status_str`'s descriptions.
+/// `rkv_status_str`'s descriptions (the core's table).
 pub fn status_str(status: i32) -> &'static str {
-    match status {
-        0 => "RKV_OK: success",
-        1 => "RKV_NULL_ARGUMENT: a required pointer is NULL",
-        2 => "RKV_INVALID_ARGUMENT: invalid argument",
-        3 => "RKV_INVALID_LOCK: unknown, already released, or another cache's lock",
-        4 => "RKV_BUFFER_TOO_SMALL: output buffer too small (required length in *out_len)",
-        5 => "RKV_OUT_OF_SLOTS: pool short even after evicting all that is evictable",
-        6 => "RKV_NO_POOL: this cache has no slot pool",
-        7 => "RKV_DOUBLE_FREE: slot already free or held by the tree",
-        8 => "RKV_DEVICE_ERROR: KV storage / device failure",
-        9 => "RKV_INTERNAL_ERROR: internal error (a bug in radixkv)",
-        10 => "RKV_IO_ERROR: the environment refused (an address in use, a socket or thread)",
-        _ => "unknown status",
-    }
+    radixkv::error::status::describe(status).to_str().unwrap_or("unknown status")
+}
+
+/// The status codes as `(name, code)` pairs in number order, for `radixkv.Status`.
+pub fn status_codes() -> Vec<(&'static str, i32)> {
+    radixkv::error::status::ALL.iter().map(|c| (c.name, c.code)).collect()
 }
 
 // ---------------------------------------------------------------------------------------
-// The C ABI's messages for refused slots (src/ffi/mod.rs): the core names the slot, these
-// name its position among the given ones and its state in the pool.
+// The C ABI's messages for refused slots (crates/ffi/src/refusal.rs): the core names the
+// slot and its problem, these name its position among the given ones.
 
 pub fn no_pool() -> Fail {
     fail(
@@ -163,18 +144,6 @@ pub fn no_pool() -> Fail {
         "this cache has no slot pool (it was created with pool_slots = 0: the caller manages \
          slots)",
     )
-}
-
-/// The slot a core error names.
-fn named_slot(e: &Error) -> Option<u32> {
-    match e {
-        Error::DoubleFree { slot } => Some(*slot),
-        Error::InvalidArgument(m) => {
-            let rest = m.strip_prefix("slot ")?;
-            rest.split(' ').next()?.parse().ok()
-        }
-        _ => None,
-    }
 }
 
 /// Where a slot value is among the given slots.
@@ -208,24 +177,27 @@ impl Given<'_> {
     }
 }
 
-/// A core refusal of given slots, with the slot's position and state.
+/// A core refusal of given slots, with the slot's position and what is wrong with it, read
+/// from the error's fields (`Error::Slot`'s problem, or `Error::DoubleFree`'s slot and its
+/// state in the pool), never from its text.
 pub fn slot_refusal(e: Error, given: Given<'_>, pool: Option<&SlotPool>) -> Fail {
     let status = status_of(&e);
-    let Some(slot) = named_slot(&e) else { return st(e) };
+    let Some((slot, problem)) = e.slot() else { return st(e) };
     let at = given.find(slot);
     let Some(first) = at.first() else { return st(e) };
-    let core_says_twice = matches!(&e, Error::InvalidArgument(m) if m.contains("twice"));
-    let state = pool.and_then(|p| p.state(slot));
-    let what = match pool {
-        Some(p) if slot as usize >= p.capacity() => format!(
-            "is out of range: the pool has {} slots (ids 0 to {})",
-            p.capacity(),
-            p.capacity() - 1
-        ),
-        _ if at.len() > 1 && (core_says_twice || state == Some(SlotState::Held)) => {
-            format!("is given twice (also {})", at[1])
-        }
-        _ => match state {
+    let state = match problem {
+        Some(SlotProblem::State { found, .. }) => Some(found),
+        _ => pool.and_then(|p| p.state(slot)),
+    };
+    let outside = match problem {
+        Some(SlotProblem::OutsidePool { capacity }) => Some(capacity),
+        _ => pool.map(SlotPool::capacity).filter(|&c| slot as usize >= c),
+    };
+    let twice = problem == Some(SlotProblem::ListedTwice) || state == Some(SlotState::Held);
+    let what = match outside {
+        Some(c) => format!("is out of range: the pool has {c} slots (ids 0 to {})", c - 1),
+        None if at.len() > 1 && twice => format!("is given twice (also {})", at[1]),
+        None => match state {
             Some(SlotState::Free) => "is free, not held by the caller (never allocated with \
                                       alloc, or freed or evicted since)"
                 .to_string(),

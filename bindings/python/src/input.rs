@@ -5,19 +5,20 @@
 //! 1. a `list` or `tuple` of ints: read item by item (the only path that builds a `Vec`
 //!    while holding the GIL);
 //! 2. any object with the buffer protocol (`array('I'/'i'/'q'/'l'/...)`, NumPy arrays,
-//!    `memoryview`s): borrowed for the call (the exporter cannot resize or free it while
-//!    borrowed);
-//! 3. a CPU `torch.Tensor` (they have no buffer protocol): read through `data_ptr()`, kept
-//!    alive by the call's reference;
+//!    `memoryview`s): exported, copied, and released again, all with the GIL held;
+//! 3. a CPU `torch.Tensor` (they have no buffer protocol): copied through `data_ptr()`,
+//!    with the GIL held;
 //! 4. an object with `__array_interface__` (version 3, CPU memory);
 //! 5. any other iterable of ints.
 //!
-//! The memory of 2-4 is read with the GIL released ([`View::get`]): one-dimensional,
-//! contiguous, native-order, 4-byte aligned `uint32` data is used in place; `int32` data is
-//! checked to be non-negative and then used in place too (the same bits); anything else
-//! (`int64`, other widths, another byte order, misaligned or strided memory) is converted
-//! into a `Vec<u32>` with a range check, and a value outside `[0, 2**32)` is a `ValueError`
-//! naming its position. Strings, bytes and floats are a `TypeError`.
+//! The memory of 2-4 is copied while the GIL is held ([`settle`]: one memcpy of the
+//! caller's bytes, so no other Python thread can write it while the call reads it, and the
+//! call sees one consistent array), and the copy is read with the GIL released
+//! ([`View::get`]): `uint32` data is used as it is; `int32` data is checked to be
+//! non-negative and then used as it is (the same bits); anything else (`int64`, other
+//! widths, another byte order) is converted into a `Vec<u32>` with a range check, and a
+//! value outside `[0, 2**32)` is a `ValueError` naming its position. Strings, bytes and
+//! floats are a `TypeError`.
 
 use std::ffi::{CStr, c_char, c_int, c_void};
 use std::marker::PhantomData;
@@ -106,14 +107,16 @@ pub struct RawView<'a> {
     _input: PhantomData<&'a ()>,
 }
 
-// SAFETY: the pointer names memory kept alive (and, for a buffer, export-locked against
-// resizing) by the `Input` that outlives this view; the view only reads it.
+// SAFETY: the pointer names memory kept alive by the `Input` that outlives this view: for
+// every call, its own copy (`Keep::Copy`, made under the GIL, written by nobody); the view
+// only reads it.
 unsafe impl Send for RawView<'_> {}
 
 /// A converted argument: where its values are and what keeps them alive. Dropped only with
 /// the GIL held (by the call that made it, or by the Python object that keeps it).
 pub enum Input {
-    /// Borrowed memory (`Raw`), kept alive by the export or the object.
+    /// Memory named by `Raw`, kept alive by `Keep`: once `to_input` returns, always the
+    /// call's own copy ([`settle`]).
     Borrowed(Raw, #[allow(dead_code)] Keep),
     /// Values read from a Python sequence.
     Owned(Vec<u32>),
@@ -125,10 +128,13 @@ pub enum Keep {
     Buffer(Exported),
     #[allow(dead_code)] // held for its reference
     Object(Py<PyAny>),
+    /// The caller's elements, copied while the GIL was held ([`settle`]): memory this
+    /// `Input` owns and nobody writes, 8-byte aligned.
+    Copy(#[allow(dead_code)] Vec<u64>),
 }
 
 // SAFETY: `Raw` is an address and a shape; the memory it names is only read, while the
-// `Input` holding it keeps that memory alive.
+// `Input` holding it keeps that memory alive (a call's `Input` owns it: `Keep::Copy`).
 unsafe impl Send for Raw {}
 // SAFETY: as above.
 unsafe impl Sync for Raw {}
@@ -160,6 +166,7 @@ impl Input {
     /// buffer is read where it is), or `None` when the values are converted or copied.
     pub fn borrowed_address(&self) -> Option<usize> {
         match self {
+            Input::Borrowed(_, Keep::Copy(_)) => None,
             Input::Borrowed(r, _) if in_place(r) => Some(r.ptr as usize),
             _ => None,
         }
@@ -230,11 +237,11 @@ impl<'a> View<'a> {
         let aligned = (r.ptr as usize).is_multiple_of(r.kind.size);
         let contiguous = r.stride == r.kind.size as isize || r.n == 1;
         if contiguous && aligned && !r.kind.swapped {
-            // SAFETY (each arm): `r` names `n` readable, aligned, contiguous elements of
-            // the arm's type, kept alive by the `Input` this view borrows ('a outlives 's).
             macro_rules! typed {
                 ($t:ty) => {
-                    // SAFETY: as stated for each arm above.
+                    // SAFETY: `r` names `n` readable, aligned, contiguous elements of `$t`,
+                    // kept alive by the `Input` this view borrows ('a outlives 's): for a
+                    // call, its own copy made under the GIL (`settle`), which nobody writes.
                     unsafe { std::slice::from_raw_parts(r.ptr.cast::<$t>(), r.n) }
                 };
             }
@@ -380,6 +387,59 @@ fn not_ints(what: &str, obj: &Bound<'_, PyAny>, why: &str) -> PyErr {
     PyTypeError::new_err(format!("{what}: expected a sequence of integer ids, got {ty}{why}"))
 }
 
+/// Borrowed memory copied now, while the GIL is held, into memory the `Input` owns (the
+/// same elements, kind and count, contiguous), the export or reference released: what the
+/// call then reads with the GIL released is its own copy, which nobody else can write.
+///
+/// Why: a writable NumPy array, `array`, tensor or any other buffer can be written by
+/// another Python thread as soon as the GIL is released, and even a read-only export may
+/// be a view of memory that another view writes; reading the caller's memory through a
+/// `&[u32]` without the GIL would be a data race behind a shared reference, and the core
+/// would see values change under it. Holding the GIL during the copy excludes every Python
+/// thread; a native writer in another thread that released the GIL itself (a NumPy
+/// operation writing into the array) can still race the copy, but only the copy: the call
+/// sees one consistent array, whatever it read. The copy is a memcpy of the caller's bytes
+/// (per element for strided memory); the conversion and range check of non-`uint32` data
+/// run on it later, with the GIL released, exactly as they did on the caller's memory.
+fn settle(input: Input) -> PyResult<Input> {
+    let Input::Borrowed(r, keep) = input else { return Ok(input) };
+    let size = r.kind.size;
+    let bytes = r.n * size;
+    // Room for the bytes (whole words: 8-byte aligned), written once by the copy below;
+    // the last word is zeroed first so that every word is initialized when its tail is not
+    // an element's.
+    let words = bytes.div_ceil(8);
+    let mut buf: Vec<u64> = Vec::with_capacity(words);
+    let dst = buf.as_mut_ptr().cast::<u8>();
+    if r.n > 0 {
+        // SAFETY: `words >= 1` here (n > 0, size >= 1), within the capacity just reserved.
+        unsafe { buf.as_mut_ptr().add(words - 1).write(0) };
+        if r.stride == size as isize || r.n == 1 {
+            // SAFETY: `r` names `n` contiguous elements of `size` bytes at `r.ptr`, readable
+            // and kept alive by `keep` (the export or the object) until it drops below; `buf`
+            // holds at least `bytes` bytes and is our own, so the two do not overlap. The
+            // GIL is held (`to_input` runs with it), so no Python thread writes meanwhile.
+            unsafe { std::ptr::copy_nonoverlapping(r.ptr, dst, bytes) };
+        } else {
+            for i in 0..r.n {
+                // SAFETY: element `i` (`i < n`, `stride` bytes apart) lies in the memory `r`
+                // names, alive as above; its `size` bytes go to `buf[i * size..]`, in bounds.
+                unsafe {
+                    let src = r.ptr.offset(i as isize * r.stride);
+                    std::ptr::copy_nonoverlapping(src, dst.add(i * size), size);
+                }
+            }
+        }
+    }
+    // SAFETY: the `words` words are initialized: the copy wrote bytes `0..bytes`, and the
+    // last word, which holds the end of them, was zeroed before it.
+    unsafe { buf.set_len(words) };
+    drop(keep); // the export (or reference) is released here, with the GIL held
+    let raw = Raw { ptr: buf.as_ptr().cast::<u8>(), n: r.n, stride: size as isize, kind: r.kind };
+    // Moving `buf` into the `Input` moves no element: `raw.ptr` stays valid while it lives.
+    Ok(Input::Borrowed(raw, Keep::Copy(buf)))
+}
+
 /// `obj` as an argument of `u32` ids (see the module docs).
 pub fn to_input(obj: &Bound<'_, PyAny>, what: &'static str) -> PyResult<Input> {
     if obj.is_instance_of::<PyString>()
@@ -395,13 +455,13 @@ pub fn to_input(obj: &Bound<'_, PyAny>, what: &'static str) -> PyResult<Input> {
         return from_items(t.iter(), t.len(), what).map(Input::Owned);
     }
     if let Some(b) = buffer(obj, what)? {
-        return Ok(b);
+        return settle(b);
     }
     if let Some(t) = tensor(obj, what)? {
-        return Ok(t);
+        return settle(t);
     }
     if let Some(a) = array_interface(obj, what)? {
-        return Ok(a);
+        return settle(a);
     }
     let iter = obj.try_iter().map_err(|_| not_ints(what, obj, ""))?;
     let mut v = Vec::new();

@@ -49,9 +49,11 @@ fn version() -> &'static str {
     env!("CARGO_PKG_VERSION")
 }
 
-/// How an argument is read: a `Borrow` with `n` and `ptr` (the address of the memory read in place,
-/// or None when the values are converted or copied), for tests and for checking a zero-copy
-/// path. The argument stays borrowed (a buffer stays exported) while the `Borrow` lives.
+/// How an argument is read: a `Borrow` with `n` and `ptr` (the address of the caller's memory
+/// when a call would read it in place, or None when the values are copied or converted), for
+/// tests. Every buffer, tensor and `__array_interface__` argument is copied while the GIL is
+/// held (see `input::settle`), so `ptr` is None for them, and the copy, not the caller's
+/// object, is what the `Borrow` keeps.
 #[pyfunction]
 fn borrow(obj: Bound<'_, PyAny>) -> PyResult<Borrow> {
     let input = input::to_input(&obj, "array")?;
@@ -87,5 +89,7 @@ fn _radixkv(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(status_str, m)?)?;
     m.add_function(wrap_pyfunction!(version, m)?)?;
     m.add_function(wrap_pyfunction!(borrow, m)?)?;
+    // The status codes, `(name, code)` in number order: `radixkv.Status` is built from them.
+    m.add("STATUS_CODES", errors::status_codes())?;
     Ok(())
 }

@@ -235,3 +235,80 @@ def test_events_under_concurrent_inserts_hold_every_page_once():
         stored = [h for e in drained if isinstance(e, BlockStored) for h in e.block_hashes]
         assert len(stored) == len(set(stored)) == 4 * 50 * 2
         assert not any(isinstance(e, (BlockRemoved, AllBlocksCleared)) for e in drained)
+
+
+def test_clear_publishes_all_blocks_cleared_and_empties_the_cache():
+    with Cache(page_size=16, pool_slots=256, events=True) as c:
+        c.clear()  # an empty cache: nothing to publish
+        assert c.flush_events() is None
+        fill(c, list(range(1, 33)))
+        fill(c, list(range(1, 17)), ns=7)
+        c.flush_events()
+        assert len(list(c.events())) == 2
+        c.clear()
+        s = c.stats()
+        assert (s.cached_tokens, s.nodes, s.free_slots) == (0, 0, 256)
+        assert len(c.match(list(range(1, 17)))) == 0
+        assert c.flush_events() is not None
+        ev = list(c.events())
+        assert [type(e) for e in ev] == [AllBlocksCleared]
+
+        # A lock keeps its page: the other one's removal, no clear event.
+        fill(c, list(range(1, 33)))
+        c.flush_events()
+        list(c.events())
+        lock = c.match_lock(list(range(1, 17)))
+        c.clear()
+        assert (c.stats().cached_tokens, c.stats().protected_tokens) == (16, 16)
+        c.flush_events()
+        ev = list(c.events())
+        assert [type(e) for e in ev] == [BlockRemoved] and ev[0].block_hashes == [PAGE_2]
+        lock.release()
+        c.clear()
+        c.flush_events()
+        assert [type(e) for e in c.events()] == [AllBlocksCleared]
+
+    # Caller-managed, no events: the slots leave the cache untracked, and it is empty.
+    with Cache() as plain:
+        plain.insert([100, 101, 102], [40, 41, 42])
+        plain.clear()
+        assert plain.stats().cached_tokens == 0
+        assert len(plain.match([100, 101, 102])) == 0
+        plain.insert([100, 101, 102], [40, 41, 42])  # the slots may be inserted again
+        assert plain.stats().cached_tokens == 3
+
+    # A closed cache refuses it, as every call.
+    c = Cache(page_size=16, pool_slots=256, events=True)
+    c.close()
+    with pytest.raises(radixkv.CacheClosedError):
+        c.clear()
+
+
+def test_clear_waits_for_calls_in_flight_and_leaves_no_insert_behind_its_event():
+    with Cache(page_size=16, pool_slots=4096, events=True) as c:
+        stop = threading.Event()
+
+        def inserter():
+            i = 0
+            while not stop.is_set():
+                i += 1
+                try:
+                    fill(c, list(range(i * 16, i * 16 + 16)), ns=i % 5)
+                except radixkv.OutOfSlotsError:
+                    c.evict(10**9)
+
+        t = threading.Thread(target=inserter)
+        t.start()
+        try:
+            for _ in range(20):
+                c.clear()
+        finally:
+            stop.set()
+            t.join()
+        fill(c, list(range(1, 17)))
+        c.clear()
+        assert c.stats().cached_tokens == 0
+        c.flush_events()
+        ev = list(c.events())
+        # Whatever interleaved, the last event is the clear that left the cache empty.
+        assert ev and type(ev[-1]) is AllBlocksCleared

@@ -8,6 +8,7 @@ import pytest
 
 import radixkv
 from radixkv import Cache
+from radixkv._cache import as_u32
 
 THREADS = 8
 ROUNDS = 400
@@ -107,3 +108,50 @@ def test_concurrent_release_of_one_handle_succeeds_once():
         assert cache.stats().protected_tokens == 0
         for lock in locks:
             lock._released = True  # released above, behind the objects' backs
+
+
+def test_a_numpy_array_written_by_another_thread_is_read_as_one_consistent_copy():
+    """A call copies a caller's buffer while it holds the GIL and reads only the copy with
+    the GIL released, so a thread writing the array meanwhile cannot change what the call
+    sees: each result is the result for one state the array was in."""
+    np = pytest.importorskip("numpy")
+    n = 2048
+    a = np.arange(n, dtype=np.uint32)  # state A
+    b = a + n  # state B: every token differs, the first one too
+    sa, sb = a + 10 * n, a + 20 * n  # their slots
+    key = a.copy()  # written element by element by the writer: B[:p] + A[p:] or A[:p] + B[p:]
+    stop = threading.Event()
+
+    def writer():
+        while not stop.is_set():
+            for src in (b, a):
+                for i in range(n):
+                    key[i] = src[i]
+
+    with Cache() as c:
+        c.insert(a, sa)
+        c.insert(b, sb)
+        w = threading.Thread(target=writer)
+        w.start()
+        try:
+            for _ in range(300):
+                got = np.frombuffer(c.match(key), dtype=np.uint32)
+                m = len(got)
+                # A state B[:p] + A[p:] matches B's first p tokens (all of A when p = 0), a
+                # state A[:p] + B[p:] A's first p (all of B when p = 0): the slots are one
+                # key's prefix, never a mix.
+                assert 1 <= m <= n
+                assert np.array_equal(got, sa[:m]) or np.array_equal(got, sb[:m]), m
+                # An insert of the moving key adopts a consistent state too: afterwards the
+                # key it saw is cached with the given slots, position by position.
+                with Cache() as d:
+                    snap_slots = a + 30 * n
+                    assert d.insert(key, snap_slots) == 0
+                    assert d.stats().cached_tokens == n
+                    assert np.array_equal(np.frombuffer(d.match(a), dtype=np.uint32),
+                                          snap_slots[: len(d.match(a))])
+        finally:
+            stop.set()
+            w.join()
+    # Not read in place: a writable array is copied (see radixkv._radixkv.borrow).
+    assert as_u32(key).ptr is None

@@ -221,3 +221,16 @@ pub(crate) unsafe fn insert_options(p: *const rkv_insert_options) -> Res<InsertO
     let inserted_len = usize::try_from(o.inserted_len).unwrap_or(usize::MAX);
     Ok(InsertOptions { priority, inserted_len })
 }
+
+/// The cache behind `p`, exclusively.
+///
+/// # Safety
+/// `p` is NULL or was returned by `rkv_cache_new` and not yet freed, and no other call on
+/// it runs during `'a`.
+pub(crate) unsafe fn cache_mut<'a>(p: *mut rkv_cache) -> Res<&'a mut rkv_cache> {
+    // SAFETY: the caller's contract includes `cache_ref`'s; that checks NULL and alignment.
+    unsafe { cache_ref(p) }?;
+    // SAFETY: non-null, aligned, live (checked and promised above), and by the caller's
+    // contract nothing else uses the cache during 'a, so this is the only reference.
+    Ok(unsafe { &mut *p })
+}

@@ -1,14 +1,14 @@
 //! A cache's life: option defaults, eviction policies by number and name, create, free,
 //! statistics, reset and reclaim.
 
-use std::ffi::{CStr, c_char};
+use std::ffi::{CStr, c_char, c_void};
 use std::panic::{AssertUnwindSafe, catch_unwind};
 
-use radixkv_core::cache::{Cache, CacheOptions, CacheStats};
+use radixkv_core::cache::{Cache, CacheOptions, CacheStats, FreeFn};
 use radixkv_core::error::Error;
 use radixkv_core::tree::EvictionPolicy;
 
-use crate::args::{cache_ref, check_opt_in, check_out, read_sized};
+use crate::args::{cache_mut, cache_ref, check_opt_in, check_out, read_sized};
 use crate::boundary::{Res, boundary, fail, st};
 use crate::handles::LockTable;
 use crate::types::*;
@@ -385,6 +385,51 @@ pub unsafe extern "C" fn rkv_cache_reset(cache: *const rkv_cache) -> rkv_status 
         } else {
             c.cache.reset(Some(&mut |_: &[u32]| {})).map_err(st)
         }
+    })
+}
+
+/// Empties the cache holding it exclusively (an extension of version 1): drops every
+/// unpinned page, as `rkv_cache_reset` does, and with events on (`rkv_events_enable`)
+/// publishes one `RKV_EVENT_ALL_BLOCKS_CLEARED` when that leaves the cache empty (nothing
+/// was pinned; an empty cache publishes nothing), or the `RKV_EVENT_BLOCK_REMOVED` of every
+/// page it dropped when locks keep some pages cached. Locks stay valid and their pages stay
+/// cached. `free_fn(ctx, slots, n)`, if not NULL, receives every dropped slot exactly once,
+/// on this thread, before the call returns: in caller-managed mode the slots then belong to
+/// the caller (with NULL they are not reported, as with `rkv_cache_reset`); in pool mode
+/// they go back to the pool either way (`free_fn` is told and must not free them again).
+/// `free_fn` must return normally and must not call into the same cache. `ctx` is passed to
+/// it as is. Changes nothing on an error (`RKV_NULL_ARGUMENT` for a NULL cache).
+///
+/// Not thread-safe: it must not run concurrently with any other call on the same cache
+/// (like `rkv_cache_free`), which is why it takes a non-const `rkv_cache *`; holding the
+/// cache alone is what makes `RKV_EVENT_ALL_BLOCKS_CLEARED` mean "empty" to a subscriber (no
+/// insert lands between the last drop and the event). Under concurrent calls use
+/// `rkv_cache_reset`, which publishes the removals instead.
+///
+/// # Safety
+/// `cache` is NULL or live, and no other call on it runs concurrently; `free_fn` NULL or a
+/// function safe to call with `ctx` and a slot array.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn rkv_cache_clear(
+    cache: *mut rkv_cache,
+    free_fn: rkv_free_fn,
+    ctx: *mut c_void,
+) -> rkv_status {
+    boundary("rkv_cache_clear", || {
+        // SAFETY: the caller passes NULL or a live cache that nothing else uses meanwhile.
+        let c = unsafe { cache_mut(cache) }?;
+        let mut tell = |slots: &[u32]| {
+            if let (Some(f), false) = (free_fn, slots.is_empty()) {
+                // SAFETY: the caller guarantees `f` may be called with `ctx` and an array;
+                // `slots` is a live slice for the duration of the call.
+                unsafe { f(ctx, slots.as_ptr(), slots.len()) }
+            }
+        };
+        // Without a pool the core needs a callback to hand the slots to: `tell` (which
+        // drops them when `free_fn` is NULL, as `rkv_cache_reset` does).
+        let free: Option<FreeFn<'_>> =
+            if free_fn.is_none() && c.cache.has_pool() { None } else { Some(&mut tell) };
+        c.cache.clear(free).map_err(st)
     })
 }
 

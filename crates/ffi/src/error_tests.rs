@@ -707,13 +707,9 @@ unsafe extern "C" fn collect(ctx: *mut c_void, slots: *const u32, n: usize) {
 
 fn ns_stats(c: *const rkv_cache, ns: u64) -> rkv_namespace_stats {
     let mut s = rkv_namespace_stats::default();
-    assert_eq!(
-        // SAFETY: `c` is live; `s` is a live local.
-        unsafe { rkv_cache_namespace_stats(c, ns, &mut s) },
-        rkv_status::RKV_OK,
-        "{}",
-        last()
-    );
+    // SAFETY: `c` is live; `s` is a live local.
+    let st = unsafe { rkv_cache_namespace_stats(c, ns, &mut s) };
+    assert_eq!(st, rkv_status::RKV_OK, "{}", last());
     assert_eq!(last(), "");
     s
 }

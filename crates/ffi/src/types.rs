@@ -247,7 +247,8 @@ pub struct rkv_stats {
 
 /// A cache: an opaque object created by `rkv_cache_new` and destroyed by `rkv_cache_free`.
 /// Every function taking `const rkv_cache *` is safe to call from many threads at once;
-/// `rkv_cache_free` must not run concurrently with any other call on the same cache.
+/// `rkv_cache_free`, `rkv_cache_clear` and `rkv_events_enable` (which take `rkv_cache *`) must
+/// not run concurrently with any other call on the same cache.
 pub struct rkv_cache {
     pub(crate) cache: Cache,
     pub(crate) locks: LockTable<PrefixLock>,

@@ -1,6 +1,6 @@
 //! The host memory tier's functions of the C ABI (`rkv_tier_*`), additive within version 1:
 //! a two-level prefix cache ([`radixkv_core::tier::TieredCache`], SGLang HiCache's semantics)
-//! behind an opaque `rkv_tier` handle. Same conventions as the rest of `src/ffi/`: a
+//! behind an opaque `rkv_tier` handle. Same conventions as the rest of `crates/ffi/src/`: a
 //! literal `#[unsafe(no_mangle)] extern "C"` item per function, the panic boundary, a
 //! numbered status, outputs only on `RKV_OK` (and the lengths on `RKV_BUFFER_TOO_SMALL`),
 //! every pointer checked, a message for every failure.
