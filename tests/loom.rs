@@ -306,7 +306,11 @@ fn racing_pins_and_unpins_leave_the_leaf_evictable() {
 /// after it was replaced). Every parent pointer ends right (`check_invariants`).
 #[test]
 fn split_racing_a_split_of_its_lower_half() {
-    model(|| {
+    let mut b = loom::model::Builder::new();
+    // A long execution since `check_invariants` also walks the index's entries (past the
+    // default bound of 1,000 branches); the preemption bound is unchanged.
+    b.max_branches = 10_000;
+    model_with(b, || {
         let t = Arc::new(tree());
         t.insert(0, &[1, 2, 3, 4], &[10, 20, 30, 40]).unwrap();
         t.insert(0, &[1, 2, 3, 4, 5], &[10, 20, 30, 40, 50]).unwrap(); // A=[1..4] -> C=[5]
@@ -443,7 +447,11 @@ fn insert_of_a_child_racing_the_eviction_of_its_parent_leaf() {
 /// process crashes (SIGSEGV); were the table kept, that match would find `[1,2]` only.
 #[test]
 fn two_inserts_diverging_inside_one_edge() {
-    model(|| {
+    let mut b = loom::model::Builder::new();
+    // A long execution since `check_invariants` also walks the index's entries (past the
+    // default bound of 1,000 branches); the preemption bound is unchanged.
+    b.max_branches = 10_000;
+    model_with(b, || {
         let t = Arc::new(tree());
         t.insert(0, &[1, 2, 3], &[10, 20, 30]).unwrap();
         let t2 = t.clone();
