@@ -18,7 +18,7 @@ static ALLOC: quarantine::Quarantine = quarantine::Quarantine;
 
 use loom::sync::Arc;
 use loom::thread;
-use radixkv::{EvictionPolicy, RadixTree, TreeConfig};
+use radixkv::{Cache, CacheOptions, EvictionPolicy, RadixTree, TreeConfig};
 
 fn tree() -> RadixTree {
     RadixTree::new(TreeConfig { page_size: 1, policy: EvictionPolicy::Lru, ..Default::default() })
@@ -306,7 +306,11 @@ fn racing_pins_and_unpins_leave_the_leaf_evictable() {
 /// after it was replaced). Every parent pointer ends right (`check_invariants`).
 #[test]
 fn split_racing_a_split_of_its_lower_half() {
-    model(|| {
+    let mut b = loom::model::Builder::new();
+    // A long execution since `check_invariants` also walks the index's entries (past the
+    // default bound of 1,000 branches); the preemption bound is unchanged.
+    b.max_branches = 10_000;
+    model_with(b, || {
         let t = Arc::new(tree());
         t.insert(0, &[1, 2, 3, 4], &[10, 20, 30, 40]).unwrap();
         t.insert(0, &[1, 2, 3, 4, 5], &[10, 20, 30, 40, 50]).unwrap(); // A=[1..4] -> C=[5]
@@ -443,7 +447,11 @@ fn insert_of_a_child_racing_the_eviction_of_its_parent_leaf() {
 /// process crashes (SIGSEGV); were the table kept, that match would find `[1,2]` only.
 #[test]
 fn two_inserts_diverging_inside_one_edge() {
-    model(|| {
+    let mut b = loom::model::Builder::new();
+    // A long execution since `check_invariants` also walks the index's entries (past the
+    // default bound of 1,000 branches); the preemption bound is unchanged.
+    b.max_branches = 10_000;
+    model_with(b, || {
         let t = Arc::new(tree());
         t.insert(0, &[1, 2, 3], &[10, 20, 30]).unwrap();
         let t2 = t.clone();
@@ -600,6 +608,61 @@ fn namespace_map_rebuild_racing_a_lookup() {
         assert_eq!(creator.join().unwrap(), 0);
         let c = t.check_invariants().unwrap();
         assert_eq!((c.namespaces, c.nodes), (3, 3));
+    });
+}
+
+/// A refused insert's reclaim racing an insert that hangs the namespace's first page (pool
+/// mode; ns 7 is new: `insert [1]` with a slot it allocated, against `insert [2]` with a
+/// slot out of the pool's range, refused when the pool settles it). The refused insert may
+/// find the root the other one just created, hang nothing, see the root childless and try
+/// to reclaim it (`try_reclaim_root`) while the other hangs its page: under the root's
+/// lock it must find the root still childless, or it unlinks the namespace with the page in
+/// it. Fails on N7 (no is-a-leaf re-check under the root's lock: "the insert's page was
+/// lost").
+#[test]
+fn refused_insert_reclaiming_a_root_racing_an_insert_into_it() {
+    model(|| {
+        let c = Arc::new(Cache::new(CacheOptions { pool_slots: 2, ..Default::default() }).unwrap());
+        let mut s = Vec::new();
+        c.alloc(1, &mut s).unwrap();
+        let c2 = c.clone();
+        // The refused insert is the spawned thread: the race then takes two preemptions
+        // (into it once the root is in the map, and back once it saw the root childless).
+        let refused = thread::spawn(move || c2.insert(7, &[2], &[1000]).is_err());
+        assert_eq!(c.insert(7, &[1], &s).unwrap(), 0);
+        assert!(refused.join().unwrap(), "a slot out of the pool was adopted");
+        let mut out = Vec::new();
+        assert_eq!(c.match_prefix(7, &[1], &mut out), 1, "the insert's page was lost");
+        let census = c.tree().check_invariants().unwrap();
+        assert_eq!((census.namespaces, census.nodes), (1, 1));
+        assert_eq!(c.stats().free_slots, 1);
+    });
+}
+
+/// The namespace map's slot reuse racing a lookup. Namespaces 1 and 3 have the same home
+/// slot in the loom map (one shard of 4 slots): ns 1 holds `[1]`; one thread evicts it
+/// (which reclaims ns 1 and tombs its slot) and then inserts `[2]` into ns 3, whose new
+/// entry reuses that slot (the tag, then the root); the main thread matches `[1]` in ns 3.
+/// The lookup can read the slot's old root (ns 1's) together with its new tag (3): only the
+/// root's own namespace tells them apart, and ns 3 never held `[1]`. Fails on N8 (the
+/// lookup trusts the tag: "namespace 3 matched namespace 1's page").
+#[test]
+fn namespace_map_slot_reuse_racing_a_lookup() {
+    model(|| {
+        let t = Arc::new(tree());
+        t.insert(1, &[1], &[10]).unwrap();
+        let t2 = t.clone();
+        let writer = thread::spawn(move || {
+            let mut freed = Vec::new();
+            t2.evict(1, &mut |s| freed.extend_from_slice(s));
+            assert_eq!(freed, vec![10]);
+            assert_eq!(t2.insert(3, &[2], &[20]).unwrap(), 0);
+        });
+        let mut out = Vec::new();
+        assert_eq!(t.match_prefix(3, &[1], &mut out), 0, "namespace 3 matched namespace 1's page");
+        writer.join().unwrap();
+        let c = t.check_invariants().unwrap();
+        assert_eq!((c.namespaces, c.nodes), (1, 1));
     });
 }
 

@@ -8,7 +8,10 @@
 //! **Keys that only grow** (`lru`, `fifo`, `filo`, `lfu`, `slru`, `priority`: stamps,
 //! hit counts and priorities never go down, and `fifo`/`filo` keys never move): a lazy
 //! priority queue ([`Queue`]). Entries are never updated in place: an entry's key is a lower
-//! bound of its node's current key (it was current when pushed, and keys only grow since).
+//! bound of its node's current key (it was current when pushed, and keys only grow since:
+//! in each atomic's modification order, as a touch raises the stamp with `fetch_max`, so
+//! racing touches never take it back below a value a push read; `RadixTree::touch`, and
+//! `check_invariants` checks the bound at quiescence).
 //! `pop` takes the smallest entry and checks it against the node's current state and key:
 //! it drops an entry whose node is no longer a candidate, and re-queues one whose key grew
 //! (the same ticket, the new key). An entry popped with its current key is the smallest
@@ -132,6 +135,11 @@ impl<K: Ord + Copy> Queue<K> {
 
     fn len(&self) -> usize {
         self.run.len() + self.heap.len()
+    }
+
+    /// Every entry, in no particular order (for `check_entries`).
+    fn entries(&self) -> impl Iterator<Item = &Entry<K>> {
+        self.run.iter().chain(self.heap.iter().map(|Reverse(e)| e))
     }
 
     /// Gives the buffers' memory back once the queue has been drained (an eviction pass
@@ -589,6 +597,25 @@ impl EvictIndex {
         }
     }
 
+    /// For `check_invariants` (quiescent): `Err` if an entry names a node that is `DEAD` or
+    /// `REPLACED` (every such node is retired at quiescence, and retiring cuts its ticket),
+    /// or, in a lazy queue, if an entry's key is above its node's current key (the lower
+    /// bound of the module docs, which makes the order exact). O(entries).
+    pub(crate) fn check_entries(&self, g: &Guard) -> Result<(), String> {
+        let q = lock(&self.queue);
+        match &*q {
+            Queues::Narrow(lq) => lq
+                .entries()
+                .try_for_each(|&(k, _, a)| check_entry(&self.keys, Some(k as u128), a, g)),
+            Queues::Wide(lv) => lv.levels.iter().try_for_each(|(&hi, lq)| {
+                lq.entries().try_for_each(|&(lo, _, a)| {
+                    check_entry(&self.keys, Some(((hi as u128) << 64) | lo as u128), a, g)
+                })
+            }),
+            Queues::Mru(m) => m.map.values().try_for_each(|&a| check_entry(&self.keys, None, a, g)),
+        }
+    }
+
     /// For `check_invariants` (quiescent): `Err` unless the unpinned leaf `n` is queued
     /// and, under `mru`, its entry carries its current key.
     pub(crate) fn check_queued(&self, n: &Node) -> Result<(), String> {
@@ -612,6 +639,39 @@ impl EvictIndex {
         }
         Ok(())
     }
+}
+
+/// For [`EvictIndex::check_entries`]: one entry of a queue, `key` the key it was queued
+/// under (`None` under `mru`, whose keys `check_queued` checks), `addr` its ticket.
+fn check_entry(keys: &Keys, key: Option<u128>, addr: usize, g: &Guard) -> Result<(), String> {
+    // SAFETY: a queued entry owns its ticket (freed only under the index lock, which the
+    // caller holds); in an `mru` index the `Ticket` is the first field of an `MruTicket`.
+    let ptr = unsafe { (*(addr as *const Ticket)).node };
+    // SAFETY: a ticket names its node only until the node is retired (`cut_ticket`, under
+    // the lock, before the node goes to the epoch), so a non-null one names a node that is
+    // not freed (under loom, `node_ref` checks the canary: a ticket left naming a freed node
+    // fails here).
+    let Some(n) = (unsafe { node_ref(ptr, g) }) else {
+        return Ok(()); // cut: its node was retired, the entry goes when popped
+    };
+    // Relaxed (both loads): quiescent.
+    let s = n.state.load(Ordering::Relaxed);
+    if s & (DEAD | REPLACED) != 0 {
+        return Err(format!("a queue entry names a node in state {s:#x} (retired, not cut)"));
+    }
+    let Some(key) = key else { return Ok(()) };
+    let now = match keys.policy {
+        EvictionPolicy::Lfu | EvictionPolicy::Slru | EvictionPolicy::Priority => {
+            <Levels as Lazy>::key_of(keys, n)
+        }
+        _ => <Queue<u64> as Lazy>::key_of(keys, n) as u128,
+    };
+    if key > now {
+        return Err(format!(
+            "a queue entry's key {key:#x} is above its node's key {now:#x} (not a lower bound)"
+        ));
+    }
+    Ok(())
 }
 
 /// An evicted leaf waiting for [`EvictIndex::pop_after`]: the node (unlinked, DEAD, its

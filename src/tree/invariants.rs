@@ -26,8 +26,9 @@ impl RadixTree {
     /// root with something cached (an empty one was reclaimed), no dead or replaced node reachable,
     /// edges non-empty page multiples, children keyed by distinct first pages in sorted
     /// order, parent pointers right, every unpinned leaf in the eviction index (under `mru`
-    /// with its current key), and the counters equal to what the walk finds
-    /// (`cached == evictable + protected`). Meant for tests at quiescence; concurrent
+    /// with its current key), no index entry naming a dead or replaced node, every lazy
+    /// entry's key a lower bound of its node's key, and the counters equal to what the walk
+    /// finds (`cached == evictable + protected`). Meant for tests at quiescence; concurrent
     /// writers make it report spurious differences.
     #[doc(hidden)] // a test hook: checks, not an engine API (kept public for the tests)
     pub fn check_invariants(&self) -> std::result::Result<TreeCensus, String> {
@@ -92,6 +93,7 @@ impl RadixTree {
                 }
             }
         }
+        self.index.check_entries(&g)?;
         census.heap_bytes += self.index.heap_bytes() as u64;
         let st = self.stats();
         if st.cached_tokens != census.cached_tokens

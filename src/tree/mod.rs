@@ -421,12 +421,17 @@ impl RadixTree {
     /// Records an access of `n` by an operation that started at `now`, under the policies
     /// whose key reads accesses (not `fifo`, `filo`).
     ///
-    /// Under the lazy index (every such policy but `mru`) the stamp is written only when it
-    /// is older than `now`, a load and a store: keys that grow need no index update (`pop`
-    /// re-queues), and two racing touches may leave the older of their stamps (between
-    /// racing accesses the order is approximate anyway). Under `mru` a touch makes the key
-    /// smaller, so a queued node is re-keyed at once: the touch half of the touch/queue
-    /// pair (`evict_index.rs`, module docs): an RMW on the stamp, then the `evq` load.
+    /// Under the lazy index (every such policy but `mru`) keys that grow need no index
+    /// update (`pop` re-queues), but they must never shrink: a queued entry's key is a lower
+    /// bound of its node's stamp (`evict_index.rs`, module docs). So the stamp is raised with
+    /// `fetch_max`, behind a plain load that skips it when the stamp is already as new (a
+    /// load then a store would not do: two racing touches that both load the old stamp can
+    /// store in either order, and if a push read the newer one between the two stores, the
+    /// node's final stamp is below its entry's key; loom:
+    /// `policy::lru_racing_touches_keep_the_queued_key_a_lower_bound`). Under `mru` a touch
+    /// makes the key smaller, so a queued node is re-keyed at once: the touch half of the
+    /// touch/queue pair (`evict_index.rs`, module docs): an RMW on the stamp, then the `evq`
+    /// load.
     #[inline]
     pub(super) fn touch(&self, n: &Node, now: u64) {
         match self.cfg.policy {
@@ -443,9 +448,13 @@ impl RadixTree {
                 }
             }
             _ => {
-                // Relaxed: a stamp is an eviction-order hint; no data depends on it.
+                // Relaxed (both): a stamp is an eviction-order hint; no data depends on it.
+                // The lower bound rests only on the stamp's own modification order, in which
+                // `fetch_max` values never go down (and the index reads it under its lock).
+                // The load skips the RMW when a touch by a later operation came first (hot
+                // nodes near the root, touched by many threads).
                 if n.stamp.load(Ordering::Relaxed) < now {
-                    n.stamp.store(now, Ordering::Relaxed);
+                    n.stamp.fetch_max(now, Ordering::Relaxed);
                 }
             }
         }

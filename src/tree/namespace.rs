@@ -145,6 +145,10 @@ impl RadixTree {
     /// [`RadixTree::reclaim_dead_root`]); for an insert that created a root and then failed.
     pub(super) fn try_reclaim_root(&self, root: &Node, g: &Guard) {
         let l = lock(&root.lock);
+        // The caller saw the root childless before this lock; a racing insert may have hung
+        // the namespace's first page since (its `hang` holds this lock and found the root
+        // live). Only a root still childless under the lock may die, as in `evict_leaf`
+        // (loom: `refused_insert_reclaiming_a_root_racing_an_insert_into_it`, mutant N7).
         if !root.is_leaf(g) {
             return;
         }

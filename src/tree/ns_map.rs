@@ -28,7 +28,24 @@
 //!   when namespaces go.
 //!
 //! A slot reused for another namespace is told apart by the root's own `ns`: a reader that
-//! read a root from a slot compares it, so it never takes another namespace's root.
+//! read a root from a slot compares it, so it never takes another namespace's root. The tag
+//! alone could not: the tag-then-root order makes "new root read implies new tag read", not
+//! the converse, so a reader can read a reused slot's *old* root (the tombed namespace's,
+//! stored before the tomb) with its *new* tag, and the old root's child table may still
+//! show it that namespace's pages (loom: `namespace_map_slot_reuse_racing_a_lookup`, mutant
+//! N8 in `docs/loom-mutants.md`).
+//!
+//! The tag's store order (before the root, which publishes it) is not what keeps lookups
+//! right, and swapping it is no mutant (`docs/loom-mutants.md`): with the root's own `ns`
+//! compared, a stale tag can only make a reader skip a root (a tag of another namespace
+//! where a new root was just stored), never take a wrong one. With the stores swapped
+//! (root, then tag), a reader that skips the new root read the slot in the one window
+//! between the two stores, and nothing else shows that window to anyone (the stores are
+//! adjacent under the shard lock; everything the creator does next, the hang of its first
+//! page included, follows the tag store), so its "absent" is the answer of a lookup ordered
+//! just before the tag store, where the entry then counts as added: linearizable, just
+//! never needed to be. The order kept here makes the root's store that moment, so that a
+//! reader that reads a root also reads its tag.
 //!
 //! So creating the n-th namespace costs O(1) expected, copies no other namespace's entry
 //! except in a shard's (amortized) rebuild, allocates nothing but its root, and serializes
@@ -164,6 +181,8 @@ impl NsMap {
                 break;
             }
             // Relaxed: the tag was stored before the root read above (its Release orders it).
+            // It is only a filter: a slot reused for another namespace can show its old root
+            // with its new tag (module docs), so the root's own namespace decides.
             if r != TOMB && s.ns.load(Ordering::Relaxed) == ns {
                 // SAFETY: a root read from the map under `g` is valid for 'g (see above).
                 if unsafe { (*r).ns } == ns {
@@ -265,7 +284,9 @@ impl<'g> ShardWriter<'_, 'g> {
             // Relaxed: slots are stored only under the shard lock, held here.
             .find(|s| matches!(s.root.load(Ordering::Relaxed), r if r.is_null() || r == TOMB))
             .expect("a table is at most half used");
-        // Relaxed: read only after the Release store of the root below, which publishes it.
+        // Relaxed: read only after the Release store of the root below, which publishes it
+        // (so a reader that reads this root reads this tag; the order is a nicety, not a
+        // correctness need: lookups compare the root's own `ns`, see the module docs).
         slot.ns.store(self.ns, Ordering::Relaxed);
         // Relaxed: as above; whether this was a tomb decides the count.
         if slot.root.load(Ordering::Relaxed).is_null() {

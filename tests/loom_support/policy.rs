@@ -8,7 +8,7 @@ use loom::sync::Arc;
 use loom::thread;
 use radixkv::{EvictionPolicy, RadixTree, TreeConfig};
 
-use super::model;
+use super::{model, model_with};
 
 fn tree(policy: EvictionPolicy) -> RadixTree {
     RadixTree::new(TreeConfig { page_size: 1, policy, ..Default::default() }).unwrap()
@@ -91,6 +91,73 @@ fn lfu_hits_of_two_racing_inserts() {
         t.insert(0, &[1], &[10]).unwrap();
         other.join().unwrap();
         assert_eq!(hits(&t, &[1]), vec![(3, 1)], "a racing insert's hit was lost");
+        t.check_invariants().unwrap();
+    });
+}
+
+/// `lru`: two matches touching leaf A race, and the release of A's lock queues A between
+/// them (A's entry was dropped while it was pinned). The queued entry's key must stay a
+/// lower bound of A's stamp (`evict_index.rs`, module docs: what makes the order exact at
+/// quiescence). With the touch a load and a store, the main thread's match (the older
+/// stamp: it reads the clock first) can load A's stamp, the other thread's match store its
+/// newer stamp and its release queue A under it, and the main thread store its older stamp
+/// last: A is queued as newer than it is, and a leaf touched between the two matches
+/// would go before it. `check_invariants` checks the bound. The race takes one preemption
+/// (the main thread's, after its load), so the model runs at bound 1 (at most
+/// `LOOM_MAX_PREEMPTIONS`). Fails with the touch a load and a store (L6, the code before
+/// 2026-12-02: "a queue entry's key ... is above its node's key ... (not a lower bound)").
+#[test]
+fn lru_racing_touches_keep_the_queued_key_a_lower_bound() {
+    let mut b = loom::model::Builder::new();
+    b.preemption_bound = Some(b.preemption_bound.unwrap_or(1).min(1));
+    model_with(b, || {
+        let t = Arc::new(tree(EvictionPolicy::Lru));
+        t.insert(0, &[1], &[10]).unwrap();
+        let mut out = Vec::new();
+        let l = t.match_and_lock_raw(0, &[1], &mut out);
+        // A is pinned: this pass drops its entry and frees nothing.
+        assert_eq!(t.evict(1, &mut |_| {}), 0);
+        let t2 = t.clone();
+        let other = thread::spawn(move || {
+            let mut out = Vec::new();
+            assert_eq!(t2.match_prefix(0, &[1], &mut out), 1);
+            t2.release(l).unwrap();
+        });
+        assert_eq!(t.match_prefix(0, &[1], &mut out), 1);
+        other.join().unwrap();
+        t.check_invariants().unwrap();
+    });
+}
+
+/// Two eviction passes racing over a parent's stale entry (`priority`). P = `[1]` was queued
+/// as a leaf (priority 5), then got a child C = `[1,2]` (priority 0: C's key is smaller, so
+/// P's old entry stays queued behind it). A pass that evicts C leaves P a leaf and queues P
+/// at its next index step; the other pass may meanwhile pop P's old entry, find P an
+/// unpinned leaf, evict it and retire it first. The queueing must then see P `DEAD` and
+/// skip it (`push_locked`'s filter), or a new ticket names a retired node that the epoch
+/// frees (a later pop reads freed memory). Whatever the interleaving, every slot is freed
+/// once and the index names no dead node. Fails on P4 (no filter: `check_invariants`, "a
+/// queue entry names a node in state 0x8000000000000000 (retired, not cut)", or loom's
+/// "use of a freed node").
+#[test]
+fn two_passes_racing_over_the_stale_entry_of_a_parent() {
+    model(|| {
+        let t = Arc::new(tree(EvictionPolicy::Priority));
+        t.insert_with_priority(0, &[1], &[10], 5).unwrap();
+        t.insert_with_priority(0, &[1, 2], &[10, 20], 0).unwrap();
+        let t2 = t.clone();
+        let other = thread::spawn(move || {
+            let mut freed = Vec::new();
+            t2.evict(1, &mut |s| freed.extend_from_slice(s));
+            freed
+        });
+        let mut freed = Vec::new();
+        t.evict(1, &mut |s| freed.extend_from_slice(s));
+        freed.extend(other.join().unwrap());
+        t.check_invariants().unwrap();
+        t.evict(usize::MAX, &mut |s| freed.extend_from_slice(s));
+        freed.sort_unstable();
+        assert_eq!(freed, vec![10, 20]);
         t.check_invariants().unwrap();
     });
 }
