@@ -18,7 +18,7 @@ static ALLOC: quarantine::Quarantine = quarantine::Quarantine;
 
 use loom::sync::Arc;
 use loom::thread;
-use radixkv::{Cache, CacheOptions, EvictionPolicy, RadixTree, TreeConfig};
+use radixkv::{Cache, CacheOptions, EvictionPolicy, InsertOptions, RadixTree, TreeConfig};
 
 fn tree() -> RadixTree {
     RadixTree::new(TreeConfig { page_size: 1, policy: EvictionPolicy::Lru, ..Default::default() })
@@ -71,12 +71,12 @@ fn split_racing_a_match() {
         t.insert(0, &[1, 2, 3, 4], &[10, 20, 30, 40]).unwrap();
         let t2 = t.clone();
         let splitter = thread::spawn(move || {
-            let mut out = Vec::new();
+            let mut out: Vec<u32> = Vec::new();
             let g = t2.match_and_lock(0, &[1, 2, 9], &mut out);
             assert_eq!(out, vec![10, 20]);
             drop(g);
         });
-        let mut out = Vec::new();
+        let mut out: Vec<u32> = Vec::new();
         assert_eq!(t.match_prefix(0, &[1, 2, 3, 4], &mut out), 4);
         assert_eq!(out, vec![10, 20, 30, 40]);
         splitter.join().unwrap();
@@ -98,7 +98,7 @@ fn pin_racing_an_eviction_of_the_same_leaf() {
             t2.evict(2, &mut |s| freed.extend_from_slice(s));
             freed
         });
-        let mut out = Vec::new();
+        let mut out: Vec<u32> = Vec::new();
         let g = t.match_and_lock(0, &[1, 2], &mut out);
         let pinned = g.len();
         let freed = evictor.join().unwrap();
@@ -125,7 +125,7 @@ fn two_inserts_of_the_same_key() {
         let other = thread::spawn(move || t2.insert(0, &[1, 2], &[20, 21]).unwrap());
         let mine = t.insert(0, &[1, 2], &[10, 11]).unwrap();
         let theirs = other.join().unwrap();
-        let mut out = Vec::new();
+        let mut out: Vec<u32> = Vec::new();
         assert_eq!(t.match_prefix(0, &[1, 2], &mut out), 2);
         match (mine, theirs) {
             (0, 2) => assert_eq!(out, vec![10, 11]),
@@ -144,11 +144,11 @@ fn unpin_racing_a_split_of_the_pinned_edge() {
     model(|| {
         let t = Arc::new(tree());
         t.insert(0, &[1, 2, 3], &[10, 20, 30]).unwrap();
-        let mut out = Vec::new();
+        let mut out: Vec<u32> = Vec::new();
         let whole = t.match_and_lock(0, &[1, 2, 3], &mut out).into_raw();
         let t2 = t.clone();
         let splitter = thread::spawn(move || {
-            let mut out = Vec::new();
+            let mut out: Vec<u32> = Vec::new();
             t2.match_and_lock(0, &[1], &mut out).into_raw()
         });
         t.release(whole).unwrap();
@@ -171,7 +171,7 @@ fn pin_racing_a_split() {
         t.insert(0, &[1, 2, 3], &[10, 20, 30]).unwrap();
         let t2 = t.clone();
         let splitter = thread::spawn(move || t2.insert(0, &[1, 9], &[0, 90]).unwrap());
-        let mut out = Vec::new();
+        let mut out: Vec<u32> = Vec::new();
         let l = t.match_and_lock(0, &[1, 2, 3], &mut out).into_raw();
         assert_eq!(out, vec![10, 20, 30]);
         assert_eq!(splitter.join().unwrap(), 1);
@@ -201,7 +201,7 @@ fn pin_racing_an_eviction_pass_that_empties_the_parent() {
             freed.sort();
             freed
         });
-        let mut out = Vec::new();
+        let mut out: Vec<u32> = Vec::new();
         let g = t.match_and_lock(0, &[1], &mut out);
         let pinned = g.len();
         let freed = evictor.join().unwrap();
@@ -237,7 +237,7 @@ fn reclamation_of_an_evicted_leaf_while_a_reader_holds_it() {
             t2.evict(1, &mut |s| freed.extend_from_slice(s));
             assert_eq!(freed, vec![10, 20]);
         });
-        let mut out = Vec::new();
+        let mut out: Vec<u32> = Vec::new();
         let m = t.match_prefix(0, &[1, 2], &mut out);
         assert!(matches!(m, 0 | 2), "match of {m}");
         assert_eq!(out, [10, 20][..m].to_vec());
@@ -259,7 +259,7 @@ fn reclamation_of_a_replaced_edge_while_a_reader_holds_it() {
         let writer = thread::spawn(move || {
             assert_eq!(t2.insert(0, &[1, 9], &[11, 90]).unwrap(), 1);
         });
-        let mut out = Vec::new();
+        let mut out: Vec<u32> = Vec::new();
         assert_eq!(t.match_prefix(0, &[1, 2, 3], &mut out), 3);
         assert_eq!(out, vec![10, 20, 30]);
         writer.join().unwrap();
@@ -279,13 +279,13 @@ fn racing_pins_and_unpins_leave_the_leaf_evictable() {
     model(|| {
         let t = Arc::new(tree());
         t.insert(0, &[1, 2], &[10, 20]).unwrap();
-        let mut out = Vec::new();
+        let mut out: Vec<u32> = Vec::new();
         let mine = t.match_and_lock(0, &[1, 2], &mut out).into_raw();
         // The pass meets the leaf pinned and drops its entry: only an unpin re-queues it.
         assert_eq!(t.evict(usize::MAX, &mut |_: &[u32]| panic!("evicted a pinned leaf")), 0);
         let t2 = t.clone();
         let other = thread::spawn(move || {
-            let mut out = Vec::new();
+            let mut out: Vec<u32> = Vec::new();
             let g = t2.match_and_lock(0, &[1, 2], &mut out);
             assert_eq!(out, vec![10, 20]);
             drop(g);
@@ -316,10 +316,10 @@ fn split_racing_a_split_of_its_lower_half() {
         t.insert(0, &[1, 2, 3, 4, 5], &[10, 20, 30, 40, 50]).unwrap(); // A=[1..4] -> C=[5]
         let t2 = t.clone();
         let second = thread::spawn(move || {
-            let mut out = Vec::new();
+            let mut out: Vec<u32> = Vec::new();
             t2.match_and_lock(0, &[1, 2, 3, 9], &mut out).into_raw()
         });
-        let mut out = Vec::new();
+        let mut out: Vec<u32> = Vec::new();
         let first = t.match_and_lock(0, &[1, 2, 9], &mut out).into_raw();
         assert_eq!(out, vec![10, 20]);
         let second = second.join().unwrap();
@@ -349,7 +349,7 @@ fn split_racing_a_split_of_the_parent_edge() {
         t.insert(0, &[1, 2, 3, 4], &[10, 20, 30, 40]).unwrap(); // [1,2] -> [3,4]
         let t2 = t.clone();
         let child = thread::spawn(move || {
-            let mut out = Vec::new();
+            let mut out: Vec<u32> = Vec::new();
             let l = t2.match_and_lock(0, &[1, 2, 3], &mut out).into_raw();
             assert_eq!(out, vec![10, 20, 30]);
             l
@@ -486,7 +486,7 @@ fn last_unpin_of_a_parent_racing_the_eviction_of_its_last_child() {
         let t = Arc::new(tree());
         t.insert(0, &[1], &[10]).unwrap();
         t.insert(0, &[1, 2], &[10, 20]).unwrap(); // [1] -> [2]
-        let mut out = Vec::new();
+        let mut out: Vec<u32> = Vec::new();
         let l = t.match_and_lock(0, &[1], &mut out).into_raw();
         let t2 = t.clone();
         let evictor = thread::spawn(move || {
@@ -527,7 +527,7 @@ fn reclaim_of_an_empty_namespace_racing_an_insert_into_it() {
         assert_eq!(t.insert(7, &[2], &[20]).unwrap(), 0);
         let freed = evictor.join().unwrap();
         assert_eq!(freed, vec![10]);
-        let mut out = Vec::new();
+        let mut out: Vec<u32> = Vec::new();
         assert_eq!(t.match_prefix(7, &[2], &mut out), 1, "the insert's page was lost");
         assert_eq!(out, vec![20]);
         let c = t.check_invariants().unwrap();
@@ -551,7 +551,7 @@ fn reclaim_of_an_empty_namespace_racing_a_match_and_lock() {
             t2.evict(1, &mut |s| freed.extend_from_slice(s));
             freed
         });
-        let mut out = Vec::new();
+        let mut out: Vec<u32> = Vec::new();
         let g = t.match_and_lock(7, &[1], &mut out);
         let freed = evictor.join().unwrap();
         if g.len() == 1 {
@@ -579,7 +579,7 @@ fn two_inserts_creating_the_same_namespace() {
         let other = thread::spawn(move || t2.insert(7, &[2], &[20]).unwrap());
         assert_eq!(t.insert(7, &[1], &[10]).unwrap(), 0);
         assert_eq!(other.join().unwrap(), 0);
-        let mut out = Vec::new();
+        let mut out: Vec<u32> = Vec::new();
         assert_eq!(t.match_prefix(7, &[1], &mut out), 1, "a page was lost");
         assert_eq!(t.match_prefix(7, &[2], &mut out), 1, "a page was lost");
         let c = t.check_invariants().unwrap();
@@ -602,7 +602,7 @@ fn namespace_map_rebuild_racing_a_lookup() {
         t.insert(2, &[1], &[20]).unwrap();
         let t2 = t.clone();
         let creator = thread::spawn(move || t2.insert(3, &[1], &[30]).unwrap());
-        let mut out = Vec::new();
+        let mut out: Vec<u32> = Vec::new();
         assert_eq!(t.match_prefix(1, &[1], &mut out), 1, "namespace 1 looked absent");
         assert_eq!(out, vec![10]);
         assert_eq!(creator.join().unwrap(), 0);
@@ -631,7 +631,7 @@ fn refused_insert_reclaiming_a_root_racing_an_insert_into_it() {
         let refused = thread::spawn(move || c2.insert(7, &[2], &[1000]).is_err());
         assert_eq!(c.insert(7, &[1], &s).unwrap(), 0);
         assert!(refused.join().unwrap(), "a slot out of the pool was adopted");
-        let mut out = Vec::new();
+        let mut out: Vec<u32> = Vec::new();
         assert_eq!(c.match_prefix(7, &[1], &mut out), 1, "the insert's page was lost");
         let census = c.tree().check_invariants().unwrap();
         assert_eq!((census.namespaces, census.nodes), (1, 1));
@@ -658,7 +658,7 @@ fn namespace_map_slot_reuse_racing_a_lookup() {
             assert_eq!(freed, vec![10]);
             assert_eq!(t2.insert(3, &[2], &[20]).unwrap(), 0);
         });
-        let mut out = Vec::new();
+        let mut out: Vec<u32> = Vec::new();
         assert_eq!(t.match_prefix(3, &[1], &mut out), 0, "namespace 3 matched namespace 1's page");
         writer.join().unwrap();
         let c = t.check_invariants().unwrap();
@@ -792,7 +792,7 @@ fn events_last_child_removal_comes_before_its_parents() {
         // A pinned page keeps the namespace's root alive (no reclaim and re-creation for
         // the insert of `[9]`: a smaller model).
         t.insert(0, &[7], &[70]).unwrap();
-        let mut out = Vec::new();
+        let mut out: Vec<u32> = Vec::new();
         let keep = t.match_and_lock(0, &[7], &mut out);
         let t2 = t.clone();
         let other = thread::spawn(move || {

@@ -6,7 +6,7 @@
 
 use loom::sync::Arc;
 use loom::thread;
-use radixkv::{EvictionPolicy, RadixTree, TreeConfig};
+use radixkv::{EvictionPolicy, InsertOptions, RadixTree, TreeConfig};
 
 use super::{model, model_with};
 
@@ -33,14 +33,14 @@ fn mru_touch_racing_the_queueing_of_the_leaf() {
     model(|| {
         let t = Arc::new(tree(EvictionPolicy::Mru));
         t.insert(0, &[1], &[10]).unwrap();
-        let mut out = Vec::new();
+        let mut out: Vec<u32> = Vec::new();
         let l = t.match_and_lock(0, &[1], &mut out).into_raw();
         // A is pinned: this pass drops its entry and frees nothing.
         assert_eq!(t.evict(1, &mut |_| {}), 0);
         t.insert(0, &[2], &[20]).unwrap();
         let t2 = t.clone();
         let matcher = thread::spawn(move || {
-            let mut out = Vec::new();
+            let mut out: Vec<u32> = Vec::new();
             assert_eq!(t2.match_prefix(0, &[1], &mut out), 1);
         });
         t.release(l).unwrap();
@@ -68,7 +68,7 @@ fn lfu_hit_racing_a_split_of_the_edge() {
         let inserter = thread::spawn(move || {
             assert_eq!(t2.insert(0, &[1, 2], &[10, 20]).unwrap(), 2);
         });
-        let mut out = Vec::new();
+        let mut out: Vec<u32> = Vec::new();
         let l = t.match_and_lock(0, &[1], &mut out).into_raw();
         inserter.join().unwrap();
         t.release(l).unwrap();
@@ -113,13 +113,13 @@ fn lru_racing_touches_keep_the_queued_key_a_lower_bound() {
     model_with(b, || {
         let t = Arc::new(tree(EvictionPolicy::Lru));
         t.insert(0, &[1], &[10]).unwrap();
-        let mut out = Vec::new();
-        let l = t.match_and_lock_raw(0, &[1], &mut out);
+        let mut out: Vec<u32> = Vec::new();
+        let l = t.match_and_lock(0, &[1], &mut out).into_raw();
         // A is pinned: this pass drops its entry and frees nothing.
         assert_eq!(t.evict(1, &mut |_| {}), 0);
         let t2 = t.clone();
         let other = thread::spawn(move || {
-            let mut out = Vec::new();
+            let mut out: Vec<u32> = Vec::new();
             assert_eq!(t2.match_prefix(0, &[1], &mut out), 1);
             t2.release(l).unwrap();
         });
@@ -143,8 +143,8 @@ fn lru_racing_touches_keep_the_queued_key_a_lower_bound() {
 fn two_passes_racing_over_the_stale_entry_of_a_parent() {
     model(|| {
         let t = Arc::new(tree(EvictionPolicy::Priority));
-        t.insert_with_priority(0, &[1], &[10], 5).unwrap();
-        t.insert_with_priority(0, &[1, 2], &[10, 20], 0).unwrap();
+        t.insert_with(0, &[1], &[10], InsertOptions::with_priority(5)).unwrap();
+        t.insert_with(0, &[1, 2], &[10, 20], InsertOptions::with_priority(0)).unwrap();
         let t2 = t.clone();
         let other = thread::spawn(move || {
             let mut freed = Vec::new();
