@@ -68,6 +68,9 @@ thread_local! {
     static SCRATCH: std::cell::RefCell<FindScratch> = std::cell::RefCell::new(FindScratch::new());
 }
 
+/// How far ahead the walk asks for table slots.
+const PREFETCH: usize = 8;
+
 /// Not a candidate (its word was not live when met).
 const SKIP: u32 = u32::MAX;
 
@@ -185,10 +188,20 @@ impl RouterIndex {
             s.alive.push(s.cands.len() as u32);
             s.cands.push(Cand { slot, word, worker, seen_any: 0, seen_dev: 0, any: IN, dev: IN });
         });
-        // 2. The trusted walk.
+        // 2. The trusted walk (with hints: the table slot of the block 8 ahead, the record
+        // of the block 4 ahead, so the walk's dependent loads overlap).
         let n = s.keys.len();
+        for k in s.keys.iter().take(PREFETCH).skip(1) {
+            self.table.prefetch(*k, false, &guard);
+        }
         let mut i = 0;
         while i < n && !s.alive.is_empty() {
+            if let Some(k) = s.keys.get(i + PREFETCH) {
+                self.table.prefetch(*k, false, &guard);
+            }
+            if let Some(k) = s.keys.get(i + PREFETCH / 2) {
+                self.table.prefetch(*k, true, &guard);
+            }
             let pos = i as u32 + 1;
             if let Some(b) = self.table.get(s.keys[i], &guard) {
                 let (cands, mark) = (&mut s.cands, &s.mark);

@@ -913,7 +913,8 @@ impl RouterIndex {
     /// Runs the epoch garbage that can be freed now (a few rounds): what a memory figure
     /// should be read after.
     pub fn reclaim(&self) {
-        for _ in 0..4 {
+        // Each flush advances the epoch when it can and frees a bounded batch.
+        for _ in 0..256 {
             self.domain.pin().flush();
         }
     }

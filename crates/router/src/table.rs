@@ -239,6 +239,25 @@ impl BlockTable {
         })
     }
 
+    /// A hint: starts loading the table slot where `key`'s probe begins (`record`: also the
+    /// record that slot points to, if any). No effect on what any access returns.
+    #[inline]
+    pub(crate) fn prefetch(&self, key: u64, record: bool, guard: &Guard) {
+        let h = mix(key);
+        let t = self.shard(h).table.load(Ordering::Acquire, guard);
+        // SAFETY: as in `get` (loaded under `guard`, never null).
+        let t = unsafe { t.deref() };
+        let slot = &t.slots[h as usize & (t.slots.len() - 1)];
+        if record {
+            let b = slot.load(Ordering::Acquire, guard);
+            if !b.is_null() {
+                prefetch_line(b.as_raw().cast());
+            }
+        } else {
+            prefetch_line((slot as *const Atomic<Block>).cast());
+        }
+    }
+
     /// Sets `media` in `slot`'s entry of block `key` (creating the record or the entry),
     /// the entry made under `parity`. Writers: takes the shard lock.
     pub(crate) fn add(
@@ -366,6 +385,19 @@ impl Drop for BlockTable {
     fn drop(&mut self) {
         self.destroy();
     }
+}
+
+/// Asks the CPU to start loading the cache line at `p` (a hint; `p` is never dereferenced).
+#[inline(always)]
+fn prefetch_line(p: *const i8) {
+    #[cfg(target_arch = "x86_64")]
+    // SAFETY: a prefetch does not access memory architecturally: any address is allowed,
+    // and SSE is part of the x86_64 baseline.
+    unsafe {
+        std::arch::x86_64::_mm_prefetch::<{ std::arch::x86_64::_MM_HINT_T0 }>(p)
+    };
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = p;
 }
 
 /// A table size for `live` records: at most half full.
