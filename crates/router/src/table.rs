@@ -38,13 +38,20 @@ use std::mem::size_of;
 use crate::sync::epoch::{Atomic, Guard, Owned, Shared};
 use crate::sync::{AtomicU32, Mutex, Ordering, lock};
 
-/// Shards of the table (a power of two): writers of different shards never meet.
+/// Shards of the table (a power of two): writers of different shards never meet. Under
+/// loom one shard, so that a model's few blocks share one table and reach its rebuilds.
+#[cfg(not(loom))]
 pub(crate) const SHARDS: usize = 64;
+#[cfg(loom)]
+pub(crate) const SHARDS: usize = 1;
 const SHARD_BITS: u32 = SHARDS.trailing_zeros();
 /// Member entries inline in a record.
 pub(crate) const INLINE: usize = 3;
-/// Slots of a shard's smallest table.
+/// Slots of a shard's smallest table (under loom 4: a fourth block rebuilds it).
+#[cfg(not(loom))]
 const MIN_SLOTS: usize = 8;
+#[cfg(loom)]
+const MIN_SLOTS: usize = 4;
 /// Overflow arrays' smallest capacity.
 const MIN_OVERFLOW: usize = 4;
 
@@ -220,7 +227,8 @@ impl BlockTable {
 
     #[inline]
     fn shard(&self, h: u64) -> &Shard {
-        &self.shards[(h >> (64 - SHARD_BITS)) as usize]
+        // The top SHARD_BITS bits (the probe uses the low ones).
+        &self.shards[h.rotate_left(SHARD_BITS) as usize & (SHARDS - 1)]
     }
 
     /// The record of `key`, if the block is held by anyone (readers: no lock).

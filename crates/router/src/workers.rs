@@ -162,8 +162,11 @@ impl Slot {
     }
 }
 
-/// Shards of the registry.
+/// Shards of the registry (2 under loom: fewer modelled locks).
+#[cfg(not(loom))]
 pub(crate) const REG_SHARDS: usize = 16;
+#[cfg(loom)]
+pub(crate) const REG_SHARDS: usize = 2;
 
 /// `(worker_id, dp_rank)` -> slot, and the free slots.
 pub(crate) struct Registry {
