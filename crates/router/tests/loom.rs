@@ -16,6 +16,14 @@ const B: Worker = Worker { worker_id: 2, dp_rank: 0 };
 const C: Worker = Worker { worker_id: 3, dp_rank: 0 };
 const D: Worker = Worker { worker_id: 4, dp_rank: 1 };
 
+/// `loom::model` with room for the index's many atomic steps per execution (the
+/// preemption bound still comes from `LOOM_MAX_PREEMPTIONS`).
+fn model(f: impl Fn() + Sync + Send + 'static) {
+    let mut b = loom::model::Builder::new();
+    b.max_branches = 100_000;
+    b.check(f);
+}
+
 fn index() -> RouterIndex {
     RouterIndex::new(RouterOptions { block_size: 1, max_workers: 4, gap_policy: GapPolicy::Clear })
         .unwrap()
@@ -46,7 +54,7 @@ fn empty_after_all_gone(idx: &RouterIndex, ws: &[Worker]) {
 
 #[test]
 fn new_block_is_published_parent_first() {
-    loom::model(|| {
+    model(|| {
         let idx = Arc::new(index());
         let i2 = idx.clone();
         let t = thread::spawn(move || store(&i2, A, None, &[1, 2], &[10, 11]));
@@ -60,7 +68,7 @@ fn new_block_is_published_parent_first() {
 
 #[test]
 fn coverage_change_into_a_full_record() {
-    loom::model(|| {
+    model(|| {
         let idx = Arc::new(index());
         for w in [B, C, D] {
             store(&idx, w, None, &[1], &[10]);
@@ -80,7 +88,7 @@ fn coverage_change_into_a_full_record() {
 
 #[test]
 fn medium_change_is_one_store() {
-    loom::model(|| {
+    model(|| {
         let idx = Arc::new(index());
         store(&idx, A, None, &[1], &[10]);
         let i2 = idx.clone();
@@ -98,7 +106,7 @@ fn medium_change_is_one_store() {
 
 #[test]
 fn removal_unlinks_and_reclaims() {
-    loom::model(|| {
+    model(|| {
         let idx = Arc::new(index());
         store(&idx, A, None, &[1, 2], &[10, 11]);
         let i2 = idx.clone();
@@ -114,7 +122,7 @@ fn removal_unlinks_and_reclaims() {
 
 #[test]
 fn two_removals_give_a_prefix_state() {
-    loom::model(|| {
+    model(|| {
         let idx = Arc::new(index());
         store(&idx, A, None, &[1, 2, 3], &[10, 11, 12]);
         let i2 = idx.clone();
@@ -133,7 +141,7 @@ fn two_removals_give_a_prefix_state() {
 
 #[test]
 fn worker_removal_is_atomic() {
-    loom::model(|| {
+    model(|| {
         let idx = Arc::new(index());
         store(&idx, A, None, &[1, 2, 3], &[10, 11, 12]);
         let i2 = idx.clone();
@@ -148,7 +156,7 @@ fn worker_removal_is_atomic() {
 
 #[test]
 fn clear_is_atomic() {
-    loom::model(|| {
+    model(|| {
         let idx = Arc::new(index());
         store(&idx, A, None, &[1, 2, 3], &[10, 11, 12]);
         let i2 = idx.clone();
@@ -166,7 +174,7 @@ fn clear_is_atomic() {
 
 #[test]
 fn table_rebuild_keeps_every_block() {
-    loom::model(|| {
+    model(|| {
         let idx = Arc::new(index());
         store(&idx, A, None, &[1, 2, 3], &[10, 11, 12]);
         let i2 = idx.clone();
@@ -181,15 +189,16 @@ fn table_rebuild_keeps_every_block() {
 
 #[test]
 fn two_writers_one_block() {
-    loom::model(|| {
+    model(|| {
         let idx = Arc::new(index());
-        let (i1, i2) = (idx.clone(), idx.clone());
+        let i1 = idx.clone();
+        // Two threads write the same block (one record, one shard lock) for two workers;
+        // the main thread reads after its own store.
         let t1 = thread::spawn(move || store(&i1, A, None, &[1], &[10]));
-        let t2 = thread::spawn(move || store(&i2, B, None, &[5], &[10]));
+        store(&idx, B, None, &[5], &[10]);
         let got = find(&idx, &[10]);
-        assert!(got.iter().all(|g| g.1 == 1 && g.2 == 1), "{got:?}");
+        assert!(got == [(2, 1, 1)] || got == [(1, 1, 1), (2, 1, 1)], "{got:?}");
         t1.join().unwrap();
-        t2.join().unwrap();
         assert_eq!(find(&idx, &[10]), [(1, 1, 1), (2, 1, 1)]);
         empty_after_all_gone(&idx, &[A, B]);
     });
