@@ -26,7 +26,8 @@
 //!   held then; for radixkv also its own `bytes` stat against the allocator.
 //!
 //! Scores are checked equal between contestants at quiescence (every distinct request of
-//! the trace looked up after the capacity run); differences are counted and printed.
+//! the trace looked up after the capacity run); differences are counted, and printed one
+//! by one with `RADIXKV_BENCH_SHOW_DIFF=1`.
 
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::collections::{BTreeMap, HashMap};
@@ -662,7 +663,21 @@ fn measure<C: Contestant>(
             .distinct
             .iter()
             .zip(&answers)
-            .filter(|((st, len), a)| r(&s.contents[*st as usize..(*st + *len) as usize]) != **a)
+            .filter(|((st, len), a)| {
+                let want = r(&s.contents[*st as usize..(*st + *len) as usize]);
+                if want != **a && std::env::var_os("RADIXKV_BENCH_SHOW_DIFF").is_some() {
+                    // The differing workers only, (worker, blocks): radixkv's, then this one's.
+                    let only = |x: &Answer, y: &Answer| -> Answer {
+                        x.iter().filter(|e| !y.contains(e)).copied().collect()
+                    };
+                    eprintln!(
+                        "{name}: request of {len} blocks: radixkv {:?} {name} {:?}",
+                        only(&want, a),
+                        only(a, &want)
+                    );
+                }
+                want != **a
+            })
             .count(),
     };
     let mean =
