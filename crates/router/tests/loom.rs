@@ -3,7 +3,7 @@
 //! coverage change (an entry into a full record: its overflow array published), a medium
 //! change, removal and reclaim, the per-worker prefix rule under two removals, worker
 //! removal, clear, a table rebuild, and two writers on one block. Each model is small
-//! (block size 1, at most three blocks, one shard, four worker slots).
+//! (block size 1, at most four blocks, one shard, five worker slots).
 #![cfg(loom)]
 
 use loom::sync::Arc;
@@ -15,6 +15,7 @@ const A: Worker = Worker { worker_id: 1, dp_rank: 0 };
 const B: Worker = Worker { worker_id: 2, dp_rank: 0 };
 const C: Worker = Worker { worker_id: 3, dp_rank: 0 };
 const D: Worker = Worker { worker_id: 4, dp_rank: 1 };
+const E: Worker = Worker { worker_id: 5, dp_rank: 0 };
 
 /// `loom::model` with room for the index's many atomic steps per execution (the
 /// preemption bound still comes from `LOOM_MAX_PREEMPTIONS`).
@@ -25,7 +26,7 @@ fn model(f: impl Fn() + Sync + Send + 'static) {
 }
 
 fn index() -> RouterIndex {
-    RouterIndex::new(RouterOptions { block_size: 1, max_workers: 4, gap_policy: GapPolicy::Clear })
+    RouterIndex::new(RouterOptions { block_size: 1, max_workers: 5, gap_policy: GapPolicy::Clear })
         .unwrap()
 }
 
@@ -70,19 +71,23 @@ fn new_block_is_published_parent_first() {
 fn coverage_change_into_a_full_record() {
     model(|| {
         let idx = Arc::new(index());
-        for w in [B, C, D] {
+        // Three holders inline, a fourth in a one-entry overflow array (its loom size).
+        for w in [B, C, D, E] {
             store(&idx, w, None, &[1], &[10]);
         }
         let i2 = idx.clone();
-        // A fourth holder: the record's inline entries are full, so an overflow array is
-        // made and published.
+        // A fifth holder: the overflow array is full, so a larger one is made, the old
+        // entry copied in, and published.
         let t = thread::spawn(move || store(&i2, A, None, &[1], &[10]));
         let got = find(&idx, &[10]);
-        let others = [(2, 1, 1), (3, 1, 1), (4, 1, 1)];
-        assert!(got == others || got == [(1, 1, 1), (2, 1, 1), (3, 1, 1), (4, 1, 1)], "{got:?}");
+        let others = [(2, 1, 1), (3, 1, 1), (4, 1, 1), (5, 1, 1)];
+        assert!(
+            got == others || got == [(1, 1, 1), (2, 1, 1), (3, 1, 1), (4, 1, 1), (5, 1, 1)],
+            "{got:?}"
+        );
         t.join().unwrap();
-        assert_eq!(find(&idx, &[10]).len(), 4);
-        empty_after_all_gone(&idx, &[A, B, C, D]);
+        assert_eq!(find(&idx, &[10]).len(), 5);
+        empty_after_all_gone(&idx, &[A, B, C, D, E]);
     });
 }
 
