@@ -1,0 +1,299 @@
+//! The reader: scores of every worker holding a request's first block.
+//!
+//! A find takes no lock, writes nothing shared and never waits for a writer. It pins the
+//! epoch (a thread-local write), hashes the request into chain keys (into the scratch),
+//! then walks:
+//!
+//! 1. *discovery*: the first block's entries name the candidate workers; each one's
+//!    version word is loaded (Acquire) the first time it is met. These reads of block 0
+//!    are not trusted (they came before the word's load);
+//! 2. *trusted walk*: block 0 again, then 1, 2, ...: for each alive candidate, whether its
+//!    entry (of the parity its word had) holds the device copy and any copy; a candidate
+//!    drops out of a medium at the first block it does not hold there; the walk ends when
+//!    no candidate is left or the request is;
+//! 3. *check*: each candidate's word is loaded again (Acquire). Equal to the first load:
+//!    the worker changed at most once during the trusted reads, and that change is one
+//!    entry store, so its score is the one after a prefix of its events (`workers.rs`).
+//!    Different: the worker alone is walked again, with a fresh word, until a walk checks.
+//!
+//! A worker's clear or removal is one store of its word: a reader that met it before sees
+//! the word change and walks it again; one that meets it after sees the new parity (no old
+//! entry counts) or no `live` bit (the worker is skipped).
+
+use crate::sync::epoch::Guard;
+use crate::table::{GPU, entry_media, entry_parity, entry_slot};
+use crate::workers::{live, parity};
+use crate::{RouterIndex, Score, Worker, chain_key};
+use radixkv::events::hash::{dynamo_seed, xxh3_local};
+
+/// A candidate of one find.
+#[derive(Clone, Copy)]
+struct Cand {
+    slot: u32,
+    word: u64,
+    worker: Worker,
+    /// The last position (+1) it was seen holding in any medium / on the device.
+    seen_any: u32,
+    seen_dev: u32,
+    /// Scores once it dropped out (`u32::MAX`: still in).
+    any: u32,
+    dev: u32,
+}
+
+const IN: u32 = u32::MAX;
+
+/// A reader's reusable buffers: with one, a find allocates nothing once the buffers have
+/// grown to the request length and the number of workers met.
+#[derive(Default)]
+pub struct FindScratch {
+    keys: Vec<u64>,
+    cands: Vec<Cand>,
+    /// Indices of the candidates still in (any medium).
+    alive: Vec<u32>,
+    /// Per slot: `(stamp << 32) | candidate index`, valid when the stamp is this find's.
+    mark: Vec<u64>,
+    /// Per slot stamps of the find in progress.
+    stamp: u32,
+}
+
+impl FindScratch {
+    /// Empty buffers.
+    pub fn new() -> FindScratch {
+        FindScratch::default()
+    }
+}
+
+#[cfg(not(loom))]
+thread_local! {
+    static SCRATCH: std::cell::RefCell<FindScratch> = std::cell::RefCell::new(FindScratch::new());
+}
+
+/// How far ahead the walk asks for table slots.
+const PREFETCH: usize = 8;
+
+/// Not a candidate (its word was not live when met).
+const SKIP: u32 = u32::MAX;
+
+impl RouterIndex {
+    /// Scores of `tokens` (cut into blocks of the index's block size; a partial last
+    /// block is ignored) in namespace (`lora_name`, `cache_salt`): every worker holding the
+    /// first block, once, with its leading blocks held on the device and in any medium.
+    /// `out` is cleared first. Uses a thread-local scratch (see [`RouterIndex::find_with`]).
+    pub fn find(
+        &self,
+        tokens: &[u32],
+        lora_name: Option<&str>,
+        cache_salt: Option<&str>,
+        out: &mut Vec<Score>,
+    ) {
+        self.with_scratch(|me, s| me.find_with(s, tokens, lora_name, cache_salt, out));
+    }
+
+    /// [`RouterIndex::find`] for precomputed content hashes, one per block, namespace mixed
+    /// in (as [`crate::content_hashes`] makes them).
+    pub fn find_hashes(&self, content_hashes: &[u64], out: &mut Vec<Score>) {
+        self.with_scratch(|me, s| me.find_hashes_with(s, content_hashes, out));
+    }
+
+    #[cfg(not(loom))]
+    fn with_scratch(&self, f: impl FnOnce(&Self, &mut FindScratch)) {
+        SCRATCH.with(|s| match s.try_borrow_mut() {
+            Ok(mut s) => f(self, &mut s),
+            // Re-entered from inside a find (not done by the index itself): own buffers.
+            Err(_) => f(self, &mut FindScratch::new()),
+        });
+    }
+
+    #[cfg(loom)]
+    fn with_scratch(&self, f: impl FnOnce(&Self, &mut FindScratch)) {
+        f(self, &mut FindScratch::new());
+    }
+
+    /// [`RouterIndex::find`] with the caller's scratch.
+    pub fn find_with(
+        &self,
+        scratch: &mut FindScratch,
+        tokens: &[u32],
+        lora_name: Option<&str>,
+        cache_salt: Option<&str>,
+        out: &mut Vec<Score>,
+    ) {
+        let seed = dynamo_seed(cache_salt, lora_name);
+        scratch.keys.clear();
+        let mut prev = None;
+        for b in tokens.chunks_exact(self.options().block_size as usize) {
+            let k = chain_key(prev, xxh3_local(b, seed));
+            scratch.keys.push(k);
+            prev = Some(k);
+        }
+        self.walk(scratch, out);
+    }
+
+    /// [`RouterIndex::find_hashes`] with the caller's scratch.
+    pub fn find_hashes_with(
+        &self,
+        scratch: &mut FindScratch,
+        content_hashes: &[u64],
+        out: &mut Vec<Score>,
+    ) {
+        scratch.keys.clear();
+        let mut prev = None;
+        for &c in content_hashes {
+            let k = chain_key(prev, c);
+            scratch.keys.push(k);
+            prev = Some(k);
+        }
+        self.walk(scratch, out);
+    }
+
+    fn walk(&self, s: &mut FindScratch, out: &mut Vec<Score>) {
+        out.clear();
+        let Some(&k0) = s.keys.first() else {
+            return;
+        };
+        let guard = self.domain.pin();
+        let Some(b0) = self.table.get(k0, &guard) else {
+            return;
+        };
+        if s.mark.len() < self.slots.len() {
+            s.mark.resize(self.slots.len(), 0);
+        }
+        s.stamp = s.stamp.wrapping_add(1);
+        if s.stamp == 0 {
+            // The stamps wrapped: old marks could read as this find's.
+            s.mark.iter_mut().for_each(|m| *m = 0);
+            s.stamp = 1;
+        }
+        let stamp = (s.stamp as u64) << 32;
+        s.cands.clear();
+        s.alive.clear();
+        // 1. Discovery.
+        b0.for_each_entry(&guard, |e| {
+            let slot = entry_slot(e);
+            let m = &mut s.mark[slot as usize];
+            if *m >> 32 == stamp >> 32 {
+                return;
+            }
+            let sl = &self.slots[slot as usize];
+            let word = sl.word.load(crate::sync::Ordering::Acquire);
+            if !live(word) {
+                *m = stamp | SKIP as u64;
+                return;
+            }
+            let worker = Worker::new(
+                sl.id.load(crate::sync::Ordering::Relaxed),
+                sl.rank.load(crate::sync::Ordering::Relaxed),
+            );
+            *m = stamp | s.cands.len() as u64;
+            s.alive.push(s.cands.len() as u32);
+            s.cands.push(Cand { slot, word, worker, seen_any: 0, seen_dev: 0, any: IN, dev: IN });
+        });
+        // 2. The trusted walk (with hints: the table slot of the block 8 ahead, the record
+        // of the block 4 ahead, so the walk's dependent loads overlap).
+        let n = s.keys.len();
+        for k in s.keys.iter().take(PREFETCH).skip(1) {
+            self.table.prefetch(*k, false, &guard);
+        }
+        let mut i = 0;
+        while i < n && !s.alive.is_empty() {
+            if let Some(k) = s.keys.get(i + PREFETCH) {
+                self.table.prefetch(*k, false, &guard);
+            }
+            if let Some(k) = s.keys.get(i + PREFETCH / 2) {
+                self.table.prefetch(*k, true, &guard);
+            }
+            let pos = i as u32 + 1;
+            if let Some(b) = self.table.get(s.keys[i], &guard) {
+                let (cands, mark) = (&mut s.cands, &s.mark);
+                b.for_each_entry(&guard, |e| {
+                    let m = mark[entry_slot(e) as usize];
+                    if m >> 32 != stamp >> 32 || m as u32 == SKIP {
+                        return;
+                    }
+                    let c = &mut cands[m as u32 as usize];
+                    if entry_parity(e) != parity(c.word) {
+                        return;
+                    }
+                    c.seen_any = pos;
+                    if entry_media(e) & GPU != 0 {
+                        c.seen_dev = pos;
+                    }
+                });
+            }
+            let (cands, alive) = (&mut s.cands, &mut s.alive);
+            alive.retain(|&ci| {
+                let c = &mut cands[ci as usize];
+                if c.dev == IN && c.seen_dev != pos {
+                    c.dev = i as u32;
+                }
+                if c.seen_any != pos {
+                    c.any = i as u32;
+                    return false;
+                }
+                true
+            });
+            i += 1;
+        }
+        // 3. The check.
+        for c in &mut s.cands {
+            if c.any == IN {
+                c.any = n as u32;
+            }
+            if c.dev == IN {
+                c.dev = n as u32;
+            }
+            let now = self.slots[c.slot as usize].word.load(crate::sync::Ordering::Acquire);
+            if now != c.word {
+                match self.walk_one(c.slot, &s.keys, &guard) {
+                    Some((worker, dev, any)) => {
+                        c.worker = worker;
+                        c.dev = dev;
+                        c.any = any;
+                    }
+                    None => c.any = 0,
+                }
+            }
+            if c.any > 0 {
+                out.push(Score { worker: c.worker, device_blocks: c.dev, any_blocks: c.any });
+            }
+        }
+    }
+
+    /// One worker's walk, repeated until its word is the same before and after (`None`:
+    /// the slot's worker is gone).
+    fn walk_one(&self, slot: u32, keys: &[u64], guard: &Guard) -> Option<(Worker, u32, u32)> {
+        let sl = &self.slots[slot as usize];
+        loop {
+            let word = sl.word.load(crate::sync::Ordering::Acquire);
+            if !live(word) {
+                return None;
+            }
+            let worker = Worker::new(
+                sl.id.load(crate::sync::Ordering::Relaxed),
+                sl.rank.load(crate::sync::Ordering::Relaxed),
+            );
+            let (mut dev, mut any) = (None, None);
+            for (i, &k) in keys.iter().enumerate() {
+                let mut media = 0;
+                if let Some(b) = self.table.get(k, guard) {
+                    b.for_each_entry(guard, |e| {
+                        if entry_slot(e) == slot && entry_parity(e) == parity(word) {
+                            media = entry_media(e);
+                        }
+                    });
+                }
+                if dev.is_none() && media & GPU == 0 {
+                    dev = Some(i as u32);
+                }
+                if media == 0 {
+                    any = Some(i as u32);
+                    break;
+                }
+            }
+            let n = keys.len() as u32;
+            if sl.word.load(crate::sync::Ordering::Acquire) == word {
+                return Some((worker, dev.unwrap_or(n), any.unwrap_or(n)));
+            }
+        }
+    }
+}

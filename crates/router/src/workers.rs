@@ -1,0 +1,191 @@
+//! Worker slots: what readers read of a worker (one version word, its identity) and what
+//! its writer keeps (the engine-hash map, the cursor), plus the registry from
+//! `(worker_id, dp_rank)` to a slot.
+//!
+//! # The version word
+//!
+//! ```text
+//! bit  63      live: the slot names a worker (0: free, or its worker is being removed)
+//! bit  62      clear parity: flipped by every clear of the worker; entries made under the
+//!              other parity are not the worker's any more (a clear is one store of this word)
+//! bits 0..=61  change count: +1 before every change of the worker's entries, every clear,
+//!              removal and assignment of the slot; never reset (a reused slot goes on
+//!              counting), so equal words mean "no change in between"
+//! ```
+//!
+//! Protocol (the word is written only by the holder of the slot's state lock):
+//! - *a change* of one of the worker's (block, medium) holdings: `fetch_add(1, Release)`,
+//!   then the entry's Release store (`table.rs`). A reader that observes the entry's new
+//!   value (Acquire) therefore reads the word at or past the increment afterwards.
+//! - *clear*: one Release store of the word with the count +1 and the parity flipped;
+//!   then the old entries are removed from the table (no further increments: readers that
+//!   met the worker before the store see a different word at their check; readers that
+//!   meet it after ignore entries of the old parity).
+//! - *removal*: the same with `live` cleared; the slot goes back to the free list only
+//!   after every entry of it left the table.
+//! - *assignment* of a free slot: the identity is stored, then the word with `live` set and
+//!   the count +1 (Release).
+//!
+//! A reader loads the word (Acquire) when it first meets the worker, makes its trusted
+//! reads of the worker's entries after that, and loads the word again at the end: equal
+//! words mean the worker changed at most once during the reads (the change whose increment
+//! the first load saw, whose single entry store may have landed during them), so what the
+//! reader saw is the worker's state before or after that one change. Otherwise it walks
+//! that worker again.
+
+use std::collections::HashMap;
+use std::hash::{BuildHasherDefault, Hasher};
+use std::mem::size_of;
+
+use crate::Worker;
+use crate::sync::{AtomicU32, AtomicU64, Mutex};
+
+pub(crate) const LIVE: u64 = 1 << 63;
+pub(crate) const PARITY: u64 = 1 << 62;
+pub(crate) const COUNT: u64 = PARITY - 1;
+
+/// Whether a version word names a live worker.
+#[inline]
+pub(crate) fn live(w: u64) -> bool {
+    w & LIVE != 0
+}
+/// A version word's clear parity.
+#[inline]
+pub(crate) fn parity(w: u64) -> bool {
+    w & PARITY != 0
+}
+/// The word after one more change, with `live` and `parity` as given.
+#[inline]
+pub(crate) fn next_word(w: u64, live: bool, parity: bool) -> u64 {
+    ((w & COUNT) + 1) & COUNT | if live { LIVE } else { 0 } | if parity { PARITY } else { 0 }
+}
+
+/// A hasher for keys that are (mostly) hashes already: one multiply-xorshift round.
+#[derive(Default, Clone, Copy)]
+pub(crate) struct MixHasher(u64);
+
+impl Hasher for MixHasher {
+    fn finish(&self) -> u64 {
+        let k = self.0.wrapping_mul(0x9e37_79b9_7f4a_7c15);
+        k ^ (k >> 29)
+    }
+    fn write(&mut self, bytes: &[u8]) {
+        for b in bytes {
+            self.0 = (self.0 ^ *b as u64).wrapping_mul(0x100_0000_01b3);
+        }
+    }
+    fn write_u64(&mut self, v: u64) {
+        self.0 = (self.0 ^ v).wrapping_mul(0x9e37_79b9_7f4a_7c15).rotate_left(23);
+    }
+    fn write_u32(&mut self, v: u32) {
+        self.write_u64(v as u64);
+    }
+}
+
+pub(crate) type Mix = BuildHasherDefault<MixHasher>;
+
+/// One of the worker's engine hashes: the block's chain key and the media it holds it in.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Held {
+    pub(crate) key: u64,
+    pub(crate) media: u32,
+}
+
+/// What a worker's writer keeps (under the slot's state lock).
+pub(crate) struct WorkerState {
+    pub(crate) worker: Worker,
+    /// The next `seq` expected (`None` before the first batch).
+    pub(crate) next_seq: Option<u64>,
+    /// The writer's copy of the word's clear parity.
+    pub(crate) parity: bool,
+    /// Engine hash -> the block it names and its media.
+    pub(crate) held: HashMap<u64, Held, Mix>,
+    /// Second (third, ...) engine names of one (chain key, medium) this worker holds: how
+    /// many more names than one. Empty unless an engine names a block twice.
+    pub(crate) twins: HashMap<(u64, u32), u32, Mix>,
+}
+
+impl WorkerState {
+    pub(crate) fn new(worker: Worker, parity: bool) -> WorkerState {
+        WorkerState {
+            worker,
+            next_seq: None,
+            parity,
+            held: HashMap::default(),
+            twins: HashMap::default(),
+        }
+    }
+
+    /// Heap bytes of the state (its box and its maps' tables).
+    pub(crate) fn bytes(&self) -> usize {
+        size_of::<WorkerState>()
+            + map_bytes(self.held.capacity(), size_of::<(u64, Held)>())
+            + map_bytes(self.twins.capacity(), size_of::<((u64, u32), u32)>())
+    }
+}
+
+/// The allocation of a std (hashbrown) table of `capacity` items of `item` bytes: buckets
+/// (capacity + 1 below 8 buckets, else capacity * 8 / 7) of items, padded to 16, then one
+/// control byte per bucket plus a 16-byte group.
+pub(crate) fn map_bytes(capacity: usize, item: usize) -> usize {
+    if capacity == 0 {
+        return 0;
+    }
+    let buckets = if capacity < 8 {
+        (capacity + 1).next_power_of_two()
+    } else {
+        (capacity * 8 / 7).next_power_of_two()
+    };
+    (buckets * item).next_multiple_of(16) + buckets + 16
+}
+
+/// A worker slot.
+pub(crate) struct Slot {
+    /// The version word (layout above).
+    pub(crate) word: AtomicU64,
+    /// The worker's id and dp rank (valid while the word is live; read by readers between
+    /// their two loads of the word).
+    pub(crate) id: AtomicU64,
+    pub(crate) rank: AtomicU32,
+    /// The writer's state (`None`: the slot is free).
+    pub(crate) state: Mutex<Option<Box<WorkerState>>>,
+}
+
+impl Slot {
+    pub(crate) fn new() -> Slot {
+        Slot {
+            word: AtomicU64::new(0),
+            id: AtomicU64::new(0),
+            rank: AtomicU32::new(0),
+            state: Mutex::new(None),
+        }
+    }
+}
+
+/// Shards of the registry (2 under loom: fewer modelled locks).
+#[cfg(not(loom))]
+pub(crate) const REG_SHARDS: usize = 16;
+#[cfg(loom)]
+pub(crate) const REG_SHARDS: usize = 2;
+
+/// `(worker_id, dp_rank)` -> slot, and the free slots.
+pub(crate) struct Registry {
+    pub(crate) shards: Box<[Mutex<HashMap<Worker, u32, Mix>>]>,
+    /// Slots handed back, and the next never-used slot.
+    pub(crate) free: Mutex<(Vec<u32>, u32)>,
+}
+
+impl Registry {
+    pub(crate) fn new() -> Registry {
+        Registry {
+            shards: (0..REG_SHARDS).map(|_| Mutex::new(HashMap::default())).collect(),
+            free: Mutex::new((Vec::new(), 0)),
+        }
+    }
+
+    pub(crate) fn shard(&self, w: Worker) -> &Mutex<HashMap<Worker, u32, Mix>> {
+        let h =
+            (w.worker_id ^ (w.dp_rank as u64).rotate_left(32)).wrapping_mul(0x9e37_79b9_7f4a_7c15);
+        &self.shards[(h >> 60) as usize % REG_SHARDS]
+    }
+}

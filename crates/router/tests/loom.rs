@@ -1,0 +1,210 @@
+//! Loom models of the router index's protocols (`RUSTFLAGS="--cfg loom --cfg
+//! crossbeam_loom"`, `LOOM_MAX_PREEMPTIONS=2`, `--release`): publication of a new block, a
+//! coverage change (an entry into a full record: its overflow array published), a medium
+//! change, removal and reclaim, the per-worker prefix rule under two removals, worker
+//! removal, clear, a table rebuild, and two writers on one block. Each model is small
+//! (block size 1, at most four blocks, one shard, five worker slots).
+#![cfg(loom)]
+
+use loom::sync::Arc;
+use loom::thread;
+use radixkv::events::Medium;
+use radixkv_router::{FindScratch, GapPolicy, RouterIndex, RouterOptions, Worker};
+
+const A: Worker = Worker { worker_id: 1, dp_rank: 0 };
+const B: Worker = Worker { worker_id: 2, dp_rank: 0 };
+const C: Worker = Worker { worker_id: 3, dp_rank: 0 };
+const D: Worker = Worker { worker_id: 4, dp_rank: 1 };
+const E: Worker = Worker { worker_id: 5, dp_rank: 0 };
+
+/// `loom::model` with room for the index's many atomic steps per execution (the
+/// preemption bound still comes from `LOOM_MAX_PREEMPTIONS`).
+fn model(f: impl Fn() + Sync + Send + 'static) {
+    let mut b = loom::model::Builder::new();
+    b.max_branches = 100_000;
+    b.check(f);
+}
+
+fn index() -> RouterIndex {
+    RouterIndex::new(RouterOptions { block_size: 1, max_workers: 5, gap_policy: GapPolicy::Clear })
+        .unwrap()
+}
+
+/// (worker id, device blocks, any blocks), sorted.
+fn find(idx: &RouterIndex, tokens: &[u32]) -> Vec<(u64, u32, u32)> {
+    let mut out = Vec::new();
+    idx.find_with(&mut FindScratch::new(), tokens, None, None, &mut out);
+    let mut v: Vec<_> =
+        out.iter().map(|s| (s.worker.worker_id, s.device_blocks, s.any_blocks)).collect();
+    v.sort();
+    v
+}
+
+fn store(idx: &RouterIndex, w: Worker, parent: Option<u64>, hashes: &[u64], tokens: &[u32]) {
+    idx.stored(w, None, None, parent, hashes, tokens, Medium::Gpu).unwrap();
+}
+
+fn empty_after_all_gone(idx: &RouterIndex, ws: &[Worker]) {
+    for w in ws {
+        idx.remove_worker(*w);
+    }
+    let s = idx.stats();
+    assert_eq!((s.workers, s.blocks, s.memberships), (0, 0, 0));
+    assert_eq!(s.bytes, idx.empty_bytes() as u64);
+}
+
+#[test]
+fn new_block_is_published_parent_first() {
+    model(|| {
+        let idx = Arc::new(index());
+        let i2 = idx.clone();
+        let t = thread::spawn(move || store(&i2, A, None, &[1, 2], &[10, 11]));
+        let got = find(&idx, &[10, 11]);
+        assert!(got.is_empty() || got == [(1, 1, 1)] || got == [(1, 2, 2)], "{got:?}");
+        t.join().unwrap();
+        assert_eq!(find(&idx, &[10, 11]), [(1, 2, 2)]);
+        empty_after_all_gone(&idx, &[A]);
+    });
+}
+
+#[test]
+fn coverage_change_into_a_full_record() {
+    model(|| {
+        let idx = Arc::new(index());
+        // Three holders inline, a fourth in a one-entry overflow array (its loom size).
+        for w in [B, C, D, E] {
+            store(&idx, w, None, &[1], &[10]);
+        }
+        let i2 = idx.clone();
+        // A fifth holder: the overflow array is full, so a larger one is made, the old
+        // entry copied in, and published.
+        let t = thread::spawn(move || store(&i2, A, None, &[1], &[10]));
+        let got = find(&idx, &[10]);
+        let others = [(2, 1, 1), (3, 1, 1), (4, 1, 1), (5, 1, 1)];
+        assert!(
+            got == others || got == [(1, 1, 1), (2, 1, 1), (3, 1, 1), (4, 1, 1), (5, 1, 1)],
+            "{got:?}"
+        );
+        t.join().unwrap();
+        assert_eq!(find(&idx, &[10]).len(), 5);
+        empty_after_all_gone(&idx, &[A, B, C, D, E]);
+    });
+}
+
+#[test]
+fn medium_change_is_one_store() {
+    model(|| {
+        let idx = Arc::new(index());
+        store(&idx, A, None, &[1], &[10]);
+        let i2 = idx.clone();
+        let t = thread::spawn(move || {
+            i2.stored(A, None, None, None, &[1], &[10], Medium::CpuPinned).unwrap();
+            i2.removed(A, &[1], Medium::Gpu).unwrap();
+        });
+        let got = find(&idx, &[10]);
+        assert!(got == [(1, 1, 1)] || got == [(1, 0, 1)], "{got:?}");
+        t.join().unwrap();
+        assert_eq!(find(&idx, &[10]), [(1, 0, 1)]);
+        empty_after_all_gone(&idx, &[A]);
+    });
+}
+
+#[test]
+fn removal_unlinks_and_reclaims() {
+    model(|| {
+        let idx = Arc::new(index());
+        store(&idx, A, None, &[1, 2], &[10, 11]);
+        let i2 = idx.clone();
+        let t = thread::spawn(move || i2.removed(A, &[1], Medium::Gpu).unwrap());
+        let got = find(&idx, &[10, 11]);
+        assert!(got.is_empty() || got == [(1, 2, 2)], "{got:?}");
+        t.join().unwrap();
+        assert!(find(&idx, &[10, 11]).is_empty());
+        assert_eq!(idx.stats().blocks, 1);
+        empty_after_all_gone(&idx, &[A]);
+    });
+}
+
+#[test]
+fn two_removals_give_a_prefix_state() {
+    model(|| {
+        let idx = Arc::new(index());
+        store(&idx, A, None, &[1, 2, 3], &[10, 11, 12]);
+        let i2 = idx.clone();
+        // States: 3 blocks, then 0 (block 0 gone), then 0. Reading block 0 before the first
+        // removal and block 2 after the second must not give 2.
+        let t = thread::spawn(move || {
+            i2.removed(A, &[1], Medium::Gpu).unwrap();
+            i2.removed(A, &[3], Medium::Gpu).unwrap();
+        });
+        let got = find(&idx, &[10, 11, 12]);
+        assert!(got.is_empty() || got == [(1, 3, 3)], "{got:?}");
+        t.join().unwrap();
+        empty_after_all_gone(&idx, &[A]);
+    });
+}
+
+#[test]
+fn worker_removal_is_atomic() {
+    model(|| {
+        let idx = Arc::new(index());
+        store(&idx, A, None, &[1, 2, 3], &[10, 11, 12]);
+        let i2 = idx.clone();
+        let t = thread::spawn(move || assert!(i2.remove_worker(A)));
+        let got = find(&idx, &[10, 11, 12]);
+        assert!(got.is_empty() || got == [(1, 3, 3)], "{got:?}");
+        t.join().unwrap();
+        assert!(find(&idx, &[10, 11, 12]).is_empty());
+        empty_after_all_gone(&idx, &[]);
+    });
+}
+
+#[test]
+fn clear_is_atomic() {
+    model(|| {
+        let idx = Arc::new(index());
+        store(&idx, A, None, &[1, 2, 3], &[10, 11, 12]);
+        let i2 = idx.clone();
+        let t = thread::spawn(move || {
+            i2.cleared(A);
+            store(&i2, A, None, &[1], &[10]);
+        });
+        let got = find(&idx, &[10, 11, 12]);
+        assert!(got.is_empty() || got == [(1, 3, 3)] || got == [(1, 1, 1)], "{got:?}");
+        t.join().unwrap();
+        assert_eq!(find(&idx, &[10, 11, 12]), [(1, 1, 1)]);
+        empty_after_all_gone(&idx, &[A]);
+    });
+}
+
+#[test]
+fn table_rebuild_keeps_every_block() {
+    model(|| {
+        let idx = Arc::new(index());
+        store(&idx, A, None, &[1, 2, 3], &[10, 11, 12]);
+        let i2 = idx.clone();
+        // A fourth record: the shard's 4-slot table is rebuilt into a larger one.
+        let t = thread::spawn(move || store(&i2, B, None, &[7], &[20]));
+        assert_eq!(find(&idx, &[10, 11, 12]), [(1, 3, 3)]);
+        t.join().unwrap();
+        assert_eq!(find(&idx, &[20]), [(2, 1, 1)]);
+        empty_after_all_gone(&idx, &[A, B]);
+    });
+}
+
+#[test]
+fn two_writers_one_block() {
+    model(|| {
+        let idx = Arc::new(index());
+        let i1 = idx.clone();
+        // Two threads write the same block (one record, one shard lock) for two workers;
+        // the main thread reads after its own store.
+        let t1 = thread::spawn(move || store(&i1, A, None, &[1], &[10]));
+        store(&idx, B, None, &[5], &[10]);
+        let got = find(&idx, &[10]);
+        assert!(got == [(2, 1, 1)] || got == [(1, 1, 1), (2, 1, 1)], "{got:?}");
+        t1.join().unwrap();
+        assert_eq!(find(&idx, &[10]), [(1, 1, 1), (2, 1, 1)]);
+        empty_after_all_gone(&idx, &[A, B]);
+    });
+}
