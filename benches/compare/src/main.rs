@@ -83,7 +83,7 @@ cargo run --release -p radixkv-compare -- [options]
                      (e.g. rkv:16)
   --lib PATH         libradixkv.so for rkv-c (radixkv through its C ABI, loaded at run time) and workload
                      4a's cache-c (default: $RADIXKV_COMPARE_LIB, else libradixkv.so next to this binary;
-                     build it with `cargo build --release --lib` at the repository root)
+                     build it with `cargo build --release -p radixkv-ffi` at the repository root)
   --no-dynamo-page1  skip dynamo's trees with 1-token blocks (workloads 1, 2, 6; about a minute)
   --cold-heap        keep glibc's heap trimming: every run then also pays fresh page faults
   --scatter-slots    give the requests their slots as whole pages in a random order (single slots at
