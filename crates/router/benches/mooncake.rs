@@ -725,8 +725,13 @@ fn list(s: &str) -> Vec<usize> {
 
 fn main() {
     let args: Vec<String> = std::env::args().collect();
-    let trace = arg(&args, "--trace")
-        .unwrap_or_else(|| "/work/shared/traces/mooncake_synthetic_trace.jsonl".into());
+    let trace = arg(&args, "--trace").unwrap_or_else(|| {
+        concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/../../../shared/traces/mooncake_synthetic_trace.jsonl"
+        )
+        .into()
+    });
     let workers = list(&arg(&args, "--workers").unwrap_or_else(|| "16,128,1024".into()));
     let threads = list(&arg(&args, "--threads").unwrap_or_else(|| "1,2".into()));
     let dup: u64 = arg(&args, "--dup").map_or(4, |s| s.parse().unwrap());
