@@ -261,3 +261,46 @@ pub type Result<T> = std::result::Result<T, Error>;
 pub(crate) fn invalid(msg: impl Into<String>) -> Error {
     Error::InvalidArgument(msg.into())
 }
+
+/// What is wrong with the slot a refusal names, said for the caller who gave it: "`first`
+/// is out of range: ...", "... is given twice (also ...)", "... is free, ...", "... is cached
+/// by the tree, ...". `at` are the positions where the caller gave that slot, as the front
+/// names them (at most two are read; the first starts the message); `alloc` is the front's
+/// name for the allocation call. Read from the error's fields (`Error::Slot`'s problem, or
+/// `Error::DoubleFree`'s slot and its state in `pool`), never from its text. `None` for an
+/// error that names no slot, or a slot the caller did not give.
+pub fn slot_refusal_message(
+    e: &Error,
+    at: &[String],
+    pool: Option<&crate::pool::SlotPool>,
+    alloc: &str,
+) -> Option<String> {
+    use crate::pool::SlotState;
+    let (slot, problem) = e.slot()?;
+    let first = at.first()?;
+    let state = match problem {
+        Some(SlotProblem::State { found, .. }) => Some(found),
+        _ => pool.and_then(|p| p.state(slot)),
+    };
+    let outside = match problem {
+        Some(SlotProblem::OutsidePool { capacity }) => Some(capacity),
+        _ => pool.map(crate::pool::SlotPool::capacity).filter(|&c| slot as usize >= c),
+    };
+    let twice = problem == Some(SlotProblem::ListedTwice) || state == Some(SlotState::Held);
+    let what = match outside {
+        Some(c) => format!("is out of range: the pool has {c} slots (ids 0 to {})", c - 1),
+        None if at.len() > 1 && twice => format!("is given twice (also {})", at[1]),
+        None => match state {
+            Some(SlotState::Free) => format!(
+                "is free, not held by the caller (never allocated with {alloc}, or freed or \
+                 evicted since)"
+            ),
+            Some(SlotState::Cached) => "is cached by the tree, not held by the caller (an \
+                                        insert adopted it already; the tree owns it until it \
+                                        is evicted)"
+                .to_string(),
+            _ => format!("is refused: {e}"),
+        },
+    };
+    Some(format!("{first} {what}"))
+}

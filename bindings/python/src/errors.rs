@@ -11,9 +11,8 @@ use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
 use pyo3::types::PyDict;
 use radixkv::Error;
-use radixkv::SlotProblem;
 use radixkv::SlotRun;
-use radixkv::pool::{SlotPool, SlotState};
+use radixkv::pool::SlotPool;
 
 // The status codes, from the core's one table (`radixkv::error::status`, which the C ABI's
 // `rkv_status` is pinned to); `STATUS_CODES` hands the table to Python.
@@ -182,33 +181,11 @@ impl Given<'_> {
 /// state in the pool), never from its text.
 pub fn slot_refusal(e: Error, given: Given<'_>, pool: Option<&SlotPool>) -> Fail {
     let status = status_of(&e);
-    let Some((slot, problem)) = e.slot() else { return st(e) };
-    let at = given.find(slot);
-    let Some(first) = at.first() else { return st(e) };
-    let state = match problem {
-        Some(SlotProblem::State { found, .. }) => Some(found),
-        _ => pool.and_then(|p| p.state(slot)),
-    };
-    let outside = match problem {
-        Some(SlotProblem::OutsidePool { capacity }) => Some(capacity),
-        _ => pool.map(SlotPool::capacity).filter(|&c| slot as usize >= c),
-    };
-    let twice = problem == Some(SlotProblem::ListedTwice) || state == Some(SlotState::Held);
-    let what = match outside {
-        Some(c) => format!("is out of range: the pool has {c} slots (ids 0 to {})", c - 1),
-        None if at.len() > 1 && twice => format!("is given twice (also {})", at[1]),
-        None => match state {
-            Some(SlotState::Free) => "is free, not held by the caller (never allocated with \
-                                      alloc, or freed or evicted since)"
-                .to_string(),
-            Some(SlotState::Cached) => "is cached by the tree, not held by the caller (an \
-                                        insert adopted it already; the tree owns it until it \
-                                        is evicted)"
-                .to_string(),
-            _ => format!("is refused: {e}"),
-        },
-    };
-    fail(status, format!("{first} {what}"))
+    let at = e.slot().map(|(slot, _)| given.find(slot)).unwrap_or_default();
+    match radixkv::error::slot_refusal_message(&e, &at, pool, "alloc") {
+        Some(msg) => fail(status, msg),
+        None => st(e),
+    }
 }
 
 /// Why runs for `n_tokens` tokens are refused before any slot is looked at, if they are.

@@ -1,8 +1,8 @@
 //! Messages for refused slots, buffers and allocations: the core says which slot and what
 //! is wrong with it (`Error::Slot`); these name where it is among the given arguments.
 
-use radixkv_core::error::{Error, SlotProblem};
-use radixkv_core::pool::{SlotPool, SlotState};
+use radixkv_core::error::Error;
+use radixkv_core::pool::SlotPool;
 use radixkv_core::slot_run::SlotRun;
 
 use crate::boundary::{Fail, fail, st};
@@ -47,33 +47,11 @@ impl SlotPositions for (&str, &[SlotRun]) {
 /// the error's fields, never from its text.
 pub(crate) fn slot_refusal(e: Error, given: &dyn SlotPositions, pool: Option<&SlotPool>) -> Fail {
     let status = rkv_status::from(&e);
-    let Some((slot, problem)) = e.slot() else { return st(e) };
-    let at = given.find(slot);
-    let Some(first) = at.first() else { return st(e) };
-    let state = match problem {
-        Some(SlotProblem::State { found, .. }) => Some(found),
-        _ => pool.and_then(|p| p.state(slot)),
-    };
-    let outside = match problem {
-        Some(SlotProblem::OutsidePool { capacity }) => Some(capacity),
-        _ => pool.map(SlotPool::capacity).filter(|&c| slot as usize >= c),
-    };
-    let twice = problem == Some(SlotProblem::ListedTwice) || state == Some(SlotState::Held);
-    let what = match outside {
-        Some(c) => format!("is out of range: the pool has {c} slots (ids 0 to {})", c - 1),
-        None if at.len() > 1 && twice => format!("is given twice (also {})", at[1]),
-        None => match state {
-            Some(SlotState::Free) => "is free, not held by the caller (never allocated with \
-                                      rkv_alloc, or freed or evicted since)"
-                .to_string(),
-            Some(SlotState::Cached) => "is cached by the tree, not held by the caller (an \
-                                        insert adopted it already; the tree owns it until it \
-                                        is evicted)"
-                .to_string(),
-            _ => format!("is refused: {e}"),
-        },
-    };
-    fail(status, format!("{first} {what}"))
+    let at = e.slot().map(|(slot, _)| given.find(slot)).unwrap_or_default();
+    match radixkv_core::error::slot_refusal_message(&e, &at, pool, "rkv_alloc") {
+        Some(msg) => fail(status, msg),
+        None => st(e),
+    }
 }
 
 /// Why runs given for `n_tokens` tokens are refused before any slot is looked at, if they
