@@ -232,16 +232,23 @@ fn sweep_rows_in_order_and_the_same_across_jobs() {
 }
 
 /// A row is on stdout while later capacities still replay: before the sweep ends and
-/// sweep.csv is written. (The Mooncake trace four times over, read from standard input, at
-/// eight capacities one at a time, leaves seconds of work after the first row.)
+/// sweep.csv is written. The sweep holds after each row while a file of the test's exists
+/// (`RADIXKV_TEST_SWEEP_HOLD`), so "still running, no CSV yet" is looked at while the sweep
+/// is certainly between rows, never raced against the clock; a sweep that printed its rows
+/// only at the end would show its CSV (or no row) by then.
 #[test]
 fn sweep_rows_stream() {
     use std::io::{BufRead, Write};
     use std::process::{Command, Stdio};
     let dir = temp_path("sweep-stream");
+    std::fs::create_dir_all(&dir).unwrap();
+    let hold = dir.join("hold");
+    std::fs::write(&hold, b"").unwrap();
+    let out_dir = dir.join("out");
     let mut child = Command::new(env!("CARGO_BIN_EXE_radixkv"))
-        .args(["sweep", "--trace", "-", "--jobs", "1", "--out-dir", dir.to_str().unwrap()])
-        .args(["--capacities", "2e5,4e5,8e5,1.6e6,3.2e6,6.4e6,1.28e7,2.56e7"])
+        .args(["sweep", "--trace", "-", "--jobs", "1", "--out-dir", out_dir.to_str().unwrap()])
+        .args(["--capacities", "2e5,4e5,8e5"])
+        .env("RADIXKV_TEST_SWEEP_HOLD", &hold)
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::null())
@@ -250,9 +257,7 @@ fn sweep_rows_stream() {
     let text = std::fs::read(MOONCAKE).expect("trace readable");
     let mut stdin = child.stdin.take().unwrap();
     let writer = std::thread::spawn(move || {
-        for _ in 0..4 {
-            stdin.write_all(&text).expect("trace piped in");
-        }
+        stdin.write_all(&text).expect("trace piped in");
     });
     let mut lines = std::io::BufReader::new(child.stdout.take().unwrap()).lines();
     let mut seen = Vec::new();
@@ -263,16 +268,19 @@ fn sweep_rows_stream() {
             break l;
         }
     };
-    let csv_then = dir.join("sweep.csv").exists();
+    // The sweep is holding after that row (until `hold` goes): it cannot have finished.
+    let csv_then = out_dir.join("sweep.csv").exists();
     let running_then = child.try_wait().expect("child status").is_none();
+    std::fs::remove_file(&hold).unwrap();
     let rest: Vec<String> = lines.map(|l| l.unwrap()).collect();
     writer.join().unwrap();
     assert!(child.wait().unwrap().success());
-    assert!(!csv_then && running_then, "the first row came only at the end: {first_row}");
-    assert!(seen[0].starts_with("radixkv sweep: <stdin> (15,972 requests"), "{seen:?}");
-    assert_eq!(rest.len(), 9, "seven more rows, the unlimited one, and 'wrote': {rest:?}");
-    assert!(rest[7].trim_start().starts_with("unlimited") && rest[8].contains("wrote"));
-    assert!(dir.join("sweep.csv").exists());
+    assert!(running_then, "the sweep ended before its hold was let go: {first_row}");
+    assert!(!csv_then, "sweep.csv was written before the first row: {first_row}");
+    assert!(seen[0].starts_with("radixkv sweep: <stdin> (3,993 requests"), "{seen:?}");
+    assert_eq!(rest.len(), 4, "two more rows, the unlimited one, and 'wrote': {rest:?}");
+    assert!(rest[2].trim_start().starts_with("unlimited") && rest[3].contains("wrote"));
+    assert!(out_dir.join("sweep.csv").exists());
     let _ = std::fs::remove_dir_all(&dir);
 }
 

@@ -867,7 +867,22 @@ impl Rows<'_> {
             // Off the bar's line while printing, should stdout share its terminal.
             self.bar.suspend(|| out!("{row}"));
             self.printed += 1;
+            hold_while_test_file();
         }
+    }
+}
+
+/// A test hook (`tests/cli_sweep.rs`, `sweep_rows_stream`): with `RADIXKV_TEST_SWEEP_HOLD`
+/// naming a file, the sweep waits after printing each row for as long as that file exists
+/// (at most ten minutes), so a test can look at the running sweep between two rows without
+/// racing the clock. Unset, it costs one environment lookup per row.
+fn hold_while_test_file() {
+    let Some(path) = std::env::var_os("RADIXKV_TEST_SWEEP_HOLD") else {
+        return;
+    };
+    let until = std::time::Instant::now() + std::time::Duration::from_secs(600);
+    while std::path::Path::new(&path).exists() && std::time::Instant::now() < until {
+        std::thread::sleep(std::time::Duration::from_millis(5));
     }
 }
 
