@@ -1,8 +1,8 @@
 //! loom models of the host tier's protocols (`radixkv::tier`, its module docs), included
 //! from `tests/loom.rs`: a backup in flight against a device eviction, a load-back against
 //! a racing match and a racing load-back of the same prefix, host eviction (direct, and a
-//! backup's reserve) against a load-back's pin, and the eviction hook against a re-insert
-//! of the same page. Page size 1, a device pool of 2 slots, a host pool of 1 or 2, two
+//! backup's reserve) against a load-back's pin, the eviction hook against a re-insert
+//! of the same page, and a failed backup against a re-insert of its page. Page size 1, a device pool of 2 slots, a host pool of 1 or 2, two
 //! threads. Copies go through a `DeferredCopier` over a `HostCopier`, so each copy stays in
 //! flight until it is waited on (or polled past its delay), and the models check the bytes
 //! that land. Each doc comment names the mutation it fails on (`scripts/loom-mutants`,
@@ -62,9 +62,20 @@ struct Rig {
 /// A tier of `dev_slots` device and `host_slots` host slots (page size 1); each copy is
 /// held for `delay` polls.
 fn rig(dev_slots: usize, host_slots: usize, policy: WritePolicy, delay: u32) -> Rig {
+    rig_failing(dev_slots, host_slots, policy, delay, FailPlan::Never)
+}
+
+/// [`rig`] whose copier fails the copies `fail` names.
+fn rig_failing(
+    dev_slots: usize,
+    host_slots: usize,
+    policy: WritePolicy,
+    delay: u32,
+    fail: FailPlan,
+) -> Rig {
     let dev = StdArc::new(HostKvStorage::new(layout(dev_slots)).unwrap());
     let host = StdArc::new(HostKvStorage::new(layout(host_slots)).unwrap());
-    let copier = DeferredCopier::new(HostCopier::new(dev.clone(), host), delay, FailPlan::Never);
+    let copier = DeferredCopier::new(HostCopier::new(dev.clone(), host), delay, fail);
     let cache = TieredCache::new(
         CacheOptions { page_size: 1, pool_slots: dev_slots, ..Default::default() },
         TierOptions { host_slots, write_policy: policy, ..Default::default() },
@@ -336,5 +347,35 @@ fn tier_eviction_hook_racing_a_reinsert_of_the_page() {
         let st = r.cache.stats();
         assert_eq!((st.host_resident_pages, st.host_evictable_pages), (0, 1));
         r.cache.check().unwrap();
+    });
+}
+
+/// A failed backup vs a re-insert of its page (issue 30, section 5, item 1): a
+/// `write_through` insert of `[A]` starts its backup, which fails (every copy of this rig
+/// fails), while another thread caches `[A]` again from a fresh slot and finds the entry
+/// still writing (marking it resident, its device page `BACKED`), or finds no entry once
+/// the abort removed it (and starts a backup of its own, which fails too). Whatever the
+/// order, no device page is left `BACKED` without a host entry naming it (`check()`), and
+/// nothing is left backed up. Fails with the abort removing the entry without clearing
+/// `BACKED` of the page it named (T6).
+#[test]
+fn tier_failed_backup_racing_a_reinsert_of_the_page() {
+    model(1, || {
+        let r = Arc::new(rig_failing(2, 2, WritePolicy::WriteThrough, 1000, FailPlan::Every(1)));
+        r.put(A);
+        let r2 = r.clone();
+        let reinsert = thread::spawn(move || {
+            let s = r2.slot_for(A);
+            r2.cache.insert(0, &[A], &[s]).unwrap();
+        });
+        r.cache.wait_all();
+        reinsert.join().unwrap();
+        r.cache.wait_all();
+        r.cache.check().unwrap();
+        let st = r.cache.stats();
+        assert!(st.copy_failures >= 1, "{st:?}");
+        assert_eq!((st.host_backed_slots, st.host_resident_pages), (0, 0), "{st:?}");
+        let mut out = Vec::new();
+        assert_eq!(r.cache.match_prefix(0, &[A], &mut out).device_len, 1);
     });
 }
