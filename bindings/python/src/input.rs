@@ -859,6 +859,29 @@ mod tests {
     }
 
     #[test]
+    fn hash_views_take_64_bit_values_as_bits() {
+        let v: Vec<i64> = vec![1, -1, i64::MIN];
+        let k8 = Kind { size: 8, signed: true, swapped: false };
+        let raw = Raw { ptr: v.as_ptr().cast(), n: 3, stride: 8, kind: k8 };
+        let mut s = Vec::new();
+        let got = View64::Raw(RawView { raw, _input: PhantomData }).get("h", &mut s);
+        assert_eq!(got.ok().unwrap(), &[1, u64::MAX, 1 << 63]);
+        // Strided: every other element, converted.
+        let raw = Raw { n: 2, stride: 16, ..raw };
+        let got = View64::Raw(RawView { raw, _input: PhantomData }).get("h", &mut s);
+        assert_eq!(got.ok().unwrap(), &[1, 1 << 63]);
+        // Narrower types widen; a negative narrower value is out of range.
+        let w: Vec<i32> = vec![7, -3];
+        let k4 = Kind { size: 4, signed: true, swapped: false };
+        let raw = Raw { ptr: w.as_ptr().cast(), n: 2, stride: 4, kind: k4 };
+        let e = View64::Raw(RawView { raw, _input: PhantomData }).get("h", &mut s).err().unwrap();
+        assert_eq!((e.index, e.value), (1, -3));
+        let raw = Raw { kind: U32, ..raw };
+        let got = View64::Raw(RawView { raw, _input: PhantomData }).get("h", &mut s);
+        assert_eq!(got.ok().unwrap(), &[7, u32::MAX as u64 - 2]);
+    }
+
+    #[test]
     fn views_convert_with_a_range_check() {
         let v: Vec<i64> = vec![1, 2, 1 << 32];
         let raw = Raw {
