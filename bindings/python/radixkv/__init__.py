@@ -1,8 +1,9 @@
 """radixkv: a lock-free concurrent radix index for LLM KV-cache prefix reuse.
 
 A native extension (PyO3) over radixkv's Rust API, one abi3 wheel for CPython >= 3.9. See
-:class:`Cache` and, for SGLang, :mod:`radixkv.sglang` (``RadixKvCache``, a drop-in radix
-cache backend, and the older ``RadixCache`` adapter).
+:class:`Cache`, :class:`RouterIndex` (a KV-aware router's index of many engines' caches)
+and, for SGLang, :mod:`radixkv.sglang` (``RadixKvCache``, a drop-in radix cache backend, and
+the older ``RadixCache`` adapter).
 
     >>> import radixkv
     >>> cache = radixkv.Cache(page_size=1, pool_slots=1024)
@@ -44,6 +45,24 @@ from ._cache import (
     library_path,
     version,
 )
+from ._router import (
+    GAP_POLICIES,
+    BadDumpError,
+    BatchReport,
+    EmptyStoreError,
+    MalformedBatchError,
+    RouterError,
+    RouterIndex,
+    RouterOptionsError,
+    Score,
+    SequenceGapError,
+    TooManyWorkersError,
+    UnalignedError,
+    UnknownParentError,
+    UnknownRemovalsError,
+    Worker,
+    content_hashes,
+)
 from ._tier import (
     LOAD_OUTCOMES,
     WRITE_POLICIES,
@@ -60,6 +79,22 @@ from .sglang import MatchResult, RadixCache, StaleNodeError, TreeNode
 __version__ = "0.1.0"
 
 __all__ = [
+    "GAP_POLICIES",
+    "BadDumpError",
+    "BatchReport",
+    "EmptyStoreError",
+    "MalformedBatchError",
+    "RouterError",
+    "RouterIndex",
+    "RouterOptionsError",
+    "Score",
+    "SequenceGapError",
+    "TooManyWorkersError",
+    "UnalignedError",
+    "UnknownParentError",
+    "UnknownRemovalsError",
+    "Worker",
+    "content_hashes",
     "WRITE_POLICIES",
     "TierStats",
     "TierMatch",

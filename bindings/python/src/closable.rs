@@ -12,13 +12,15 @@ use pyo3::prelude::*;
 
 use crate::errors::*;
 
-/// The error of a call on a closed object (`CacheClosedError`).
-fn closed() -> Fail {
-    fail(CLOSED, "the cache is closed")
+/// The error of a call on a closed object (`CacheClosedError`), named `what`.
+fn closed(what: &str) -> Fail {
+    fail(CLOSED, format!("the {what} is closed"))
 }
 
 /// A value `close()` can take away; see the module docs.
 pub(crate) struct Closable<T> {
+    /// What the object is called in the closed error ("cache", "router index").
+    what: &'static str,
     closing: AtomicBool,
     state: RwLock<Option<T>>,
 }
@@ -26,7 +28,12 @@ pub(crate) struct Closable<T> {
 impl<T: Send + Sync> Closable<T> {
     /// Holds `value`.
     pub(crate) fn new(value: T) -> Self {
-        Closable { closing: AtomicBool::new(false), state: RwLock::new(Some(value)) }
+        Closable::named(value, "cache")
+    }
+
+    /// Holds `value`, called `what` in the closed error.
+    pub(crate) fn named(value: T, what: &'static str) -> Self {
+        Closable { what, closing: AtomicBool::new(false), state: RwLock::new(Some(value)) }
     }
 
     /// Runs `f` on the value with the GIL released; `function` names the operation in an
@@ -42,7 +49,7 @@ impl<T: Send + Sync> Closable<T> {
             let g = self.state.read().unwrap_or_else(|p| p.into_inner());
             match g.as_ref() {
                 Some(c) => f(c),
-                None => Err(closed()),
+                None => Err(closed(self.what)),
             }
         });
         done(py, function, r)
@@ -63,7 +70,7 @@ impl<T: Send + Sync> Closable<T> {
             let mut g = self.state.write().unwrap_or_else(|p| p.into_inner());
             match g.as_mut() {
                 Some(c) => f(c),
-                None => Err(closed()),
+                None => Err(closed(self.what)),
             }
         });
         done(py, function, r)
@@ -72,7 +79,7 @@ impl<T: Send + Sync> Closable<T> {
     /// `Err` (the closed error, naming `function`) once `close` has begun.
     pub(crate) fn refuse_if_closing(&self, py: Python<'_>, function: &str) -> PyResult<()> {
         if self.closing() {
-            return Err(to_pyerr(py, function, closed()));
+            return Err(to_pyerr(py, function, closed(self.what)));
         }
         Ok(())
     }

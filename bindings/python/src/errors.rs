@@ -58,7 +58,7 @@ pub fn last_error_message() -> String {
     LAST.with(|l| l.borrow().clone())
 }
 
-fn set_last(msg: &str) {
+pub(crate) fn set_last(msg: &str) {
     LAST.with(|l| {
         let mut l = l.borrow_mut();
         l.clear();

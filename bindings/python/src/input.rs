@@ -683,6 +683,163 @@ pub fn to_runs(obj: &Bound<'_, PyAny>, what: &str) -> PyResult<Vec<radixkv::Slot
     Ok(out)
 }
 
+// ---------------------------------------------------------------------------------------
+// 64-bit values (block and content hashes) and raw bytes, for the router index.
+
+/// An argument of `u64` values (64-bit hashes): buffers go the way of [`to_input`]'s (copied
+/// while the GIL is held, read without it); Python sequences are read item by item.
+pub enum Input64 {
+    /// A buffer, tensor or `__array_interface__` object, copied ([`settle`]).
+    Borrowed(Input),
+    /// Values read from a Python sequence.
+    Owned(Vec<u64>),
+}
+
+/// An [`Input64`]'s memory as the call reads it with the GIL released.
+#[derive(Clone, Copy)]
+pub enum View64<'a> {
+    Raw(RawView<'a>),
+    Slice(&'a [u64]),
+}
+
+impl Input64 {
+    /// The view the call reads with the GIL released.
+    pub fn view(&self) -> View64<'_> {
+        match self {
+            Input64::Borrowed(Input::Borrowed(raw, _)) => {
+                View64::Raw(RawView { raw: *raw, _input: PhantomData })
+            }
+            // `to_input64` only makes `Borrowed` from buffers; kept total all the same.
+            Input64::Borrowed(Input::Owned(_)) => View64::Slice(&[]),
+            Input64::Owned(v) => View64::Slice(v),
+        }
+    }
+}
+
+impl<'a> View64<'a> {
+    /// The values as `u64`s: 8-byte integers (signed ones as their bits, the way a NumPy
+    /// `int64` array holds hashes) in place when contiguous and aligned, anything else
+    /// converted into `scratch`; a negative value of a narrower signed type is out of range.
+    pub fn get<'s>(
+        self,
+        what: &'static str,
+        scratch: &'s mut Vec<u64>,
+    ) -> Result<&'s [u64], OutOfRange>
+    where
+        'a: 's,
+    {
+        let r = match self {
+            View64::Slice(s) => return Ok(s),
+            View64::Raw(v) => v.raw,
+        };
+        if r.n == 0 {
+            return Ok(&[]);
+        }
+        let aligned = (r.ptr as usize).is_multiple_of(r.kind.size);
+        let contiguous = r.stride == r.kind.size as isize || r.n == 1;
+        if r.kind.size == 8 && contiguous && aligned && !r.kind.swapped {
+            // SAFETY: `r` names `n` readable, aligned, contiguous 8-byte elements, kept alive
+            // by the `Input` this view borrows ('a outlives 's): the call's own copy made
+            // under the GIL (`settle`), which nobody writes. Every bit pattern is a `u64`.
+            return Ok(unsafe { std::slice::from_raw_parts(r.ptr.cast::<u64>(), r.n) });
+        }
+        scratch.clear();
+        scratch.reserve(r.n);
+        for i in 0..r.n {
+            // SAFETY: element `i` lies in the memory `r` names (`i < n`, `stride` apart),
+            // kept alive by the `Input`; read unaligned, whatever the address.
+            let v = unsafe { read_elem(r.ptr.offset(i as isize * r.stride), r.kind) };
+            if v < 0 && r.kind.size < 8 {
+                return Err(OutOfRange { what, index: i, value: v });
+            }
+            scratch.push(v as i64 as u64);
+        }
+        Ok(scratch)
+    }
+}
+
+/// One 64-bit value of a Python sequence: an int in `[-2**63, 2**64)`, a negative one taken
+/// as its two's-complement bits (vLLM and SGLang hashes may be negative Python ints).
+fn one_u64(item: &Bound<'_, PyAny>, what: &'static str, i: usize) -> PyResult<u64> {
+    if let Ok(x) = item.extract::<u64>() {
+        return Ok(x);
+    }
+    match item.extract::<i64>() {
+        Ok(x) => Ok(x as u64),
+        Err(e) if e.is_instance_of::<PyOverflowError>(item.py()) => {
+            let shown = item.str().map(|s| s.to_string()).unwrap_or_default();
+            Err(PyValueError::new_err(format!(
+                "{what}[{i}] = {shown} is out of range: 64-bit hashes must be in [-2**63, 2**64)"
+            )))
+        }
+        Err(_) => {
+            let ty = item.get_type().name().map(|n| n.to_string()).unwrap_or_default();
+            Err(PyTypeError::new_err(format!("{what}[{i}]: expected an integer hash, not {ty}")))
+        }
+    }
+}
+
+/// `obj` as an argument of `u64` values (see [`Input64`]): the same kinds of object as
+/// [`to_input`] takes.
+pub fn to_input64(obj: &Bound<'_, PyAny>, what: &'static str) -> PyResult<Input64> {
+    if obj.is_instance_of::<PyString>()
+        || obj.is_instance_of::<PyBytes>()
+        || obj.is_instance_of::<PyByteArray>()
+    {
+        return Err(not_ints(what, obj, ""));
+    }
+    let items = |it: &mut dyn Iterator<Item = PyResult<Bound<'_, PyAny>>>| -> PyResult<Vec<u64>> {
+        let mut v = Vec::new();
+        for (i, item) in it.enumerate() {
+            v.push(one_u64(&item?, what, i)?);
+        }
+        Ok(v)
+    };
+    if let Ok(l) = obj.cast_exact::<PyList>() {
+        return items(&mut l.iter().map(Ok)).map(Input64::Owned);
+    }
+    if let Ok(t) = obj.cast_exact::<PyTuple>() {
+        return items(&mut t.iter().map(Ok)).map(Input64::Owned);
+    }
+    if let Some(b) = buffer(obj, what)? {
+        return settle(b).map(Input64::Borrowed);
+    }
+    if let Some(t) = tensor(obj, what)? {
+        return settle(t).map(Input64::Borrowed);
+    }
+    if let Some(a) = array_interface(obj, what)? {
+        return settle(a).map(Input64::Borrowed);
+    }
+    let mut iter = obj.try_iter().map_err(|_| not_ints(what, obj, ""))?;
+    items(&mut iter).map(Input64::Owned)
+}
+
+/// The bytes of a contiguous buffer other than `bytes` (a `bytearray`, `memoryview`, NumPy
+/// `uint8` array, ...), copied while the GIL is held; `None` when `obj` exports no buffer.
+pub fn buffer_bytes(obj: &Bound<'_, PyAny>, what: &'static str) -> PyResult<Option<Vec<u8>>> {
+    if let Ok(b) = obj.cast::<PyByteArray>() {
+        return Ok(Some(b.to_vec()));
+    }
+    let Some(Input::Borrowed(r, keep)) = buffer(obj, what)? else {
+        return Ok(None);
+    };
+    if !(r.stride == r.kind.size as isize || r.n <= 1) {
+        return Err(PyTypeError::new_err(format!(
+            "{what}: expected contiguous bytes, got a strided buffer"
+        )));
+    }
+    let len = r.n * r.kind.size;
+    let out = if len == 0 {
+        Vec::new()
+    } else {
+        // SAFETY: `r` names `len` contiguous readable bytes kept alive by `keep` (the export,
+        // released below, after the copy); the GIL is held, so no Python thread writes them.
+        unsafe { std::slice::from_raw_parts(r.ptr, len) }.to_vec()
+    };
+    drop(keep);
+    Ok(Some(out))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -699,6 +856,29 @@ mod tests {
         assert_eq!(big.swapped, cfg!(target_endian = "little"));
         assert_eq!(kind_of_typestr("<u4"), Some(U32).filter(|_| cfg!(target_endian = "little")));
         assert_eq!(kind_of_typestr("<f8"), None);
+    }
+
+    #[test]
+    fn hash_views_take_64_bit_values_as_bits() {
+        let v: Vec<i64> = vec![1, -1, i64::MIN];
+        let k8 = Kind { size: 8, signed: true, swapped: false };
+        let raw = Raw { ptr: v.as_ptr().cast(), n: 3, stride: 8, kind: k8 };
+        let mut s = Vec::new();
+        let got = View64::Raw(RawView { raw, _input: PhantomData }).get("h", &mut s);
+        assert_eq!(got.ok().unwrap(), &[1, u64::MAX, 1 << 63]);
+        // Strided: every other element, converted.
+        let raw = Raw { n: 2, stride: 16, ..raw };
+        let got = View64::Raw(RawView { raw, _input: PhantomData }).get("h", &mut s);
+        assert_eq!(got.ok().unwrap(), &[1, 1 << 63]);
+        // Narrower types widen; a negative narrower value is out of range.
+        let w: Vec<i32> = vec![7, -3];
+        let k4 = Kind { size: 4, signed: true, swapped: false };
+        let raw = Raw { ptr: w.as_ptr().cast(), n: 2, stride: 4, kind: k4 };
+        let e = View64::Raw(RawView { raw, _input: PhantomData }).get("h", &mut s).err().unwrap();
+        assert_eq!((e.index, e.value), (1, -3));
+        let raw = Raw { kind: U32, ..raw };
+        let got = View64::Raw(RawView { raw, _input: PhantomData }).get("h", &mut s);
+        assert_eq!(got.ok().unwrap(), &[7, u32::MAX as u64 - 2]);
     }
 
     #[test]

@@ -1,7 +1,8 @@
 //! `radixkv._radixkv`: the native extension behind the `radixkv` Python package.
 //!
 //! It calls radixkv's Rust API directly (not the C ABI): [`cache::NativeCache`] wraps a
-//! `radixkv::Cache`, [`publisher::NativePublisher`] a KV-event publisher. The Python layer
+//! `radixkv::Cache`, [`publisher::NativePublisher`] a KV-event publisher,
+//! [`router::NativeRouterIndex`] the router index (`radixkv_router::RouterIndex`). The Python layer
 //! (`radixkv/_cache.py`) keeps the public API: namespaces, error classes, `Lock` objects,
 //! dataclasses. Built by maturin as one abi3 wheel for CPython >= 3.9.
 
@@ -17,6 +18,7 @@ mod closable;
 mod errors;
 mod input;
 mod publisher;
+mod router;
 mod tier;
 
 /// Registers the error classes (by status; -1 for a closed cache) and the `SlotBuffer`
@@ -83,12 +85,16 @@ fn _radixkv(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<cache::NativeCache>()?;
     m.add_class::<publisher::NativePublisher>()?;
     m.add_class::<tier::NativeTieredCache>()?;
+    m.add_class::<router::NativeRouterIndex>()?;
     m.add_class::<Borrow>()?;
     m.add_function(wrap_pyfunction!(_register, m)?)?;
     m.add_function(wrap_pyfunction!(last_error_message, m)?)?;
     m.add_function(wrap_pyfunction!(status_str, m)?)?;
     m.add_function(wrap_pyfunction!(version, m)?)?;
     m.add_function(wrap_pyfunction!(borrow, m)?)?;
+    m.add_function(wrap_pyfunction!(router::_register_router_errors, m)?)?;
+    m.add_function(wrap_pyfunction!(router::router_content_hashes, m)?)?;
+    m.add("SEQUENCE_GAP", router::SEQUENCE_GAP)?;
     // The status codes, `(name, code)` in number order: `radixkv.Status` is built from them.
     m.add("STATUS_CODES", errors::status_codes())?;
     Ok(())
