@@ -683,10 +683,7 @@ impl RouterIndex {
         let contents = token_ids.chunks_exact(bs).map(|b| xxh3_local(b, seed));
         let blocks = block_hashes.iter().copied().zip(contents);
         let m = medium_bit(medium);
-        self.with_worker(w, true, |me, st, slot, g| {
-            me.apply_stored(st, slot, parent, blocks, m, g)
-        })?
-        .expect("created")
+        self.store_as(w, parent, |me, st, slot, g| me.apply_stored(st, slot, parent, blocks, m, g))
     }
 
     /// `BlockStored` with the blocks' content hashes computed by the caller (namespace
@@ -704,10 +701,26 @@ impl RouterIndex {
         self.check_store(block_hashes.len(), content_hashes.len() * bs as usize, bs)?;
         let blocks = block_hashes.iter().copied().zip(content_hashes.iter().copied());
         let m = medium_bit(medium);
-        self.with_worker(w, true, |me, st, slot, g| {
-            me.apply_stored(st, slot, parent, blocks, m, g)
-        })?
-        .expect("created")
+        self.store_as(w, parent, |me, st, slot, g| me.apply_stored(st, slot, parent, blocks, m, g))
+    }
+
+    /// Runs a store `f` as `w`. A store under a parent needs `w` known already (an unknown
+    /// worker holds no parent: refused as [`RouterError::UnknownParent`] without
+    /// registering it); a first block may register `w`.
+    fn store_as(
+        &self,
+        w: Worker,
+        parent: Option<u64>,
+        f: impl FnOnce(&Self, &mut WorkerState, u32, &Guard) -> Result<(), RouterError>,
+    ) -> Result<(), RouterError> {
+        match (self.with_worker(w, parent.is_none(), f)?, parent) {
+            (Some(r), _) => r,
+            (None, Some(p)) => {
+                self.refuse(Refusal::UnknownParent, 1);
+                Err(RouterError::UnknownParent { parent: p })
+            }
+            (None, None) => unreachable!("with_worker creates the worker when asked"),
+        }
     }
 
     /// `BlockRemoved`: `w` dropped its `medium` copy of the blocks `block_hashes`.

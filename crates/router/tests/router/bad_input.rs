@@ -185,3 +185,32 @@ fn restarts_and_gaps() {
         assert_eq!((s.gaps, s.restarts), (1, 1));
     }
 }
+
+/// A typed store under a parent from a worker the index does not know is refused
+/// (`UnknownParent`) and registers nothing: no worker, no cursor, no dump record, no place
+/// of `max_workers` taken (found by the Python front's tests).
+#[test]
+fn a_refused_store_from_an_unknown_worker_registers_nothing() {
+    let idx =
+        RouterIndex::new(RouterOptions { block_size: 4, max_workers: 1, ..Default::default() })
+            .unwrap();
+    let t: Vec<u32> = (0..4).collect();
+    let (stranger, other) = (Worker::new(9, 0), Worker::new(1, 0));
+    for hashes in [[5u64], [6]] {
+        assert_eq!(
+            idx.stored(stranger, None, None, Some(4), &hashes, &t, Medium::Gpu),
+            Err(RouterError::UnknownParent { parent: 4 })
+        );
+        assert_eq!(
+            idx.stored_hashes(stranger, Some(4), &hashes, &[77], Medium::Gpu),
+            Err(RouterError::UnknownParent { parent: 4 })
+        );
+    }
+    let s = idx.stats();
+    assert_eq!((s.workers, s.refused(Refusal::UnknownParent)), (0, 4));
+    assert!(idx.dump().is_empty());
+    assert_eq!(idx.next_seq(stranger), None);
+    // The one place of max_workers is still free.
+    idx.stored(other, None, None, None, &[1], &t, Medium::Gpu).unwrap();
+    assert_eq!(idx.stats().workers, 1);
+}

@@ -52,13 +52,14 @@ impl Reference {
         blocks: &[(u64, u64)],
         medium: u8,
     ) -> bool {
-        let rw = self.workers.entry(w).or_default();
+        // A refused store registers no worker (an unknown worker holds no parent).
         if let Some(p) = parent
-            && !rw.map.contains_key(&p)
+            && !self.workers.get(&w).is_some_and(|rw| rw.map.contains_key(&p))
         {
             self.unknown_parents += 1;
             return false;
         }
+        let rw = self.workers.entry(w).or_default();
         let mut prev = parent;
         for &(e, c) in blocks {
             rw.map.entry(e).and_modify(|b| b.media |= medium).or_insert(Block {
