@@ -1,4 +1,4 @@
-//! KV storage behaviour on the CUDA backend: the suite of `tests/kv_host.rs`, once per
+//! KV storage behaviour on the CUDA backend: the suite of `tests/core/kv_host.rs`, once per
 //! copy method, plus CUDA-specific checks.
 //!
 //! The tests that need a GPU are `#[ignore]`d, so a run without one reports them as ignored
@@ -9,7 +9,7 @@
 //! everywhere.
 #![cfg(feature = "cuda")]
 
-#[path = "kv_host.rs"]
+#[path = "core/kv_host.rs"]
 mod kv_host;
 
 use std::panic::{AssertUnwindSafe, catch_unwind};

@@ -1,5 +1,5 @@
 //! The host tier through the CUDA copier ([`radixkv::kv::CudaTierCopier`]): GPU memory ↔
-//! pinned host memory. The same cycle as `tests/tier.rs` (write-through backup, device
+//! pinned host memory. The same cycle as `tests/core/tier.rs` (write-through backup, device
 //! eviction, load-back of the bytes that were backed up, write-back), on a GPU.
 //!
 //! `#[ignore]`d (they need a GPU): `scripts/gpu-check` runs them with `--include-ignored`

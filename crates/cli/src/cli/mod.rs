@@ -872,7 +872,7 @@ impl Rows<'_> {
     }
 }
 
-/// A test hook (`tests/cli_sweep.rs`, `sweep_rows_stream`): with `RADIXKV_TEST_SWEEP_HOLD`
+/// A test hook (`tests/cli/sweep.rs`, `sweep_rows_stream`): with `RADIXKV_TEST_SWEEP_HOLD`
 /// naming a file, the sweep waits after printing each row for as long as that file exists
 /// (at most ten minutes), so a test can look at the running sweep between two rows without
 /// racing the clock. Unset, it costs one environment lookup per row.

@@ -2,10 +2,7 @@
 //! batches from the child process, and the pages they leave it holding are the cache's;
 //! bad endpoints, an address in use and a bad format are clean errors.
 
-#[path = "cli_common.rs"]
-mod cli_common;
-#[path = "../../../tests/support/replay.rs"]
-mod stream;
+use crate::stream;
 
 use std::collections::{BTreeMap, HashSet};
 use std::io::{BufRead, BufReader};
@@ -13,7 +10,7 @@ use std::process::{Child, Command, Stdio};
 use std::sync::mpsc::{Receiver, channel};
 use std::time::{Duration, Instant};
 
-use cli_common::*;
+use crate::common::*;
 use radixkv::events::hash::{HashMode, PageHasher};
 use radixkv::events::wire::decode_batch;
 use radixkv::events::{EventBatch, KvEvent};

@@ -2,10 +2,7 @@
 //! report fields present and consistent with each other and with the device-only replay,
 //! bad flags refused. Behaviour only, no timing.
 
-#[path = "cli_common.rs"]
-mod cli_common;
-
-use cli_common::*;
+use crate::common::*;
 use serde_json::Value;
 
 const POLICIES: [&str; 3] = ["write_through", "write_through_selective", "write_back"];

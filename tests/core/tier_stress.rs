@@ -20,8 +20,7 @@ use radixkv::tier::{DeferredCopier, FailPlan, HostCopier, LoadOutcome, TierOptio
 use radixkv::tier::{Loaded, WritePolicy};
 use radixkv::{CacheOptions, Error, EvictionPolicy};
 
-#[path = "support/rng.rs"]
-mod rng;
+use crate::rng;
 use rng::Rng;
 
 const P: usize = 2;

@@ -10,10 +10,8 @@ use std::sync::{Arc, Mutex};
 use radixkv::events::{EventBatch, NamespaceMeta};
 use radixkv::{Cache, CacheOptions, Error, EventOptions, EvictionPolicy};
 
-#[path = "support/replay.rs"]
-mod replay;
-#[path = "support/rng.rs"]
-mod rng;
+use crate::replay;
+use crate::rng;
 use rng::Rng;
 
 fn run(page: usize, pool: usize, policy: EvictionPolicy, cycles: usize) {

@@ -7,8 +7,7 @@ use radixkv::events::hash::{HashMode, PageHasher};
 use radixkv::events::{KvEvent, NamespaceMeta, SinkOptions};
 use radixkv::{Cache, CacheOptions, EventOptions, EvictionPolicy, RadixTree, TreeConfig};
 
-#[path = "support/replay.rs"]
-mod replay;
+use crate::replay;
 
 const P: usize = 2;
 

@@ -34,8 +34,7 @@ fn held<'a>(r: &'a Request<'_>) -> &'a [u32] {
     &r.slots()[r.locked_len()..]
 }
 
-#[path = "support/rng.rs"]
-mod rng;
+use crate::rng;
 use rng::Rng;
 
 fn run(page: usize, pool: usize, threads: usize, cycles: usize, policy: EvictionPolicy) {

@@ -1,6 +1,4 @@
 //! Helpers shared by the command-line tests: run the binary, make temporary traces.
-//! (Included by the other `cli_*` tests with `#[path]`; as a test target of its own it is empty.)
-#![allow(dead_code)]
 
 use std::path::PathBuf;
 use std::process::{Command, Output};

@@ -1,9 +1,6 @@
 //! `radixkv replay` end to end: exact hit counts, formats, bad input, threads, JSON.
 
-#[path = "cli_common.rs"]
-mod cli_common;
-
-use cli_common::*;
+use crate::common::*;
 use radixkv_trace::synthetic::{SyntheticConfig, generate};
 
 /// The key exactness test of docs/contract/CLI.md (about a second even in debug, so never ignored).
@@ -726,7 +723,7 @@ fn bad_kv_sizes_are_clear_errors() {
     ] {
         for cmd in ["replay", "sweep"] {
             if args.contains(&"--capacity") && cmd == "sweep" {
-                continue; // sweep takes --capacities (tested in cli_sweep)
+                continue; // sweep takes --capacities (tested in sweep.rs)
             }
             let mut full = vec![cmd];
             full.extend(args);

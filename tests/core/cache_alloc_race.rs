@@ -28,8 +28,7 @@ const PAGES: usize = 4;
 /// Distinct pages a prompt is made of.
 const ALPHABET: u64 = 5;
 
-#[path = "support/rng.rs"]
-mod rng;
+use crate::rng;
 use rng::Rng;
 
 /// The first `OutOfSlots` a run saw, and how many there were.

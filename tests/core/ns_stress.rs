@@ -13,8 +13,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use radixkv::{Cache, CacheOptions, Error, EvictionPolicy, InsertOptions, RadixTree, TreeConfig};
 
-#[path = "support/rng.rs"]
-mod rng;
+use crate::rng;
 use rng::Rng;
 
 fn threads() -> usize {

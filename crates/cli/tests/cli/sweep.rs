@@ -1,9 +1,6 @@
 //! `radixkv sweep` end to end: table, CSV and SVG.
 
-#[path = "cli_common.rs"]
-mod cli_common;
-
-use cli_common::*;
+use crate::common::*;
 
 /// The CSV's columns: the first nine as they always were, then the index's memory; the KV
 /// columns follow when a KV size is given.
