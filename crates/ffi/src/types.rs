@@ -53,11 +53,22 @@ pub enum rkv_status {
     /// address already in use, a socket, runtime or thread that could not be had. Produced
     /// only by `rkv_events_publish`; the cache is unchanged.
     RKV_IO_ERROR = 10,
+    /// A batch's `seq` skips ahead of its worker's cursor and the router index refuses gaps
+    /// (`RKV_GAP_REFUSE`; an extension of version 1, produced only by
+    /// `rkv_router_apply_batch`): nothing applied; replay the worker's stream from
+    /// `rkv_router_next_seq`, then retry.
+    RKV_SEQUENCE_GAP = 11,
+    /// What the call names is not there (an extension of version 1, produced only by
+    /// `rkv_router_*` functions): an unknown worker (`rkv_router_remove_worker`), a worker
+    /// without a batch cursor (`rkv_router_next_seq`), a parent the worker does not hold
+    /// (`rkv_router_stored`: nothing applied), or removed hashes it does not hold in that
+    /// medium (`rkv_router_removed`: the held ones were removed, the others counted).
+    RKV_NOT_FOUND = 12,
 }
 
 impl rkv_status {
     /// Every status, in number order.
-    pub const ALL: [rkv_status; 11] = {
+    pub const ALL: [rkv_status; 13] = {
         use rkv_status::*;
         [
             RKV_OK,
@@ -71,6 +82,8 @@ impl rkv_status {
             RKV_DEVICE_ERROR,
             RKV_INTERNAL_ERROR,
             RKV_IO_ERROR,
+            RKV_SEQUENCE_GAP,
+            RKV_NOT_FOUND,
         ]
     };
 
@@ -101,6 +114,8 @@ const _: () = {
     assert!(RKV_DEVICE_ERROR as i32 == status::DEVICE_ERROR);
     assert!(RKV_INTERNAL_ERROR as i32 == status::INTERNAL_ERROR);
     assert!(RKV_IO_ERROR as i32 == status::IO_ERROR);
+    assert!(RKV_SEQUENCE_GAP as i32 == status::SEQUENCE_GAP);
+    assert!(RKV_NOT_FOUND as i32 == status::NOT_FOUND);
 };
 
 /// How eviction orders evictable leaves (the `eviction_policy` field of `rkv_options`, a

@@ -1,0 +1,782 @@
+//! The router index's C ABI (`ROUTER.md`, "Interfaces"; issue 27), additive within version
+//! 1: `rkv_router_*` over [`radixkv_router::RouterIndex`], many engine workers' KV caches in
+//! one lock-free index fed by their KV-event streams. Same conventions as the rest of the
+//! ABI: a literal `#[unsafe(no_mangle)] extern "C"` item per function, the panic boundary,
+//! a numbered status, outputs only on `RKV_OK` (and `*out_len` on `RKV_BUFFER_TOO_SMALL`),
+//! every pointer checked, a message for every failure (`rkv_last_error_message`).
+//!
+//! The router's refusals map to statuses in one place, [`router_status_code`], from the
+//! error's variant (never its text).
+
+use std::cell::RefCell;
+use std::ffi::c_char;
+
+use radixkv_core::error::status;
+use radixkv_router::{
+    GapPolicy, Medium, RouterError, RouterIndex, RouterOptions, Score, Worker, WorkerDump,
+};
+
+use crate::args::{check_opt_in, check_out, check_out_array, input, write_array};
+use crate::boundary::{Fail, Res, boundary, fail};
+use crate::events::opt_str;
+use crate::types::rkv_status;
+
+mod dump;
+use dump::{decode_dump, encode_dump};
+
+#[cfg(test)]
+mod tests;
+
+// ---------------------------------------------------------------------------------------
+// Types.
+
+/// What a sequence gap does (the `gap_policy` field of `rkv_router_options`, a `uint32_t`:
+/// other values are `RKV_INVALID_ARGUMENT`). A plain value.
+#[repr(C)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum rkv_gap_policy {
+    /// A batch whose `seq` skips ahead of its worker's cursor clears the worker (it is
+    /// re-learned from its later events), counts the gap, then applies (the default).
+    RKV_GAP_CLEAR = 0,
+    /// Nothing of such a batch applies: `rkv_router_apply_batch` returns `RKV_SEQUENCE_GAP`
+    /// and the caller replays the worker's stream from `rkv_router_next_seq`, then retries.
+    RKV_GAP_REFUSE = 1,
+}
+
+/// Options of a new router index. Get the defaults from `rkv_router_options_default()` and
+/// change fields. A plain value: the caller owns it, and the functions taking it only read
+/// it during the call.
+#[repr(C)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct rkv_router_options {
+    /// Tokens per block, >= 1 (every worker's `block_size`; default 16).
+    pub block_size: u32,
+    /// Distinct live `(worker_id, dp_rank)` pairs at most, 1 to 2^29 (default 4096).
+    pub max_workers: u32,
+    /// An `rkv_gap_policy` value (default `RKV_GAP_CLEAR`).
+    pub gap_policy: u32,
+    /// Must be 0 (reserved for a later version; else `RKV_INVALID_ARGUMENT`).
+    pub reserved: u32,
+}
+
+/// An engine worker: its id and data-parallel rank. A plain value.
+#[repr(C)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub struct rkv_worker {
+    /// The worker (instance) id.
+    pub worker_id: u64,
+    /// Its data-parallel rank (0 without data parallelism).
+    pub dp_rank: u32,
+    /// Must be 0 (else `RKV_INVALID_ARGUMENT`).
+    pub reserved: u32,
+}
+
+/// One worker's answer to `rkv_router_find`. A plain value.
+#[repr(C)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct rkv_router_score {
+    /// The worker (`reserved` is 0).
+    pub worker: rkv_worker,
+    /// Leading blocks of the request it holds on the device (GPU); 0 for a worker holding
+    /// only host copies.
+    pub device_blocks: u32,
+    /// Leading blocks it holds in any medium (GPU or a host copy); at least 1.
+    pub any_blocks: u32,
+}
+
+/// A router index's counts and counters (`rkv_router_stats_get`). A plain value owned by the
+/// caller. Each field is read atomically, but the fields are not one snapshot under
+/// concurrent writers.
+#[repr(C)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct rkv_router_stats {
+    /// Live `(worker_id, dp_rank)` pairs; `max_workers` caps this count.
+    pub workers: u64,
+    /// Distinct (namespace, chain position, content) blocks held by anyone.
+    pub blocks: u64,
+    /// (block, worker, medium) holdings.
+    pub memberships: u64,
+    /// The index's own heap bytes (memory retired but not yet reclaimed excluded).
+    pub bytes: u64,
+    /// Events applied or refused (typed calls and the events of batches).
+    pub events: u64,
+    /// Batches given to `rkv_router_apply_batch` (refused ones included).
+    pub batches: u64,
+    /// Sequence gaps seen.
+    pub gaps: u64,
+    /// Restarts seen (a batch `seq` below its worker's cursor).
+    pub restarts: u64,
+    /// Refusals of every reason: malformed payloads, unknown parents, unknown removed
+    /// hashes (one per hash), unaligned or empty stores, workers beyond `max_workers`,
+    /// batches refused for a gap.
+    pub refused: u64,
+}
+
+/// A router index: an opaque object created by `rkv_router_new` (or `rkv_router_restore`)
+/// and destroyed by `rkv_router_free`. Every function taking `const rkv_router *` is safe
+/// to call from many threads at once (events of different workers apply in parallel, finds
+/// take no lock); `rkv_router_free` must not run concurrently with any other call on it.
+pub struct rkv_router {
+    pub(crate) index: RouterIndex,
+}
+
+// ---------------------------------------------------------------------------------------
+// Errors and arguments.
+
+/// The status code ([`status`]) of a router refusal, by its variant: the one mapping of
+/// `RouterError` to statuses.
+///
+/// - `SequenceGap` is `SEQUENCE_GAP` (nothing applied; replay from the cursor);
+/// - `UnknownParent` and `UnknownRemovals` are `NOT_FOUND` (a block the worker does not
+///   hold);
+/// - `Malformed`, `Unaligned`, `Empty`, `InvalidOptions`, `TooManyWorkers` (the index's
+///   `max_workers` cap, which the caller chose) and `BadDump` are `INVALID_ARGUMENT`.
+pub fn router_status_code(e: &RouterError) -> i32 {
+    match e {
+        RouterError::SequenceGap { .. } => status::SEQUENCE_GAP,
+        RouterError::UnknownParent { .. } | RouterError::UnknownRemovals { .. } => {
+            status::NOT_FOUND
+        }
+        RouterError::InvalidOptions { .. }
+        | RouterError::Malformed { .. }
+        | RouterError::Unaligned { .. }
+        | RouterError::Empty
+        | RouterError::TooManyWorkers { .. }
+        | RouterError::BadDump { .. } => status::INVALID_ARGUMENT,
+    }
+}
+
+/// A router refusal as a [`Fail`]: its status and the router's message, with what the
+/// caller does next where there is something to do.
+pub(crate) fn router_fail(e: RouterError) -> Fail {
+    let status =
+        rkv_status::from_code(router_status_code(&e)).unwrap_or(rkv_status::RKV_INTERNAL_ERROR);
+    let msg = match &e {
+        RouterError::SequenceGap { expected, .. } => format!(
+            "{e}; nothing applied (gap_policy RKV_GAP_REFUSE): replay the worker's batches \
+             from seq {expected} (rkv_router_next_seq), then retry"
+        ),
+        RouterError::UnknownRemovals { .. } => {
+            format!("{e} (the held ones were removed; the others are counted in refused)")
+        }
+        RouterError::TooManyWorkers { .. } => {
+            format!("{e}: remove a worker, or create the index with a larger max_workers")
+        }
+        _ => e.to_string(),
+    };
+    fail(status, msg)
+}
+
+/// The index behind `p`.
+///
+/// # Safety
+/// `p` is NULL or was returned by `rkv_router_new` / `rkv_router_restore` and not yet
+/// freed, and no `rkv_router_free` of it runs during `'a`.
+unsafe fn router_ref<'a>(p: *const rkv_router) -> Res<&'a RouterIndex> {
+    if p.is_null() {
+        return Err(fail(rkv_status::RKV_NULL_ARGUMENT, "r is NULL"));
+    }
+    if !p.is_aligned() {
+        return Err(fail(
+            rkv_status::RKV_INVALID_ARGUMENT,
+            format!("r = {p:p} is misaligned: not a pointer rkv_router_new returned"),
+        ));
+    }
+    // SAFETY: non-null and aligned; by the caller's contract it points to a live
+    // `rkv_router` made by `rkv_router_new` (a `Box`), which nobody frees during 'a. Only
+    // shared references to it are made while it is published.
+    Ok(unsafe { &(*p).index })
+}
+
+/// The worker `w` names (`reserved` must be 0).
+fn worker(w: rkv_worker) -> Res<Worker> {
+    if w.reserved != 0 {
+        return Err(fail(
+            rkv_status::RKV_INVALID_ARGUMENT,
+            format!("w.reserved = {} must be 0 (worker {}/{})", w.reserved, w.worker_id, w.dp_rank),
+        ));
+    }
+    Ok(Worker::new(w.worker_id, w.dp_rank))
+}
+
+/// The C value of worker `w`.
+fn c_worker(w: Worker) -> rkv_worker {
+    rkv_worker { worker_id: w.worker_id, dp_rank: w.dp_rank, reserved: 0 }
+}
+
+/// The medium numbered `m` (an `rkv_medium`).
+fn medium_of(m: u32) -> Res<Medium> {
+    match m {
+        0 => Ok(Medium::Gpu),
+        1 => Ok(Medium::CpuPinned),
+        _ => Err(fail(
+            rkv_status::RKV_INVALID_ARGUMENT,
+            format!(
+                "medium = {m} is not an rkv_medium (0 = RKV_MEDIUM_GPU, 1 = RKV_MEDIUM_CPU_PINNED)"
+            ),
+        )),
+    }
+}
+
+/// The router's options for `*opts`, checked.
+///
+/// # Safety
+/// `opts` is NULL or points to a readable `rkv_router_options`.
+unsafe fn router_options(opts: *const rkv_router_options) -> Res<RouterOptions> {
+    if opts.is_null() {
+        return Err(fail(rkv_status::RKV_NULL_ARGUMENT, "opts is NULL"));
+    }
+    check_opt_in(opts, "opts")?;
+    // SAFETY: non-null and aligned; the caller guarantees a readable `rkv_router_options`
+    // (plain integers: every bit pattern is valid).
+    let o = unsafe { opts.read() };
+    let bad = |m: String| Err(fail(rkv_status::RKV_INVALID_ARGUMENT, m));
+    if o.reserved != 0 {
+        return bad(format!(
+            "opts->reserved = {} must be 0 (reserved for a later version)",
+            o.reserved
+        ));
+    }
+    let gap_policy = match o.gap_policy {
+        0 => GapPolicy::Clear,
+        1 => GapPolicy::Refuse,
+        g => {
+            return bad(format!(
+                "opts->gap_policy = {g} is not an rkv_gap_policy (0 = RKV_GAP_CLEAR, 1 = \
+                 RKV_GAP_REFUSE)"
+            ));
+        }
+    };
+    if o.block_size == 0 {
+        return bad("opts->block_size = 0 must be at least 1 (tokens per block)".into());
+    }
+    Ok(RouterOptions { block_size: o.block_size, max_workers: o.max_workers, gap_policy })
+}
+
+/// A new index with `o` as a boxed handle; an `InvalidOptions` refusal names the field.
+fn new_index(
+    o: RouterOptions,
+    make: impl FnOnce() -> Result<RouterIndex, RouterError>,
+) -> Res<*mut rkv_router> {
+    let index = make().map_err(|e| match e {
+        RouterError::InvalidOptions { .. } => fail(
+            rkv_status::RKV_INVALID_ARGUMENT,
+            format!("opts->max_workers = {} must be 1 to 2^29 (536870912)", o.max_workers),
+        ),
+        e => router_fail(e),
+    })?;
+    Ok(Box::into_raw(Box::new(rkv_router { index })))
+}
+
+thread_local! {
+    /// This thread's find results, reused: a find through the C ABI allocates nothing once
+    /// it has grown to the number of workers met.
+    static SCORES: RefCell<Vec<Score>> = const { RefCell::new(Vec::new()) };
+}
+
+/// Runs `f` on this thread's score buffer (a fresh one if it is in use or gone).
+fn with_scores<R>(f: impl FnOnce(&mut Vec<Score>) -> R) -> R {
+    let mut f = Some(f);
+    let r = SCORES.try_with(|s| {
+        let mut v = s.try_borrow_mut().ok()?;
+        Some((f.take().expect("runs once"))(&mut v))
+    });
+    match r {
+        Ok(Some(r)) => r,
+        _ => (f.take().expect("runs once"))(&mut Vec::new()),
+    }
+}
+
+/// Writes `scores` to `out[0..cap]` and their number to `*out_len`, or refuses with
+/// `RKV_BUFFER_TOO_SMALL` having written only `*out_len`.
+///
+/// # Safety
+/// `out` passed `check_out_array(out, cap, ..)` and `out[0..cap]` is writable; `out_len`
+/// passed `check_out` and is writable; no Rust reference to that memory is used after.
+unsafe fn write_scores(
+    scores: &[Score],
+    out: *mut rkv_router_score,
+    cap: usize,
+    out_len: *mut usize,
+) -> Res<()> {
+    let n = scores.len();
+    // SAFETY: `out_len` passed `check_out`; writable by the caller's contract.
+    unsafe { out_len.write(n) };
+    if n > cap {
+        return Err(fail(
+            rkv_status::RKV_BUFFER_TOO_SMALL,
+            format!(
+                "cap = {cap} is smaller than the {n} scores (*out_len = {n}); nothing else written"
+            ),
+        ));
+    }
+    for (i, s) in scores.iter().enumerate() {
+        let c = rkv_router_score {
+            worker: c_worker(s.worker),
+            device_blocks: s.device_blocks,
+            any_blocks: s.any_blocks,
+        };
+        // SAFETY: `i < n <= cap`: inside the caller's writable, aligned `out[0..cap]`.
+        unsafe { out.add(i).write(c) };
+    }
+    Ok(())
+}
+
+// ---------------------------------------------------------------------------------------
+// Life.
+
+/// Default router options: block_size 16, max_workers 4096, `RKV_GAP_CLEAR`, reserved 0.
+/// Returns a plain value. An extension of version 1. Thread-safe; leaves
+/// `rkv_last_error_message()` as it is.
+#[unsafe(no_mangle)]
+pub extern "C" fn rkv_router_options_default() -> rkv_router_options {
+    let d = RouterOptions::default();
+    rkv_router_options {
+        block_size: d.block_size,
+        max_workers: d.max_workers,
+        gap_policy: rkv_gap_policy::RKV_GAP_CLEAR as u32,
+        reserved: 0,
+    }
+}
+
+/// Creates an empty router index from `*opts` (required; read only during the call) and
+/// writes it to `*out` (required). The caller owns the index and frees it with
+/// `rkv_router_free`. `RKV_INVALID_ARGUMENT` for block_size 0, max_workers 0 or above 2^29,
+/// an unknown gap_policy or reserved != 0. An extension of version 1. Thread-safe.
+///
+/// # Safety
+/// `opts` is NULL or points to a readable `rkv_router_options`; `out` is NULL or points to
+/// a writable `rkv_router *`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn rkv_router_new(
+    opts: *const rkv_router_options,
+    out: *mut *mut rkv_router,
+) -> rkv_status {
+    boundary("rkv_router_new", || {
+        // SAFETY: the caller guarantees `opts` is NULL or readable.
+        let o = unsafe { router_options(opts) }?;
+        check_out(out, "out")?;
+        let p = new_index(o, || RouterIndex::new(o))?;
+        // SAFETY: passed `check_out`; writable by the caller's contract.
+        unsafe { out.write(p) };
+        Ok(())
+    })
+}
+
+/// Frees a router index made by `rkv_router_new` or `rkv_router_restore`; NULL is a no-op.
+/// No other call on it may run concurrently or after. Leaves `rkv_last_error_message()` as
+/// it is.
+///
+/// # Safety
+/// `r` is NULL or a live index not used by any other call now or later.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn rkv_router_free(r: *mut rkv_router) {
+    if r.is_null() || !r.is_aligned() {
+        return;
+    }
+    // Dropping the index runs no callback of the caller's; contain a panic all the same.
+    let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        // SAFETY: by the caller's contract `r` came from `Box::into_raw` in
+        // `rkv_router_new` / `rkv_router_restore`, is live, and nothing else uses it.
+        drop(unsafe { Box::from_raw(r) });
+    }));
+}
+
+// ---------------------------------------------------------------------------------------
+// Events.
+
+/// Applies one vLLM KV-event batch as received on the wire: `payload[0..len]` is the
+/// msgpack payload frame (either vLLM encoding), `seq` its sequence number from publisher
+/// `worker_id`. The worker is `(worker_id, the payload's data_parallel_rank)` (0 when nil);
+/// its batch cursor is per worker.
+///
+/// The worker's first batch sets its cursor (to `seq + 1`); a `seq` below the cursor is a
+/// restart: the worker is cleared, then the batch applies; a `seq` above it is a gap, which
+/// follows the index's `gap_policy`: `RKV_GAP_CLEAR` clears the worker and applies the
+/// batch, `RKV_GAP_REFUSE` applies nothing and returns `RKV_SEQUENCE_GAP` (replay from
+/// `rkv_router_next_seq`, then retry). A payload that does not decode (malformed msgpack,
+/// wrong types, an unknown event tag or medium, a data_parallel_rank outside `uint32_t`) is
+/// refused whole with `RKV_INVALID_ARGUMENT`: nothing of it applied, the refusal counted.
+/// Events refused for their content (an unknown parent, unaligned or empty blocks, another
+/// block size) are counted in `rkv_router_stats.refused` and skipped; the others apply and
+/// the call returns `RKV_OK`. `payload` may be NULL when `len == 0` (an empty payload is
+/// malformed). The caller keeps the payload. Thread-safe; batches of one worker must be
+/// given in order (one thread at a time per worker).
+///
+/// # Safety
+/// `r` is NULL or live; `payload[0..len]` is readable (or NULL).
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn rkv_router_apply_batch(
+    r: *const rkv_router,
+    worker_id: u64,
+    seq: u64,
+    payload: *const u8,
+    len: usize,
+) -> rkv_status {
+    boundary("rkv_router_apply_batch", || {
+        // SAFETY: the caller passes NULL or a live index that is not being freed.
+        let idx = unsafe { router_ref(r) }?;
+        // SAFETY: the caller guarantees payload[0..len] is readable (or NULL).
+        let p = unsafe { input(payload, len, "payload", "len") }?;
+        idx.apply_batch(worker_id, seq, p).map(|_| ()).map_err(router_fail)
+    })
+}
+
+/// `BlockStored`: worker `w` stores the `n` blocks `block_hashes[0..n]` (its engine hashes,
+/// opaque) with tokens `token_ids[0..n * block_size]` (the index's block size) below its
+/// block `*parent` (NULL: the first block of its namespace), in `medium` (an `rkv_medium`:
+/// 0 GPU, 1 CPU_PINNED) and namespace (`lora_name`, `cache_salt`: NUL-terminated UTF-8 or
+/// NULL). The router computes the blocks' content hashes from the tokens. A new worker is
+/// registered. Refusals apply nothing: `RKV_INVALID_ARGUMENT` for `n == 0`, `n * block_size`
+/// beyond memory, an unknown medium, a string that is not UTF-8, `w.reserved != 0`, or a
+/// new worker beyond `max_workers`; `RKV_NOT_FOUND` for a parent the worker does not hold
+/// (a worker met for the first time is registered all the same, holding nothing). The
+/// index's own refusals (no blocks, too many workers, unknown parent) are counted in
+/// `rkv_router_stats.refused`. Storing a held hash again only adds the medium. The
+/// caller keeps every array. Thread-safe.
+///
+/// # Safety
+/// `r` is NULL or live; `lora_name`, `cache_salt` NULL or readable NUL-terminated strings;
+/// `parent` NULL or a readable `uint64_t`; `block_hashes[0..n]` and
+/// `token_ids[0..n * block_size]` readable (or NULL with `n == 0`).
+#[unsafe(no_mangle)]
+#[allow(clippy::too_many_arguments)]
+pub unsafe extern "C" fn rkv_router_stored(
+    r: *const rkv_router,
+    w: rkv_worker,
+    lora_name: *const c_char,
+    cache_salt: *const c_char,
+    parent: *const u64,
+    block_hashes: *const u64,
+    n: usize,
+    token_ids: *const u32,
+    medium: u32,
+) -> rkv_status {
+    boundary("rkv_router_stored", || {
+        // SAFETY: the caller passes NULL or a live index that is not being freed.
+        let idx = unsafe { router_ref(r) }?;
+        let w = worker(w)?;
+        let m = medium_of(medium)?;
+        // SAFETY: the caller guarantees NULL or readable NUL-terminated strings.
+        let lora = unsafe { opt_str(lora_name, "lora_name") }?;
+        // SAFETY: as above.
+        let salt = unsafe { opt_str(cache_salt, "cache_salt") }?;
+        check_opt_in(parent, "parent")?;
+        // SAFETY: non-null (checked) and aligned; readable by the caller's contract.
+        let parent = (!parent.is_null()).then(|| unsafe { parent.read() });
+        // SAFETY: the caller guarantees block_hashes[0..n] is readable (or NULL).
+        let hashes = unsafe { input(block_hashes, n, "block_hashes", "n") }?;
+        let bs = idx.options().block_size as usize;
+        let n_tokens = n.checked_mul(bs).ok_or_else(|| {
+            fail(
+                rkv_status::RKV_INVALID_ARGUMENT,
+                format!("n = {n} blocks of {bs} tokens overflow size_t"),
+            )
+        })?;
+        // SAFETY: the caller guarantees token_ids[0..n * block_size] is readable (or NULL).
+        let tokens = unsafe { input(token_ids, n_tokens, "token_ids", "n * block_size") }?;
+        idx.stored(w, lora, salt, parent, hashes, tokens, m).map_err(router_fail)
+    })
+}
+
+/// `BlockRemoved`: worker `w` dropped its `medium` copy (an `rkv_medium`) of the blocks
+/// `block_hashes[0..n]`. A block keeps its other medium's copy. If some hashes are not held
+/// in that medium (or the worker is unknown), the held ones are removed, the others
+/// counted, and the call returns `RKV_NOT_FOUND`. `RKV_INVALID_ARGUMENT` for an unknown
+/// medium or `w.reserved != 0` (nothing changed). `n == 0` does nothing. Thread-safe.
+///
+/// # Safety
+/// `r` is NULL or live; `block_hashes[0..n]` readable (or NULL with `n == 0`).
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn rkv_router_removed(
+    r: *const rkv_router,
+    w: rkv_worker,
+    block_hashes: *const u64,
+    n: usize,
+    medium: u32,
+) -> rkv_status {
+    boundary("rkv_router_removed", || {
+        // SAFETY: the caller passes NULL or a live index that is not being freed.
+        let idx = unsafe { router_ref(r) }?;
+        let w = worker(w)?;
+        let m = medium_of(medium)?;
+        // SAFETY: the caller guarantees block_hashes[0..n] is readable (or NULL).
+        let hashes = unsafe { input(block_hashes, n, "block_hashes", "n") }?;
+        idx.removed(w, hashes, m).map_err(router_fail)
+    })
+}
+
+/// `AllBlocksCleared`: worker `w` holds nothing any more, atomically to a concurrent find.
+/// Its batch cursor is kept. An unknown worker holds nothing already: `RKV_OK`, nothing
+/// changed. `RKV_INVALID_ARGUMENT` for `w.reserved != 0`. Thread-safe.
+///
+/// # Safety
+/// `r` is NULL or live.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn rkv_router_cleared(r: *const rkv_router, w: rkv_worker) -> rkv_status {
+    boundary("rkv_router_cleared", || {
+        // SAFETY: the caller passes NULL or a live index that is not being freed.
+        let idx = unsafe { router_ref(r) }?;
+        idx.cleared(worker(w)?);
+        Ok(())
+    })
+}
+
+/// Forgets worker `w`, atomically to a concurrent find: its blocks and its batch cursor
+/// (its next batch sets a new one). `RKV_NOT_FOUND` for a worker the index does not know
+/// (never seen, or removed already; nothing changed); `RKV_INVALID_ARGUMENT` for
+/// `w.reserved != 0`. Thread-safe.
+///
+/// # Safety
+/// `r` is NULL or live.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn rkv_router_remove_worker(
+    r: *const rkv_router,
+    w: rkv_worker,
+) -> rkv_status {
+    boundary("rkv_router_remove_worker", || {
+        // SAFETY: the caller passes NULL or a live index that is not being freed.
+        let idx = unsafe { router_ref(r) }?;
+        let w = worker(w)?;
+        if idx.remove_worker(w) {
+            Ok(())
+        } else {
+            Err(fail(
+                rkv_status::RKV_NOT_FOUND,
+                format!(
+                    "worker {}/{} is not known to the index (never seen, or removed already)",
+                    w.worker_id, w.dp_rank
+                ),
+            ))
+        }
+    })
+}
+
+// ---------------------------------------------------------------------------------------
+// Queries.
+
+/// Scores of `tokens[0..n_tokens]` in namespace (`lora_name`, `cache_salt`: NUL-terminated
+/// UTF-8 or NULL): the request is cut into blocks of the index's block size (a partial last
+/// block is ignored) and every worker holding its first block is listed once, with the
+/// leading blocks it holds on the device and in any medium. Writes the scores to
+/// `out[0..*out_len]` (in no particular order) and their number to `*out_len` (required).
+/// If `cap` is smaller than the number of scores, returns `RKV_BUFFER_TOO_SMALL` with the
+/// number in `*out_len` and nothing written to `out` (the number may change by the next
+/// call under concurrent writers). `out` may be NULL when `cap == 0`, `tokens` when
+/// `n_tokens == 0`. `RKV_INVALID_ARGUMENT` for a string that is not UTF-8. The caller owns
+/// every array. Thread-safe and lock-free: it never waits for a writer and allocates
+/// nothing once this thread's buffers have grown.
+///
+/// # Safety
+/// `r` is NULL or live; `tokens[0..n_tokens]` readable (or NULL); `lora_name`, `cache_salt`
+/// NULL or readable NUL-terminated strings; `out[0..cap]` writable (or NULL); `out_len`
+/// NULL or writable.
+#[unsafe(no_mangle)]
+#[allow(clippy::too_many_arguments)]
+pub unsafe extern "C" fn rkv_router_find(
+    r: *const rkv_router,
+    tokens: *const u32,
+    n_tokens: usize,
+    lora_name: *const c_char,
+    cache_salt: *const c_char,
+    out: *mut rkv_router_score,
+    cap: usize,
+    out_len: *mut usize,
+) -> rkv_status {
+    boundary("rkv_router_find", || {
+        // SAFETY: the caller passes NULL or a live index that is not being freed.
+        let idx = unsafe { router_ref(r) }?;
+        // SAFETY: the caller guarantees tokens[0..n_tokens] is readable (or NULL).
+        let t = unsafe { input(tokens, n_tokens, "tokens", "n_tokens") }?;
+        // SAFETY: the caller guarantees NULL or readable NUL-terminated strings.
+        let lora = unsafe { opt_str(lora_name, "lora_name") }?;
+        // SAFETY: as above.
+        let salt = unsafe { opt_str(cache_salt, "cache_salt") }?;
+        check_out_array(out, cap, "out", "cap")?;
+        check_out(out_len, "out_len")?;
+        with_scores(|s| {
+            idx.find(t, lora, salt, s);
+            // SAFETY: `out` and `out_len` passed their checks and are writable by the
+            // caller's contract; the inputs are not read after this.
+            unsafe { write_scores(s, out, cap, out_len) }
+        })
+    })
+}
+
+/// `rkv_router_find` for precomputed content hashes, `content_hashes[0..n]`, one per block
+/// with the namespace already mixed in (the router-side standard of `KV_EVENTS.md`: XXH3-64
+/// of the block's tokens as little-endian `uint32_t`, seeded from the namespace; position
+/// comes from the chain). Outputs as `rkv_router_find`. Thread-safe and lock-free.
+///
+/// # Safety
+/// `r` is NULL or live; `content_hashes[0..n]` readable (or NULL); `out[0..cap]` writable
+/// (or NULL); `out_len` NULL or writable.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn rkv_router_find_hashes(
+    r: *const rkv_router,
+    content_hashes: *const u64,
+    n: usize,
+    out: *mut rkv_router_score,
+    cap: usize,
+    out_len: *mut usize,
+) -> rkv_status {
+    boundary("rkv_router_find_hashes", || {
+        // SAFETY: the caller passes NULL or a live index that is not being freed.
+        let idx = unsafe { router_ref(r) }?;
+        // SAFETY: the caller guarantees content_hashes[0..n] is readable (or NULL).
+        let h = unsafe { input(content_hashes, n, "content_hashes", "n") }?;
+        check_out_array(out, cap, "out", "cap")?;
+        check_out(out_len, "out_len")?;
+        with_scores(|s| {
+            idx.find_hashes(h, s);
+            // SAFETY: as in `rkv_router_find`.
+            unsafe { write_scores(s, out, cap, out_len) }
+        })
+    })
+}
+
+/// Writes the index's counts and counters to `*out` (required). Thread-safe.
+///
+/// # Safety
+/// `r` is NULL or live; `out` NULL or writable.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn rkv_router_stats_get(
+    r: *const rkv_router,
+    out: *mut rkv_router_stats,
+) -> rkv_status {
+    boundary("rkv_router_stats_get", || {
+        // SAFETY: the caller passes NULL or a live index that is not being freed.
+        let idx = unsafe { router_ref(r) }?;
+        check_out(out, "out")?;
+        let s = idx.stats();
+        let c = rkv_router_stats {
+            workers: s.workers,
+            blocks: s.blocks,
+            memberships: s.memberships,
+            bytes: s.bytes,
+            events: s.events,
+            batches: s.batches,
+            gaps: s.gaps,
+            restarts: s.restarts,
+            refused: s.refused_total(),
+        };
+        // SAFETY: passed `check_out`; writable by the caller's contract.
+        unsafe { out.write(c) };
+        Ok(())
+    })
+}
+
+/// Writes to `*out_next` (required) the `seq` worker `w`'s batch cursor expects next (after
+/// `RKV_SEQUENCE_GAP`: replay from there). `RKV_NOT_FOUND` when the worker has no cursor:
+/// it is unknown, or no batch of it applied yet (typed events set no cursor), so its next
+/// batch sets one whatever its `seq`. `RKV_INVALID_ARGUMENT` for `w.reserved != 0`.
+/// Thread-safe.
+///
+/// # Safety
+/// `r` is NULL or live; `out_next` NULL or writable.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn rkv_router_next_seq(
+    r: *const rkv_router,
+    w: rkv_worker,
+    out_next: *mut u64,
+) -> rkv_status {
+    boundary("rkv_router_next_seq", || {
+        // SAFETY: the caller passes NULL or a live index that is not being freed.
+        let idx = unsafe { router_ref(r) }?;
+        let w = worker(w)?;
+        check_out(out_next, "out_next")?;
+        let Some(next) = idx.next_seq(w) else {
+            return Err(fail(
+                rkv_status::RKV_NOT_FOUND,
+                format!(
+                    "worker {}/{} has no batch cursor: it is unknown, or no batch of it applied \
+                     yet (its next batch sets the cursor, whatever its seq)",
+                    w.worker_id, w.dp_rank
+                ),
+            ));
+        };
+        // SAFETY: passed `check_out`; writable by the caller's contract.
+        unsafe { out_next.write(next) };
+        Ok(())
+    })
+}
+
+// ---------------------------------------------------------------------------------------
+// Dump and restore.
+
+/// Serializes the whole index into `out[0..cap]`: every worker's held blocks (engine hash,
+/// chain key, media) and batch cursor, in one self-describing little-endian byte string
+/// that `rkv_router_restore` turns back into an equal index (same finds, cursors, stats
+/// counts). Writes its length to `*out_len` (required). If `cap` is smaller, returns
+/// `RKV_BUFFER_TOO_SMALL` with the length in `*out_len` and nothing written to `out`: call
+/// again with a buffer that large (under concurrent writers the length may have grown by
+/// then; loop). `out` may be NULL when `cap == 0`. The dump is consistent per worker (each
+/// worker's part is taken under its lock), not across workers. The caller owns the buffer;
+/// the format (`docs`: CHANGELOG.md, "router index") is versioned by its header and read
+/// back only by `rkv_router_restore`. Thread-safe.
+///
+/// # Safety
+/// `r` is NULL or live; `out[0..cap]` writable (or NULL); `out_len` NULL or writable.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn rkv_router_dump(
+    r: *const rkv_router,
+    out: *mut u8,
+    cap: usize,
+    out_len: *mut usize,
+) -> rkv_status {
+    boundary("rkv_router_dump", || {
+        // SAFETY: the caller passes NULL or a live index that is not being freed.
+        let idx = unsafe { router_ref(r) }?;
+        check_out_array(out, cap, "out", "cap")?;
+        check_out(out_len, "out_len")?;
+        let bytes = encode_dump(idx.options().block_size, &idx.dump());
+        // SAFETY: passed `check_out`; writable by the caller's contract.
+        unsafe { out_len.write(bytes.len()) };
+        if bytes.len() > cap {
+            return Err(fail(
+                rkv_status::RKV_BUFFER_TOO_SMALL,
+                format!(
+                    "cap = {cap} is smaller than the dump of {} bytes (*out_len = {})",
+                    bytes.len(),
+                    bytes.len()
+                ),
+            ));
+        }
+        // SAFETY: `out[0..cap]` passed `check_out_array`, `cap >= bytes.len()`, writable by
+        // the caller's contract; `bytes` is our own Vec.
+        unsafe { write_array(out, &bytes) };
+        Ok(())
+    })
+}
+
+/// Creates an index from `*opts` (required) holding exactly what the dump
+/// `bytes[0..len]` (from `rkv_router_dump`) records, and writes it to `*out` (required):
+/// the caller owns it and frees it with `rkv_router_free`. The options are checked as by
+/// `rkv_router_new`; their `block_size` must be the dumped index's. `RKV_INVALID_ARGUMENT`
+/// for bad options, bytes that are not such a dump (wrong magic or version, truncated,
+/// trailing bytes, a bad field), another block size, or more workers than `max_workers`;
+/// nothing is created then. Thread-safe.
+///
+/// # Safety
+/// `opts` is NULL or readable; `bytes[0..len]` readable (or NULL with `len == 0`); `out`
+/// NULL or writable.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn rkv_router_restore(
+    opts: *const rkv_router_options,
+    bytes: *const u8,
+    len: usize,
+    out: *mut *mut rkv_router,
+) -> rkv_status {
+    boundary("rkv_router_restore", || {
+        // SAFETY: the caller guarantees `opts` is NULL or readable.
+        let o = unsafe { router_options(opts) }?;
+        // SAFETY: the caller guarantees bytes[0..len] is readable (or NULL).
+        let b = unsafe { input(bytes, len, "bytes", "len") }?;
+        check_out(out, "out")?;
+        let d: Vec<WorkerDump> = decode_dump(o.block_size, b)?;
+        let p = new_index(o, || RouterIndex::restore(o, &d))?;
+        // SAFETY: passed `check_out`; writable by the caller's contract.
+        unsafe { out.write(p) };
+        Ok(())
+    })
+}
