@@ -112,6 +112,15 @@ pub struct rkv_router_stats {
     pub refused: u64,
 }
 
+// The layouts the header promises: no padding, so every byte a caller passes is a field.
+const _: () = assert!(
+    size_of::<rkv_router_options>() == 16
+        && size_of::<rkv_worker>() == 16
+        && size_of::<rkv_router_score>() == 24
+        && std::mem::offset_of!(rkv_router_score, device_blocks) == 16
+        && size_of::<rkv_router_stats>() == 72
+);
+
 /// A router index: an opaque object created by `rkv_router_new` (or `rkv_router_restore`)
 /// and destroyed by `rkv_router_free`. Every function taking `const rkv_router *` is safe
 /// to call from many threads at once (events of different workers apply in parallel, finds
