@@ -116,11 +116,9 @@ typedef enum rkv_status {
    */
   RKV_SEQUENCE_GAP = 11,
   /**
-   * What the call names is not there (an extension of version 1, produced only by
-   * `rkv_router_*` functions): an unknown worker (`rkv_router_remove_worker`), a worker
-   * without a batch cursor (`rkv_router_next_seq`), a parent the worker does not hold
-   * (`rkv_router_stored`: nothing applied), or removed hashes it does not hold in that
-   * medium (`rkv_router_removed`: the held ones were removed, the others counted).
+   * What the call asks about is not there (an extension of version 1, produced only by
+   * `rkv_router_remove_worker`, for a worker the index does not know, and
+   * `rkv_router_next_seq`, for a worker without a batch cursor); nothing changed.
    */
   RKV_NOT_FOUND = 12,
 } rkv_status;
@@ -2023,10 +2021,10 @@ enum rkv_status rkv_router_apply_batch(const struct rkv_router *r,
  * block `*parent` (NULL: the first block of its namespace), in `medium` (an `rkv_medium`:
  * 0 GPU, 1 CPU_PINNED) and namespace (`lora_name`, `cache_salt`: NUL-terminated UTF-8 or
  * NULL). The router computes the blocks' content hashes from the tokens. A new worker is
- * registered. Refusals apply nothing: `RKV_INVALID_ARGUMENT` for `n == 0`, `n * block_size`
- * beyond memory, an unknown medium, a string that is not UTF-8, `w.reserved != 0`, or a
- * new worker beyond `max_workers`; `RKV_NOT_FOUND` for a parent the worker does not hold
- * (a worker met for the first time is registered all the same, holding nothing). The
+ * registered. Refusals apply nothing; each is `RKV_INVALID_ARGUMENT`: `n == 0`,
+ * `n * block_size` beyond memory, an unknown medium, a string that is not UTF-8,
+ * `w.reserved != 0`, a new worker beyond `max_workers`, or a parent the worker does not
+ * hold (a worker met for the first time is registered all the same, holding nothing). The
  * index's own refusals (no blocks, too many workers, unknown parent) are counted in
  * `rkv_router_stats.refused`. Storing a held hash again only adds the medium. The
  * caller keeps every array. Thread-safe.
@@ -2050,8 +2048,10 @@ enum rkv_status rkv_router_stored(const struct rkv_router *r,
  * `BlockRemoved`: worker `w` dropped its `medium` copy (an `rkv_medium`) of the blocks
  * `block_hashes[0..n]`. A block keeps its other medium's copy. If some hashes are not held
  * in that medium (or the worker is unknown), the held ones are removed, the others
- * counted, and the call returns `RKV_NOT_FOUND`. `RKV_INVALID_ARGUMENT` for an unknown
- * medium or `w.reserved != 0` (nothing changed). `n == 0` does nothing. Thread-safe.
+ * counted, and the call returns `RKV_INVALID_ARGUMENT` (the one refusal after which
+ * something changed, as in the Rust API); for an unknown medium or `w.reserved != 0` it
+ * returns `RKV_INVALID_ARGUMENT` having changed nothing. `n == 0` does nothing.
+ * Thread-safe.
  *
  * # Safety
  * `r` is NULL or live; `block_hashes[0..n]` readable (or NULL with `n == 0`).

@@ -174,8 +174,8 @@ pub mod status {
     /// A batch's `seq` skips ahead of its worker's cursor under the refuse gap policy
     /// (the router index): nothing applied; replay from the cursor, then retry.
     pub const SEQUENCE_GAP: i32 = 11;
-    /// What the call names is not there (the router index): an unknown worker, a worker
-    /// with no batch cursor yet, a parent or removed block the worker does not hold.
+    /// What the call asks about is not there (the router index): an unknown worker, or one
+    /// without a batch cursor yet.
     pub const NOT_FOUND: i32 = 12;
 
     /// One status code: its number, its name (without the C ABI's `RKV_` prefix) and its
@@ -248,8 +248,7 @@ pub mod status {
         Code {
             code: NOT_FOUND,
             name: "NOT_FOUND",
-            text: c"RKV_NOT_FOUND: unknown worker, no cursor yet, or a block the worker does not \
-                    hold",
+            text: c"RKV_NOT_FOUND: no such worker, or no batch cursor for it yet",
         },
     ];
 

@@ -1298,7 +1298,7 @@ class RouterIndex {
   /// BlockStored: `w` stores blocks `block_hashes` (its engine hashes) with `tokens`
   /// (block_size per block: else Error(RKV_INVALID_ARGUMENT)) below its block `parent`
   /// (none: the namespace's first), in `medium` and namespace `ns`. An unknown parent
-  /// throws Error(RKV_NOT_FOUND), nothing applied.
+  /// throws Error(RKV_INVALID_ARGUMENT), nothing applied.
   void stored(const Worker &w, std::optional<std::uint64_t> parent,
               const std::vector<std::uint64_t> &block_hashes, Span tokens,
               Medium medium = Medium::gpu, const RouterNamespace &ns = RouterNamespace()) const {
@@ -1319,7 +1319,7 @@ class RouterIndex {
                   "rkv_router_stored");
   }
   /// BlockRemoved: `w` dropped its `medium` copy of `block_hashes`. Hashes it does not hold
-  /// there throw Error(RKV_NOT_FOUND) after the held ones were removed.
+  /// there throw Error(RKV_INVALID_ARGUMENT) after the held ones were removed.
   void removed(const Worker &w, const std::vector<std::uint64_t> &block_hashes,
                Medium medium = Medium::gpu) const {
     detail::check(rkv_router_removed(need(), w, block_hashes.data(), block_hashes.size(),

@@ -252,9 +252,10 @@ static void test_bad_inputs(void) {
   MSG("token_ids is NULL but n * block_size = 8");
   ST(rkv_router_stored(r, w, NULL, NULL, NULL, NULL, 0, NULL, 0), RKV_INVALID_ARGUMENT);
   MSG("no blocks");
-  ST(rkv_router_stored(r, w, NULL, NULL, &unknown, h, 2, t, 0), RKV_NOT_FOUND);
+  ST(rkv_router_stored(r, w, NULL, NULL, &unknown, h, 2, t, 0), RKV_INVALID_ARGUMENT);
   MSG("parent 0x2a");
-  ST(rkv_router_removed(r, worker(5, 0), h, 2, 0), RKV_NOT_FOUND);
+  ST(rkv_router_removed(r, worker(5, 0), h, 2, 0), RKV_INVALID_ARGUMENT);
+  MSG("2 removed hashes were not held");
   ST(rkv_router_removed(r, w, h, 2, 9), RKV_INVALID_ARGUMENT);
   ST(rkv_router_remove_worker(r, worker(5, 0)), RKV_NOT_FOUND);
   MSG("worker 5/0 is not known");

@@ -117,7 +117,7 @@ void refusals() {
   CHECK_WHAT(r.stored(w, std::nullopt, {1, 2}, toks(0, 1)), RKV_INVALID_ARGUMENT,
              "4 tokens for 2 blocks");
   CHECK_WHAT(r.stored(w, std::nullopt, {}, {}), RKV_INVALID_ARGUMENT, "no blocks");
-  CHECK_WHAT(r.stored(w, 42, {1}, toks(0, 1)), RKV_NOT_FOUND, "parent 0x2a");
+  CHECK_WHAT(r.stored(w, 42, {1}, toks(0, 1)), RKV_INVALID_ARGUMENT, "parent 0x2a");
   rkv::RouterNamespace nul;
   nul.cache_salt = std::string("a\0b", 3);
   CHECK_WHAT(r.stored(w, std::nullopt, {1}, toks(0, 1), rkv::Medium::gpu, nul),
@@ -125,7 +125,7 @@ void refusals() {
   rkv::RouterNamespace bad_utf8;
   bad_utf8.lora_name = std::string("\xff");
   CHECK_WHAT(r.find(toks(0, 1), bad_utf8), RKV_INVALID_ARGUMENT, "lora_name is not valid UTF-8");
-  CHECK_WHAT(r.removed(rkv::make_worker(5), {1}), RKV_NOT_FOUND, "not held");
+  CHECK_WHAT(r.removed(rkv::make_worker(5), {1}), RKV_INVALID_ARGUMENT, "not held");
   rkv::Worker reserved = w;
   reserved.reserved = 1;
   CHECK_WHAT(r.cleared(reserved), RKV_INVALID_ARGUMENT, "w.reserved = 1");

@@ -133,10 +133,10 @@ pub unsafe extern "C" fn rkv_router_apply_batch(
 /// block `*parent` (NULL: the first block of its namespace), in `medium` (an `rkv_medium`:
 /// 0 GPU, 1 CPU_PINNED) and namespace (`lora_name`, `cache_salt`: NUL-terminated UTF-8 or
 /// NULL). The router computes the blocks' content hashes from the tokens. A new worker is
-/// registered. Refusals apply nothing: `RKV_INVALID_ARGUMENT` for `n == 0`, `n * block_size`
-/// beyond memory, an unknown medium, a string that is not UTF-8, `w.reserved != 0`, or a
-/// new worker beyond `max_workers`; `RKV_NOT_FOUND` for a parent the worker does not hold
-/// (a worker met for the first time is registered all the same, holding nothing). The
+/// registered. Refusals apply nothing; each is `RKV_INVALID_ARGUMENT`: `n == 0`,
+/// `n * block_size` beyond memory, an unknown medium, a string that is not UTF-8,
+/// `w.reserved != 0`, a new worker beyond `max_workers`, or a parent the worker does not
+/// hold (a worker met for the first time is registered all the same, holding nothing). The
 /// index's own refusals (no blocks, too many workers, unknown parent) are counted in
 /// `rkv_router_stats.refused`. Storing a held hash again only adds the medium. The
 /// caller keeps every array. Thread-safe.
@@ -188,8 +188,10 @@ pub unsafe extern "C" fn rkv_router_stored(
 /// `BlockRemoved`: worker `w` dropped its `medium` copy (an `rkv_medium`) of the blocks
 /// `block_hashes[0..n]`. A block keeps its other medium's copy. If some hashes are not held
 /// in that medium (or the worker is unknown), the held ones are removed, the others
-/// counted, and the call returns `RKV_NOT_FOUND`. `RKV_INVALID_ARGUMENT` for an unknown
-/// medium or `w.reserved != 0` (nothing changed). `n == 0` does nothing. Thread-safe.
+/// counted, and the call returns `RKV_INVALID_ARGUMENT` (the one refusal after which
+/// something changed, as in the Rust API); for an unknown medium or `w.reserved != 0` it
+/// returns `RKV_INVALID_ARGUMENT` having changed nothing. `n == 0` does nothing.
+/// Thread-safe.
 ///
 /// # Safety
 /// `r` is NULL or live; `block_hashes[0..n]` readable (or NULL with `n == 0`).

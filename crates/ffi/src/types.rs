@@ -58,11 +58,9 @@ pub enum rkv_status {
     /// `rkv_router_apply_batch`): nothing applied; replay the worker's stream from
     /// `rkv_router_next_seq`, then retry.
     RKV_SEQUENCE_GAP = 11,
-    /// What the call names is not there (an extension of version 1, produced only by
-    /// `rkv_router_*` functions): an unknown worker (`rkv_router_remove_worker`), a worker
-    /// without a batch cursor (`rkv_router_next_seq`), a parent the worker does not hold
-    /// (`rkv_router_stored`: nothing applied), or removed hashes it does not hold in that
-    /// medium (`rkv_router_removed`: the held ones were removed, the others counted).
+    /// What the call asks about is not there (an extension of version 1, produced only by
+    /// `rkv_router_remove_worker`, for a worker the index does not know, and
+    /// `rkv_router_next_seq`, for a worker without a batch cursor); nothing changed.
     RKV_NOT_FOUND = 12,
 }
 

@@ -12,20 +12,22 @@ use crate::boundary::{Fail, Res, fail};
 use crate::types::rkv_status;
 
 /// The status code ([`status`]) of a router refusal, by its variant: the one mapping of
-/// `RouterError` to statuses.
+/// `RouterError` to statuses, the same as the Python front's (`bindings/python/src/router.rs`,
+/// which carries the fields as well).
 ///
 /// - `SequenceGap` is `SEQUENCE_GAP` (nothing applied; replay from the cursor);
-/// - `UnknownParent` and `UnknownRemovals` are `NOT_FOUND` (a block the worker does not
-///   hold);
-/// - `Malformed`, `Unaligned`, `Empty`, `InvalidOptions`, `TooManyWorkers` (the index's
-///   `max_workers` cap, which the caller chose) and `BadDump` are `INVALID_ARGUMENT`.
+/// - every other refusal is `INVALID_ARGUMENT`: `Malformed`, `UnknownParent`,
+///   `UnknownRemovals`, `Unaligned`, `Empty`, `InvalidOptions`, `TooManyWorkers` (the
+///   index's `max_workers` cap, which the caller chose) and `BadDump`.
+///
+/// (`NOT_FOUND` is no refusal of the index's: the C functions whose answer is "not there",
+/// `rkv_router_next_seq` and `rkv_router_remove_worker`, return it themselves.)
 pub fn router_status_code(e: &RouterError) -> i32 {
     match e {
         RouterError::SequenceGap { .. } => status::SEQUENCE_GAP,
-        RouterError::UnknownParent { .. } | RouterError::UnknownRemovals { .. } => {
-            status::NOT_FOUND
-        }
-        RouterError::InvalidOptions { .. }
+        RouterError::UnknownParent { .. }
+        | RouterError::UnknownRemovals { .. }
+        | RouterError::InvalidOptions { .. }
         | RouterError::Malformed { .. }
         | RouterError::Unaligned { .. }
         | RouterError::Empty

@@ -376,10 +376,10 @@ fn bad_typed_events_are_refused() {
             &["parent = ", "not aligned"],
         );
         assert_eq!(stats(r).workers, 0, "nothing registered by the argument refusals");
-        // An unknown parent: NOT_FOUND, nothing held (the worker is registered).
+        // An unknown parent: nothing held (the worker is registered).
         check(
             st(r, w(1, 0), null(), null(), &42, h.as_ptr(), 2, t.as_ptr(), 0),
-            RKV_NOT_FOUND,
+            RKV_INVALID_ARGUMENT,
             &["parent 0x2a", "does not hold"],
         );
         let s = stats(r);
@@ -387,19 +387,19 @@ fn bad_typed_events_are_refused() {
         // Removals: unknown worker, unknown hash (the held one goes), bad medium.
         check(
             rkv_router_removed(r, w(5, 0), h.as_ptr(), 2, 0),
-            RKV_NOT_FOUND,
+            RKV_INVALID_ARGUMENT,
             &["2 removed hashes were not held"],
         );
         assert_eq!(store(r, w(1, 0), None, &h, &t), RKV_OK);
         check(
             rkv_router_removed(r, w(1, 0), [2u64, 77].as_ptr(), 2, 0),
-            RKV_NOT_FOUND,
+            RKV_INVALID_ARGUMENT,
             &["1 removed hashes", "the held ones were removed"],
         );
         assert_eq!(find(r, &t), [score(1, 1, 1)]);
         check(
             rkv_router_removed(r, w(1, 0), h.as_ptr(), 1, 1),
-            RKV_NOT_FOUND,
+            RKV_INVALID_ARGUMENT,
             &["not held in that medium"],
         );
         check(
@@ -822,8 +822,8 @@ fn every_router_error_maps_to_its_status() {
             RouterError::SequenceGap { worker: wk, expected: 1, got: 3 },
             rkv_status::RKV_SEQUENCE_GAP,
         ),
-        (RouterError::UnknownParent { parent: 1 }, rkv_status::RKV_NOT_FOUND),
-        (RouterError::UnknownRemovals { count: 1 }, rkv_status::RKV_NOT_FOUND),
+        (RouterError::UnknownParent { parent: 1 }, rkv_status::RKV_INVALID_ARGUMENT),
+        (RouterError::UnknownRemovals { count: 1 }, rkv_status::RKV_INVALID_ARGUMENT),
         (
             RouterError::Unaligned { blocks: 1, tokens: 3, block_size: 4, expected: 4 },
             rkv_status::RKV_INVALID_ARGUMENT,
