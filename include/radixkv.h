@@ -7,6 +7,8 @@
  * rkv_cache_free, rkv_cache_clear and rkv_events_enable (which take `rkv_cache *`) must not
  * run concurrently with any other call on that cache. The same holds for `rkv_tier`: functions
  * taking `const rkv_tier *` are thread-safe; rkv_tier_free and rkv_tier_events_enable are not.
+ * Likewise every function taking `const rkv_router *` (the router index) is thread-safe;
+ * rkv_router_free must not run concurrently with any other call on that index.
  * Outputs are written only on RKV_OK (and *out_len, or rkv_events_drain's *out_info, on
  * RKV_BUFFER_TOO_SMALL).
  * A failing call leaves a message saying exactly what was wrong for its thread:
@@ -106,6 +108,19 @@ typedef enum rkv_status {
    * only by `rkv_events_publish`; the cache is unchanged.
    */
   RKV_IO_ERROR = 10,
+  /**
+   * A batch's `seq` skips ahead of its worker's cursor and the router index refuses gaps
+   * (`RKV_GAP_REFUSE`; an extension of version 1, produced only by
+   * `rkv_router_apply_batch`): nothing applied; replay the worker's stream from
+   * `rkv_router_next_seq`, then retry.
+   */
+  RKV_SEQUENCE_GAP = 11,
+  /**
+   * What the call asks about is not there (an extension of version 1, produced only by
+   * `rkv_router_remove_worker`, for a worker the index does not know, and
+   * `rkv_router_next_seq`, for a worker without a batch cursor); nothing changed.
+   */
+  RKV_NOT_FOUND = 12,
 } rkv_status;
 
 /**
@@ -298,6 +313,23 @@ typedef enum rkv_load_outcome {
 } rkv_load_outcome;
 
 /**
+ * What a sequence gap does (the `gap_policy` field of `rkv_router_options`, a `uint32_t`:
+ * other values are `RKV_INVALID_ARGUMENT`). A plain value.
+ */
+typedef enum rkv_gap_policy {
+  /**
+   * A batch whose `seq` skips ahead of its worker's cursor clears the worker (it is
+   * re-learned from its later events), counts the gap, then applies (the default).
+   */
+  RKV_GAP_CLEAR = 0,
+  /**
+   * Nothing of such a batch applies: `rkv_router_apply_batch` returns `RKV_SEQUENCE_GAP`
+   * and the caller replays the worker's stream from `rkv_router_next_seq`, then retries.
+   */
+  RKV_GAP_REFUSE = 1,
+} rkv_gap_policy;
+
+/**
  * A cache: an opaque object created by `rkv_cache_new` and destroyed by `rkv_cache_free`.
  * Every function taking `const rkv_cache *` is safe to call from many threads at once;
  * `rkv_cache_free`, `rkv_cache_clear` and `rkv_events_enable` (which take `rkv_cache *`) must
@@ -315,6 +347,14 @@ typedef struct rkv_cache rkv_cache;
  * run concurrently with any other call on the same publisher.
  */
 typedef struct rkv_publisher rkv_publisher;
+
+/**
+ * A router index: an opaque object created by `rkv_router_new` (or `rkv_router_restore`)
+ * and destroyed by `rkv_router_free`. Every function taking `const rkv_router *` is safe
+ * to call from many threads at once (events of different workers apply in parallel, finds
+ * take no lock); `rkv_router_free` must not run concurrently with any other call on it.
+ */
+typedef struct rkv_router rkv_router;
 
 /**
  * A host tier: a device cache with its slot pool (pool mode) and a host slot pool behind
@@ -751,6 +791,113 @@ typedef struct rkv_events_drain_info {
    */
   size_t batches_left;
 } rkv_events_drain_info;
+
+/**
+ * Options of a new router index. Get the defaults from `rkv_router_options_default()` and
+ * change fields. A plain value: the caller owns it, and the functions taking it only read
+ * it during the call.
+ */
+typedef struct rkv_router_options {
+  /**
+   * Tokens per block, >= 1 (every worker's `block_size`; default 16).
+   */
+  uint32_t block_size;
+  /**
+   * Distinct live `(worker_id, dp_rank)` pairs at most, 1 to 2^29 (default 4096).
+   */
+  uint32_t max_workers;
+  /**
+   * An `rkv_gap_policy` value (default `RKV_GAP_CLEAR`).
+   */
+  uint32_t gap_policy;
+  /**
+   * Must be 0 (reserved for a later version; else `RKV_INVALID_ARGUMENT`).
+   */
+  uint32_t reserved;
+} rkv_router_options;
+
+/**
+ * An engine worker: its id and data-parallel rank. A plain value.
+ */
+typedef struct rkv_worker {
+  /**
+   * The worker (instance) id.
+   */
+  uint64_t worker_id;
+  /**
+   * Its data-parallel rank (0 without data parallelism).
+   */
+  uint32_t dp_rank;
+  /**
+   * Must be 0 (else `RKV_INVALID_ARGUMENT`).
+   */
+  uint32_t reserved;
+} rkv_worker;
+
+/**
+ * One worker's answer to `rkv_router_find`. A plain value.
+ */
+typedef struct rkv_router_score {
+  /**
+   * The worker (`reserved` is 0).
+   */
+  struct rkv_worker worker;
+  /**
+   * Leading blocks of the request it holds on the device (GPU); 0 for a worker holding
+   * only host copies.
+   */
+  uint32_t device_blocks;
+  /**
+   * Leading blocks it holds in any medium (GPU or a host copy); at least 1.
+   */
+  uint32_t any_blocks;
+} rkv_router_score;
+
+/**
+ * A router index's counts and counters (`rkv_router_stats_get`). A plain value owned by the
+ * caller. Each field is read atomically, but the fields are not one snapshot under
+ * concurrent writers.
+ */
+typedef struct rkv_router_stats {
+  /**
+   * Live `(worker_id, dp_rank)` pairs; `max_workers` caps this count.
+   */
+  uint64_t workers;
+  /**
+   * Distinct (namespace, chain position, content) blocks held by anyone.
+   */
+  uint64_t blocks;
+  /**
+   * (block, worker, medium) holdings.
+   */
+  uint64_t memberships;
+  /**
+   * The index's own heap bytes (memory retired but not yet reclaimed excluded).
+   */
+  uint64_t bytes;
+  /**
+   * Events applied or refused (typed calls and the events of batches).
+   */
+  uint64_t events;
+  /**
+   * Batches given to `rkv_router_apply_batch` (refused ones included).
+   */
+  uint64_t batches;
+  /**
+   * Sequence gaps seen.
+   */
+  uint64_t gaps;
+  /**
+   * Restarts seen (a batch `seq` below its worker's cursor).
+   */
+  uint64_t restarts;
+  /**
+   * Refusals of every reason: malformed payloads, unknown parents, unknown removed
+   * hashes (one per hash), unaligned or empty stores, workers beyond `max_workers`,
+   * batches refused for a gap.
+   */
+  uint64_t refused;
+} rkv_router_stats;
 
 /**
  * A caller-supplied copier (`RKV_COPIER_CALLBACK`): four functions and their `user_data`.
@@ -1809,6 +1956,246 @@ enum rkv_status rkv_events_drain(const struct rkv_cache *cache,
                                  char *out_strings,
                                  size_t strings_cap,
                                  struct rkv_events_drain_info *out_info);
+
+/**
+ * Default router options: block_size 16, max_workers 4096, `RKV_GAP_CLEAR`, reserved 0.
+ * Returns a plain value. An extension of version 1. Thread-safe; leaves
+ * `rkv_last_error_message()` as it is.
+ */
+struct rkv_router_options rkv_router_options_default(void);
+
+/**
+ * Creates an empty router index from `*opts` (required; read only during the call) and
+ * writes it to `*out` (required). The caller owns the index and frees it with
+ * `rkv_router_free`. `RKV_INVALID_ARGUMENT` for block_size 0, max_workers 0 or above 2^29,
+ * an unknown gap_policy or reserved != 0. An extension of version 1. Thread-safe.
+ *
+ * # Safety
+ * `opts` is NULL or points to a readable `rkv_router_options`; `out` is NULL or points to
+ * a writable `rkv_router *`.
+ */
+enum rkv_status rkv_router_new(const struct rkv_router_options *opts,
+                               struct rkv_router **out);
+
+/**
+ * Frees a router index made by `rkv_router_new` or `rkv_router_restore`; NULL is a no-op.
+ * No other call on it may run concurrently or after. Leaves `rkv_last_error_message()` as
+ * it is.
+ *
+ * # Safety
+ * `r` is NULL or a live index not used by any other call now or later.
+ */
+void rkv_router_free(struct rkv_router *r);
+
+/**
+ * Applies one vLLM KV-event batch as received on the wire: `payload[0..len]` is the
+ * msgpack payload frame (either vLLM encoding), `seq` its sequence number from publisher
+ * `worker_id`. The worker is `(worker_id, the payload's data_parallel_rank)` (0 when nil);
+ * its batch cursor is per worker.
+ *
+ * The worker's first batch sets its cursor (to `seq + 1`); a `seq` below the cursor is a
+ * restart: the worker is cleared, then the batch applies; a `seq` above it is a gap, which
+ * follows the index's `gap_policy`: `RKV_GAP_CLEAR` clears the worker and applies the
+ * batch, `RKV_GAP_REFUSE` applies nothing and returns `RKV_SEQUENCE_GAP` (replay from
+ * `rkv_router_next_seq`, then retry). A payload that does not decode (malformed msgpack,
+ * wrong types, an unknown event tag or medium, a data_parallel_rank outside `uint32_t`) is
+ * refused whole with `RKV_INVALID_ARGUMENT`: nothing of it applied, the refusal counted.
+ * Events refused for their content (an unknown parent, unaligned or empty blocks, another
+ * block size) are counted in `rkv_router_stats.refused` and skipped; the others apply and
+ * the call returns `RKV_OK`. `payload` may be NULL when `len == 0` (an empty payload is
+ * malformed). The caller keeps the payload. Thread-safe; batches of one worker must be
+ * given in order (one thread at a time per worker).
+ *
+ * # Safety
+ * `r` is NULL or live; `payload[0..len]` is readable (or NULL).
+ */
+enum rkv_status rkv_router_apply_batch(const struct rkv_router *r,
+                                       uint64_t worker_id,
+                                       uint64_t seq,
+                                       const uint8_t *payload,
+                                       size_t len);
+
+/**
+ * `BlockStored`: worker `w` stores the `n` blocks `block_hashes[0..n]` (its engine hashes,
+ * opaque) with tokens `token_ids[0..n * block_size]` (the index's block size) below its
+ * block `*parent` (NULL: the first block of its namespace), in `medium` (an `rkv_medium`:
+ * 0 GPU, 1 CPU_PINNED) and namespace (`lora_name`, `cache_salt`: NUL-terminated UTF-8 or
+ * NULL). The router computes the blocks' content hashes from the tokens. A new worker is
+ * registered. Refusals apply nothing; each is `RKV_INVALID_ARGUMENT`: `n == 0`,
+ * `n * block_size` beyond memory, an unknown medium, a string that is not UTF-8,
+ * `w.reserved != 0`, a new worker beyond `max_workers`, or a parent the worker does not
+ * hold (a worker met for the first time is registered all the same, holding nothing). The
+ * index's own refusals (no blocks, too many workers, unknown parent) are counted in
+ * `rkv_router_stats.refused`. Storing a held hash again only adds the medium. The
+ * caller keeps every array. Thread-safe.
+ *
+ * # Safety
+ * `r` is NULL or live; `lora_name`, `cache_salt` NULL or readable NUL-terminated strings;
+ * `parent` NULL or a readable `uint64_t`; `block_hashes[0..n]` and
+ * `token_ids[0..n * block_size]` readable (or NULL with `n == 0`).
+ */
+enum rkv_status rkv_router_stored(const struct rkv_router *r,
+                                  struct rkv_worker w,
+                                  const char *lora_name,
+                                  const char *cache_salt,
+                                  const uint64_t *parent,
+                                  const uint64_t *block_hashes,
+                                  size_t n,
+                                  const uint32_t *token_ids,
+                                  uint32_t medium);
+
+/**
+ * `BlockRemoved`: worker `w` dropped its `medium` copy (an `rkv_medium`) of the blocks
+ * `block_hashes[0..n]`. A block keeps its other medium's copy. If some hashes are not held
+ * in that medium (or the worker is unknown), the held ones are removed, the others
+ * counted, and the call returns `RKV_INVALID_ARGUMENT` (the one refusal after which
+ * something changed, as in the Rust API); for an unknown medium or `w.reserved != 0` it
+ * returns `RKV_INVALID_ARGUMENT` having changed nothing. `n == 0` does nothing.
+ * Thread-safe.
+ *
+ * # Safety
+ * `r` is NULL or live; `block_hashes[0..n]` readable (or NULL with `n == 0`).
+ */
+enum rkv_status rkv_router_removed(const struct rkv_router *r,
+                                   struct rkv_worker w,
+                                   const uint64_t *block_hashes,
+                                   size_t n,
+                                   uint32_t medium);
+
+/**
+ * `AllBlocksCleared`: worker `w` holds nothing any more, atomically to a concurrent find.
+ * Its batch cursor is kept. An unknown worker holds nothing already: `RKV_OK`, nothing
+ * changed. `RKV_INVALID_ARGUMENT` for `w.reserved != 0`. Thread-safe.
+ *
+ * # Safety
+ * `r` is NULL or live.
+ */
+enum rkv_status rkv_router_cleared(const struct rkv_router *r,
+                                   struct rkv_worker w);
+
+/**
+ * Forgets worker `w`, atomically to a concurrent find: its blocks and its batch cursor
+ * (its next batch sets a new one). `RKV_NOT_FOUND` for a worker the index does not know
+ * (never seen, or removed already; nothing changed); `RKV_INVALID_ARGUMENT` for
+ * `w.reserved != 0`. Thread-safe.
+ *
+ * # Safety
+ * `r` is NULL or live.
+ */
+enum rkv_status rkv_router_remove_worker(const struct rkv_router *r,
+                                         struct rkv_worker w);
+
+/**
+ * Scores of `tokens[0..n_tokens]` in namespace (`lora_name`, `cache_salt`: NUL-terminated
+ * UTF-8 or NULL): the request is cut into blocks of the index's block size (a partial last
+ * block is ignored) and every worker holding its first block is listed once, with the
+ * leading blocks it holds on the device and in any medium. Writes the scores to
+ * `out[0..*out_len]` (in no particular order) and their number to `*out_len` (required).
+ * If `cap` is smaller than the number of scores, returns `RKV_BUFFER_TOO_SMALL` with the
+ * number in `*out_len` and nothing written to `out` (the number may change by the next
+ * call under concurrent writers). `out` may be NULL when `cap == 0`, `tokens` when
+ * `n_tokens == 0`. `RKV_INVALID_ARGUMENT` for a string that is not UTF-8. The caller owns
+ * every array. Thread-safe and lock-free: it never waits for a writer and allocates
+ * nothing once this thread's buffers have grown.
+ *
+ * # Safety
+ * `r` is NULL or live; `tokens[0..n_tokens]` readable (or NULL); `lora_name`, `cache_salt`
+ * NULL or readable NUL-terminated strings; `out[0..cap]` writable (or NULL); `out_len`
+ * NULL or writable.
+ */
+enum rkv_status rkv_router_find(const struct rkv_router *r,
+                                const uint32_t *tokens,
+                                size_t n_tokens,
+                                const char *lora_name,
+                                const char *cache_salt,
+                                struct rkv_router_score *out,
+                                size_t cap,
+                                size_t *out_len);
+
+/**
+ * `rkv_router_find` for precomputed content hashes, `content_hashes[0..n]`, one per block
+ * with the namespace already mixed in (the router-side standard of `KV_EVENTS.md`: XXH3-64
+ * of the block's tokens as little-endian `uint32_t`, seeded from the namespace; position
+ * comes from the chain). Outputs as `rkv_router_find`. Thread-safe and lock-free.
+ *
+ * # Safety
+ * `r` is NULL or live; `content_hashes[0..n]` readable (or NULL); `out[0..cap]` writable
+ * (or NULL); `out_len` NULL or writable.
+ */
+enum rkv_status rkv_router_find_hashes(const struct rkv_router *r,
+                                       const uint64_t *content_hashes,
+                                       size_t n,
+                                       struct rkv_router_score *out,
+                                       size_t cap,
+                                       size_t *out_len);
+
+/**
+ * Writes the index's counts and counters to `*out` (required). Thread-safe.
+ *
+ * # Safety
+ * `r` is NULL or live; `out` NULL or writable.
+ */
+enum rkv_status rkv_router_stats_get(const struct rkv_router *r,
+                                     struct rkv_router_stats *out);
+
+/**
+ * Writes to `*out_next` (required) the `seq` worker `w`'s batch cursor expects next (after
+ * `RKV_SEQUENCE_GAP`: replay from there). `RKV_NOT_FOUND` when the worker has no cursor:
+ * it is unknown, or no batch of it applied yet (typed events set no cursor), so its next
+ * batch sets one whatever its `seq`. `RKV_INVALID_ARGUMENT` for `w.reserved != 0`.
+ * Thread-safe.
+ *
+ * # Safety
+ * `r` is NULL or live; `out_next` NULL or writable.
+ */
+enum rkv_status rkv_router_next_seq(const struct rkv_router *r,
+                                    struct rkv_worker w,
+                                    uint64_t *out_next);
+
+/**
+ * Serializes the whole index into `out[0..cap]`: every worker's held blocks (engine hash,
+ * chain key, media) and batch cursor, as one byte string that `rkv_router_restore` turns
+ * back into an equal index (the same finds, cursors and block counts). Writes its length
+ * to `*out_len` (required). If `cap` is smaller, returns `RKV_BUFFER_TOO_SMALL` with the
+ * length in `*out_len` and nothing written to `out`: call again with a buffer that large
+ * (under concurrent writers it may have grown by then: loop). `out` may be NULL when
+ * `cap == 0`. Each worker's part is taken under that worker's lock: consistent per worker,
+ * not across workers. The caller owns the buffer. Thread-safe.
+ *
+ * The bytes, little-endian, no padding (format version 1; a later library reads it or
+ * refuses it by its version):
+ * - header: `"RKVRDUMP"` (8 bytes), `u32` format version (1), `u32` block_size,
+ *   `u64` number of workers;
+ * - per worker: `u64` worker_id, `u32` dp_rank, `u32` flags (bit 0: it has a cursor),
+ *   `u64` next_seq (0 without a cursor), `u64` number of blocks, then its blocks;
+ * - per block: `u64` engine hash, `u64` chain key (the router's sequence hash of the
+ *   prefix ending with the block), `u32` media (1 device, 2 host copy, 3 both), `u32` 0.
+ *
+ * # Safety
+ * `r` is NULL or live; `out[0..cap]` writable (or NULL); `out_len` NULL or writable.
+ */
+enum rkv_status rkv_router_dump(const struct rkv_router *r,
+                                uint8_t *out,
+                                size_t cap,
+                                size_t *out_len);
+
+/**
+ * Creates an index from `*opts` (required) holding exactly what the dump
+ * `bytes[0..len]` (from `rkv_router_dump`) records, and writes it to `*out` (required):
+ * the caller owns it and frees it with `rkv_router_free`. The options are checked as by
+ * `rkv_router_new`; their `block_size` must be the dumped index's. `RKV_INVALID_ARGUMENT`
+ * for bad options, bytes that are not such a dump (wrong magic or version, truncated,
+ * trailing bytes, a bad field), another block size, or more workers than `max_workers`;
+ * nothing is created then. Thread-safe.
+ *
+ * # Safety
+ * `opts` is NULL or readable; `bytes[0..len]` readable (or NULL with `len == 0`); `out`
+ * NULL or writable.
+ */
+enum rkv_status rkv_router_restore(const struct rkv_router_options *opts,
+                                   const uint8_t *bytes,
+                                   size_t len,
+                                   struct rkv_router **out);
 
 /**
  * Default tier options: `size = sizeof(rkv_tier_options)`, `RKV_COPIER_NONE`, host_slots 0

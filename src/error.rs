@@ -171,6 +171,12 @@ pub mod status {
     pub const INTERNAL_ERROR: i32 = 9;
     /// The environment refused what a valid call needed.
     pub const IO_ERROR: i32 = 10;
+    /// A batch's `seq` skips ahead of its worker's cursor under the refuse gap policy
+    /// (the router index): nothing applied; replay from the cursor, then retry.
+    pub const SEQUENCE_GAP: i32 = 11;
+    /// What the call asks about is not there (the router index): an unknown worker, or one
+    /// without a batch cursor yet.
+    pub const NOT_FOUND: i32 = 12;
 
     /// One status code: its number, its name (without the C ABI's `RKV_` prefix) and its
     /// description (what `rkv_status_str` returns, NUL-terminated).
@@ -185,7 +191,7 @@ pub mod status {
     }
 
     /// Every status code, in number order (`ALL[i].code == i`).
-    pub const ALL: [Code; 11] = [
+    pub const ALL: [Code; 13] = [
         Code { code: OK, name: "OK", text: c"RKV_OK: success" },
         Code {
             code: NULL_ARGUMENT,
@@ -232,6 +238,17 @@ pub mod status {
             code: IO_ERROR,
             name: "IO_ERROR",
             text: c"RKV_IO_ERROR: the environment refused (an address in use, a socket or thread)",
+        },
+        Code {
+            code: SEQUENCE_GAP,
+            name: "SEQUENCE_GAP",
+            text: c"RKV_SEQUENCE_GAP: the batch's seq skips ahead of the worker's cursor (nothing \
+                    applied: replay from rkv_router_next_seq, then retry)",
+        },
+        Code {
+            code: NOT_FOUND,
+            name: "NOT_FOUND",
+            text: c"RKV_NOT_FOUND: no such worker, or no batch cursor for it yet",
         },
     ];
 

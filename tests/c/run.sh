@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Builds tests/c/test_abi.c and tests/c/test_tier.c (the host tier) against the static and the shared radixkv library of one cargo
-# profile, runs both, and runs both again under valgrind (zero errors, nothing definitely or
+# Builds tests/c/test_abi.c, tests/c/test_tier.c (the host tier) and tests/c/test_router.c (the
+# router index) against the static and the shared radixkv library of one cargo
+# profile, runs each, and runs each again under valgrind (zero errors, nothing definitely or
 # indirectly lost). Also checks that include/radixkv.h compiles as strict C99 and as C++.
 #
 #   cargo build [--release]            # builds libradixkv.a and libradixkv.so
@@ -46,7 +47,7 @@ int main() { return static_cast<int>(rkv_abi_version()) - 1; }'
 # The library's SONAME is libradixkv.so.1 (build.rs), so the program asks the loader for that
 # name, which cargo does not create: a link to the built library in $OUT/lib provides it.
 mkdir -p "$OUT/lib" && ln -sfn "$PROFILE_DIR/libradixkv.so" "$OUT/lib/libradixkv.so.1"
-TESTS=(test_abi test_tier)
+TESTS=(test_abi test_tier test_router)
 for t in "${TESTS[@]}"; do
   step "build $t static" "$CC" "${CFLAGS[@]}" "$ROOT/tests/c/$t.c" "$PROFILE_DIR/libradixkv.a" \
     -lstdc++ -lpthread -ldl -lm -o "$OUT/${t}_static"

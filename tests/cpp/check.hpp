@@ -57,5 +57,6 @@ void api_tests();       // test_api.cpp
 void lifetime_tests();  // test_lifetime.cpp
 void events_tests();    // test_events.cpp
 void tier_tests();      // test_tier.cpp
+void router_tests();    // test_router.cpp
 
 #endif

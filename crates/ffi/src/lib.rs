@@ -38,8 +38,10 @@ pub use namespaces::*;
 mod events;
 pub use events::*;
 mod handles;
+mod router;
 mod tier;
 pub use boundary::{rkv_abi_version, rkv_last_error_message, rkv_status_str, rkv_version};
+pub use router::*;
 pub use tier::*;
 
 #[cfg(test)]

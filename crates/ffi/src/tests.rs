@@ -31,12 +31,12 @@ fn every_error_maps_to_its_status() {
 
 #[test]
 fn status_strings_are_static_and_total() {
-    for code in -3..12 {
+    for code in -3..15 {
         let p = rkv_status_str(code);
         assert!(!p.is_null());
         // SAFETY: rkv_status_str returns a pointer to a static NUL-terminated string.
         let s = unsafe { CStr::from_ptr(p) }.to_str().unwrap();
-        if (0..=10).contains(&code) {
+        if (0..=12).contains(&code) {
             assert!(s.starts_with("RKV_"), "{code}: {s}");
         } else {
             assert_eq!(s, "unknown status");
@@ -219,6 +219,6 @@ fn the_status_enum_is_the_cores_table() {
         // SAFETY: rkv_status_str returns a static NUL-terminated string.
         assert_eq!(unsafe { CStr::from_ptr(rkv_status_str(c.code)) }, c.text);
     }
-    assert_eq!(rkv_status::from_code(11), None);
+    assert_eq!(rkv_status::from_code(13), None);
     assert_eq!(rkv_status::from_code(-1), None);
 }

@@ -53,11 +53,20 @@ pub enum rkv_status {
     /// address already in use, a socket, runtime or thread that could not be had. Produced
     /// only by `rkv_events_publish`; the cache is unchanged.
     RKV_IO_ERROR = 10,
+    /// A batch's `seq` skips ahead of its worker's cursor and the router index refuses gaps
+    /// (`RKV_GAP_REFUSE`; an extension of version 1, produced only by
+    /// `rkv_router_apply_batch`): nothing applied; replay the worker's stream from
+    /// `rkv_router_next_seq`, then retry.
+    RKV_SEQUENCE_GAP = 11,
+    /// What the call asks about is not there (an extension of version 1, produced only by
+    /// `rkv_router_remove_worker`, for a worker the index does not know, and
+    /// `rkv_router_next_seq`, for a worker without a batch cursor); nothing changed.
+    RKV_NOT_FOUND = 12,
 }
 
 impl rkv_status {
     /// Every status, in number order.
-    pub const ALL: [rkv_status; 11] = {
+    pub const ALL: [rkv_status; 13] = {
         use rkv_status::*;
         [
             RKV_OK,
@@ -71,6 +80,8 @@ impl rkv_status {
             RKV_DEVICE_ERROR,
             RKV_INTERNAL_ERROR,
             RKV_IO_ERROR,
+            RKV_SEQUENCE_GAP,
+            RKV_NOT_FOUND,
         ]
     };
 
@@ -101,6 +112,8 @@ const _: () = {
     assert!(RKV_DEVICE_ERROR as i32 == status::DEVICE_ERROR);
     assert!(RKV_INTERNAL_ERROR as i32 == status::INTERNAL_ERROR);
     assert!(RKV_IO_ERROR as i32 == status::IO_ERROR);
+    assert!(RKV_SEQUENCE_GAP as i32 == status::SEQUENCE_GAP);
+    assert!(RKV_NOT_FOUND as i32 == status::NOT_FOUND);
 };
 
 /// How eviction orders evictable leaves (the `eviction_policy` field of `rkv_options`, a

@@ -81,6 +81,47 @@ fn header_is_up_to_date() {
          const uint32_t *tokens, size_t n_tokens, const struct rkv_slot_run *runs, size_t \
          n_runs, const struct rkv_insert_options *opts, size_t *out_existing, rkv_lock \
          *out_lock);",
+        // The router index (ROUTER.md, "Interfaces"; version 1 kept).
+        "RKV_SEQUENCE_GAP = 11,",
+        "RKV_NOT_FOUND = 12,",
+        "typedef struct rkv_router rkv_router;",
+        "RKV_GAP_CLEAR = 0,",
+        "RKV_GAP_REFUSE = 1,",
+        "typedef struct rkv_router_options {",
+        "typedef struct rkv_worker {",
+        "typedef struct rkv_router_score {",
+        "typedef struct rkv_router_stats {",
+        "struct rkv_worker worker;",
+        "uint64_t restarts;",
+        "uint64_t refused;",
+        "struct rkv_router_options rkv_router_options_default(void);",
+        "enum rkv_status rkv_router_new(const struct rkv_router_options *opts, struct \
+         rkv_router **out);",
+        "void rkv_router_free(struct rkv_router *r);",
+        "enum rkv_status rkv_router_apply_batch(const struct rkv_router *r, uint64_t \
+         worker_id, uint64_t seq, const uint8_t *payload, size_t len);",
+        "enum rkv_status rkv_router_stored(const struct rkv_router *r, struct rkv_worker w, \
+         const char *lora_name, const char *cache_salt, const uint64_t *parent, const \
+         uint64_t *block_hashes, size_t n, const uint32_t *token_ids, uint32_t medium);",
+        "enum rkv_status rkv_router_removed(const struct rkv_router *r, struct rkv_worker w, \
+         const uint64_t *block_hashes, size_t n, uint32_t medium);",
+        "enum rkv_status rkv_router_cleared(const struct rkv_router *r, struct rkv_worker w);",
+        "enum rkv_status rkv_router_remove_worker(const struct rkv_router *r, struct \
+         rkv_worker w);",
+        "enum rkv_status rkv_router_find(const struct rkv_router *r, const uint32_t *tokens, \
+         size_t n_tokens, const char *lora_name, const char *cache_salt, struct \
+         rkv_router_score *out, size_t cap, size_t *out_len);",
+        "enum rkv_status rkv_router_find_hashes(const struct rkv_router *r, const uint64_t \
+         *content_hashes, size_t n, struct rkv_router_score *out, size_t cap, size_t \
+         *out_len);",
+        "enum rkv_status rkv_router_stats_get(const struct rkv_router *r, struct \
+         rkv_router_stats *out);",
+        "enum rkv_status rkv_router_next_seq(const struct rkv_router *r, struct rkv_worker w, \
+         uint64_t *out_next);",
+        "enum rkv_status rkv_router_dump(const struct rkv_router *r, uint8_t *out, size_t \
+         cap, size_t *out_len);",
+        "enum rkv_status rkv_router_restore(const struct rkv_router_options *opts, const \
+         uint8_t *bytes, size_t len, struct rkv_router **out);",
     ] {
         assert!(flat.contains(name), "the header lacks `{name}`");
     }

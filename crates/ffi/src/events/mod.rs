@@ -250,7 +250,7 @@ fn sink(c: &rkv_cache) -> Res<&std::sync::Arc<EventSink>> {
 ///
 /// # Safety
 /// `p` is NULL or points to a NUL-terminated string readable during `'a`.
-unsafe fn opt_str<'a>(p: *const c_char, name: &str) -> Res<Option<&'a str>> {
+pub(crate) unsafe fn opt_str<'a>(p: *const c_char, name: &str) -> Res<Option<&'a str>> {
     if p.is_null() {
         return Ok(None);
     }
