@@ -23,9 +23,8 @@ use crate::closable::Closable;
 use crate::errors::*;
 use crate::input::{Input, Input64, OutOfRange, buffer_bytes, to_input, to_input64};
 
-/// `RKV_SEQUENCE_GAP` (`ROUTER.md`: "New status: RKV_SEQUENCE_GAP = 11"), which the core's
-/// status table (`radixkv::error::status`) does not list yet.
-pub const SEQUENCE_GAP: i32 = 11;
+/// `RKV_SEQUENCE_GAP`, from the core's status table.
+pub const SEQUENCE_GAP: i32 = radixkv::error::status::SEQUENCE_GAP;
 
 /// The router's error classes by variant name, registered by `radixkv._router` at import.
 static CLASSES: PyOnceLock<Py<PyDict>> = PyOnceLock::new();
@@ -51,45 +50,46 @@ fn router_err(py: Python<'_>, function: &str, e: RouterError) -> PyErr {
     set_last(&msg);
     let build = || -> PyResult<PyErr> {
         let kw = PyDict::new(py);
-        let (name, status) = match &e {
+        let status = e.status();
+        let name = match &e {
             RouterError::InvalidOptions { block_size, max_workers } => {
                 kw.set_item("block_size", block_size)?;
                 kw.set_item("max_workers", max_workers)?;
-                ("InvalidOptions", INVALID_ARGUMENT)
+                "InvalidOptions"
             }
             RouterError::Malformed { reason } => {
                 kw.set_item("reason", reason)?;
-                ("Malformed", INVALID_ARGUMENT)
+                "Malformed"
             }
             RouterError::SequenceGap { worker, expected, got } => {
                 kw.set_item("worker", worker_tuple(py, *worker)?)?;
                 kw.set_item("expected", expected)?;
                 kw.set_item("got", got)?;
-                ("SequenceGap", SEQUENCE_GAP)
+                "SequenceGap"
             }
             RouterError::UnknownParent { parent } => {
                 kw.set_item("parent", parent)?;
-                ("UnknownParent", INVALID_ARGUMENT)
+                "UnknownParent"
             }
             RouterError::UnknownRemovals { count } => {
                 kw.set_item("count", count)?;
-                ("UnknownRemovals", INVALID_ARGUMENT)
+                "UnknownRemovals"
             }
             RouterError::Unaligned { blocks, tokens, block_size, expected } => {
                 kw.set_item("blocks", blocks)?;
                 kw.set_item("tokens", tokens)?;
                 kw.set_item("block_size", block_size)?;
                 kw.set_item("expected", expected)?;
-                ("Unaligned", INVALID_ARGUMENT)
+                "Unaligned"
             }
-            RouterError::Empty => ("Empty", INVALID_ARGUMENT),
+            RouterError::Empty => "Empty",
             RouterError::TooManyWorkers { max_workers } => {
                 kw.set_item("max_workers", max_workers)?;
-                ("TooManyWorkers", INVALID_ARGUMENT)
+                "TooManyWorkers"
             }
             RouterError::BadDump { worker } => {
                 kw.set_item("worker", worker_tuple(py, *worker)?)?;
-                ("BadDump", INVALID_ARGUMENT)
+                "BadDump"
             }
         };
         let Some(classes) = CLASSES.get(py) else {

@@ -23,7 +23,7 @@ def test_version_and_library():
 
 
 def test_status_codes_match_the_c_abi():
-    assert [s.value for s in Status] == list(range(11))
+    assert [s.value for s in Status] == list(range(13))
     assert radixkv.InvalidLockError.status == Status.INVALID_LOCK
     assert radixkv.IoError.status == Status.IO_ERROR and issubclass(radixkv.IoError, OSError)
     # Each status's name is the C name without the prefix (rkv_status_str starts with it).

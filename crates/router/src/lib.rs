@@ -252,6 +252,26 @@ impl std::fmt::Display for RouterError {
 
 impl std::error::Error for RouterError {}
 
+impl RouterError {
+    /// The error's status code in the library's one table (`radixkv::error::status`, the C
+    /// ABI's `rkv_status`): `SEQUENCE_GAP` for a gap the caller replays, `INVALID_ARGUMENT`
+    /// for every other refusal. The C ABI and Python both map through this.
+    pub fn status(&self) -> i32 {
+        use radixkv::error::status;
+        match self {
+            RouterError::SequenceGap { .. } => status::SEQUENCE_GAP,
+            RouterError::InvalidOptions { .. }
+            | RouterError::Malformed { .. }
+            | RouterError::UnknownParent { .. }
+            | RouterError::UnknownRemovals { .. }
+            | RouterError::Unaligned { .. }
+            | RouterError::Empty
+            | RouterError::TooManyWorkers { .. }
+            | RouterError::BadDump { .. } => status::INVALID_ARGUMENT,
+        }
+    }
+}
+
 /// Counters and sizes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct RouterStats {

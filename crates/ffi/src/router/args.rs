@@ -3,7 +3,6 @@
 
 use std::cell::RefCell;
 
-use radixkv_core::error::status;
 use radixkv_router::{GapPolicy, Medium, RouterError, RouterIndex, RouterOptions, Score, Worker};
 
 use super::{rkv_router, rkv_router_options, rkv_router_score, rkv_worker};
@@ -11,29 +10,14 @@ use crate::args::check_opt_in;
 use crate::boundary::{Fail, Res, fail};
 use crate::types::rkv_status;
 
-/// The status code ([`status`]) of a router refusal, by its variant: the one mapping of
-/// `RouterError` to statuses, the same as the Python front's (`bindings/python/src/router.rs`,
-/// which carries the fields as well).
-///
-/// - `SequenceGap` is `SEQUENCE_GAP` (nothing applied; replay from the cursor);
-/// - every other refusal is `INVALID_ARGUMENT`: `Malformed`, `UnknownParent`,
-///   `UnknownRemovals`, `Unaligned`, `Empty`, `InvalidOptions`, `TooManyWorkers` (the
-///   index's `max_workers` cap, which the caller chose) and `BadDump`.
+/// The status code ([`radixkv_core::error::status`]) of a router refusal: [`RouterError::status`], the one
+/// mapping, which the Python front uses too (`SequenceGap` is `SEQUENCE_GAP`: nothing
+/// applied, replay from the cursor; every other refusal is `INVALID_ARGUMENT`).
 ///
 /// (`NOT_FOUND` is no refusal of the index's: the C functions whose answer is "not there",
 /// `rkv_router_next_seq` and `rkv_router_remove_worker`, return it themselves.)
 pub fn router_status_code(e: &RouterError) -> i32 {
-    match e {
-        RouterError::SequenceGap { .. } => status::SEQUENCE_GAP,
-        RouterError::UnknownParent { .. }
-        | RouterError::UnknownRemovals { .. }
-        | RouterError::InvalidOptions { .. }
-        | RouterError::Malformed { .. }
-        | RouterError::Unaligned { .. }
-        | RouterError::Empty
-        | RouterError::TooManyWorkers { .. }
-        | RouterError::BadDump { .. } => status::INVALID_ARGUMENT,
-    }
+    e.status()
 }
 
 /// A router refusal as a [`Fail`]: its status and the router's message, with what the
