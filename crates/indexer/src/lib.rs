@@ -32,16 +32,21 @@
 //! publisher stalls only its own thread. Per stream the thread keeps the next `seq`
 //! expected:
 //!
-//! - **Join.** On start (and after a restore), and on a stream's first batch, the thread
-//!   asks replay for everything from its cursor (0 when it has none) and applies it, so a
-//!   worker registered after it published is learned from its replay ring.
+//! - **Join.** What a worker published before the subscription (or since the snapshot's
+//!   cursor) is learned through replay: at the stream's first live batch, the batches from
+//!   the cursor (0 when it has none) up to it are replayed and applied, then it; if the
+//!   stream stays silent for a second, everything from the cursor is replayed instead (an
+//!   idle publisher).
 //! - **Gap** (`seq` above the cursor: a batch lost on PUB, or dropped past the SUB
-//!   socket's receive queue, `--queue-limit`): replay from the cursor, applied in order; a
-//!   gap replay cannot cover (the worker's ring no longer has it, or no replay endpoint)
-//!   clears the worker and re-learns it from the next batch (the router index's
-//!   [`radixkv_router::GapPolicy::Clear`]).
-//! - **Duplicate** (a live batch already applied from a replay answer: same `seq`, same
-//!   payload bytes): skipped.
+//!   socket's receive queue, `--queue-limit`): the batches from the cursor up to the live
+//!   one are replayed and applied in order, then it; a gap replay cannot cover (the
+//!   worker's ring no longer has it, or no replay endpoint) clears the worker and re-learns
+//!   it from there (the router index's [`radixkv_router::GapPolicy::Clear`]).
+//! - **Silence.** A second after messages came (and then backing off to 30 s while it finds
+//!   nothing or fails), a stream replays from its cursor: batches lost just before a pause,
+//!   which no later batch shows as a gap, are not lost for good.
+//! - **Duplicate** (a live batch already applied from such a replay answer: same `seq`,
+//!   same payload bytes): skipped.
 //! - **Restart** (a `seq` below the cursor that is not a duplicate: the publisher came back
 //!   with a new stream, at 0 or not): the worker's blocks are dropped first, then it is
 //!   re-learned from replay and the new stream. An idle publisher that never sends

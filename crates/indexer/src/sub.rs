@@ -249,9 +249,12 @@ impl Sub {
                 return;
             }
         };
-        // Learn what the worker published before the subscription (or since the snapshot).
-        let from = self.stream.lock().next.unwrap_or(0);
-        self.catch_up(&ctx, from);
+        // What the worker published before the subscription (or since the snapshot) is
+        // learned through replay: from the first live batch (replayed up to it, the rest
+        // comes live, in order), or after a second of silence (an idle publisher).
+        if self.replay.is_some() {
+            self.replay_at = Some(Instant::now() + IDLE_REPLAY);
+        }
         while !self.stream.stop.load(Ordering::Relaxed) {
             match sock.poll(zmq::POLLIN, WAKE_MS) {
                 Ok(n) if n > 0 => {}
@@ -259,7 +262,7 @@ impl Sub {
                     // Silent: the replay due (see `replay_at`).
                     if self.replay_at.is_some_and(|t| Instant::now() >= t) {
                         let from = self.stream.lock().next.unwrap_or(0);
-                        self.catch_up(&ctx, from);
+                        self.catch_up(&ctx, from, None);
                     }
                     continue;
                 }
@@ -336,16 +339,15 @@ impl Sub {
         };
         match next {
             None => {
-                self.catch_up(ctx, 0);
+                self.catch_up(ctx, 0, Some(seq));
             }
             Some(n) if seq > n => {
                 metrics.gaps.fetch_add(1, Ordering::Relaxed);
                 self.warn(format_args!("msg=gap expected={n} got={seq}"));
-                self.catch_up(ctx, n);
+                self.catch_up(ctx, n, Some(seq));
             }
             _ => {}
         }
-        let h = hash(payload);
         let mut st = self.stream.lock();
         if st.stopped {
             return;
@@ -353,7 +355,7 @@ impl Sub {
         if let Some(n) = st.next
             && seq < n
         {
-            if self.dups.get(&seq) == Some(&h) {
+            if self.dups.get(&seq) == Some(&hash(payload)) {
                 metrics.duplicates.fetch_add(1, Ordering::Relaxed);
                 return;
             }
@@ -376,16 +378,9 @@ impl Sub {
             st.next = None;
             self.dups.clear();
             drop(st);
-            let _ = self.catch_up(ctx, 0);
+            self.catch_up(ctx, 0, Some(seq));
             st = self.stream.lock();
             if st.stopped {
-                return;
-            }
-            if let Some(n) = st.next
-                && seq < n
-                && self.dups.get(&seq) == Some(&h)
-            {
-                metrics.duplicates.fetch_add(1, Ordering::Relaxed);
                 return;
             }
         }
@@ -395,8 +390,10 @@ impl Sub {
     }
 
     /// Replays from `from` (when the worker has a replay endpoint) and applies what comes
-    /// in order, skipping what is applied already.
-    fn catch_up(&mut self, ctx: &zmq::Context, from: u64) -> bool {
+    /// in order, skipping what is applied already; with `upto` (the live batch in hand)
+    /// only the batches below it (the others come live, in order, after it). Without it,
+    /// the batches applied are remembered, to know their live copies if those come after.
+    fn catch_up(&mut self, ctx: &zmq::Context, from: u64, upto: Option<u64>) -> bool {
         let Some(rp) = self.replay.as_mut() else { return true };
         let (state, stream, dups) = (&self.state, &self.stream, &mut self.dups);
         state.metrics.replays.fetch_add(1, Ordering::Relaxed);
@@ -410,7 +407,12 @@ impl Sub {
                 return;
             }
             state.metrics.bytes_in.fetch_add(payload.len() as u64, Ordering::Relaxed);
-            dups.insert(seq, hash(payload));
+            if upto.is_some_and(|u| seq >= u) {
+                return;
+            }
+            if upto.is_none() {
+                dups.insert(seq, hash(payload));
+            }
             if st.next.is_some_and(|n| seq < n) {
                 return;
             }
