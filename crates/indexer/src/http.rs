@@ -251,6 +251,13 @@ async fn metrics(AxState(state): St) -> Response {
     let registered = state.streams().len() as u64;
     metric(
         &mut out,
+        "radixkv_indexer_max_bytes",
+        "gauge",
+        "--max-bytes (0: no cap).",
+        state.cfg.max_bytes.unwrap_or(0),
+    );
+    metric(
+        &mut out,
         "radixkv_indexer_registered_workers",
         "gauge",
         "Registered streams ((instance, dp_rank) pairs).",

@@ -22,7 +22,8 @@
 //! Errors are 4xx with `{"error": "..."}` (a body over `--max-body` is 413 with a text
 //! message): 400 for JSON that does not parse or lacks a field, 404 for an unknown model
 //! (or an unregistered worker), 409 for a register that conflicts (the (instance, dp_rank)
-//! is registered, or the model's index has another block size), 429 past `--max-workers`.
+//! is registered, or the model's index has another block size), 429 past `--max-workers`,
+//! 507 past `--max-bytes`.
 //!
 //! # Streams
 //!
@@ -111,6 +112,9 @@ pub struct Config {
     pub queue_limit: usize,
     /// Registered streams at most (and each index's `max_workers`).
     pub max_workers: u32,
+    /// The indexes' heap bytes past which registers are refused (507): a cap on admission
+    /// (registered workers' streams go on applying). `None`: no cap.
+    pub max_bytes: Option<u64>,
     /// How long a replay answer may stay silent before the request is given up.
     pub replay_timeout: Duration,
     /// The HTTP server's threads.
@@ -129,6 +133,7 @@ impl Default for Config {
             max_body: 8 << 20,
             queue_limit: 100_000,
             max_workers: 4096,
+            max_bytes: None,
             replay_timeout: Duration::from_secs(2),
             http_threads: 2,
             log: true,
@@ -257,6 +262,12 @@ impl State {
         m.get(&(model.to_owned(), tenant.to_owned())).cloned()
     }
 
+    /// The indexes' heap bytes now.
+    pub(crate) fn index_bytes(&self) -> u64 {
+        let m = self.indexes.read().unwrap_or_else(|p| p.into_inner());
+        m.values().map(|ix| ix.index.stats().bytes).sum()
+    }
+
     fn context(&self) -> Arc<CtxSlot> {
         let mut cs = self.contexts.lock().unwrap_or_else(|p| p.into_inner());
         if let Some(c) = cs.iter().find(|c| c.streams.load(Ordering::Relaxed) < STREAMS_PER_CONTEXT)
@@ -344,6 +355,17 @@ impl State {
                 429,
                 format!("{} workers are registered already (--max-workers)", streams.len()),
             ));
+        }
+        if let Some(cap) = self.cfg.max_bytes {
+            let used = self.index_bytes();
+            if used >= cap {
+                return Err(Refused(
+                    507,
+                    format!(
+                        "memory cap reached: the indexes hold {used} bytes (--max-bytes {cap})"
+                    ),
+                ));
+            }
         }
         let index = self.index_for(&reg.model_name, &reg.tenant_id, reg.block_size)?;
         let stream = Arc::new(Stream {

@@ -391,3 +391,62 @@ fn bad_input_is_refused_and_the_service_keeps_answering() {
     assert_eq!((h.status, h.text().as_str()), (200, "ok"));
     svc.shutdown().unwrap();
 }
+
+#[test]
+fn a_publisher_killed_for_good_stalls_nobody() {
+    let svc =
+        start(radixkv_indexer::Config { replay_timeout: Duration::from_millis(300), ..config() });
+    let reference = Reference::new();
+    let ps = prompts(16, 6);
+    let mut dead = Worker::start(41, 41, None);
+    let mut live = Worker::start(42, 42, None);
+    for w in [&dead, &live] {
+        register(&svc, w.id, &w.endpoint, Some(&w.replay));
+    }
+    for _ in 0..30 {
+        dead.step(&ps, &reference);
+        live.step(&ps, &reference);
+    }
+    dead.wait_applied(&svc);
+    live.wait_applied(&svc);
+    // Killed for good: its SUB reconnects and its replays fail (backing off) for ever.
+    dead.stop();
+    for _ in 0..100 {
+        live.step(&ps, &reference);
+    }
+    live.wait_applied(&svc);
+    // What it held stays until it is unregistered (an engine gone silent is not known to
+    // be gone): the answers are still exact.
+    check_exact(&svc, &ps, &reference);
+    wait_for("a failed replay of the dead worker", 30, || {
+        metric(&svc, "radixkv_indexer_replay_failures_total") > 0
+    });
+    let r = post(&svc, "/unregister", json!({"instance_id": 41, "model_name": MODEL}));
+    assert_eq!(r.status, 200, "{}", r.text());
+    reference.index.remove_worker(RWorker::new(41, 0));
+    check_exact(&svc, &ps, &reference);
+    for _ in 0..20 {
+        live.step(&ps, &reference);
+    }
+    live.wait_applied(&svc);
+    check_exact(&svc, &ps, &reference);
+    svc.shutdown().unwrap();
+}
+
+#[test]
+fn registers_past_the_memory_cap_are_refused() {
+    let svc = start(radixkv_indexer::Config { max_bytes: Some(1), ..config() });
+    let fp = FakePublisher::start();
+    // The first makes the index (whose empty size is already past 1 byte).
+    register(&svc, 1, &fp.endpoint, None);
+    let r = post(
+        &svc,
+        "/register",
+        json!({"instance_id": 2, "endpoint": fp.endpoint, "model_name": MODEL, "block_size": BS}),
+    );
+    assert_eq!(r.status, 507, "{}", r.text());
+    assert!(r.json().unwrap()["error"].as_str().unwrap().contains("memory cap"));
+    assert_eq!(metric(&svc, "radixkv_indexer_max_bytes"), 1);
+    assert_eq!(metric(&svc, "radixkv_indexer_registered_workers"), 1);
+    svc.shutdown().unwrap();
+}

@@ -33,6 +33,10 @@ pub(crate) struct IndexerArgs {
     /// Registered (instance, dp_rank) streams at most; further registers get 429.
     #[arg(long, value_name = "N", default_value_t = 4096)]
     max_workers: u32,
+    /// Refuse registers (507) once the indexes hold this many heap bytes (the workers
+    /// registered go on); no cap without it.
+    #[arg(long, value_name = "BYTES")]
+    max_bytes: Option<u64>,
     /// Seconds a replay answer may stay silent before the request is given up (and
     /// retried later, backing off).
     #[arg(long, value_name = "SECS", default_value_t = 2.0)]
@@ -65,6 +69,7 @@ pub(crate) fn run_indexer(a: &IndexerArgs) -> Result<(), String> {
         max_body: a.max_body,
         queue_limit: a.queue_limit,
         max_workers: a.max_workers,
+        max_bytes: a.max_bytes,
         replay_timeout: seconds("replay-timeout", a.replay_timeout)?,
         http_threads: a.http_threads,
         log: !a.quiet,
