@@ -438,8 +438,10 @@ impl State {
         Ok(keys.len())
     }
 
-    /// The [`Snapshot`] now (each worker's cursor and blocks consistent with each other).
+    /// The [`Snapshot`] now (each worker's cursor and blocks consistent with each other;
+    /// registers and unregisters wait for it, so the registrations are those of the dumps).
     pub(crate) fn snapshot(&self) -> Snapshot {
+        let streams = self.streams();
         let idx: Vec<(IndexKey, Arc<ModelIndex>)> = {
             let m = self.indexes.read().unwrap_or_else(|p| p.into_inner());
             m.iter().map(|(k, v)| (k.clone(), v.clone())).collect()
@@ -454,7 +456,7 @@ impl State {
             })
             .collect();
         indexes.sort_by(|a, b| (&a.model_name, &a.tenant_id).cmp(&(&b.model_name, &b.tenant_id)));
-        let registrations = self.streams().values().map(|s| s.reg.clone()).collect();
+        let registrations = streams.values().map(|s| s.reg.clone()).collect();
         Snapshot { version: SNAPSHOT_VERSION, indexes, registrations }
     }
 
@@ -464,7 +466,16 @@ impl State {
         {
             let mut m = self.indexes.write().unwrap_or_else(|p| p.into_inner());
             for si in &snap.indexes {
-                let dumps: Vec<_> = si.workers.iter().map(SnapshotWorker::to_dump).collect();
+                // Only the workers of a registration (no stream would ever drop the others).
+                let registered = |w: &&SnapshotWorker| {
+                    snap.registrations.iter().any(|r| {
+                        r.instance_id == w.worker_id
+                            && r.model_name == si.model_name
+                            && r.tenant_id == si.tenant_id
+                    })
+                };
+                let dumps: Vec<_> =
+                    si.workers.iter().filter(registered).map(SnapshotWorker::to_dump).collect();
                 let index = RouterIndex::restore(self.router_options(si.block_size), &dumps)
                     .map_err(|e| {
                         Error(format!("snapshot: index {}/{}: {e}", si.model_name, si.tenant_id))
