@@ -89,7 +89,7 @@ async fn register(AxState(state): St, body: Bytes) -> Response {
         lora_name: req.lora_name,
         replay_endpoint: req.replay_endpoint,
     };
-    match state.register(reg, None) {
+    match state.register(reg, None, None) {
         Ok(()) => json_response(201, &json!({"status": "ok"})),
         Err(Refused(code, msg)) => error(&state, code, msg),
     }

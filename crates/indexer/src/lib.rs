@@ -48,10 +48,11 @@
 //!   which no later batch shows as a gap, are not lost for good.
 //! - **Duplicate** (a live batch already applied from such a replay answer: same `seq`,
 //!   same payload bytes): skipped.
-//! - **Restart** (a `seq` below the cursor that is not a duplicate: the publisher came back
-//!   with a new stream, at 0 or not): the worker's blocks are dropped first, then it is
-//!   re-learned from replay and the new stream. An idle publisher that never sends
-//!   `AllBlocksCleared` is handled by the same rule.
+//! - **Restart** (a `seq` below the cursor that is not a duplicate; or a replay from the
+//!   cursor, which starts at the last batch applied, answering other bytes for it: the
+//!   publisher came back with a new stream, at 0 or past the old cursor): the worker's
+//!   blocks are dropped first, then it is re-learned from replay and the new stream. An
+//!   idle publisher that never sends `AllBlocksCleared` is handled by the same rule.
 //! - **Malformed**: a message that is not `[topic, seq (8 bytes), payload]`, or a payload
 //!   that does not decode, is counted and skipped (the cursor moves past it, so it is not
 //!   taken for a gap).
@@ -92,7 +93,9 @@ use std::time::Duration;
 
 use radixkv_router::{GapPolicy, RouterIndex, RouterOptions, Worker};
 
-pub use snapshot::{Registration, SNAPSHOT_VERSION, Snapshot, SnapshotIndex, SnapshotWorker};
+pub use snapshot::{
+    Registration, SNAPSHOT_VERSION, Snapshot, SnapshotIndex, SnapshotWorker, StreamCursor,
+};
 
 /// The service's settings (the flags of `radixkv indexer`).
 #[derive(Debug, Clone)]
@@ -170,6 +173,8 @@ pub(crate) struct StreamState {
     pub(crate) next: Option<u64>,
     /// The dp ranks its payloads named (the index's workers it made).
     pub(crate) ranks: Vec<u32>,
+    /// The last batch applied: its seq and payload hash.
+    pub(crate) last: Option<(u64, u64)>,
 }
 
 /// One registration and its subscriber thread.
@@ -327,6 +332,7 @@ impl State {
         self: &Arc<Self>,
         reg: Registration,
         next: Option<u64>,
+        last: Option<(u64, u64)>,
     ) -> Result<(), Refused> {
         if reg.block_size == 0 {
             return Err(Refused(400, "block_size must be at least 1".into()));
@@ -370,7 +376,7 @@ impl State {
         let index = self.index_for(&reg.model_name, &reg.tenant_id, reg.block_size)?;
         let stream = Arc::new(Stream {
             index,
-            state: Mutex::new(StreamState { stopped: false, next, ranks: Vec::new() }),
+            state: Mutex::new(StreamState { stopped: false, next, ranks: Vec::new(), last }),
             stop: AtomicBool::new(false),
             thread: Mutex::new(None),
             ctx: self.context(),
@@ -442,6 +448,9 @@ impl State {
     /// registers and unregisters wait for it, so the registrations are those of the dumps).
     pub(crate) fn snapshot(&self) -> Snapshot {
         let streams = self.streams();
+        // Every stream held still while the indexes are dumped: each stream's cursor and
+        // last batch are those of its worker's dump.
+        let held: Vec<_> = streams.values().map(|s| s.lock()).collect();
         let idx: Vec<(IndexKey, Arc<ModelIndex>)> = {
             let m = self.indexes.read().unwrap_or_else(|p| p.into_inner());
             m.iter().map(|(k, v)| (k.clone(), v.clone())).collect()
@@ -457,7 +466,19 @@ impl State {
             .collect();
         indexes.sort_by(|a, b| (&a.model_name, &a.tenant_id).cmp(&(&b.model_name, &b.tenant_id)));
         let registrations = streams.values().map(|s| s.reg.clone()).collect();
-        Snapshot { version: SNAPSHOT_VERSION, indexes, registrations }
+        let cursors = streams
+            .values()
+            .zip(&held)
+            .map(|(s, st)| StreamCursor {
+                instance_id: s.reg.instance_id,
+                dp_rank: s.reg.dp_rank,
+                next_seq: st.next,
+                last_seq: st.last.map(|l| l.0),
+                last_hash: st.last.map(|l| l.1),
+            })
+            .collect();
+        drop(held);
+        Snapshot { version: SNAPSHOT_VERSION, indexes, registrations, streams: cursors }
     }
 
     /// Loads `snap` into an empty service: the indexes, then the streams (resuming from
@@ -487,6 +508,17 @@ impl State {
             }
         }
         for r in &snap.registrations {
+            if let Some(c) = snap
+                .streams
+                .iter()
+                .find(|c| c.instance_id == r.instance_id && c.dp_rank == r.dp_rank)
+            {
+                let last = c.last_seq.zip(c.last_hash);
+                self.register(r.clone(), c.next_seq, last)
+                    .map_err(|Refused(_, m)| Error(format!("snapshot: {m}")))?;
+                continue;
+            }
+            // A snapshot without stream cursors: the index's.
             let next = snap
                 .indexes
                 .iter()
@@ -497,7 +529,7 @@ impl State {
                         .find(|w| w.worker_id == r.instance_id && w.dp_rank == r.dp_rank)
                 })
                 .and_then(|w| w.next_seq);
-            self.register(r.clone(), next)
+            self.register(r.clone(), next, None)
                 .map_err(|Refused(_, m)| Error(format!("snapshot: {m}")))?;
         }
         Ok(())

@@ -59,6 +59,22 @@ pub struct SnapshotIndex {
     pub workers: Vec<SnapshotWorker>,
 }
 
+/// A stream's place: what it resumes from.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct StreamCursor {
+    /// The registration's instance.
+    pub instance_id: u64,
+    /// The registration's dp rank.
+    pub dp_rank: u32,
+    /// The next batch `seq` expected.
+    pub next_seq: Option<u64>,
+    /// The last batch applied (`next_seq - 1`).
+    pub last_seq: Option<u64>,
+    /// Its payload's XXH3-64: a replay that answers other bytes for it comes from a new
+    /// stream (the worker restarted).
+    pub last_hash: Option<u64>,
+}
+
 /// The whole service state a restart or a replica needs.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Snapshot {
@@ -68,6 +84,9 @@ pub struct Snapshot {
     pub indexes: Vec<SnapshotIndex>,
     /// Every registration.
     pub registrations: Vec<Registration>,
+    /// Every registration's stream cursor.
+    #[serde(default)]
+    pub streams: Vec<StreamCursor>,
 }
 
 impl SnapshotWorker {

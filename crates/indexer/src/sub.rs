@@ -2,7 +2,6 @@
 //! "Streams").
 
 use std::collections::HashMap;
-use std::hash::{DefaultHasher, Hasher};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::thread::JoinHandle;
@@ -56,10 +55,9 @@ pub(crate) fn spawn(state: Arc<State>, stream: Arc<Stream>) -> std::io::Result<J
         })
 }
 
-fn hash(payload: &[u8]) -> u64 {
-    let mut h = DefaultHasher::new();
-    h.write(payload);
-    h.finish()
+/// A payload's hash (stable across builds: snapshots keep it).
+pub(crate) fn hash(payload: &[u8]) -> u64 {
+    xxhash_rust::xxh3::xxh3_64(payload)
 }
 
 /// The payload's `data_parallel_rank` (`[ts, events, data_parallel_rank]`), skipping the
@@ -185,6 +183,7 @@ fn apply(state: &State, stream: &Stream, st: &mut StreamState, seq: u64, payload
     let m = &state.metrics;
     let id = stream.reg.instance_id;
     let index = &stream.index.index;
+    st.last = Some((seq, hash(payload)));
     match index.apply_batch(id, seq, payload) {
         Ok(r) => {
             m.batches.fetch_add(1, Ordering::Relaxed);
@@ -328,10 +327,11 @@ impl Sub {
 
     fn batch(&mut self, ctx: &zmq::Context, seq: u64, payload: &[u8]) {
         let state = self.state.clone();
+        let stream = self.stream.clone();
         let metrics = &state.metrics;
         metrics.bytes_in.fetch_add(payload.len() as u64, Ordering::Relaxed);
         let next = {
-            let st = self.stream.lock();
+            let st = stream.lock();
             if st.stopped {
                 return;
             }
@@ -348,7 +348,7 @@ impl Sub {
             }
             _ => {}
         }
-        let mut st = self.stream.lock();
+        let mut st = stream.lock();
         if st.stopped {
             return;
         }
@@ -369,17 +369,10 @@ impl Sub {
                     self.stream.reg.instance_id
                 ),
             );
-            let mut ranks = st.ranks.clone();
-            ranks.push(self.stream.reg.dp_rank);
-            for r in ranks {
-                self.stream.index.index.remove_worker(Worker::new(self.stream.reg.instance_id, r));
-            }
-            st.ranks.clear();
-            st.next = None;
-            self.dups.clear();
+            self.forget(&mut st);
             drop(st);
             self.catch_up(ctx, 0, Some(seq));
-            st = self.stream.lock();
+            st = stream.lock();
             if st.stopped {
                 return;
             }
@@ -389,11 +382,75 @@ impl Sub {
         self.dups.clear();
     }
 
+    /// Drops the worker's blocks and cursor (a restart: its new stream is learned anew).
+    fn forget(&mut self, st: &mut StreamState) {
+        let mut ranks = std::mem::take(&mut st.ranks);
+        ranks.push(self.stream.reg.dp_rank);
+        for r in ranks {
+            self.stream.index.index.remove_worker(Worker::new(self.stream.reg.instance_id, r));
+        }
+        st.next = None;
+        st.last = None;
+        self.dups.clear();
+    }
+
     /// Replays from `from` (when the worker has a replay endpoint) and applies what comes
     /// in order, skipping what is applied already; with `upto` (the live batch in hand)
     /// only the batches below it (the others come live, in order, after it). Without it,
     /// the batches applied are remembered, to know their live copies if those come after.
+    ///
+    /// Replaying from the cursor, the answer starts one batch earlier, at the last batch
+    /// applied: if its bytes are not the ones applied, the worker restarted (its new stream
+    /// has passed the old cursor): the worker is dropped and learned from the start again.
     fn catch_up(&mut self, ctx: &zmq::Context, from: u64, upto: Option<u64>) -> bool {
+        if self.replay.is_none() {
+            return true;
+        }
+        let verify = {
+            let st = self.stream.lock();
+            st.last
+                .filter(|&(s, _)| st.next == Some(s.wrapping_add(1)) && from == s.wrapping_add(1))
+        };
+        let mut restarted = false;
+        let ok = self.fetch_and_apply(
+            ctx,
+            verify.map_or(from, |(s, _)| s),
+            upto,
+            verify,
+            &mut restarted,
+        );
+        if restarted {
+            let state = self.state.clone();
+            state.metrics.restarts.fetch_add(1, Ordering::Relaxed);
+            log(
+                &state,
+                "info",
+                format_args!(
+                    "msg=\"publisher restart\" instance_id={} cursor={from} reason=\"replay differs at the last batch applied\"",
+                    self.stream.reg.instance_id
+                ),
+            );
+            let stream = self.stream.clone();
+            let mut st = stream.lock();
+            if st.stopped {
+                return ok;
+            }
+            self.forget(&mut st);
+            drop(st);
+            let mut again = false;
+            return self.fetch_and_apply(ctx, 0, upto, None, &mut again);
+        }
+        ok
+    }
+
+    fn fetch_and_apply(
+        &mut self,
+        ctx: &zmq::Context,
+        from: u64,
+        upto: Option<u64>,
+        verify: Option<(u64, u64)>,
+        restarted: &mut bool,
+    ) -> bool {
         let Some(rp) = self.replay.as_mut() else { return true };
         let (state, stream, dups) = (&self.state, &self.stream, &mut self.dups);
         state.metrics.replays.fetch_add(1, Ordering::Relaxed);
@@ -402,6 +459,15 @@ impl Sub {
         }
         let mut applied = 0usize;
         let r = rp.fetch(ctx, from, &stream.stop, |seq, payload| {
+            if *restarted {
+                return;
+            }
+            if let Some((vs, vh)) = verify
+                && seq == vs
+            {
+                *restarted = hash(payload) != vh;
+                return;
+            }
             let mut st = stream.lock();
             if st.stopped {
                 return;
