@@ -15,6 +15,7 @@ macro_rules! outln {
     }};
 }
 
+mod indexer;
 mod kv;
 mod replay;
 mod report;
@@ -68,6 +69,11 @@ enum Command {
     /// replay and those of all smaller capacities are done, the unlimited row last. A
     /// progress bar counts the requests replayed on stderr when stderr is a terminal.
     Sweep(SweepArgs),
+    /// Serve the standalone KV indexer: workers' vLLM KV events over ZMQ in, Dynamo's
+    /// kv_indexer HTTP API out (/register, /unregister, /workers, /query, /query_by_hash,
+    /// /dump, plus /metrics and /healthz). Runs until SIGTERM or SIGINT, then drains and
+    /// writes the snapshot. docs/indexer.md in the repository.
+    Indexer(indexer::IndexerArgs),
 }
 
 /// Where the requests come from.
@@ -972,6 +978,7 @@ pub fn main() -> i32 {
     let r = match &cli.command {
         Command::Replay(a) => run_replay(a),
         Command::Sweep(a) => run_sweep(a),
+        Command::Indexer(a) => indexer::run_indexer(a),
     };
     match r {
         Ok(()) => 0,
