@@ -7,11 +7,9 @@
 //! to the same publisher (PUB fan-out) and learns its batches through replay, so each one
 //! holds blocks before it is unregistered.
 
-mod common;
-
 use std::time::Instant;
 
-use common::*;
+use crate::common::*;
 use radixkv_indexer::client::Connection;
 use serde_json::json;
 

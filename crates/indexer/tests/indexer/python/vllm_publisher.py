@@ -4,7 +4,7 @@ BlockStored, BlockRemoved), a pyzmq PUB socket sending [topic, seq (u64 big-endi
 payload] and a ROUTER replay socket answering [b"", start_seq] with [b"", seq, payload]
 frames and the end marker seq 2**64 - 1.
 
-Used by crates/indexer/tests/python_publisher.rs:
+Used by crates/indexer/tests/indexer/python_publisher.rs:
   python vllm_publisher.py --encoding array|map
 prints {"endpoint": ..., "replay": ...}, publishes empty batches until a line "go" on stdin,
 then its batches

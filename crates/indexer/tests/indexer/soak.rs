@@ -1,17 +1,15 @@
-//! Soak and numbers (ignored by default: `cargo test --release -p radixkv-indexer --test soak
-//! -- --ignored --nocapture`): 100,000 batches from 8 radixkv publishers with queries
+//! Soak and numbers (ignored by default: `cargo test --release -p radixkv-indexer --test indexer
+//! soak -- --ignored --nocapture`): 100,000 batches from 8 radixkv publishers with queries
 //! running, the answers exact at the end and the memory back to empty after the workers
 //! are unregistered; prints the events applied per second through the sockets and the
 //! query latency over HTTP (p50/p99, one keep-alive connection), beside the same in
 //! process (the router index fed the same payloads, its `find` on the same requests).
 
-mod common;
-
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-use common::*;
+use crate::common::*;
 use radixkv::events::KvEvent;
 use radixkv::events::wire::{WireOptions, encode_batch};
 use radixkv_indexer::client::Connection;

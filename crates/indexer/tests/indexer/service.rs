@@ -2,11 +2,9 @@
 //! one, HTTP through the service's own client. No timing asserts: conditions are polled
 //! with a deadline.
 
-mod common;
-
 use std::time::Duration;
 
-use common::*;
+use crate::common::*;
 use radixkv_indexer::client::{get, request};
 use radixkv_router::{Worker as RWorker, content_hashes};
 use serde_json::json;

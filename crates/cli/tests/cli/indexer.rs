@@ -3,14 +3,11 @@
 //! trace is then held whole by both workers, the answers say so; SIGTERM writes the
 //! snapshot and a second indexer started from it answers the same.
 
-#[path = "cli_common.rs"]
-mod cli_common;
-
 use std::io::{BufRead, BufReader};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use cli_common::*;
+use crate::common::*;
 use radixkv_indexer::client::{get, post_json};
 use radixkv_trace::{Trace, TraceOptions};
 use serde_json::json;

@@ -1,20 +1,19 @@
 //! An engine publisher written from vLLM's wire format in Python (msgspec, pyzmq), not by
-//! radixkv's encoder (`tests/python/vllm_publisher.py`), in both encodings, with a gap on
+//! radixkv's encoder (`tests/indexer/python/vllm_publisher.py`), in both encodings, with a gap on
 //! its PUB socket: the service's answers equal the publisher's own bookkeeping.
 //!
-//! Needs a Python with msgspec and pyzmq: `RADIXKV_INDEXER_PYTHON` (a path) or `python3`;
+//! Needs a Python with msgspec and pyzmq: `RADIXKV_INDEXER_PYTHON` (a path; one that cannot
+//! import them fails the test) or `python3`;
 //! without one the test says so and passes (e.g. `python3 -m venv /tmp/v && /tmp/v/bin/pip
 //! install msgspec pyzmq`, then `RADIXKV_INDEXER_PYTHON=/tmp/v/bin/python`).
-
-mod common;
 
 use std::io::{BufRead, BufReader, Write};
 use std::process::{Command, Stdio};
 
-use common::*;
+use crate::common::*;
 use serde_json::Value;
 
-const SCRIPT: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/python/vllm_publisher.py");
+const SCRIPT: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/indexer/python/vllm_publisher.py");
 
 fn python() -> Option<String> {
     let py = std::env::var("RADIXKV_INDEXER_PYTHON").unwrap_or_else(|_| "python3".into());
@@ -29,6 +28,10 @@ fn python() -> Option<String> {
 #[test]
 fn a_python_vllm_publisher_in_both_encodings() {
     let Some(py) = python() else {
+        // Named explicitly (as .ci/run does), the Python must have them: no silent skip.
+        if let Ok(named) = std::env::var("RADIXKV_INDEXER_PYTHON") {
+            panic!("RADIXKV_INDEXER_PYTHON={named} cannot import msgspec and zmq");
+        }
         eprintln!("SKIPPED: no Python with msgspec and pyzmq (set RADIXKV_INDEXER_PYTHON)");
         return;
     };
