@@ -1,6 +1,6 @@
-//! Soak and numbers (ignored by default: `cargo test --release -p radixkv-indexer --test indexer
-//! soak -- --ignored --nocapture`): 100,000 batches from 8 radixkv publishers with queries
-//! running, the answers exact at the end and the memory back to empty after the workers
+//! Soak and numbers (in CI, about 3 s; `cargo test --release -p radixkv-indexer --test
+//! indexer soak -- --nocapture` shows the numbers): 100,000 batches from 8 radixkv
+//! publishers with queries running, the answers exact at the end and the memory back to empty after the workers
 //! are unregistered; prints the events applied per second through the sockets and the
 //! query latency over HTTP (p50/p99, one keep-alive connection), beside the same in
 //! process (the router index fed the same payloads, its `find` on the same requests).
@@ -22,7 +22,6 @@ fn pct(v: &mut [Duration], p: f64) -> Duration {
 }
 
 #[test]
-#[ignore]
 fn soak_100k_batches_from_8_publishers_with_queries() {
     let per: usize = std::env::var("RADIXKV_INDEXER_SOAK_BATCHES")
         .ok()
