@@ -7,8 +7,10 @@ use std::time::Instant;
 
 use axum::Router;
 use axum::body::Bytes;
+use axum::extract::Request;
 use axum::extract::{DefaultBodyLimit, State as AxState};
 use axum::http::{StatusCode, header};
+use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use radixkv_router::{Refusal, Score};
@@ -34,7 +36,24 @@ pub(crate) fn router(state: Arc<State>) -> Router {
         .route("/healthz", get(health))
         .route("/health", get(health))
         .layer(DefaultBodyLimit::max(limit))
+        .layer(middleware::from_fn_with_state(state.clone(), deadline))
         .with_state(state)
+}
+
+/// Every request within `request_timeout`, its body's arrival included (the handlers read
+/// their bodies inside `next`): past it, 408.
+async fn deadline(AxState(state): St, req: Request, next: Next) -> Response {
+    let limit = state.cfg.request_timeout;
+    match tokio::time::timeout(limit, next.run(req)).await {
+        Ok(r) => r,
+        Err(_) => error(
+            &state,
+            408,
+            format!(
+                "the request took longer than {limit:?} (--request-timeout), its body included"
+            ),
+        ),
+    }
 }
 
 fn json_response(status: u16, v: &Value) -> Response {

@@ -122,6 +122,10 @@ pub struct Config {
     pub replay_timeout: Duration,
     /// The HTTP server's threads.
     pub http_threads: usize,
+    /// How long one HTTP request may take, its body's arrival included; past it the
+    /// request gets 408 and its connection's task is freed (a client that sends its body
+    /// slowly holds nothing for longer).
+    pub request_timeout: Duration,
     /// Log lines on stderr (logfmt).
     pub log: bool,
 }
@@ -139,6 +143,7 @@ impl Default for Config {
             max_bytes: None,
             replay_timeout: Duration::from_secs(2),
             http_threads: 2,
+            request_timeout: Duration::from_secs(30),
             log: true,
         }
     }

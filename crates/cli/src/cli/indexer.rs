@@ -44,6 +44,10 @@ pub(crate) struct IndexerArgs {
     /// Threads serving HTTP.
     #[arg(long, value_name = "N", default_value_t = 2)]
     http_threads: usize,
+    /// Seconds one HTTP request may take, its body's arrival included; a slower one gets
+    /// 408 (a client trickling its body holds nothing longer).
+    #[arg(long, value_name = "SECS", default_value_t = 30.0)]
+    request_timeout: f64,
     /// No log lines on stderr (they are logfmt: level=..., msg=...).
     #[arg(long)]
     quiet: bool,
@@ -72,6 +76,7 @@ pub(crate) fn run_indexer(a: &IndexerArgs) -> Result<(), String> {
         max_bytes: a.max_bytes,
         replay_timeout: seconds("replay-timeout", a.replay_timeout)?,
         http_threads: a.http_threads,
+        request_timeout: seconds("request-timeout", a.request_timeout)?,
         log: !a.quiet,
     };
     radixkv_indexer::run(cfg).map_err(|e| e.to_string())

@@ -491,3 +491,42 @@ fn a_restart_during_the_indexers_downtime_past_the_old_cursor() {
     svc.shutdown().unwrap();
     let _ = std::fs::remove_file(&path);
 }
+
+/// A client that sends its headers and part of its body, then nothing: its request gets 408
+/// once `request_timeout` has passed, while other clients are answered meanwhile (no
+/// timing is asserted: the 408 is waited for, the other queries only have to succeed).
+#[test]
+fn a_body_sent_too_slowly_gets_408_and_stalls_nobody() {
+    use std::io::{Read, Write};
+    let svc =
+        start(radixkv_indexer::Config { request_timeout: Duration::from_millis(500), ..config() });
+    let mut slow = std::net::TcpStream::connect(svc.local_addr()).unwrap();
+    write!(
+        slow,
+        "POST /query HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 100\r\n\r\n{{\"token_ids\": ["
+    )
+    .unwrap();
+    slow.flush().unwrap();
+    // Others are served while that body is outstanding.
+    for _ in 0..3 {
+        let r = post(&svc, "/query", json!({"token_ids": [1, 2, 3, 4], "model_name": "nope"}));
+        assert_eq!(r.status, 404, "{}", r.text());
+    }
+    // The stalled request is answered 408 (read with a deadline, so a hang fails the test).
+    slow.set_read_timeout(Some(Duration::from_secs(60))).unwrap();
+    let mut got = Vec::new();
+    let mut buf = [0u8; 1024];
+    while !got.windows(4).any(|w| w == b"\r\n\r\n") {
+        let n = slow.read(&mut buf).expect("an answer before the deadline");
+        assert!(
+            n > 0,
+            "the connection closed without an answer: {:?}",
+            String::from_utf8_lossy(&got)
+        );
+        got.extend_from_slice(&buf[..n]);
+    }
+    let head = String::from_utf8_lossy(&got);
+    assert!(head.starts_with("HTTP/1.1 408"), "{head}");
+    let m = get(&url(&svc, "/healthz")).unwrap();
+    assert_eq!(m.status, 200);
+}
