@@ -1,5 +1,5 @@
 //! Host-tier copy bandwidth on a GPU: device → pinned host and host → device through
-//! [`radixkv::kv::CudaTierCopier`], for a model-sized layout (default 32 layers x 8 KV heads
+//! [`radixkv::tier::CudaTierCopier`], for a model-sized layout (default 32 layers x 8 KV heads
 //! x 128 x fp16 = 128 KiB per token), copying `--tokens` tokens in runs of `--run` slots.
 //!
 //! `cargo run --release --features cuda --example tier_copy_bandwidth -- [--tokens N]
@@ -10,8 +10,8 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     use std::sync::Arc;
     use std::time::Instant;
 
-    use radixkv::kv::{CudaKvStorage, CudaTierCopier, KvLayout};
-    use radixkv::tier::TierCopier;
+    use radixkv::kv::{CudaKvStorage, KvLayout};
+    use radixkv::tier::{CudaTierCopier, TierCopier};
 
     let mut args = std::env::args().skip(1);
     let (mut tokens, mut run, mut iters) = (4096usize, 16usize, 5usize);

@@ -2571,6 +2571,50 @@ enum rkv_status rkv_tier_events_drain(const struct rkv_tier *tier,
                                       size_t strings_cap,
                                       struct rkv_events_drain_info *out_info);
 
+/**
+ * `rkv_cache_new_with` with a host tier (an extension of version 1): a cache from `*opts`
+ * (required; it must have a pool: `pool_slots > 0`) and `*policy` (NULL: the defaults),
+ * with a host tier from `*tier_opts` (required, checked as `rkv_tier_new` checks it); all
+ * three are read only during the call. Writes the cache to `*out_cache` (required); the
+ * caller owns it and frees it with `rkv_cache_free`, which first waits for every copy in
+ * flight (a callback copier is called then, so it must still be valid). Its plain calls
+ * go through the tier (see `rkv_tier_new` for the semantics): an insert's slots must then
+ * be whole pool pages, as `rkv_alloc` hands them out. `RKV_COPIER_HOST`'s stores are
+ * allocated as for `rkv_tier_new`, but only an `rkv_tier` exposes their addresses. Fails
+ * as `rkv_cache_new_with` and `rkv_tier_new` do, creating nothing. Thread-safe.
+ *
+ * # Safety
+ * `opts` NULL or a readable `rkv_options`; `policy` NULL or a readable
+ * `rkv_policy_options`; `tier_opts` NULL or a readable `rkv_tier_options`; `out_cache`
+ * NULL or a writable `rkv_cache *`.
+ */
+enum rkv_status rkv_cache_new_host(const struct rkv_options *opts,
+                                   const struct rkv_policy_options *policy,
+                                   const struct rkv_tier_options *tier_opts,
+                                   struct rkv_cache **out_cache);
+
+/**
+ * Writes the host tier's counts and counters of a cache made by `rkv_cache_new_host` to
+ * `*out_stats` (required, owned by the caller), as `rkv_tier_get_stats` does for a tier.
+ * `RKV_INVALID_ARGUMENT` for a cache without a host tier. An extension of version 1.
+ * Thread-safe.
+ *
+ * # Safety
+ * `cache` is NULL or live; `out_stats` NULL or writable.
+ */
+enum rkv_status rkv_cache_tier_stats(const struct rkv_cache *cache,
+                                     struct rkv_tier_stats *out_stats);
+
+/**
+ * Waits for every host tier copy in flight of a cache made by `rkv_cache_new_host` and
+ * finishes it (as `rkv_tier_wait_all`); `RKV_OK` and nothing to do for a cache without a
+ * host tier. An extension of version 1. Thread-safe.
+ *
+ * # Safety
+ * `cache` is NULL or live.
+ */
+enum rkv_status rkv_cache_wait_all(const struct rkv_cache *cache);
+
 #ifdef __cplusplus
 }  // extern "C"
 #endif  // __cplusplus

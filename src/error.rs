@@ -33,6 +33,9 @@ pub enum Error {
     },
     /// A pool call on a cache without a pool.
     NoPool,
+    /// A host tier call (load-back, host eviction) on a cache built without host options
+    /// ([`crate::Cache::with_host`]). Status `INVALID_ARGUMENT`.
+    NoTier,
     /// Freeing a slot that is already free or that the tree holds.
     DoubleFree {
         /// The first offending slot.
@@ -58,6 +61,7 @@ impl fmt::Display for Error {
                 write!(f, "out of slots: {requested} requested, {available} free or evictable")
             }
             Error::NoPool => write!(f, "this cache has no slot pool (pool_slots == 0)"),
+            Error::NoTier => write!(f, "this cache has no host tier (built without host options)"),
             Error::DoubleFree { slot } => {
                 write!(f, "slot {slot} is already free or held by the tree")
             }
@@ -74,7 +78,9 @@ impl Error {
     /// exceptions carry as `.status`. Every front maps errors through this one function.
     pub fn status(&self) -> i32 {
         match self {
-            Error::InvalidArgument(_) | Error::Slot { .. } => status::INVALID_ARGUMENT,
+            Error::InvalidArgument(_) | Error::Slot { .. } | Error::NoTier => {
+                status::INVALID_ARGUMENT
+            }
             Error::InvalidLock => status::INVALID_LOCK,
             Error::OutOfSlots { .. } => status::OUT_OF_SLOTS,
             Error::NoPool => status::NO_POOL,

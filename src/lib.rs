@@ -12,7 +12,9 @@ pub mod slot_run;
 pub mod tier;
 pub mod tree;
 
-pub use cache::{Cache, CacheOptions, CacheStats, EventOptions, FreeFn, FreeRunsFn, Request};
+pub use cache::{
+    Cache, CacheOptions, CacheStats, EventOptions, FreeFn, FreeRunsFn, PrefixMatch, Request,
+};
 pub use error::{Error, Result, SlotProblem};
 pub use slot_run::SlotRun;
 pub use tree::{

@@ -1,4 +1,4 @@
-//! The host tier through the CUDA copier ([`radixkv::kv::CudaTierCopier`]): GPU memory ↔
+//! The host tier through the CUDA copier ([`radixkv::tier::CudaTierCopier`]): GPU memory ↔
 //! pinned host memory. The same cycle as `tests/core/tier.rs` (write-through backup, device
 //! eviction, load-back of the bytes that were backed up, write-back), on a GPU.
 //!
@@ -11,7 +11,8 @@ use std::sync::Arc;
 
 use radixkv::CacheOptions;
 use radixkv::kv::cuda;
-use radixkv::kv::{CudaKvStorage, CudaTierCopier, KvLayout, KvStorage};
+use radixkv::kv::{CudaKvStorage, KvLayout, KvStorage};
+use radixkv::tier::CudaTierCopier;
 use radixkv::tier::{LoadOutcome, TierCopier, TierOptions, TieredCache, WritePolicy};
 
 const P: usize = 4;

@@ -36,13 +36,19 @@ impl Cache {
     /// `BlockStored`, every page that leaves (eviction, `drop_namespace`, reset) a
     /// `BlockRemoved`, and [`Cache::clear`] an `AllBlocksCleared` when it empties the
     /// cache. Only on an empty cache, once (`InvalidArgument` otherwise). Returns the sink.
+    /// With a host tier, host copies are published too, as `CPU_PINNED` (`BlockStored` when
+    /// a copy becomes ready, `BlockRemoved` when host eviction drops it).
     pub fn enable_events(&mut self, opts: EventOptions) -> Result<Arc<EventSink>> {
-        self.tree.enable_events(SinkOptions {
+        let sink = self.tree.enable_events(SinkOptions {
             block_size: self.opts.page_size as u32,
             hash_mode: opts.hash_mode,
             medium: opts.medium,
             max_drain_batches: opts.max_drain_batches,
-        })
+        })?;
+        if let Some(t) = &self.tier {
+            t.set_events(sink.clone());
+        }
+        Ok(sink)
     }
 
     /// The event sink, when events are on.

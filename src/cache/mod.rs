@@ -28,7 +28,9 @@
 mod request;
 
 mod events;
+mod host;
 pub use events::EventOptions;
+pub use host::PrefixMatch;
 pub use request::Request;
 
 use crossbeam_utils::CachePadded;
@@ -121,6 +123,8 @@ pub struct Cache {
     evictions: CachePadded<Evictions>,
     /// The host tier's view of evictions (pool mode, with a host tier only).
     evict_hook: Option<EvictHook>,
+    /// The host tier, if the cache was built with host options ([`Cache::with_host`]).
+    tier: Option<Box<crate::tier::Tier>>,
 }
 
 /// The eviction calls into the pool (see [`PoolEviction`]): what an allocation that found
@@ -225,12 +229,8 @@ impl Cache {
             n => Some(SlotPool::new(n, opts.page_size)?),
         };
         let evictions = Evictions { running: AtomicUsize::new(0), landed: AtomicU64::new(0) };
-        Ok(Cache { tree, pool, opts, evictions: CachePadded::new(evictions), evict_hook: None })
-    }
-
-    /// Sets the host tier's eviction hook (see [`EvictHook`]); before the cache is shared.
-    pub(crate) fn set_evict_hook(&mut self, hook: EvictHook) {
-        self.evict_hook = Some(hook);
+        let evictions = CachePadded::new(evictions);
+        Ok(Cache { tree, pool, opts, evictions, evict_hook: None, tier: None })
     }
 
     /// Shows one evicted leaf's slots to the eviction hook, if any (`scratch` for lists).
@@ -273,22 +273,32 @@ impl Cache {
     /// is any [`SlotSink`]: a `Vec<u32>` (one slot per token), a `Vec<SlotRun>` (runs of
     /// consecutive slots: O(runs) to write when slots come in runs, as the pool hands them
     /// out) or an [`OutBuf`](crate::tree::OutBuf) (a caller's buffer). See
-    /// [`RadixTree::match_prefix`].
+    /// [`RadixTree::match_prefix`]. With a host tier, [`Cache::lookup`]'s `device_len` (it
+    /// finishes the copies that are done first, and counts the hits).
+    #[inline]
     pub fn match_prefix<S: SlotSink>(&self, ns: u64, tokens: &[u32], out: &mut S) -> usize {
-        self.tree.match_prefix(ns, tokens, out)
+        match self.tiered() {
+            None => self.tree.match_prefix(ns, tokens, out),
+            Some(t) => t.match_prefix(ns, tokens, out).device_len,
+        }
     }
 
     /// Match and pin atomically (how an engine admits a request): as
     /// [`Cache::match_prefix`], and the guard pins the matched pages until it is dropped;
     /// [`LockGuard::into_raw`] detaches it as a [`PrefixLock`] value to release with
-    /// [`Cache::release`]. See [`RadixTree::match_and_lock`].
+    /// [`Cache::release`]. See [`RadixTree::match_and_lock`]. With a host tier, as
+    /// [`Cache::lookup_and_lock`].
+    #[inline]
     pub fn match_and_lock<S: SlotSink>(
         &self,
         ns: u64,
         tokens: &[u32],
         out: &mut S,
     ) -> LockGuard<'_> {
-        self.tree.match_and_lock(ns, tokens, out)
+        match self.tiered() {
+            None => self.tree.match_and_lock(ns, tokens, out),
+            Some(t) => t.match_and_lock(ns, tokens, out).0,
+        }
     }
 
     /// Caches `tokens[..n]` (n cut to a page multiple) with `slots` (a list or runs: see
@@ -348,6 +358,9 @@ impl Cache {
         pin: bool,
         opts: InsertOptions,
     ) -> Result<(usize, Option<PrefixLock>)> {
+        if let Some(t) = self.tiered() {
+            return t.insert_slots(ns, tokens, slots, pin, opts);
+        }
         match slots {
             Slots::List(s) => self.insert_impl(ns, tokens, s, pin, opts, None),
             Slots::Runs(r) => self.insert_runs_impl(ns, tokens, r, pin, opts),

@@ -169,13 +169,12 @@ impl<'c> Request<'c> {
     pub fn checkpoint(&mut self) -> Result<usize> {
         let n = self.cache.tree().aligned(self.tokens.len());
         let mut cached = Vec::new();
-        let (existing, lock) = self.cache.insert_impl(
+        let (existing, lock) = self.cache.insert_lock_cached(
             self.ns,
             &self.tokens[..n],
             &self.slots[..n],
-            true,
             self.insert_options(),
-            Some(&mut cached),
+            &mut cached,
         )?;
         self.inserted_len = self.inserted_len.max(n);
         self.slots[..existing].copy_from_slice(&cached[..existing]);

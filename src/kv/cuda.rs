@@ -258,7 +258,7 @@ impl CudaKvStorage {
     }
 
     /// The device addresses of the buffers: layer `l`'s K at `2 * l`, V at `2 * l + 1`
-    /// (for the host tier's copier, `kv::cuda_tier`).
+    /// (for the host tier's copier, `tier::cuda`).
     pub(crate) fn raw_bufs(&self) -> &[sys::CUdeviceptr] {
         &self.bufs
     }

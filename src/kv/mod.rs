@@ -35,13 +35,9 @@ pub(crate) use host::check_pairs;
 
 #[cfg(feature = "cuda")]
 pub mod cuda;
-#[cfg(feature = "cuda")]
-pub mod cuda_tier;
 
 #[cfg(feature = "cuda")]
 pub use cuda::{CopyMethod, CudaKvStorage};
-#[cfg(feature = "cuda")]
-pub use cuda_tier::CudaTierCopier;
 pub use host::HostKvStorage;
 
 use crate::error::{Error, Result, invalid};

@@ -1,10 +1,10 @@
-//! Statistics and the quiescent invariant check of [`TieredCache`] (its protocols: the module docs of [`super`]).
+//! Statistics and the quiescent invariant check of a [`Cache`] with a tier (its protocols: the module docs of [`super`]).
 
 use super::*;
 
-impl TieredCache {
+impl Tiered<'_> {
     /// Counts and counters; exact at quiescence.
-    pub fn stats(&self) -> TierStats {
+    pub(crate) fn stats(&self) -> TierStats {
         let sh = &*self.shared;
         let p = sh.page_size as u64;
         let host = sh.host();
@@ -37,7 +37,7 @@ impl TieredCache {
     /// Checks the invariants that hold at quiescence (call it with no copy in flight and
     /// no other thread using the cache): see the [module docs](super). Returns the first
     /// violation found.
-    pub fn check(&self) -> std::result::Result<(), String> {
+    pub(crate) fn check(&self) -> std::result::Result<(), String> {
         let sh = &*self.shared;
         if !self.pending().is_empty() {
             return Err("copies are still in flight (call wait_all first)".into());

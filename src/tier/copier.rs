@@ -13,7 +13,7 @@
 //! - [`DeferredCopier`]: wraps another copier and holds each copy back until it has been
 //!   polled a few times, optionally failing chosen copies: the in-flight windows and the
 //!   failures the tier's tests drive.
-//! - `CudaTierCopier` (feature `cuda`, `kv::cuda_tier`): device memory ↔ pinned host memory
+//! - `CudaTierCopier` (feature `cuda`, `tier::cuda`): device memory ↔ pinned host memory
 //!   on its own stream with one completion event per copy.
 
 use std::collections::HashMap;

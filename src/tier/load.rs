@@ -1,8 +1,8 @@
-//! Load-back: host pages back into the device tree, of [`TieredCache`] (its protocols: the module docs of [`super`]).
+//! Load-back: host pages back into the device tree, of a [`Cache`] with a tier (its protocols: the module docs of [`super`]).
 
 use super::*;
 
-impl TieredCache {
+impl Tiered<'_> {
     pub(super) fn finish_load(&self, l: LoadOp, r: Result<()>) -> Result<Loaded> {
         let sh = &*self.shared;
         let p = sh.page_size;
@@ -50,18 +50,23 @@ impl TieredCache {
     /// Starts loading back the host pages that extend the device match of `tokens`, at
     /// most `max_tokens` of them: allocates device slots (evicting as [`Cache::alloc`]),
     /// pins the host copies and starts the copy. Take the result with
-    /// [`TieredCache::wait_load`] or [`TieredCache::try_load`]: a [`Loaded`] holding a
+    /// [`Cache::wait_load`] or [`Cache::try_load`]: a [`Loaded`] holding a
     /// lock over the device prefix with the loaded pages (when nothing is worth loading,
     /// over the device prefix alone, [`LoadOutcome`] saying why). `OutOfSlots` (nothing
     /// changed) when the device cannot hold the pages; a failed copy is `Device` from
     /// `wait_load`, with everything rolled back.
-    pub fn load_back(&self, ns: u64, tokens: &[u32], max_tokens: usize) -> Result<LoadTicket> {
+    pub(crate) fn load_back(
+        &self,
+        ns: u64,
+        tokens: &[u32],
+        max_tokens: usize,
+    ) -> Result<LoadTicket> {
         self.poll();
         let sh = &*self.shared;
         let p = sh.page_size;
         let id = self.next_load.fetch_add(1, Ordering::Relaxed);
         let mut prefix = Vec::new();
-        let lock0 = self.dev.match_and_lock(ns, tokens, &mut prefix).into_raw();
+        let lock0 = self.dev.tree().match_and_lock(ns, tokens, &mut prefix).into_raw();
         let d = lock0.len();
         bump(&sh.counters.device_hit_tokens, d);
         let n_pages = tokens.len() / p;
@@ -132,7 +137,7 @@ impl TieredCache {
     }
 
     /// The result of a load-back if it is done (taking it), `None` while its copy runs.
-    pub fn try_load(&self, t: LoadTicket) -> Option<Result<Loaded>> {
+    pub(crate) fn try_load(&self, t: LoadTicket) -> Option<Result<Loaded>> {
         self.poll();
         lock(&self.results).remove(&t.0)
     }
@@ -140,7 +145,7 @@ impl TieredCache {
     /// Waits for a load-back and takes its result. `InvalidArgument` for a ticket that is
     /// unknown or already taken. If the copier panics, the load-back is rolled back (its
     /// result, taken next, is `Device`) and the panic goes on.
-    pub fn wait_load(&self, t: LoadTicket) -> Result<Loaded> {
+    pub(crate) fn wait_load(&self, t: LoadTicket) -> Result<Loaded> {
         loop {
             if let Some(r) = lock(&self.results).remove(&t.0) {
                 return r;

@@ -1,5 +1,26 @@
 //! A host memory tier behind the device pool (SGLang HiCache's semantics): a two-level
-//! prefix cache ([`TieredCache`]).
+//! prefix cache, as an optional part of [`Cache`] (as the pool is).
+//!
+//! # Where it lives
+//!
+//! A cache built with host options ([`Cache::with_host`]: the cache's options, the
+//! tier's [`TierOptions`] and a [`TierCopier`]) owns a tier (`Tier`, this module's state:
+//! the host index, the host pool, the copies in flight) and installs the tier's eviction
+//! hook in itself; every front gets the tier through the cache's plain calls, without a
+//! second type. [`Cache::lookup`] / [`Cache::lookup_and_lock`] return a [`TierMatch`]
+//! ([`crate::PrefixMatch`]: device length and host length, 0 without a tier) and
+//! [`Cache::match_prefix`] / [`Cache::match_and_lock`] its device part; `insert`,
+//! `insert_with`, `insert_and_lock` and the [`crate::Request`] cycle back pages up by the
+//! write policy; `evict`, `alloc`'s evictions, `reset` and `drop_namespace` go through the
+//! hook; [`Cache::load_back`], [`Cache::try_load`], [`Cache::wait_load`], [`Cache::poll`],
+//! [`Cache::wait_all`], [`Cache::evict_host`], [`Cache::tier_stats`] and
+//! [`Cache::check_tier`] are the tier's own. Without a tier each hot path costs one
+//! `Option` test (`Cache::tiered`), and the tier's own calls refuse with
+//! [`crate::Error::NoTier`] (or answer `None`, or 0 for `poll`). The cache's drop finishes
+//! every copy in flight first. The tier's methods work on a `Tiered` view (the cache and
+//! its tier); they reach the device level through the tree and the cache's pool-level
+//! calls (`insert_impl`, `alloc`, `free`, `release`), never back through the routed door.
+//! [`TieredCache`] is a thin compatibility wrapper over such a cache, kept for one release.
 //!
 //! The device level is a pool-mode [`Cache`] (the radix tree and the device slot pool) and
 //! is unchanged: its matches, pins and evictions keep every promise of [`crate::tree`] and
@@ -18,7 +39,7 @@
 //! - **Device eviction** frees device slots; a page with a host copy stays on the host
 //!   (host-only); under `write_back` a page without one is copied to the host first (the
 //!   eviction waits for that copy).
-//! - **Load-back** ([`TieredCache::load_back`]) allocates device slots for the host pages
+//! - **Load-back** ([`Cache::load_back`]) allocates device slots for the host pages
 //!   that extend a match, copies host → device and, once the copy completes, inserts them
 //!   and hands the caller a lock over the whole prefix. Below
 //!   [`TierOptions::load_back_min`] tokens it is not worth it and says so
@@ -29,8 +50,8 @@
 //!
 //! Copies go through a [`TierCopier`] ([`HostCopier`] between two host stores, the CUDA
 //! copier between GPU memory and pinned host memory, [`NullCopier`] for an index-only
-//! replay). They complete in the background: [`TieredCache::poll`] finishes the copies
-//! that are done, [`TieredCache::wait_all`] and [`TieredCache::wait_load`] block.
+//! replay). They complete in the background: [`Cache::poll`] finishes the copies
+//! that are done, [`Cache::wait_all`] and [`Cache::wait_load`] block.
 //!
 //! A copier call that **panics** (the trait is public: any Rust copier can) counts as its
 //! copy failing: the tier rolls it back as a failed copy (below), with the other copies it
@@ -78,37 +99,44 @@
 //!   identity is written (device page metadata) before the insert that caches it is
 //!   published, and read by the eviction hook only after the page was unlinked.
 //!
-//! Invariants at quiescence (no copy in flight; [`TieredCache::check`]): device
+//! Invariants at quiescence (no copy in flight; [`Cache::check_tier`]): device
 //! `free + cached + held == N_dev` (the cache's), host `free + backed == N_host`, every host
 //! page owned by one entry or free, every resident entry's device page cached with that
 //! identity, a cached page flagged `BACKED` exactly when an entry names it (but for
 //! `write_back`'s documented window: an entry that names no page), no page that is not
 //! cached flagged, and no host entry still writing or pinned.
 //!
-//! The backup pin of [`TieredCache::insert_and_lock`] (a second lock over the pages its
+//! The backup pin of [`Cache::insert_and_lock`] (a second lock over the pages its
 //! insert pinned) is taken without counting a match: the device's match statistics
 //! (`match_calls`, hit tokens) count only the caller's matches.
 
 mod check;
+mod compat;
 pub mod copier;
+#[cfg(feature = "cuda")]
+pub mod cuda;
 pub(crate) mod host_index;
 mod load;
 mod types;
+pub use compat::TieredCache;
 pub use types::{LoadOutcome, LoadTicket, Loaded, TierMatch, TierOptions, TierStats, WritePolicy};
 
 use std::collections::HashMap;
 use std::sync::Arc;
 
 pub use copier::{CopyTicket, DeferredCopier, FailPlan, HostCopier, NullCopier, TierCopier};
+#[cfg(feature = "cuda")]
+pub use cuda::CudaTierCopier;
 use host_index::{HostIndex, NO_PAGE, PageKey, Removed};
 
-use crate::cache::{Cache, CacheOptions, EventOptions};
+use crate::cache::{Cache, CacheOptions, EvictHook};
 use crate::error::{Result, invalid};
 use crate::events::hash::{HashMode, PageHasher};
 use crate::events::{EventSink, KvEvent, Medium};
 use crate::pool::SlotState;
+use crate::slot_run::Slots;
 use crate::sync::{AtomicU32, AtomicU64, Mutex, Ordering, lock};
-use crate::tree::{InsertOptions, PrefixLock};
+use crate::tree::{InsertOptions, LockGuard, PrefixLock, SlotSink};
 
 /// What the tier knows of one device page: whose tokens it holds (written before the
 /// insert that caches it is published) and how often inserts reached it.
@@ -216,19 +244,13 @@ struct Counters {
     host_evicted_pages: StatU64,
 }
 
-fn bump(c: &StatU64, n: usize) {
-    // Relaxed: statistics.
-    c.fetch_add(n as u64, Ordering::Relaxed);
-}
-
-/// A two-level prefix cache: a device [`Cache`] with its pool, and a host tier (see the
-/// [module docs](self)). `Send + Sync`.
-pub struct TieredCache {
-    dev: Cache,
+/// The host tier's state, owned by a [`Cache`] built with host options
+/// ([`Cache::with_host`]); the device level is that cache. `Send + Sync`.
+pub(crate) struct Tier {
     shared: Arc<Shared>,
     pending: Mutex<Vec<Op>>,
     /// How many ops `pending` held when its lock was last let go: a hint that lets
-    /// [`TieredCache::poll`], which every method calls first, skip the lock when nothing
+    /// [`Tiered::poll`], which every method calls first, skip the lock when nothing
     /// is in flight (so a match takes no tier lock then). A stale read only delays a poll;
     /// `wait_all` and `wait_load` never read it. Not part of any protocol, so a plain
     /// atomic under loom too, like the statistics.
@@ -243,13 +265,32 @@ pub struct TieredCache {
     finishing: AtomicU64,
 }
 
-impl std::fmt::Debug for TieredCache {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("TieredCache")
-            .field("opts", &self.shared.opts)
-            .field("stats", &self.stats())
-            .finish()
+/// A cache with its tier: what the tier's methods work on (the device level is `dev`, the
+/// host level `tier`). Got from [`Cache::tiered`]; `Copy`.
+#[derive(Clone, Copy)]
+pub(crate) struct Tiered<'a> {
+    /// The device level (the cache that owns `tier`).
+    pub(crate) dev: &'a Cache,
+    tier: &'a Tier,
+}
+
+impl std::ops::Deref for Tiered<'_> {
+    type Target = Tier;
+    fn deref(&self) -> &Tier {
+        self.tier
     }
+}
+
+impl<'a> Tiered<'a> {
+    /// `dev`'s tier.
+    pub(crate) fn new(dev: &'a Cache, tier: &'a Tier) -> Self {
+        Tiered { dev, tier }
+    }
+}
+
+fn bump(c: &StatU64, n: usize) {
+    // Relaxed: statistics.
+    c.fetch_add(n as u64, Ordering::Relaxed);
 }
 
 impl Shared {
@@ -469,21 +510,21 @@ fn resume(panic: Option<Panic>) {
     }
 }
 
-impl TieredCache {
+impl Tier {
     /// Locks `pending` (see [`Pending`]).
     fn pending(&self) -> Pending<'_> {
         Pending { guard: lock(&self.pending), queued: &self.queued }
     }
 
-    /// A two-level cache: a device cache of `device` (pool mode: `pool_slots > 0`) and a
-    /// host tier of `tier.host_slots` slots, copying through `copier`. `InvalidArgument`
-    /// for a device cache without a pool, a host size that is not a positive multiple of
-    /// the page size, or a zero `write_threshold`.
-    pub fn new(
+    /// The host tier of a cache of `device` (pool mode: `pool_slots > 0`): `tier.host_slots`
+    /// host slots, copying through `copier`; and the eviction hook to install in the
+    /// device cache. `InvalidArgument` for a device cache without a pool, a host size that
+    /// is not a positive multiple of the page size, or a zero `write_threshold`.
+    pub(crate) fn new(
         device: CacheOptions,
         tier: TierOptions,
         copier: Arc<dyn TierCopier>,
-    ) -> Result<Self> {
+    ) -> Result<(Self, EvictHook)> {
         let p = device.page_size.max(1);
         if device.pool_slots == 0 {
             return Err(invalid("a host tier needs the device pool (pool_slots > 0)"));
@@ -500,7 +541,6 @@ impl TieredCache {
         if tier.write_threshold == 0 {
             return Err(invalid("write_threshold must be at least 1"));
         }
-        let mut dev = Cache::new(device)?;
         let n_pages = device.pool_slots / p;
         let pages = (0..n_pages)
             .map(|_| DevPage {
@@ -530,49 +570,37 @@ impl TieredCache {
             counters: Counters::default(),
         });
         let hook = shared.clone();
-        dev.set_evict_hook(Arc::new(move |runs| hook.device_evicted(runs)));
-        Ok(TieredCache {
-            dev,
+        let hook: EvictHook = Arc::new(move |runs| hook.device_evicted(runs));
+        let t = Tier {
             shared,
             pending: Mutex::new(Vec::new()),
             results: Mutex::new(HashMap::new()),
             next_load: StatU64::new(1),
             finishing: AtomicU64::new(0),
             queued: StatU64::new(0),
-        })
+        };
+        Ok((t, hook))
     }
 
-    /// Turns KV events on (see [`Cache::enable_events`]): the device's pages are published
-    /// with the sink's medium, host copies as `CPU_PINNED` (`BlockStored` when a copy
-    /// becomes ready, `BlockRemoved` when host eviction drops it). Only on an empty cache,
-    /// once.
-    pub fn enable_events(&mut self, opts: EventOptions) -> Result<Arc<EventSink>> {
-        let sink = self.dev.enable_events(opts)?;
-        let _ = self.shared.events.set(sink.clone());
-        Ok(sink)
-    }
-
-    /// The device cache (for reads: matches, stats, events). Inserting or allocating
-    /// through it directly bypasses the host tier's bookkeeping: use the tier's methods.
-    pub fn device(&self) -> &Cache {
-        &self.dev
+    /// Publishes host copies through `sink` from now on (the device cache's, once its
+    /// events are on): `BlockStored` when a copy becomes ready, `BlockRemoved` when host
+    /// eviction drops it, medium `CPU_PINNED`.
+    pub(crate) fn set_events(&self, sink: Arc<EventSink>) {
+        let _ = self.shared.events.set(sink);
     }
 
     /// The tier's options.
-    pub fn options(&self) -> TierOptions {
+    pub(crate) fn options(&self) -> TierOptions {
         self.shared.opts
     }
 
-    /// The page size.
-    pub fn page_size(&self) -> usize {
-        self.shared.page_size
-    }
-
     /// The copier.
-    pub fn copier(&self) -> &Arc<dyn TierCopier> {
+    pub(crate) fn copier(&self) -> &Arc<dyn TierCopier> {
         &self.shared.copier
     }
+}
 
+impl<'a> Tiered<'a> {
     /// How far host copies extend a device match of `device_len` tokens.
     fn host_run(&self, ns: u64, tokens: &[u32], device_len: usize) -> usize {
         let p = self.shared.page_size;
@@ -585,27 +613,32 @@ impl TieredCache {
         n * p
     }
 
-    /// The device prefix of `tokens` (slots into `out`, not pinned, as
-    /// [`Cache::match_prefix`]) and how far the host extends it.
-    pub fn match_prefix(&self, ns: u64, tokens: &[u32], out: &mut Vec<u32>) -> TierMatch {
+    /// The device prefix of `tokens` (slots into `out`, not pinned, as the tree's match)
+    /// and how far the host extends it ([`Cache::lookup`] with a tier).
+    pub(crate) fn match_prefix<S: SlotSink>(
+        &self,
+        ns: u64,
+        tokens: &[u32],
+        out: &mut S,
+    ) -> TierMatch {
         self.poll();
-        let d = self.dev.match_prefix(ns, tokens, out);
+        let d = self.dev.tree().match_prefix(ns, tokens, out);
         let h = self.host_run(ns, tokens, d);
         bump(&self.shared.counters.device_hit_tokens, d);
         bump(&self.shared.counters.host_hit_tokens, h);
         TierMatch { device_len: d, host_len: h }
     }
 
-    /// [`TieredCache::match_prefix`], pinning the device prefix (release the lock with
-    /// [`TieredCache::release`]).
-    pub fn match_and_lock(
+    /// [`Tiered::match_prefix`], pinning the device prefix ([`Cache::lookup_and_lock`]
+    /// with a tier).
+    pub(crate) fn match_and_lock<S: SlotSink>(
         &self,
         ns: u64,
         tokens: &[u32],
-        out: &mut Vec<u32>,
-    ) -> (PrefixLock, TierMatch) {
+        out: &mut S,
+    ) -> (LockGuard<'a>, TierMatch) {
         self.poll();
-        let lock = self.dev.match_and_lock(ns, tokens, out).into_raw();
+        let lock = self.dev.tree().match_and_lock(ns, tokens, out);
         let d = lock.len();
         let h = self.host_run(ns, tokens, d);
         bump(&self.shared.counters.device_hit_tokens, d);
@@ -613,30 +646,9 @@ impl TieredCache {
         (lock, TierMatch { device_len: d, host_len: h })
     }
 
-    /// Unpins a lock of this cache's device tree.
-    pub fn release(&self, lock: PrefixLock) -> Result<()> {
-        self.dev.release(lock)
-    }
-
-    /// Allocates `n` device slots (see [`Cache::alloc`]; evictions it makes go through the
-    /// host tier).
-    pub fn alloc(&self, n: usize, out: &mut Vec<u32>) -> Result<()> {
-        self.dev.alloc(n, out)
-    }
-
-    /// Returns allocated, never inserted device slots (see [`Cache::free`]).
-    pub fn free(&self, slots: &[u32]) -> Result<()> {
-        self.dev.free(slots)
-    }
-
-    /// Evicts at least `k` device tokens (see [`Cache::evict`]); host copies stay.
-    pub fn evict(&self, k: usize) -> Result<usize> {
-        self.dev.evict(k, None)
-    }
-
     /// Evicts at least `k` host tokens (host-only leaves, by the host policy); returns the
     /// host tokens freed.
-    pub fn evict_host(&self, k: usize) -> usize {
+    pub(crate) fn evict_host(&self, k: usize) -> usize {
         let p = self.shared.page_size;
         let mut removed = Removed::default();
         let n = self.shared.host().evict(k.div_ceil(p), &mut removed);
@@ -644,53 +656,52 @@ impl TieredCache {
         n * p
     }
 
-    /// Inserts `tokens` with their device `slots` (allocated from this cache, each page one
-    /// whole pool page), as [`Cache::insert`]; then backs the pages up as the write policy
-    /// says (the copy runs in the background, pinning the pages on the device until it
-    /// completes). Returns the tokens that were cached already. `InvalidArgument` (nothing
-    /// changed) for slots of a page that are not one whole pool page, or as
-    /// [`Cache::insert`].
-    pub fn insert(&self, ns: u64, tokens: &[u32], slots: &[u32]) -> Result<usize> {
-        self.insert_with(ns, tokens, slots, InsertOptions::default())
-    }
-
-    /// [`TieredCache::insert`] with [`InsertOptions`] (as [`Cache::insert_with`]).
-    pub fn insert_with(
+    /// The insert of a cache with a tier ([`Cache::insert_with`] and
+    /// [`Cache::insert_and_lock`]): inserts `tokens` with their device `slots` (each page
+    /// one whole pool page), then backs the pages up as the write policy says (the copy
+    /// runs in the background, pinning the pages on the device until it completes). With
+    /// `pin`, the caller gets a lock over the inserted prefix. `InvalidArgument` (nothing
+    /// changed) for slots of a page that are not one whole pool page, or as the device's
+    /// insert.
+    pub(crate) fn insert_slots(
         &self,
         ns: u64,
         tokens: &[u32],
-        slots: &[u32],
+        slots: Slots<'_>,
+        pin: bool,
         opts: InsertOptions,
-    ) -> Result<usize> {
-        let (existing, lock) = self.insert_inner(ns, tokens, slots, opts, false)?;
-        if let Some(l) = lock {
-            self.dev.release(l)?;
+    ) -> Result<(usize, Option<PrefixLock>)> {
+        let list;
+        let slots = match slots {
+            Slots::List(s) => s,
+            Slots::Runs(r) => {
+                list = r.iter().flat_map(|r| r.slots()).collect::<Vec<u32>>();
+                &list[..]
+            }
+        };
+        let (existing, lock) = self.insert_inner(ns, tokens, slots, opts, pin, None)?;
+        match (pin, lock) {
+            (false, Some(l)) => {
+                self.dev.release(l)?;
+                Ok((existing, None))
+            }
+            (_, l) => Ok((existing, l)),
         }
-        Ok(existing)
-    }
-
-    /// [`TieredCache::insert`] that also pins the inserted prefix for the caller.
-    pub fn insert_and_lock(
-        &self,
-        ns: u64,
-        tokens: &[u32],
-        slots: &[u32],
-        opts: InsertOptions,
-    ) -> Result<(usize, PrefixLock)> {
-        let (existing, lock) = self.insert_inner(ns, tokens, slots, opts, true)?;
-        Ok((existing, lock.expect("the caller's lock is kept")))
     }
 
     /// The insert and its backup. With `keep`, the insert's lock is the caller's (a backup
     /// pins the pages with a second lock, taken while the first holds them); without, a
     /// backup takes it (then `None`: the backup releases it when its copy completes).
-    fn insert_inner(
+    /// `cached_out` (if given) receives the cached slots of `tokens[..existing]` (as the
+    /// device's insert).
+    pub(crate) fn insert_inner(
         &self,
         ns: u64,
         tokens: &[u32],
         slots: &[u32],
         opts: InsertOptions,
         keep: bool,
+        cached_out: Option<&mut Vec<u32>>,
     ) -> Result<(usize, Option<PrefixLock>)> {
         self.poll();
         let sh = &*self.shared;
@@ -731,6 +742,9 @@ impl TieredCache {
         let (existing, lock) =
             self.dev.insert_impl(ns, tokens, slots, true, opts, Some(&mut cached))?;
         let lock = lock.expect("a pinning insert returns a lock");
+        if let Some(out) = cached_out {
+            out.clone_from(&cached);
+        }
         let dev_page = |i: usize| -> u32 {
             let s = if i * p < existing { cached[i * p] } else { slots[i * p] };
             s / p as u32
@@ -847,10 +861,10 @@ impl TieredCache {
 
     /// Takes `ops` out of `pending` as one finishing thread: raises `finishing`. Call it
     /// with `pending` locked (see [`Taken`]).
-    fn taken(&self, ops: Vec<Op>) -> Taken<'_> {
+    fn taken(&self, ops: Vec<Op>) -> Taken<'a> {
         // SeqCst: see `finishing`.
         self.finishing.fetch_add(1, Ordering::SeqCst);
-        Taken { tier: self, left: ops.into_iter(), keep: Vec::new() }
+        Taken { tier: *self, left: ops.into_iter(), keep: Vec::new() }
     }
 
     /// Completes an op whose copy ended with `r`.
@@ -908,7 +922,7 @@ impl TieredCache {
     /// method of the tier calls it; an engine calls it once per step. If the copier panics,
     /// the copy it was polling is rolled back as failed, the others stay in flight, and the
     /// panic goes on.
-    pub fn poll(&self) -> usize {
+    pub(crate) fn poll(&self) -> usize {
         // Relaxed: a hint (see `queued`).
         if self.queued.load(Ordering::Relaxed) == 0 {
             return 0;
@@ -931,7 +945,7 @@ impl TieredCache {
     /// Waits for every copy in flight and finishes it. If the copier panics, the copy it was
     /// waiting on is rolled back as failed, the rest stay in flight (a later call finishes
     /// them), and the panic goes on.
-    pub fn wait_all(&self) {
+    pub(crate) fn wait_all(&self) {
         loop {
             let taken = {
                 let mut pend = self.pending();
@@ -978,21 +992,21 @@ impl std::ops::DerefMut for Pending<'_> {
 
 impl Drop for Pending<'_> {
     fn drop(&mut self) {
-        // Relaxed: a hint (see `TieredCache::queued`), stored while the lock is held.
+        // Relaxed: a hint (see `Tier::queued`), stored while the lock is held.
         self.queued.store(self.guard.len() as u64, Ordering::Relaxed);
     }
 }
 
 /// Ops one thread took out of `pending` to finish, counted in `finishing` (raised by
-/// [`TieredCache::taken`] under `pending`'s lock). Dropped, also by a panic unwinding (a
-/// copier's, which [`TieredCache::ask`] turned into a failed copy first), it puts the ops
+/// [`Tiered::taken`] under `pending`'s lock). Dropped, also by a panic unwinding (a
+/// copier's, which [`Tiered::ask`] turned into a failed copy first), it puts the ops
 /// still in flight and those not yet looked at back in `pending`, and only then lowers
 /// `finishing`. The order waiters rely on: every op taken is, at each moment, in `pending`,
 /// in `results` (a finished load-back), or counted in `finishing`; `finishing` comes down
 /// only after the ops' results are stored and the rest are back. So `wait_all` and
 /// `wait_load` never spin on a count that a panic left up, and no op is dropped unfinished.
 struct Taken<'a> {
-    tier: &'a TieredCache,
+    tier: Tiered<'a>,
     /// Not yet asked about.
     left: std::vec::IntoIter<Op>,
     /// Asked about and still in flight.
@@ -1026,7 +1040,7 @@ impl Drop for Taken<'_> {
         if !rest.is_empty() {
             self.tier.pending().extend(rest);
         }
-        // SeqCst: see `TieredCache::finishing`; after the results and `pending` above.
+        // SeqCst: see `Tier::finishing`; after the results and `pending` above.
         self.tier.finishing.fetch_sub(1, Ordering::SeqCst);
     }
 }
@@ -1044,12 +1058,13 @@ fn page_tokens(tokens: &[u32], i: usize, p: usize) -> &[u32] {
     &tokens[i * p..(i + 1) * p]
 }
 
-impl Drop for TieredCache {
-    fn drop(&mut self) {
-        // Copies in flight read or write memory the caller may free next: finish them, all
-        // of them even when the copier panics. Each such panic finishes the copy it came
-        // from as failed (`ask`) and puts the rest back (`Taken`), so this loop ends; the
-        // first panic goes on afterwards, unless the thread is unwinding already.
+impl Tiered<'_> {
+    /// What dropping a cache with a tier does first: copies in flight read or write memory
+    /// the caller may free next, so it finishes them, all of them even when the copier
+    /// panics. Each such panic finishes the copy it came from as failed (`ask`) and puts
+    /// the rest back (`Taken`), so this loop ends; the first panic goes on afterwards,
+    /// unless the thread is unwinding already.
+    pub(crate) fn finish_on_drop(&self) {
         let mut first = None;
         while let Err(p) =
             std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| self.wait_all()))
@@ -1067,5 +1082,5 @@ impl Drop for TieredCache {
 #[allow(dead_code)]
 fn _assert_send_sync() {
     fn f<T: Send + Sync>() {}
-    f::<TieredCache>();
+    f::<Tier>();
 }

@@ -70,7 +70,7 @@ impl Default for TierOptions {
     }
 }
 
-/// Counts and counters of a [`TieredCache`](super::TieredCache); exact at quiescence.
+/// Counts and counters of a cache's host tier ([`Cache::tier_stats`](crate::Cache::tier_stats)); exact at quiescence.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct TierStats {
     /// The device cache's.
@@ -113,16 +113,11 @@ pub struct TierStats {
     pub in_flight: u64,
 }
 
-/// A match on both levels ([`TieredCache::match_prefix`](super::TieredCache::match_prefix)).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub struct TierMatch {
-    /// Tokens cached on the device.
-    pub device_len: usize,
-    /// Tokens on the host right after them (SGLang's `host_hit_length`).
-    pub host_len: usize,
-}
+/// A match on both levels: the cache's one match result ([`crate::cache::PrefixMatch`],
+/// under its tier name).
+pub use crate::cache::PrefixMatch as TierMatch;
 
-/// A load-back in flight, or done ([`TieredCache::load_back`](super::TieredCache::load_back)).
+/// A load-back in flight, or done ([`Cache::load_back`](crate::Cache::load_back)).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct LoadTicket(pub u64);
 
@@ -140,7 +135,7 @@ pub enum LoadOutcome {
 /// A finished load-back: a lock over the device prefix, the loaded pages included.
 #[derive(Debug)]
 pub struct Loaded {
-    /// Pins `tokens[..lock.len()]` on the device; release with [`TieredCache::release`](super::TieredCache::release).
+    /// Pins `tokens[..lock.len()]` on the device; release with [`Cache::release`](crate::Cache::release).
     pub lock: PrefixLock,
     /// The slots of those tokens.
     pub slots: Vec<u32>,

@@ -614,12 +614,53 @@ static void test_events(void) {
   rkv_tier_free(t);
 }
 
+/* A plain rkv_cache made with host options (rkv_cache_new_host): the plain calls go through
+ * the tier. */
+static void test_cache_with_host(void) {
+  rkv_options o = dev_opts();
+  rkv_tier_options t = host_opts(RKV_WRITE_THROUGH);
+  rkv_cache *c = NULL;
+  rkv_options no_pool = o;
+  no_pool.pool_slots = 0;
+  ST(rkv_cache_new_host(&no_pool, NULL, &t, &c), RKV_INVALID_ARGUMENT);
+  ST(rkv_cache_new_host(&o, NULL, NULL, &c), RKV_NULL_ARGUMENT);
+  CHECK(c == NULL);
+  ST(rkv_cache_new_host(&o, NULL, &t, &c), RKV_OK);
+  uint32_t tokens[8] = {11, 12, 13, 14, 15, 16, 17, 18};
+  uint32_t slots[8], out[8];
+  size_t n = 0;
+  ST(rkv_alloc(c, 8, slots), RKV_OK);
+  ST(rkv_insert(c, 0, tokens, slots, 8, &n), RKV_OK);
+  CHECK(n == 0);
+  ST(rkv_cache_wait_all(c), RKV_OK);
+  rkv_tier_stats s;
+  memset(&s, 0, sizeof s);
+  ST(rkv_cache_tier_stats(c, &s), RKV_OK);
+  CHECK(s.tokens_to_host == 8 && s.host_backed_slots == 8 && s.host_resident_pages == 2);
+  /* A device eviction keeps the host copies; a plain match counts the host's extension. */
+  ST(rkv_evict(c, 8, NULL, NULL, &n), RKV_OK);
+  CHECK(n == 8);
+  ST(rkv_match(c, 0, tokens, 8, out, 8, &n), RKV_OK);
+  CHECK(n == 0);
+  ST(rkv_cache_tier_stats(c, &s), RKV_OK);
+  CHECK(s.host_hit_tokens == 8 && s.host_resident_pages == 0 && s.host_backed_slots == 8);
+  rkv_cache_free(c);
+  /* Without a tier: its statistics are refused, waiting has nothing to do. */
+  c = NULL;
+  ST(rkv_cache_new(&o, &c), RKV_OK);
+  ST(rkv_cache_tier_stats(c, &s), RKV_INVALID_ARGUMENT);
+  MSG_HAS("no host tier");
+  ST(rkv_cache_wait_all(c), RKV_OK);
+  rkv_cache_free(c);
+}
+
 int main(void) {
   test_full_cycle_write_through();
   test_selective_and_write_back();
   test_callback_copier();
   test_refusals();
   test_events();
+  test_cache_with_host();
   printf("%d passed, %d failed\n", passed, failed);
   return failed ? 1 : 0;
 }

@@ -11,6 +11,7 @@ mod replay;
 mod rng;
 
 mod cache_alloc_race;
+mod cache_host;
 mod cache_stress;
 mod events_sink;
 mod events_stress;

@@ -52,7 +52,7 @@ pub unsafe extern "C" fn rkv_match(
             // SAFETY: `out_slots[0..out_cap]` passed `check_out_array` and is writable by the
             // caller's contract; it does not overlap `tokens`, the only other memory read.
             let mut sink = unsafe { radixkv_core::tree::OutBuf::new(out_slots, out_cap) };
-            let m = c.cache.tree().match_prefix(ns, t, &mut sink);
+            let m = c.cache.match_prefix(ns, t, &mut sink);
             debug_assert_eq!(m, sink.len());
             // SAFETY: `out_len` passed `check_out`; the caller guarantees it is writable.
             unsafe { out_len.write(m) };
@@ -130,7 +130,7 @@ pub unsafe extern "C" fn rkv_match_lock(
             // nothing can fail after the pins.
             // SAFETY: as in `rkv_match`: a writable buffer disjoint from the query.
             let mut sink = unsafe { radixkv_core::tree::OutBuf::new(out_slots, out_cap) };
-            let lock = c.cache.tree().match_and_lock(ns, t, &mut sink).into_raw();
+            let lock = c.cache.match_and_lock(ns, t, &mut sink).into_raw();
             let m = sink.len();
             let handle = handle.fill(lock);
             // SAFETY: `out_len` and `out_lock` passed `check_out`; writable by contract.

@@ -222,3 +222,57 @@ fn the_status_enum_is_the_cores_table() {
     assert_eq!(rkv_status::from_code(13), None);
     assert_eq!(rkv_status::from_code(-1), None);
 }
+
+#[test]
+fn a_cache_made_with_host_options_has_the_tier_through_the_plain_calls() {
+    let o = rkv_options { page_size: 4, pool_slots: 16, ..rkv_options_default() };
+    let t = rkv_tier_options {
+        host_slots: 32,
+        write_policy: rkv_write_policy::RKV_WRITE_THROUGH as u32,
+        ..rkv_tier_options_default()
+    };
+    let sentinel = std::ptr::dangling_mut::<rkv_cache>();
+    let mut c = sentinel;
+    // SAFETY: the pointers (in all calls below) are NULL, point to live locals, or are the
+    // cache made here, freed once at the end.
+    unsafe {
+        let no_pool = rkv_options { pool_slots: 0, ..o };
+        let null = std::ptr::null();
+        assert_eq!(
+            rkv_cache_new_host(&no_pool, null, &t, &mut c),
+            rkv_status::RKV_INVALID_ARGUMENT
+        );
+        assert_eq!(
+            rkv_cache_new_host(&o, null, std::ptr::null(), &mut c),
+            rkv_status::RKV_NULL_ARGUMENT
+        );
+        let odd = rkv_tier_options { host_slots: 6, ..t };
+        assert_eq!(rkv_cache_new_host(&o, null, &odd, &mut c), rkv_status::RKV_INVALID_ARGUMENT);
+        assert_eq!(c, sentinel);
+        assert_eq!(rkv_cache_new_host(&o, null, &t, &mut c), rkv_status::RKV_OK);
+        let tokens: Vec<u32> = (1..=8).collect();
+        let mut slots = [0u32; 8];
+        assert_eq!(rkv_alloc(c, 8, slots.as_mut_ptr()), rkv_status::RKV_OK);
+        let mut n = 0usize;
+        let st = rkv_insert(c, 0, tokens.as_ptr(), slots.as_ptr(), 8, &mut n);
+        assert_eq!((st, n), (rkv_status::RKV_OK, 0));
+        assert_eq!(rkv_cache_wait_all(c), rkv_status::RKV_OK);
+        let mut s = rkv_tier_stats::default();
+        assert_eq!(rkv_cache_tier_stats(c, &mut s), rkv_status::RKV_OK);
+        assert_eq!((s.tokens_to_host, s.host_backed_slots), (8, 8), "the insert backed up");
+        // A device eviction leaves the host copies; a plain match counts the host's hit.
+        assert_eq!(rkv_evict(c, 8, None, std::ptr::null_mut(), &mut n), rkv_status::RKV_OK);
+        assert_eq!(n, 8);
+        let mut out = [0u32; 8];
+        let st = rkv_match(c, 0, tokens.as_ptr(), 8, out.as_mut_ptr(), 8, &mut n);
+        assert_eq!((st, n), (rkv_status::RKV_OK, 0));
+        assert_eq!(rkv_cache_tier_stats(c, &mut s), rkv_status::RKV_OK);
+        assert_eq!((s.host_hit_tokens, s.host_backed_slots, s.host_resident_pages), (8, 8, 0));
+        rkv_cache_free(c);
+        // Without a tier: the tier's statistics are refused, waiting is nothing to do.
+        assert_eq!(rkv_cache_new(&o, &mut c), rkv_status::RKV_OK);
+        assert_eq!(rkv_cache_tier_stats(c, &mut s), rkv_status::RKV_INVALID_ARGUMENT);
+        assert_eq!(rkv_cache_wait_all(c), rkv_status::RKV_OK);
+        rkv_cache_free(c);
+    }
+}

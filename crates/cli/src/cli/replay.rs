@@ -8,6 +8,16 @@
 //! passed as runs end to end (`match_and_lock` into runs, `alloc_runs`, `insert` of `Slots::Runs`), as an
 //! engine using the pool would: no call lists them one by one.
 //!
+//! With a host tier ([`Config::host`], `--host-capacity`) the cache is built with host
+//! options ([`Cache::with_host`]) and the same cycle runs through it: the match also says
+//! how far host copies extend the device hit, and then those pages are loaded back
+//! (`load_back`, waited for, the device prefix kept pinned meanwhile) before slots are
+//! taken for the rest; device evictions go through the tier (host copies stay,
+//! `write_back` copies the page to the host first). Unlike the device-only replay, a prompt
+//! found whole is inserted too (SGLang's `cache_finished_req` inserts every finished
+//! request): that insert is what counts a page's hits for `write_through_selective`. The
+//! host tier's own parts (its options, counts and report section) are [`super::tiered`].
+//!
 //! N worker threads share the cache and pull from one [`WindowQueue`].
 //!
 //! With [`Config::events`] the cache publishes its KV events (`--kv-events`): each worker
@@ -17,14 +27,18 @@
 
 use super::kv::KvSize;
 use super::report::{EventsReport, Latencies, Report, peak_rss_bytes};
+use super::tiered::{HostTier, TierCounts, add, tier_options, tier_report};
 use crate::sched::{PrefixOracle, Schedule, Scheduler, WindowQueue};
 use indicatif::{ProgressBar, ProgressStyle};
 use radixkv::events::hash::HashMode;
-use radixkv::{Cache, CacheOptions, Error, EventOptions, EvictionPolicy, InsertOptions, SlotRun};
+use radixkv::tier::NullCopier;
+use radixkv::{
+    Cache, CacheOptions, Error, EventOptions, EvictionPolicy, InsertOptions, PrefixLock, SlotRun,
+};
 use radixkv_publisher::{Publisher, PublisherOptions, binds};
 use radixkv_trace::{Request, Trace};
-use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 /// How to replay.
@@ -57,7 +71,7 @@ pub struct Config {
     /// Publish the cache's KV events (`None`: events off).
     pub events: Option<Events>,
     /// A host tier behind the device pool (`None`: the device cache alone).
-    pub host: Option<super::tiered::HostTier>,
+    pub host: Option<HostTier>,
 }
 
 /// How a replay publishes its KV events.
@@ -116,9 +130,13 @@ struct Shared<'a> {
     next_out_token: AtomicU64,
     /// ... and never at or below this.
     out_token_floor: u64,
+    /// The host tier, if the cache has one.
+    host: Option<&'a HostTier>,
+    /// Counts of the host tier's request cycle.
+    t: TierCounts,
 }
 
-pub(super) fn cache_err(what: &str, e: Error) -> String {
+fn cache_err(what: &str, e: Error) -> String {
     format!("cache {what} failed: {e}")
 }
 
@@ -199,8 +217,10 @@ impl Shared<'_> {
             c.skipped_tokens += len as u64;
             return Ok(());
         }
+        // With a host tier, the page-aligned prompt (what a load-back and the insert take).
+        let query = if self.host.is_some() { &tokens[..n] } else { tokens };
         let t = Instant::now();
-        let guard = self.cache.match_and_lock(ns, tokens, runs);
+        let (guard, found) = self.cache.lookup_and_lock(ns, query, runs);
         c.lat.matching.push(t.elapsed());
         let m = guard.len();
         let got = runs.iter().map(|r| r.len as usize).sum::<usize>();
@@ -210,20 +230,27 @@ impl Shared<'_> {
             ));
         }
         c.hit_tokens += m as u64;
-        if !self.take_slots(n - m, runs, c)? {
+        add(&self.t.host_match_tokens, found.host_len as u64);
+        // The device prefix, then the pages loaded back and the prompt, pinned by `locks`.
+        let mut locks = vec![guard.into_raw()];
+        let mut have = m;
+        if found.host_len > 0 {
+            have = self.load_back(ns, &tokens[..n], m, runs, &mut locks)?;
+        }
+        if !self.take_slots(n - have, runs, c)? {
             c.out_of_slots += 1;
-            return Ok(());
+            return self.release(locks);
         }
         let with_output = self.cfg.with_output && output_length > 0;
-        let mut input_lock = None;
-        if n > m {
+        // With a host tier a prompt found whole is inserted too (see the module docs).
+        if n > m || (self.host.is_some() && n > 0) {
             let t = Instant::now();
             if with_output {
                 let (_, l) = self
                     .cache
                     .insert_and_lock(ns, &tokens[..n], &*runs, first)
                     .map_err(|e| cache_err("insert_and_lock_runs", e))?;
-                input_lock = Some(l);
+                locks.push(l.into_raw());
             } else {
                 self.cache
                     .insert_with(ns, &tokens[..n], &*runs, first)
@@ -235,11 +262,55 @@ impl Shared<'_> {
             let opts = InsertOptions { priority, inserted_len: n };
             self.run_output(ns, tokens, output_length, opts, runs, c)?;
         }
-        drop(input_lock);
-        drop(guard);
+        if self.host.is_none() {
+            locks.reverse(); // the device-only replay lets the prompt's lock go first
+        }
+        self.release(locks)?;
         // Between requests, as an engine would once per step: the epoch's deferred frees run
         // here instead of inside a timed match, insert or evict.
         self.cache.reclaim();
+        Ok(())
+    }
+
+    /// Loads back the host pages that extend the device prefix of `m` tokens of the aligned
+    /// prompt `tokens` and waits for them; `runs` become the slots of the prefix the
+    /// load-back's lock (pushed to `locks`) pins. Returns how many tokens that lock pins
+    /// (`m` when the device had no room: counted, not an error).
+    fn load_back(
+        &self,
+        ns: u64,
+        tokens: &[u32],
+        m: usize,
+        runs: &mut Vec<SlotRun>,
+        locks: &mut Vec<PrefixLock>,
+    ) -> Result<usize, String> {
+        match self.cache.load_back(ns, tokens, tokens.len() - m) {
+            Ok(ticket) => {
+                let l = self.cache.wait_load(ticket).map_err(|e| cache_err("load_back", e))?;
+                if l.loaded > 0 {
+                    add(&self.t.load_backs, 1);
+                    add(&self.t.loaded_tokens, l.loaded as u64);
+                }
+                // Its lock covers at least the device prefix (pinned by the match's since).
+                let have = l.lock.len();
+                runs.clear();
+                SlotRun::push_runs_of(&l.slots, runs);
+                locks.push(l.lock);
+                Ok(have)
+            }
+            Err(Error::OutOfSlots { .. }) => {
+                add(&self.t.load_back_out_of_slots, 1);
+                Ok(m)
+            }
+            Err(e) => Err(cache_err("load_back", e)),
+        }
+    }
+
+    /// Releases a request's locks, in order.
+    fn release(&self, locks: Vec<PrefixLock>) -> Result<(), String> {
+        for l in locks {
+            self.cache.release(l).map_err(|e| cache_err("release", e))?;
+        }
         Ok(())
     }
 
@@ -339,18 +410,22 @@ pub fn replay_publishing(
     trace: &Trace,
     cfg: &Config,
 ) -> Result<(Report, Option<Publisher>), String> {
-    if let Some(h) = &cfg.host {
-        return Ok((super::tiered::replay(trace, cfg, h)?, None));
-    }
     let page = cfg.page_size;
     let pool = pool_slots(cfg)?;
-    let mut cache = Cache::new(CacheOptions {
+    let opts = CacheOptions {
         page_size: page,
         policy: cfg.policy,
         pool_slots: pool,
         slru_threshold: cfg.slru_threshold,
-    })
-    .map_err(|e| format!("cannot create the cache: {e}"))?;
+    };
+    let mut cache = match &cfg.host {
+        None => Cache::new(opts).map_err(|e| format!("cannot create the cache: {e}"))?,
+        // The index-only copier: no KV bytes move, every copy is done when it starts.
+        Some(h) => {
+            Cache::with_host(opts, tier_options(h, page, pool)?, Arc::new(NullCopier::default()))
+                .map_err(|e| format!("cannot create the tiered cache: {e}"))?
+        }
+    };
     let publisher = match &cfg.events {
         Some(ev) => Some(start_events(&mut cache, ev)?),
         None => None,
@@ -363,6 +438,8 @@ pub fn replay_publishing(
         next_slot: AtomicU64::new(0),
         next_out_token: AtomicU64::new(u32::MAX as u64 + 1),
         out_token_floor: trace.max_token().map_or(0, |t| t as u64 + 1),
+        host: cfg.host.as_ref(),
+        t: TierCounts::default(),
     };
     let (total, rounds, wall) = run_workers(
         trace,
@@ -377,8 +454,18 @@ pub fn replay_publishing(
             cache.flush_events();
         },
     )?;
+    if cache.has_tier() {
+        // NullCopier: nothing is in flight; wait anyway, then check the tier at rest.
+        cache.wait_all();
+        if let Some(Err(e)) = cache.check_tier() {
+            return Err(format!("the tiered cache is inconsistent after the replay: {e}"));
+        }
+    }
     let events = publisher.as_ref().map(|p| events_report(&cache, p, cfg));
-    let report = build_report(trace, cfg, total, rounds, &cache, pool, wall, events);
+    let mut report = build_report(trace, cfg, total, rounds, &cache, pool, wall, events);
+    if let Some(h) = &cfg.host {
+        report.tier = Some(tier_report(&cache, h, &shared.t, &report, cfg.kv.as_ref()));
+    }
     Ok((report, publisher))
 }
 

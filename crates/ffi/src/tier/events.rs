@@ -35,14 +35,14 @@ pub unsafe extern "C" fn rkv_tier_events_enable(
         let t = unsafe { &mut *tier };
         // SAFETY: the caller passes NULL or a readable `rkv_events_options`.
         let eo = unsafe { event_options(opts) }?;
-        let dev = t.tier.device();
+        let dev = &t.cache;
         if dev.events().is_some() {
             return Err(bad("events are enabled on this tier already (enable them once)".into()));
         }
         let s = dev.stats();
         if s.tree.nodes != 0
             || dev.tree().namespace_count() != 0
-            || t.tier.stats().host_backed_slots != 0
+            || tier_stats(&t.cache).host_backed_slots != 0
         {
             return Err(bad(format!(
                 "the tier is not empty ({} tokens cached): enable events right after \
@@ -50,7 +50,7 @@ pub unsafe extern "C" fn rkv_tier_events_enable(
                 s.tree.cached_tokens
             )));
         }
-        t.tier.enable_events(eo).map_err(st)?;
+        t.cache.enable_events(eo).map_err(st)?;
         Ok(())
     })
 }
@@ -70,7 +70,7 @@ pub unsafe extern "C" fn rkv_tier_events_flush(
         // SAFETY: the caller passes NULL or a live tier that is not being freed.
         let t = unsafe { tier_ref(tier) }?;
         check_out(out_seq, "out_seq")?;
-        let s = t.tier.device().events().ok_or_else(no_events)?;
+        let s = t.cache.events().ok_or_else(no_events)?;
         let seq = s.flush().unwrap_or(crate::RKV_EVENTS_NO_SEQ);
         // SAFETY: passed `check_out`; writable by the caller's contract.
         unsafe { out_seq.write(seq) };
@@ -104,7 +104,7 @@ pub unsafe extern "C" fn rkv_tier_events_drain(
         // SAFETY: the caller's contract for the buffers and `out_info` is `drain_into`'s.
         unsafe {
             drain_into(
-                || t.tier.device().events().ok_or_else(no_events),
+                || t.cache.events().ok_or_else(no_events),
                 out_events,
                 events_cap,
                 out_hashes,

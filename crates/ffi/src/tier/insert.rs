@@ -29,12 +29,12 @@ pub unsafe extern "C" fn rkv_tier_alloc(
                 format!("out_slots is NULL but n_slots = {n_slots} (NULL is allowed only with 0)"),
             ));
         }
-        let pool_slots = t.tier.device().options().pool_slots;
+        let pool_slots = t.cache.options().pool_slots;
         if n_slots > pool_slots {
             return Err(more_than_pool(n_slots, pool_slots));
         }
         check_out_array(out_slots, n_slots, "out_slots", "n_slots")?;
-        let p = t.tier.page_size();
+        let p = t.cache.page_size();
         if !n_slots.is_multiple_of(p) {
             return Err(bad(format!(
                 "n_slots = {n_slots} is not a multiple of the page size {p} (slots come in \
@@ -42,7 +42,7 @@ pub unsafe extern "C" fn rkv_tier_alloc(
             )));
         }
         let mut v = Vec::new();
-        t.tier.alloc(n_slots, &mut v).map_err(st)?;
+        t.cache.alloc(n_slots, &mut v).map_err(st)?;
         // SAFETY: passed `check_out_array` with cap `n_slots == v.len()`.
         unsafe { write_array(out_slots, &v) };
         Ok(())
@@ -66,7 +66,7 @@ pub unsafe extern "C" fn rkv_tier_free_slots(
         let t = unsafe { tier_ref(tier) }?;
         // SAFETY: the caller guarantees slots[0..n_slots] is readable (or NULL).
         let s = unsafe { input(slots, n_slots, "slots", "n_slots") }?;
-        t.tier.free(s).map_err(|e| slot_refusal(e, &("slots", s), t.tier.device().pool()))
+        t.cache.free(s).map_err(|e| slot_refusal(e, &("slots", s), t.cache.pool()))
     })
 }
 
@@ -101,16 +101,20 @@ unsafe fn insert_body(
     }
     // SAFETY: NULL or aligned (checked); readable by the caller's contract.
     let io: InsertOptions = unsafe { insert_options(opts) }?;
-    let refuse = |e| slot_refusal(e, &("slots", sl), t.tier.device().pool());
+    let refuse = |e| slot_refusal(e, &("slots", sl), t.cache.pool());
     match out_lock {
         None => {
-            let existing = t.tier.insert_with(ns, tk, sl, io).map_err(refuse)?;
+            let existing = t.cache.insert_with(ns, tk, sl, io).map_err(refuse)?;
             // SAFETY: passed `check_out`; writable by the caller's contract.
             unsafe { out_existing.write(existing) };
         }
         Some(out) => {
             let h = reserve(t)?;
-            let (existing, lock) = t.tier.insert_and_lock(ns, tk, sl, io).map_err(refuse)?;
+            let (existing, lock) = t
+                .cache
+                .insert_and_lock(ns, tk, sl, io)
+                .map(|(e, g)| (e, g.into_raw()))
+                .map_err(refuse)?;
             // SAFETY: both passed `check_out`; writable by the caller's contract.
             unsafe {
                 out_existing.write(existing);
@@ -214,7 +218,7 @@ pub unsafe extern "C" fn rkv_tier_evict(
         // SAFETY: the caller passes NULL or a live tier that is not being freed.
         let t = unsafe { tier_ref(tier) }?;
         check_out(out_evicted, "out_evicted")?;
-        let n = t.tier.evict(n_tokens).map_err(st)?;
+        let n = t.cache.evict(n_tokens, None).map_err(st)?;
         // SAFETY: passed `check_out`; writable by the caller's contract.
         unsafe { out_evicted.write(n) };
         Ok(())
@@ -238,7 +242,7 @@ pub unsafe extern "C" fn rkv_tier_evict_host(
         // SAFETY: the caller passes NULL or a live tier that is not being freed.
         let t = unsafe { tier_ref(tier) }?;
         check_out(out_evicted, "out_evicted")?;
-        let n = t.tier.evict_host(n_tokens);
+        let n = t.cache.evict_host(n_tokens).map_err(st)?;
         // SAFETY: passed `check_out`; writable by the caller's contract.
         unsafe { out_evicted.write(n) };
         Ok(())

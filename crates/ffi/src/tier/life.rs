@@ -83,7 +83,7 @@ pub unsafe extern "C" fn rkv_tier_new(
 
 /// The core's tier options for `*tier_opts` (`o`) over a device cache of `dev`, checked
 /// field by field as `rkv_tier_new` documents (the copier and layout: [`copier_of`]).
-fn tier_options(o: &rkv_tier_options, dev: &CacheOptions) -> Res<TierOptions> {
+pub(super) fn tier_options(o: &rkv_tier_options, dev: &CacheOptions) -> Res<TierOptions> {
     if dev.pool_slots == 0 {
         return Err(bad(
             "opts->pool_slots = 0: a host tier needs the device pool (pool_slots > 0)".into(),
@@ -147,7 +147,7 @@ type Copier = (Arc<dyn TierCopier>, Option<Arc<HostCopier>>);
 
 /// The copier `tier_opts->copier` names, and the stores it owns for `RKV_COPIER_HOST`
 /// (`pool_slots` device slots, `host_slots` host slots).
-fn copier_of(o: &rkv_tier_options, pool_slots: usize, host_slots: usize) -> Res<Copier> {
+pub(super) fn copier_of(o: &rkv_tier_options, pool_slots: usize, host_slots: usize) -> Res<Copier> {
     match o.copier {
         0 => Ok((Arc::new(NullCopier::default()), None)),
         1 => {
@@ -211,7 +211,7 @@ fn new_tier(
     copier: Arc<dyn TierCopier>,
     host: Option<Arc<HostCopier>>,
 ) -> Res<rkv_tier> {
-    let tier = TieredCache::new(dev, topts, copier)
+    let cache = Cache::with_host(dev, topts, copier)
         .map_err(|e| fail(rkv_status::from(&e), format!("tier_opts: {e}")))?;
     let locks = LockTable::new().ok_or_else(|| {
         fail(
@@ -220,7 +220,7 @@ fn new_tier(
         )
     })?;
     Ok(rkv_tier {
-        tier,
+        cache,
         locks,
         host,
         tickets: Mutex::new(HashSet::new()),
@@ -247,18 +247,18 @@ pub unsafe extern "C" fn rkv_tier_free(tier: *mut rkv_tier) {
     // contract, is freed once and used by no one else now, so we own it again.
     let mut owned = unsafe { Box::from_raw(tier) };
     let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(move || {
-        owned.tier.wait_all();
+        owned.cache.wait_all();
         let tickets: Vec<u64> = lk(&owned.tickets).drain().collect();
         for t in tickets {
-            if let Ok(l) = owned.tier.wait_load(LoadTicket(t)) {
-                let _ = owned.tier.release(l.lock);
+            if let Ok(l) = owned.cache.wait_load(LoadTicket(t)) {
+                let _ = owned.cache.release(l.lock);
             }
         }
         for (_, l) in lk(&owned.parked).drain() {
-            let _ = owned.tier.release(l.lock);
+            let _ = owned.cache.release(l.lock);
         }
         for l in owned.locks.drain() {
-            let _ = owned.tier.release(l);
+            let _ = owned.cache.release(l);
         }
         drop(owned);
     }));

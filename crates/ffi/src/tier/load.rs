@@ -34,7 +34,7 @@ pub unsafe extern "C" fn rkv_tier_load_back(
         // SAFETY: the caller guarantees tokens[0..n_tokens] is readable (or NULL).
         let tk = unsafe { input(tokens, n_tokens, "tokens", "n_tokens") }?;
         check_out(out_ticket, "out_ticket")?;
-        let ticket = t.tier.load_back(ns, tk, max_tokens).map_err(st)?;
+        let ticket = t.cache.load_back(ns, tk, max_tokens).map_err(st)?;
         lk(&t.tickets).insert(ticket.0);
         // SAFETY: passed `check_out`; writable by the caller's contract.
         unsafe { out_ticket.write(ticket.0) };
@@ -113,7 +113,7 @@ unsafe fn take_load(
     out_len: *mut usize,
     out_result: *mut rkv_load_result,
     out_done: Option<*mut c_int>,
-    take: impl FnOnce(&TieredCache, LoadTicket) -> Option<Result<Loaded>>,
+    take: impl FnOnce(&Cache, LoadTicket) -> Option<Result<Loaded>>,
 ) -> Res<()> {
     // SAFETY: the caller passes NULL or a live tier that is not being freed.
     let t = unsafe { tier_ref(tier) }?;
@@ -130,7 +130,7 @@ unsafe fn take_load(
     let parked = lk(&t.parked).remove(&ticket);
     let got = match parked {
         Some(l) => Some(Ok(l)),
-        None => take(&t.tier, LoadTicket(ticket)),
+        None => take(&t.cache, LoadTicket(ticket)),
     };
     match got {
         None => {

@@ -54,21 +54,21 @@ pub unsafe extern "C" fn rkv_tier_match(
         };
         if out_cap < tk.len() {
             // Measure first, so a refusal pins, splits and counts nothing.
-            let m = t.tier.device().tree().match_unrecorded(ns, tk, &mut slots);
+            let m = t.cache.tree().match_unrecorded(ns, tk, &mut slots);
             if m > out_cap {
                 return too_small(m, "; nothing was pinned (pass out_cap = n_tokens)");
             }
         }
         let handle = if pin { Some(reserve(t)?) } else { None };
         let (lock, m) = if pin {
-            let (l, m) = t.tier.match_and_lock(ns, tk, &mut slots);
-            (Some(l), m)
+            let (l, m) = t.cache.lookup_and_lock(ns, tk, &mut slots);
+            (Some(l.into_raw()), m)
         } else {
-            (None, t.tier.match_prefix(ns, tk, &mut slots))
+            (None, t.cache.lookup(ns, tk, &mut slots))
         };
         if m.device_len > out_cap {
             if let Some(l) = lock {
-                let _ = t.tier.release(l);
+                let _ = t.cache.release(l);
             }
             let why = "; a concurrent insert grew the match during the call; nothing was pinned";
             return too_small(m.device_len, why);
@@ -102,7 +102,7 @@ pub unsafe extern "C" fn rkv_tier_release(tier: *const rkv_tier, lock: rkv_lock)
         let l = t.locks.remove(lock).ok_or_else(|| {
             fail(rkv_status::RKV_INVALID_LOCK, format!("lock {lock:#x} {}", t.locks.explain(lock)))
         })?;
-        t.tier.release(l).map_err(|e| fail(rkv_status::from(&e), format!("lock {lock:#x}: {e}")))
+        t.cache.release(l).map_err(|e| fail(rkv_status::from(&e), format!("lock {lock:#x}: {e}")))
     })
 }
 

@@ -1,5 +1,5 @@
 //! The host memory tier's functions of the C ABI (`rkv_tier_*`), additive within version 1:
-//! a two-level prefix cache ([`radixkv_core::tier::TieredCache`], SGLang HiCache's semantics)
+//! a two-level prefix cache (a [`radixkv_core::Cache`] built with host options, SGLang HiCache's semantics)
 //! behind an opaque `rkv_tier` handle. Same conventions as the rest of `crates/ffi/src/`: a
 //! literal `#[unsafe(no_mangle)] extern "C"` item per function, the panic boundary, a
 //! numbered status, outputs only on `RKV_OK` (and the lengths on `RKV_BUFFER_TOO_SMALL`),
@@ -26,11 +26,12 @@ use crate::{
     rkv_events_options, rkv_insert_options, rkv_lock, rkv_options, rkv_stats, rkv_status,
     rkv_status_value, slot_refusal, st, to_c_stats, too_small_slots, valid_policies, write_array,
 };
+use radixkv_core::Cache;
 use radixkv_core::error::{Error, Result};
 use radixkv_core::kv::{HostKvStorage, KvLayout, KvStorage};
 use radixkv_core::tier::{
     CopyTicket, HostCopier, LoadOutcome, LoadTicket, Loaded, NullCopier, TierCopier, TierOptions,
-    TieredCache, WritePolicy,
+    TierStats, WritePolicy,
 };
 use radixkv_core::tree::{InsertOptions, PrefixLock};
 
@@ -49,6 +50,8 @@ mod stats;
 pub use stats::*;
 mod events;
 pub use events::*;
+mod host_cache;
+pub use host_cache::*;
 
 /// When a page gets its host copy (the `write_policy` field of `rkv_tier_options`, a
 /// `uint32_t`: other values are `RKV_INVALID_ARGUMENT`). A plain value. SGLang's
@@ -291,7 +294,9 @@ pub struct rkv_load_result {
 /// `rkv_tier_events_enable` (which take `rkv_tier *`) must not run concurrently with any
 /// other call on the same tier.
 pub struct rkv_tier {
-    tier: TieredCache,
+    /// A cache with a host tier (`Cache::with_host`): every `rkv_tier_*` call is that
+    /// cache's own, as `rkv_cache_new_host`'s plain calls are.
+    cache: Cache,
     locks: LockTable<PrefixLock>,
     /// The stores of `RKV_COPIER_HOST`.
     host: Option<Arc<HostCopier>>,
@@ -342,6 +347,16 @@ fn reserve(t: &rkv_tier) -> Res<Reserved<'_, PrefixLock>> {
             ),
         )
     })
+}
+
+/// The tier's statistics of a cache that has one (every `rkv_tier`'s does).
+fn tier_stats(c: &Cache) -> TierStats {
+    c.tier_stats().expect("an rkv_tier's cache has a tier")
+}
+
+/// The tier's invariant check of a cache that has one.
+fn tier_check(c: &Cache) -> std::result::Result<(), String> {
+    c.check_tier().expect("an rkv_tier's cache has a tier")
 }
 
 fn bad(m: String) -> crate::Fail {

@@ -21,7 +21,7 @@ pub unsafe extern "C" fn rkv_tier_poll(
         // SAFETY: the caller passes NULL or a live tier that is not being freed.
         let t = unsafe { tier_ref(tier) }?;
         check_out(out_finished, "out_finished")?;
-        let n = t.tier.poll();
+        let n = t.cache.poll();
         // SAFETY: passed `check_out`; writable by the caller's contract.
         unsafe { out_finished.write(n) };
         Ok(())
@@ -38,7 +38,7 @@ pub unsafe extern "C" fn rkv_tier_wait_all(tier: *const rkv_tier) -> rkv_status 
     boundary("rkv_tier_wait_all", || {
         // SAFETY: the caller passes NULL or a live tier that is not being freed.
         let t = unsafe { tier_ref(tier) }?;
-        t.tier.wait_all();
+        t.cache.wait_all();
         Ok(())
     })
 }
@@ -57,28 +57,8 @@ pub unsafe extern "C" fn rkv_tier_get_stats(
         // SAFETY: the caller passes NULL or a live tier that is not being freed.
         let t = unsafe { tier_ref(tier) }?;
         check_out(out_stats, "out_stats")?;
-        let s = t.tier.stats();
-        let c = rkv_tier_stats {
-            device: to_c_stats(&s.device),
-            host_slots: s.host_slots,
-            host_free_slots: s.host_free_slots,
-            host_backed_slots: s.host_backed_slots,
-            host_resident_pages: s.host_resident_pages,
-            host_pinned_pages: s.host_pinned_pages,
-            host_evictable_pages: s.host_evictable_pages,
-            device_hit_tokens: s.device_hit_tokens,
-            host_hit_tokens: s.host_hit_tokens,
-            tokens_to_host: s.tokens_to_host,
-            tokens_written_back: s.tokens_written_back,
-            tokens_to_device: s.tokens_to_device,
-            copies_to_host: s.copies_to_host,
-            copies_to_device: s.copies_to_device,
-            copy_failures: s.copy_failures,
-            load_backs: s.load_backs,
-            load_backs_skipped: s.load_backs_skipped,
-            host_evicted_pages: s.host_evicted_pages,
-            in_flight: s.in_flight,
-        };
+        let s = tier_stats(&t.cache);
+        let c = c_tier_stats(&s);
         // SAFETY: passed `check_out`; writable by the caller's contract.
         unsafe { out_stats.write(c) };
         Ok(())
@@ -100,14 +80,39 @@ pub unsafe extern "C" fn rkv_tier_check(tier: *const rkv_tier) -> rkv_status {
     boundary("rkv_tier_check", || {
         // SAFETY: the caller passes NULL or a live tier that is not being freed.
         let t = unsafe { tier_ref(tier) }?;
-        let in_flight = t.tier.stats().in_flight;
+        let in_flight = tier_stats(&t.cache).in_flight;
         if in_flight > 0 {
             return Err(bad(format!(
                 "{in_flight} copies are in flight: call rkv_tier_wait_all first"
             )));
         }
-        t.tier.check().map_err(|m| {
+        tier_check(&t.cache).map_err(|m| {
             fail(rkv_status::RKV_INTERNAL_ERROR, format!("invariant violated (a bug): {m}"))
         })
     })
+}
+
+/// The C form of the core's tier statistics.
+pub(super) fn c_tier_stats(s: &TierStats) -> rkv_tier_stats {
+    rkv_tier_stats {
+        device: to_c_stats(&s.device),
+        host_slots: s.host_slots,
+        host_free_slots: s.host_free_slots,
+        host_backed_slots: s.host_backed_slots,
+        host_resident_pages: s.host_resident_pages,
+        host_pinned_pages: s.host_pinned_pages,
+        host_evictable_pages: s.host_evictable_pages,
+        device_hit_tokens: s.device_hit_tokens,
+        host_hit_tokens: s.host_hit_tokens,
+        tokens_to_host: s.tokens_to_host,
+        tokens_written_back: s.tokens_written_back,
+        tokens_to_device: s.tokens_to_device,
+        copies_to_host: s.copies_to_host,
+        copies_to_device: s.copies_to_device,
+        copy_failures: s.copy_failures,
+        load_backs: s.load_backs,
+        load_backs_skipped: s.load_backs_skipped,
+        host_evicted_pages: s.host_evicted_pages,
+        in_flight: s.in_flight,
+    }
 }

@@ -1,4 +1,4 @@
-//! [`CudaTierCopier`]: the host tier's copies between a [`CudaKvStorage`] (GPU memory) and
+//! [`CudaTierCopier`] (feature `cuda`): the host tier's copies between a [`CudaKvStorage`] (GPU memory) and
 //! pinned host memory, on a stream of its own, one completion event per copy.
 //!
 //! The host side is `2 * num_layers` page-locked buffers (`cuMemHostAlloc`), shaped like
@@ -24,9 +24,9 @@ use std::sync::{Arc, Mutex, MutexGuard};
 
 use cudarc::driver::{CudaStream, DriverError, result, sys};
 
-use super::{CudaKvStorage, KvLayout, KvStorage, check_pairs, device};
+use super::{CopyTicket, TierCopier};
 use crate::error::{Error, Result, invalid};
-use crate::tier::{CopyTicket, TierCopier};
+use crate::kv::{CudaKvStorage, KvLayout, KvStorage, check_pairs, device};
 
 /// One pinned host buffer (`cuMemHostAlloc`), freed by the copier's drop.
 struct Pinned(*mut u8);
@@ -113,7 +113,7 @@ impl CudaTierCopier {
 
     /// Host address of layer `layer`'s K (`v = false`) or V buffer in pinned memory.
     pub fn host_ptr(&self, layer: usize, v: bool) -> Result<u64> {
-        super::check_layer(&self.host_layout, "host_ptr", layer)?;
+        crate::kv::check_layer(&self.host_layout, "host_ptr", layer)?;
         Ok(self.host[2 * layer + v as usize].0 as u64)
     }
 
@@ -130,7 +130,14 @@ impl CudaTierCopier {
         k: &mut [u8],
         v: &mut [u8],
     ) -> Result<()> {
-        super::check_slot_io(&self.host_layout, "read_host_slot", layer, slot, k.len(), v.len())?;
+        crate::kv::check_slot_io(
+            &self.host_layout,
+            "read_host_slot",
+            layer,
+            slot,
+            k.len(),
+            v.len(),
+        )?;
         let _g = self.lock();
         let off = self.host_layout.slot_offset(slot);
         for (buf, out) in [(&self.host[2 * layer], k), (&self.host[2 * layer + 1], v)] {
