@@ -1,5 +1,6 @@
-//! `radixkv._radixkv.NativeTieredCache`: a `radixkv::tier::TieredCache` (a device cache
-//! with its pool and a host tier, SGLang HiCache's semantics) for Python.
+//! `radixkv._radixkv.NativeTieredCache`: a `radixkv::Cache` built with a host tier
+//! (`Cache::with_host`: a device cache with its pool and a host tier, SGLang HiCache's
+//! semantics) for Python.
 //!
 //! As `NativeCache` (see `cache.rs`): every call into the cache runs with the GIL released,
 //! arguments converted first and results built after; `close()` refuses new calls at once,
@@ -20,11 +21,10 @@ use radixkv::events::Medium;
 use radixkv::events::hash::HashMode;
 use radixkv::kv::{HostKvStorage, KvLayout, KvStorage};
 use radixkv::tier::{
-    HostCopier, LoadOutcome, LoadTicket, Loaded, NullCopier, TierCopier, TierOptions, TieredCache,
-    WritePolicy,
+    HostCopier, LoadOutcome, LoadTicket, Loaded, NullCopier, TierCopier, TierOptions, WritePolicy,
 };
 use radixkv::tree::DEFAULT_SLRU_THRESHOLD;
-use radixkv::{CacheOptions, EventOptions, EvictionPolicy};
+use radixkv::{Cache, CacheOptions, EventOptions, EvictionPolicy};
 
 use crate::cache::{
     LockTable, event_rows, oor, options, pair_len, slot_buffer, tokens_of, with_two,
@@ -54,7 +54,7 @@ type LoadedRow<'py> = (u64, usize, Bound<'py, PyAny>, usize, usize, &'static str
 /// A two-level cache (see the module docs).
 #[pyclass(frozen, module = "radixkv._radixkv")]
 pub struct NativeTieredCache {
-    inner: Closable<TieredCache>,
+    inner: Closable<Cache>,
     locks: LockTable,
     /// The host copier's stores (copier "host").
     host_copier: Option<Arc<HostCopier>>,
@@ -76,6 +76,12 @@ fn outcome_name(o: LoadOutcome) -> &'static str {
     }
 }
 
+/// The options of the host tier `c` was built with ([`Cache::with_host`]: every
+/// `NativeTieredCache` has one).
+fn tier_options(c: &Cache) -> TierOptions {
+    c.tier_options().expect("a NativeTieredCache is built with a host tier")
+}
+
 impl NativeTieredCache {
     /// Runs `f` on the cache with the GIL released; `function` names the operation in an
     /// error's message.
@@ -83,7 +89,7 @@ impl NativeTieredCache {
         &self,
         py: Python<'_>,
         function: &str,
-        f: impl FnOnce(&TieredCache) -> Res<T> + Send,
+        f: impl FnOnce(&Cache) -> Res<T> + Send,
     ) -> PyResult<T> {
         self.inner.with(py, function, f)
     }
@@ -195,7 +201,7 @@ impl NativeTieredCache {
                 load_back_min: usize::try_from(load_back_min).unwrap_or(usize::MAX),
                 host_policy,
             };
-            let mut cache = TieredCache::new(dev_opts, tier, copier_arc)
+            let mut cache = Cache::with_host(dev_opts, tier, copier_arc)
                 .map_err(|e| fail(status_of(&e), format!("opts: {e}")))?;
             if let Some((hash_mode, medium, max_drain_batches)) = events {
                 let hash_mode = match hash_mode {
@@ -252,7 +258,7 @@ impl NativeTieredCache {
     /// The write policy's SGLang name.
     #[getter]
     fn write_policy(&self, py: Python<'_>) -> PyResult<&'static str> {
-        self.with(py, "rkv_tier_options", |c| Ok(c.options().write_policy.name()))
+        self.with(py, "rkv_tier_options", |c| Ok(tier_options(c).write_policy.name()))
     }
 
     // -- matching --
@@ -271,7 +277,7 @@ impl NativeTieredCache {
             let mut sc = Vec::new();
             let toks = tv.get("tokens", &mut sc).map_err(oor)?;
             let mut out = Vec::with_capacity(toks.len());
-            let m = c.match_prefix(ns, toks, &mut out);
+            let m = c.lookup(ns, toks, &mut out);
             Ok((m, out))
         })?;
         drop(t);
@@ -291,8 +297,8 @@ impl NativeTieredCache {
             let mut sc = Vec::new();
             let toks = tv.get("tokens", &mut sc).map_err(oor)?;
             let mut out = Vec::with_capacity(toks.len());
-            let (lock, m) = c.match_and_lock(ns, toks, &mut out);
-            Ok((self.locks.insert(lock), m, out))
+            let (lock, m) = c.lookup_and_lock(ns, toks, &mut out);
+            Ok((self.locks.insert(lock.into_raw()), m, out))
         })?;
         drop(t);
         Ok((h, m.device_len, m.host_len, slot_buffer(py, &out)?))
@@ -332,7 +338,7 @@ impl NativeTieredCache {
         self.with(py, "rkv_free", |c| {
             let mut sc = Vec::new();
             let sl = sv.get("slots", &mut sc).map_err(oor)?;
-            c.free(sl).map_err(|e| slot_refusal(e, Given::Slots(sl), c.device().pool()))
+            c.free(sl).map_err(|e| slot_refusal(e, Given::Slots(sl), c.pool()))
         })
     }
 
@@ -357,7 +363,7 @@ impl NativeTieredCache {
         self.with(py, "rkv_tier_insert", |c| {
             with_two(tv, sv, |toks, sl| {
                 c.insert_with(ns, toks, sl, opts)
-                    .map_err(|e| slot_refusal(e, Given::Slots(sl), c.device().pool()))
+                    .map_err(|e| slot_refusal(e, Given::Slots(sl), c.pool()))
             })
         })
     }
@@ -381,9 +387,9 @@ impl NativeTieredCache {
             with_two(tv, sv, |toks, sl| {
                 let (e, l) = c
                     .insert_and_lock(ns, toks, sl, opts)
-                    .map_err(|e| slot_refusal(e, Given::Slots(sl), c.device().pool()))?;
+                    .map_err(|e| slot_refusal(e, Given::Slots(sl), c.pool()))?;
                 let n = l.len();
-                Ok((e, self.locks.insert(l), n))
+                Ok((e, self.locks.insert(l.into_raw()), n))
             })
         })
     }
@@ -394,13 +400,13 @@ impl NativeTieredCache {
     /// the tokens freed.
     fn evict(&self, py: Python<'_>, n: u64) -> PyResult<usize> {
         let n = usize::try_from(n).unwrap_or(usize::MAX);
-        self.with(py, "rkv_tier_evict", |c| c.evict(n).map_err(st))
+        self.with(py, "rkv_tier_evict", |c| c.evict(n, None).map_err(st))
     }
 
     /// Evicts at least `n` host tokens (host-only leaves): the host tokens freed.
     fn evict_host(&self, py: Python<'_>, n: u64) -> PyResult<usize> {
         let n = usize::try_from(n).unwrap_or(usize::MAX);
-        self.with(py, "rkv_tier_evict_host", |c| Ok(c.evict_host(n)))
+        self.with(py, "rkv_tier_evict_host", |c| c.evict_host(n).map_err(st))
     }
 
     // -- load-back --
@@ -469,8 +475,9 @@ impl NativeTieredCache {
     /// The tier's counts and counters as a dict (the device cache's under `"device"`, as
     /// `NativeCache.stats`'s tuple).
     fn stats<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
-        let (s, ns) = self
-            .with(py, "rkv_tier_stats", |c| Ok((c.stats(), c.device().tree().namespace_count())))?;
+        let (s, ns) = self.with(py, "rkv_tier_stats", |c| {
+            Ok((c.tier_stats().expect("built with a tier"), c.tree().namespace_count()))
+        })?;
         let d = PyDict::new(py);
         let t = s.device.tree;
         let dev = (
@@ -517,10 +524,10 @@ impl NativeTieredCache {
     /// else what is wrong.
     fn check(&self, py: Python<'_>) -> PyResult<Option<String>> {
         self.with(py, "rkv_tier_check", |c| {
-            if let Err(e) = c.check() {
+            if let Some(Err(e)) = c.check_tier() {
                 return Ok(Some(e));
             }
-            Ok(c.device().tree().check_invariants().err().map(|e| e.to_string()))
+            Ok(c.tree().check_invariants().err().map(|e| e.to_string()))
         })
     }
 
@@ -529,8 +536,8 @@ impl NativeTieredCache {
     /// Closes the events so far into a batch: its sequence number, or None.
     fn flush_events(&self, py: Python<'_>) -> PyResult<Option<u64>> {
         self.with(py, "rkv_events_flush", |c| {
-            c.device().events().ok_or_else(no_events)?;
-            Ok(c.device().flush_events())
+            c.events().ok_or_else(no_events)?;
+            Ok(c.flush_events())
         })
     }
 
@@ -538,8 +545,8 @@ impl NativeTieredCache {
     #[pyo3(signature = (signed=false))]
     fn drain_events<'py>(&self, py: Python<'py>, signed: bool) -> PyResult<Bound<'py, PyList>> {
         let batches = self.with(py, "rkv_events_drain", |c| {
-            c.device().events().ok_or_else(no_events)?;
-            Ok(c.device().drain_events())
+            c.events().ok_or_else(no_events)?;
+            Ok(c.drain_events())
         })?;
         event_rows(py, batches, signed)
     }
