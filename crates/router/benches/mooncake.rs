@@ -682,10 +682,22 @@ fn measure<C: Contestant>(
     };
     let mean =
         out.lookup_ns.iter().map(|&x| x as f64).sum::<f64>() / out.lookup_ns.len().max(1) as f64;
-    let p50 = pct(&mut out.lookup_ns, 0.50);
-    let p99 = pct(&mut out.lookup_ns, 0.99);
+    let mut p50 = pct(&mut out.lookup_ns, 0.50);
+    let mut p99 = pct(&mut out.lookup_ns, 0.99);
     drop(lanes);
     drop(c);
+    // `RADIXKV_BENCH_BEST_OF=N`: N capacity runs, the best capacity and the lowest p50 / p99
+    // of them kept (for A/B runs on a shared machine; the published table uses one run).
+    let mut capacity = capacity;
+    let best_of: usize =
+        std::env::var("RADIXKV_BENCH_BEST_OF").ok().and_then(|v| v.parse().ok()).unwrap_or(1);
+    for _ in 1..best_of {
+        let c = make();
+        let (mut o, _l) = run(&c, s, threads, None);
+        capacity = capacity.max(s.block_ops as f64 / o.wall_s);
+        p50 = p50.min(pct(&mut o.lookup_ns, 0.50));
+        p99 = p99.min(pct(&mut o.lookup_ns, 0.99));
+    }
     // The keep-up ceiling: bisection on the offered rate.
     let (mut lo, mut hi) = (0.1 * capacity, 1.2 * capacity);
     let mut best = 0.0;

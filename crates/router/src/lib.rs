@@ -521,8 +521,16 @@ impl RouterIndex {
         self.account(d);
     }
 
-    /// `st` drops one name for (key, medium bit `m`).
-    fn unhold(&self, st: &mut WorkerState, slot: u32, key: u64, m: u32, guard: &Guard) {
+    /// `st` drops one name for (key, medium bit `m`); the counter moves go to `acc`.
+    fn unhold(
+        &self,
+        st: &mut WorkerState,
+        slot: u32,
+        key: u64,
+        m: u32,
+        guard: &Guard,
+        acc: &mut Delta,
+    ) {
         if let Some(n) = st.twins.get_mut(&(key, m)) {
             *n -= 1;
             if *n == 0 {
@@ -532,7 +540,7 @@ impl RouterIndex {
         }
         self.bump(slot);
         let (d, _) = self.table.remove(key, slot, m, guard);
-        self.account(d);
+        acc.sum(d);
     }
 
     /// Drops everything `st` holds, atomically for readers (one store of the word), and
@@ -543,10 +551,12 @@ impl RouterIndex {
         // The clear (or removal) point: one Release store.
         word.store(next_word(word.load(Ordering::Relaxed), live, st.parity), Ordering::Release);
         let held = std::mem::take(&mut st.held);
+        let mut acc = Delta::default();
         for h in held.values() {
             let (d, _) = self.table.remove(h.key, slot, MEDIA, guard);
-            self.account(d);
+            acc.sum(d);
         }
+        self.account(acc);
         st.twins = HashMap::default();
     }
 
@@ -569,29 +579,50 @@ impl RouterIndex {
                 }
             },
         };
-        // Parent first: each block's entry is published before its child's.
+        // Parent first: each block's entry is published before its child's. One version
+        // bump covers a run of the store's entry changes (a *segment*), not one each: a
+        // reader whose two loads of the word are equal saw at most one segment in
+        // progress, whose entries land in request order (the store's blocks are a chain,
+        // so they sit at consecutive request positions in store order) while the reader
+        // reads positions in that order too; so the first of the segment's positions it
+        // saw unchanged is the first not yet stored when it read it, and everything it saw
+        // is the worker's state after the store's earlier blocks (the block-by-block
+        // prefix rule of `workers.rs`) as far as the score goes: a new entry it saw past
+        // that position lies past a block the worker did not hold then in either medium.
+        // An *upgrade* (an entry that held the other medium gains this one) breaks that
+        // last step (the worker held that block; only the device count stopped there), so
+        // a segment ends with an upgrade: the next change bumps again.
+        let mut acc = Delta::default();
+        let mut bump = true;
         for (e, c) in blocks {
             let known = st.held.get_mut(&e).map(|h| {
                 let added = h.media & m == 0;
                 h.media |= m;
                 (h.key, added)
             });
-            let key = match known {
-                Some((key, added)) => {
-                    if added {
-                        self.hold(st, slot, key, m, guard);
-                    }
-                    key
-                }
+            let (key, change) = match known {
+                Some((key, added)) => (key, added),
                 None => {
                     let key = chain_key(prev, c);
                     st.held.insert(e, Held { key, media: m });
-                    self.hold(st, slot, key, m, guard);
-                    key
+                    (key, true)
                 }
             };
+            if change {
+                if bump {
+                    self.bump(slot);
+                }
+                let d = self.table.add(key, slot, st.parity, m, guard);
+                if d.memberships == 0 {
+                    // The worker held (key, m) already under another engine name.
+                    *st.twins.entry((key, m)).or_insert(0) += 1;
+                }
+                bump = d.upgraded;
+                acc.sum(d);
+            }
             prev = Some(key);
         }
+        self.account(acc);
         Ok(())
     }
 
@@ -604,6 +635,7 @@ impl RouterIndex {
         guard: &Guard,
     ) -> Result<(), RouterError> {
         let mut unknown = 0;
+        let mut acc = Delta::default();
         for e in hashes {
             match st.held.get_mut(e) {
                 Some(h) if h.media & m != 0 => {
@@ -612,11 +644,12 @@ impl RouterIndex {
                     if h.media == 0 {
                         st.held.remove(e);
                     }
-                    self.unhold(st, slot, key, m, guard);
+                    self.unhold(st, slot, key, m, guard, &mut acc);
                 }
                 _ => unknown += 1,
             }
         }
+        self.account(acc);
         if unknown > 0 {
             self.refuse(Refusal::UnknownRemoval, unknown as u64);
             return Err(RouterError::UnknownRemovals { count: unknown });

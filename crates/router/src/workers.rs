@@ -16,7 +16,11 @@
 //! Protocol (the word is written only by the holder of the slot's state lock):
 //! - *a change* of one of the worker's (block, medium) holdings: `fetch_add(1, Release)`,
 //!   then the entry's Release store (`table.rs`). A reader that observes the entry's new
-//!   value (Acquire) therefore reads the word at or past the increment afterwards.
+//!   value (Acquire) therefore reads the word at or past the increment afterwards. A store
+//!   event's changes share increments: one `fetch_add` before a *segment* of them (entry
+//!   stores in the store's parent-first order, each segment ending at the first change
+//!   that gives an existing entry its second medium; `RouterIndex::apply_stored` says why
+//!   a reader that saw part of a segment saw a block-by-block prefix state).
 //! - *clear*: one Release store of the word with the count +1 and the parity flipped;
 //!   then the old entries are removed from the table (no further increments: readers that
 //!   met the worker before the store see a different word at their check; readers that
@@ -29,9 +33,10 @@
 //! A reader loads the word (Acquire) when it first meets the worker, makes its trusted
 //! reads of the worker's entries after that, and loads the word again at the end: equal
 //! words mean the worker changed at most once during the reads (the change whose increment
-//! the first load saw, whose single entry store may have landed during them), so what the
-//! reader saw is the worker's state before or after that one change. Otherwise it walks
-//! that worker again.
+//! the first load saw, whose single entry store, or segment of a store's entry stores, may
+//! have landed during them), so what the reader saw is the worker's state before or after
+//! that one change (for a segment: after a prefix of it). Otherwise it walks that worker
+//! again.
 
 use std::collections::HashMap;
 use std::hash::{BuildHasherDefault, Hasher};
