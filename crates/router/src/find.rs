@@ -21,7 +21,7 @@
 //! entry counts) or no `live` bit (the worker is skipped).
 
 use crate::sync::epoch::Guard;
-use crate::table::{GPU, entry_media, entry_parity, entry_slot};
+use crate::table::{Block, GPU, entry_media, entry_parity, entry_slot};
 use crate::workers::{live, parity};
 use crate::{RouterIndex, Score, Worker, chain_key};
 use radixkv::events::hash::{dynamo_seed, xxh3_local};
@@ -70,6 +70,10 @@ thread_local! {
 
 /// How far ahead the walk asks for table slots.
 const PREFETCH: usize = 8;
+/// How far ahead the walk looks records up (and hints their overflow arrays).
+const AHEAD: usize = 2;
+/// The ring of records looked up ahead (a power of two above AHEAD).
+const RING: usize = 4;
 
 /// Not a candidate (its word was not live when met).
 const SKIP: u32 = u32::MAX;
@@ -194,6 +198,17 @@ impl RouterIndex {
         for k in s.keys.iter().take(PREFETCH).skip(1) {
             self.table.prefetch(*k, false, &guard);
         }
+        // The records of the next AHEAD positions are looked up ahead (a ring), and their
+        // overflow arrays hinted. (Looking a record up early is no weaker a read: the
+        // argument of `workers.rs` and `RouterIndex::apply_stored` takes a worker's reads
+        // in any order, each read once, all between the two loads of its word.)
+        let mut ring: [Option<&Block>; RING] = [None; RING];
+        for (j, k) in s.keys.iter().enumerate().take(AHEAD) {
+            ring[j] = self.table.get(*k, &guard);
+            if let Some(b) = ring[j] {
+                b.prefetch_overflow(&guard);
+            }
+        }
         let mut i = 0;
         while i < n && !s.alive.is_empty() {
             if let Some(k) = s.keys.get(i + PREFETCH) {
@@ -202,8 +217,15 @@ impl RouterIndex {
             if let Some(k) = s.keys.get(i + PREFETCH / 2) {
                 self.table.prefetch(*k, true, &guard);
             }
+            if let Some(k) = s.keys.get(i + AHEAD) {
+                let b = self.table.get(*k, &guard);
+                if let Some(b) = b {
+                    b.prefetch_overflow(&guard);
+                }
+                ring[(i + AHEAD) % RING] = b;
+            }
             let pos = i as u32 + 1;
-            if let Some(b) = self.table.get(s.keys[i], &guard) {
+            if let Some(b) = ring[i % RING] {
                 let (cands, mark) = (&mut s.cands, &s.mark);
                 b.for_each_entry(&guard, |e| {
                     let m = mark[entry_slot(e) as usize];

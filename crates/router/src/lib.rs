@@ -350,6 +350,9 @@ pub fn chain_key(parent: Option<u64>, content: u64) -> u64 {
     }
 }
 
+/// Blocks of a store whose table slots are asked for together (`apply_stored`).
+const STORE_CHUNK: usize = 16;
+
 /// The router index (see the crate docs). `Send + Sync`; every method takes `&self`.
 pub struct RouterIndex {
     opts: RouterOptions,
@@ -582,33 +585,59 @@ impl RouterIndex {
         // Parent first: each block's entry is published before its child's. One version
         // bump covers a run of the store's entry changes (a *segment*), not one each: a
         // reader whose two loads of the word are equal saw at most one segment in
-        // progress, whose entries land in request order (the store's blocks are a chain,
-        // so they sit at consecutive request positions in store order) while the reader
-        // reads positions in that order too; so the first of the segment's positions it
-        // saw unchanged is the first not yet stored when it read it, and everything it saw
-        // is the worker's state after the store's earlier blocks (the block-by-block
-        // prefix rule of `workers.rs`) as far as the score goes: a new entry it saw past
-        // that position lies past a block the worker did not hold then in either medium.
-        // An *upgrade* (an entry that held the other medium gains this one) breaks that
-        // last step (the worker held that block; only the device count stopped there), so
+        // progress. Take the first of the segment's changes (in store order) that it saw
+        // undone, at request position p: every change before it was done when it was read
+        // as done, so the reader saw the worker's state after the store's blocks before
+        // that one (the block-by-block prefix rule of `workers.rs`) up to p; at p the
+        // change makes a new entry, so the worker held p in neither medium then, both
+        // counts stop at p, and what the reader saw past p does not matter (whatever
+        // order it read positions in). An *upgrade* (an entry holding the other medium
+        // gains this one) breaks that last step (the any-medium count goes on past p), so
         // a segment ends with an upgrade: the next change bumps again.
+        //
+        // The blocks go in chunks: their keys first (the worker's map), then a hint for
+        // each key's table slot and record, then the table changes in order, so that the
+        // chunk's table misses overlap.
         let mut acc = Delta::default();
         let mut bump = true;
-        for (e, c) in blocks {
-            let known = st.held.get_mut(&e).map(|h| {
-                let added = h.media & m == 0;
-                h.media |= m;
-                (h.key, added)
-            });
-            let (key, change) = match known {
-                Some((key, added)) => (key, added),
-                None => {
-                    let key = chain_key(prev, c);
-                    st.held.insert(e, Held { key, media: m });
-                    (key, true)
+        let mut chunk = [0u64; STORE_CHUNK];
+        let mut blocks = blocks.peekable();
+        while blocks.peek().is_some() {
+            let mut n = 0;
+            for (e, c) in blocks.by_ref() {
+                let known = st.held.get_mut(&e).map(|h| {
+                    let added = h.media & m == 0;
+                    h.media |= m;
+                    (h.key, added)
+                });
+                let key = match known {
+                    Some((key, added)) => {
+                        if added {
+                            chunk[n] = key;
+                            n += 1;
+                        }
+                        key
+                    }
+                    None => {
+                        let key = chain_key(prev, c);
+                        st.held.insert(e, Held { key, media: m });
+                        chunk[n] = key;
+                        n += 1;
+                        key
+                    }
+                };
+                prev = Some(key);
+                if n == STORE_CHUNK {
+                    break;
                 }
-            };
-            if change {
+            }
+            for &key in &chunk[..n] {
+                self.table.prefetch(key, false, guard);
+            }
+            for &key in &chunk[..n] {
+                self.table.prefetch(key, true, guard);
+            }
+            for &key in &chunk[..n] {
                 if bump {
                     self.bump(slot);
                 }
@@ -620,7 +649,6 @@ impl RouterIndex {
                 bump = d.upgraded;
                 acc.sum(d);
             }
-            prev = Some(key);
         }
         self.account(acc);
         Ok(())
@@ -636,17 +664,31 @@ impl RouterIndex {
     ) -> Result<(), RouterError> {
         let mut unknown = 0;
         let mut acc = Delta::default();
-        for e in hashes {
-            match st.held.get_mut(e) {
-                Some(h) if h.media & m != 0 => {
-                    h.media &= !m;
-                    let key = h.key;
-                    if h.media == 0 {
-                        st.held.remove(e);
+        // In chunks, as `apply_stored` does: the keys, the hints, then the table changes.
+        let mut chunk = [0u64; STORE_CHUNK];
+        for part in hashes.chunks(STORE_CHUNK) {
+            let mut n = 0;
+            for e in part {
+                match st.held.get_mut(e) {
+                    Some(h) if h.media & m != 0 => {
+                        h.media &= !m;
+                        chunk[n] = h.key;
+                        n += 1;
+                        if h.media == 0 {
+                            st.held.remove(e);
+                        }
                     }
-                    self.unhold(st, slot, key, m, guard, &mut acc);
+                    _ => unknown += 1,
                 }
-                _ => unknown += 1,
+            }
+            for &key in &chunk[..n] {
+                self.table.prefetch(key, false, guard);
+            }
+            for &key in &chunk[..n] {
+                self.table.prefetch(key, true, guard);
+            }
+            for &key in &chunk[..n] {
+                self.unhold(st, slot, key, m, guard, &mut acc);
             }
         }
         self.account(acc);

@@ -161,6 +161,17 @@ impl Block {
     }
 }
 
+impl Block {
+    /// A hint: starts loading the overflow array's header, if there is one.
+    #[inline]
+    pub(crate) fn prefetch_overflow(&self, guard: &Guard) {
+        let over = self.over.load(Ordering::Relaxed, guard);
+        if !over.is_null() {
+            prefetch_line(over.as_raw().cast());
+        }
+    }
+}
+
 struct Table {
     slots: Box<[Atomic<Block>]>,
 }
