@@ -25,6 +25,11 @@
 //!   was built to the end of the stream (lane-side maps included), over the memberships
 //!   held then; for radixkv also its own `bytes` stat against the allocator.
 //!
+//! Environment: `RADIXKV_BENCH_BEST_OF=N` (N capacity runs, the best kept),
+//! `RADIXKV_BENCH_CPU=1` (capacity from the busiest lane's CPU time, not the wall time),
+//! `RADIXKV_BENCH_FIND_BY_LEN=1` (quiescent lookup times by request length, to stderr): for
+//! A/B runs on a shared machine; the published tables use none of them.
+//!
 //! Scores are checked equal between contestants at quiescence (every distinct request of
 //! the trace looked up after the capacity run); differences are counted, and printed one
 //! by one with `RADIXKV_BENCH_SHOW_DIFF=1`.
@@ -666,7 +671,7 @@ fn measure<C: Contestant>(
     flush_epoch();
     let base = live_bytes();
     let c = make();
-    let (mut out, lanes) = run(&c, s, threads, None);
+    let (mut out, mut lanes) = run(&c, s, threads, None);
     let capacity = s.block_ops as f64 / out.wall_s;
     flush_epoch();
     let grown = if let Some(own) = c.own_bytes() {
@@ -706,6 +711,29 @@ fn measure<C: Contestant>(
     };
     let mean =
         out.lookup_ns.iter().map(|&x| x as f64).sum::<f64>() / out.lookup_ns.len().max(1) as f64;
+    if std::env::var_os("RADIXKV_BENCH_FIND_BY_LEN").is_some() {
+        // Quiescent lookups, every distinct request 15 times, the fastest of each kept;
+        // the mean of those per request length (blocks, in buckets of 40).
+        let mut best = vec![u64::MAX; s.distinct.len()];
+        for _ in 0..15 {
+            for (j, &(st, len)) in s.distinct.iter().enumerate() {
+                let q = Instant::now();
+                std::hint::black_box(
+                    c.lookup(&mut lanes[0], &s.contents[st as usize..(st + len) as usize]),
+                );
+                best[j] = best[j].min(q.elapsed().as_nanos() as u64);
+            }
+        }
+        let mut by: BTreeMap<u32, (u64, u64)> = BTreeMap::new();
+        for (j, &(_, len)) in s.distinct.iter().enumerate() {
+            let e = by.entry((len / 40) * 40).or_default();
+            e.0 += best[j];
+            e.1 += 1;
+        }
+        let line: Vec<String> =
+            by.iter().map(|(k, (t, n))| format!("{k}+: {} ns ({n})", t / n)).collect();
+        eprintln!("find by length, {name}, {threads} threads: {}", line.join(", "));
+    }
     let mut p50 = pct(&mut out.lookup_ns, 0.50);
     let mut p99 = pct(&mut out.lookup_ns, 0.99);
     drop(lanes);
