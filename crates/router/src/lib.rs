@@ -59,7 +59,7 @@ use radixkv::events::hash::{dynamo_seed, xxh3_local, xxh3_next};
 use sync::epoch::{Domain, Guard};
 use sync::{AtomicI64, AtomicU64, Ordering, lock};
 use table::{BlockTable, Delta, GPU, HOST, MEDIA};
-use workers::{Held, Registry, Slot, WorkerState, map_bytes, next_word};
+use workers::{Registry, Slot, WorkerState, map_bytes, next_word};
 
 /// What a sequence gap does (see [`RouterIndex::apply_batch`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -555,8 +555,8 @@ impl RouterIndex {
         word.store(next_word(word.load(Ordering::Relaxed), live, st.parity), Ordering::Release);
         let held = std::mem::take(&mut st.held);
         let mut acc = Delta::default();
-        for h in held.values() {
-            let (d, _) = self.table.remove(h.key, slot, MEDIA, guard);
+        for (_, key, _) in held.iter() {
+            let (d, _) = self.table.remove(key, slot, MEDIA, guard);
             acc.sum(d);
         }
         self.account(acc);
@@ -568,14 +568,15 @@ impl RouterIndex {
         st: &mut WorkerState,
         slot: u32,
         parent: Option<u64>,
-        blocks: impl Iterator<Item = (u64, u64)>,
+        hashes: &[u64],
+        contents: impl Iterator<Item = u64>,
         m: u32,
         guard: &Guard,
     ) -> Result<(), RouterError> {
         let mut prev = match parent {
             None => None,
-            Some(p) => match st.held.get(&p) {
-                Some(h) => Some(h.key),
+            Some(p) => match st.held.find(p) {
+                Some(i) => Some(st.held.key(i)),
                 None => {
                     self.refuse(Refusal::UnknownParent, 1);
                     return Err(RouterError::UnknownParent { parent: p });
@@ -601,35 +602,36 @@ impl RouterIndex {
         let mut acc = Delta::default();
         let mut bump = true;
         let mut chunk = [0u64; STORE_CHUNK];
-        let mut blocks = blocks.peekable();
-        while blocks.peek().is_some() {
+        let mut contents = contents;
+        for (c0, part) in hashes.chunks(STORE_CHUNK).enumerate() {
+            // The worker's map places of this chunk and the next, asked for ahead.
+            let ahead = hashes.get((c0 + 1) * STORE_CHUNK..).unwrap_or(&[]);
+            if c0 == 0 {
+                part.iter().for_each(|&e| st.held.prefetch(e));
+            }
+            ahead.iter().take(STORE_CHUNK).for_each(|&e| st.held.prefetch(e));
             let mut n = 0;
-            for (e, c) in blocks.by_ref() {
-                let known = st.held.get_mut(&e).map(|h| {
-                    let added = h.media & m == 0;
-                    h.media |= m;
-                    (h.key, added)
-                });
-                let key = match known {
-                    Some((key, added)) => {
-                        if added {
-                            chunk[n] = key;
+            for &e in part {
+                let c = contents.next().expect("a content hash per block");
+                let key = match st.held.find(e) {
+                    Some(i) => {
+                        let media = st.held.media(i);
+                        if media & m == 0 {
+                            st.held.set_media(i, media | m);
+                            chunk[n] = st.held.key(i);
                             n += 1;
                         }
-                        key
+                        st.held.key(i)
                     }
                     None => {
                         let key = chain_key(prev, c);
-                        st.held.insert(e, Held { key, media: m });
+                        st.held.insert_new(e, key, m);
                         chunk[n] = key;
                         n += 1;
                         key
                     }
                 };
                 prev = Some(key);
-                if n == STORE_CHUNK {
-                    break;
-                }
             }
             for &key in &chunk[..n] {
                 self.table.prefetch(key, false, guard);
@@ -666,16 +668,23 @@ impl RouterIndex {
         let mut acc = Delta::default();
         // In chunks, as `apply_stored` does: the keys, the hints, then the table changes.
         let mut chunk = [0u64; STORE_CHUNK];
-        for part in hashes.chunks(STORE_CHUNK) {
+        for (c0, part) in hashes.chunks(STORE_CHUNK).enumerate() {
+            let ahead = hashes.get((c0 + 1) * STORE_CHUNK..).unwrap_or(&[]);
+            if c0 == 0 {
+                part.iter().for_each(|&e| st.held.prefetch(e));
+            }
+            ahead.iter().take(STORE_CHUNK).for_each(|&e| st.held.prefetch(e));
             let mut n = 0;
-            for e in part {
-                match st.held.get_mut(e) {
-                    Some(h) if h.media & m != 0 => {
-                        h.media &= !m;
-                        chunk[n] = h.key;
+            for &e in part {
+                match st.held.find(e) {
+                    Some(i) if st.held.media(i) & m != 0 => {
+                        chunk[n] = st.held.key(i);
                         n += 1;
-                        if h.media == 0 {
-                            st.held.remove(e);
+                        let left = st.held.media(i) & !m;
+                        if left == 0 {
+                            st.held.remove_at(i);
+                        } else {
+                            st.held.set_media(i, left);
                         }
                     }
                     _ => unknown += 1,
@@ -756,9 +765,10 @@ impl RouterIndex {
         let seed = dynamo_seed(cache_salt, lora_name);
         let bs = self.opts.block_size as usize;
         let contents = token_ids.chunks_exact(bs).map(|b| xxh3_local(b, seed));
-        let blocks = block_hashes.iter().copied().zip(contents);
         let m = medium_bit(medium);
-        self.store_as(w, parent, |me, st, slot, g| me.apply_stored(st, slot, parent, blocks, m, g))
+        self.store_as(w, parent, |me, st, slot, g| {
+            me.apply_stored(st, slot, parent, block_hashes, contents, m, g)
+        })
     }
 
     /// `BlockStored` with the blocks' content hashes computed by the caller (namespace
@@ -774,9 +784,11 @@ impl RouterIndex {
         self.events.fetch_add(1, Ordering::Relaxed);
         let bs = self.opts.block_size;
         self.check_store(block_hashes.len(), content_hashes.len() * bs as usize, bs)?;
-        let blocks = block_hashes.iter().copied().zip(content_hashes.iter().copied());
+        let contents = content_hashes.iter().copied();
         let m = medium_bit(medium);
-        self.store_as(w, parent, |me, st, slot, g| me.apply_stored(st, slot, parent, blocks, m, g))
+        self.store_as(w, parent, |me, st, slot, g| {
+            me.apply_stored(st, slot, parent, block_hashes, contents, m, g)
+        })
     }
 
     /// Runs a store `f` as `w`. A store under a parent needs `w` known already (an unknown
@@ -953,12 +965,12 @@ impl RouterIndex {
                             let contents = token_ids
                                 .chunks_exact(*block_size as usize)
                                 .map(|b| xxh3_local(b, seed));
-                            let blocks = block_hashes.iter().copied().zip(contents);
                             me.apply_stored(
                                 st,
                                 slot,
                                 *parent_block_hash,
-                                blocks,
+                                block_hashes,
+                                contents,
                                 medium_bit(*medium),
                                 g,
                             )
@@ -1021,10 +1033,10 @@ impl RouterIndex {
                 let mut blocks: Vec<DumpBlock> = st
                     .held
                     .iter()
-                    .map(|(&e, h)| DumpBlock {
+                    .map(|(e, key, media)| DumpBlock {
                         engine_hash: e,
-                        chain_key: h.key,
-                        media: h.media as u8,
+                        chain_key: key,
+                        media: media as u8,
                     })
                     .collect();
                 blocks.sort();
@@ -1048,10 +1060,17 @@ impl RouterIndex {
                 st.next_seq = wd.next_seq;
                 for b in &wd.blocks {
                     let media = u32::from(b.media);
-                    let h =
-                        st.held.entry(b.engine_hash).or_insert(Held { key: b.chain_key, media: 0 });
-                    let (key, new) = (h.key, media & !h.media);
-                    h.media |= media;
+                    let (key, new) = match st.held.find(b.engine_hash) {
+                        Some(i) => {
+                            let had = st.held.media(i);
+                            st.held.set_media(i, had | media);
+                            (st.held.key(i), media & !had)
+                        }
+                        None => {
+                            st.held.insert_new(b.engine_hash, b.chain_key, media);
+                            (b.chain_key, media)
+                        }
+                    };
                     for m in [GPU, HOST] {
                         if new & m != 0 {
                             me.hold(st, slot, key, m, g);

@@ -454,7 +454,7 @@ impl Drop for BlockTable {
 
 /// Asks the CPU to start loading the cache line at `p` (a hint; `p` is never dereferenced).
 #[inline(always)]
-fn prefetch_line(p: *const i8) {
+pub(crate) fn prefetch_line(p: *const i8) {
     #[cfg(target_arch = "x86_64")]
     // SAFETY: a prefetch does not access memory architecturally: any address is allowed,
     // and SSE is part of the x86_64 baseline.
