@@ -563,6 +563,7 @@ impl RouterIndex {
         st.twins = HashMap::default();
     }
 
+    #[allow(clippy::too_many_arguments)]
     fn apply_stored(
         &self,
         st: &mut WorkerState,
