@@ -59,7 +59,7 @@ use radixkv::events::hash::{dynamo_seed, xxh3_local, xxh3_next};
 use sync::epoch::{Domain, Guard};
 use sync::{AtomicI64, AtomicU64, Ordering, lock};
 use table::{BlockTable, Delta, GPU, HOST, MEDIA};
-use workers::{Registry, Slot, WorkerState, map_bytes, next_word};
+use workers::{Registry, Slot, StateLock, WorkerState, map_bytes, next_word};
 
 /// What a sequence gap does (see [`RouterIndex::apply_batch`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -359,6 +359,8 @@ pub struct RouterIndex {
     domain: Domain,
     table: BlockTable,
     slots: Box<[Slot]>,
+    /// Per slot: the writer's state under its lock (apart from `slots`: see `Slot`).
+    states: Box<[StateLock]>,
     registry: Registry,
     live_workers: AtomicU64,
     blocks: AtomicI64,
@@ -381,11 +383,14 @@ impl RouterIndex {
             });
         }
         let slots: Box<[Slot]> = (0..opts.max_workers).map(|_| Slot::new()).collect();
+        let states: Box<[StateLock]> =
+            (0..opts.max_workers).map(|_| crate::sync::Mutex::new(None)).collect();
         let idx = RouterIndex {
             opts,
             domain: Domain::new(),
             table: BlockTable::new(),
             slots,
+            states,
             registry: Registry::new(),
             live_workers: AtomicU64::new(0),
             blocks: AtomicI64::new(0),
@@ -405,7 +410,7 @@ impl RouterIndex {
     /// once every worker is gone and the epoch has freed what they left).
     pub fn empty_bytes(&self) -> usize {
         table::empty_bytes()
-            + self.slots.len() * size_of::<Slot>()
+            + self.slots.len() * (size_of::<Slot>() + size_of::<StateLock>())
             + workers::REG_SHARDS * size_of::<crate::sync::Mutex<HashMap<Worker, u32>>>()
     }
 
@@ -456,7 +461,7 @@ impl RouterIndex {
             }
         };
         let slot = &self.slots[s as usize];
-        let mut st = lock(&slot.state);
+        let mut st = lock(&self.states[s as usize]);
         debug_assert!(st.is_none());
         let old = slot.word.load(Ordering::Relaxed);
         let parity = workers::parity(old);
@@ -487,8 +492,7 @@ impl RouterIndex {
             let Some(s) = self.slot_of(w, create)? else {
                 return Ok(None);
             };
-            let slot = &self.slots[s as usize];
-            let mut g = lock(&slot.state);
+            let mut g = lock(&self.states[s as usize]);
             match g.as_mut() {
                 Some(st) if st.worker == w => {
                     let before = st.bytes();
@@ -845,9 +849,8 @@ impl RouterIndex {
         let Some(s) = reg.remove(&w) else {
             return false;
         };
-        let slot = &self.slots[s as usize];
         {
-            let mut g = lock(&slot.state);
+            let mut g = lock(&self.states[s as usize]);
             let mut st = g.take().expect("a registered worker has a state");
             let guard = self.domain.pin();
             let before = st.bytes();

@@ -137,7 +137,9 @@ pub(crate) fn map_bytes(capacity: usize, item: usize) -> usize {
     (buckets * item).next_multiple_of(16) + buckets + 16
 }
 
-/// A worker slot.
+/// A worker slot: what readers read. (The writer's state and its lock are in an array of
+/// their own, `RouterIndex::states`, so that taking the lock writes no line a reader
+/// reads.)
 pub(crate) struct Slot {
     /// The version word (layout above).
     pub(crate) word: AtomicU64,
@@ -145,18 +147,14 @@ pub(crate) struct Slot {
     /// their two loads of the word).
     pub(crate) id: AtomicU64,
     pub(crate) rank: AtomicU32,
-    /// The writer's state (`None`: the slot is free).
-    pub(crate) state: Mutex<Option<Box<WorkerState>>>,
 }
+
+/// A slot's writer state (`None`: the slot is free) under its lock.
+pub(crate) type StateLock = Mutex<Option<Box<WorkerState>>>;
 
 impl Slot {
     pub(crate) fn new() -> Slot {
-        Slot {
-            word: AtomicU64::new(0),
-            id: AtomicU64::new(0),
-            rank: AtomicU32::new(0),
-            state: Mutex::new(None),
-        }
+        Slot { word: AtomicU64::new(0), id: AtomicU64::new(0), rank: AtomicU32::new(0) }
     }
 }
 
