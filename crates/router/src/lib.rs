@@ -13,18 +13,22 @@
 //!   namespace's [`dynamo_seed`]); its **chain key** is the router-side sequence hash of the
 //!   prefix ending with it (`key[0] = content[0]`, `key[i] = xxh3_next(key[i-1],
 //!   content[i])`), so one key names one (namespace, position, content) block whatever
-//!   hashes the engines use. A sharded open-addressing table maps a key to a 32-byte record
-//!   holding the block's members: one 4-byte entry per holding worker (media bits and a clear
-//!   parity), three inline and the rest in an overflow array (`table.rs`).
+//!   hashes the engines use. A sharded open-addressing table (slots tagged with a key
+//!   fingerprint) maps a key to a 32-byte record holding the block's members: one 4-byte
+//!   entry per holding worker (media bits and a clear parity), three inline and the rest in
+//!   an overflow array (`table.rs`).
 //! - **Engine hashes per worker.** Each worker's writer state maps its engine hashes to
-//!   chain keys (parents and removals resolve there) and keeps the batch cursor
-//!   (`workers.rs`). Writers of different workers run in parallel; one shard lock is taken
-//!   per block changed, never by a reader.
-//! - **Readers** (`find.rs`) hash the request, probe the table position by position and
-//!   intersect holders, with no lock and no store to shared memory. Per-worker
-//!   consistency comes from each worker's version word (`workers.rs`): read when the reader
-//!   first meets the worker and again at the end; a worker that changed more than once in
-//!   between is walked again on its own.
+//!   chain keys (parents and removals resolve there; an open-addressing map of its own,
+//!   17 bytes a place) and keeps the batch cursor (`workers.rs`). Writers of different
+//!   workers run in parallel; one shard lock is taken per block changed, never by a reader.
+//!   A store or removal goes in chunks of 16 blocks (map places and table slots asked for
+//!   ahead, then the changes in order); a store's changes share version bumps
+//!   (`apply_stored`); counters move once per event.
+//! - **Readers** (`find.rs`) hash the request, probe the table position by position (slots,
+//!   records and overflow arrays asked for ahead) and intersect holders, with no lock and
+//!   no store to shared memory. Per-worker consistency comes from each worker's version
+//!   word (`workers.rs`): read when the reader first meets the worker and again at the end;
+//!   a worker that changed more than once in between is walked again on its own.
 //! - **Reclamation** is crossbeam-epoch: records, overflow arrays and tables are retired
 //!   when unlinked, so the index returns to its empty size once every worker is gone.
 //!
