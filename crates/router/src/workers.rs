@@ -218,7 +218,7 @@ impl HeldMap {
         self.len
     }
 
-    /// Heap bytes of a map of `cap` places.
+    /// Heap bytes of the map (its two arrays).
     pub(crate) fn bytes(&self) -> usize {
         self.ctrl.len() * (1 + size_of::<(u64, u64)>())
     }
