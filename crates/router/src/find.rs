@@ -237,6 +237,8 @@ impl RouterIndex {
             }
         }
         let mut i = 0;
+        // Candidates still in on the device.
+        let mut dev_in = s.alive.len();
         while i < n && !s.alive.is_empty() {
             if let Some(k) = s.keys.get(i + PREFETCH) {
                 self.table.prefetch(*k, false, &guard);
@@ -252,6 +254,9 @@ impl RouterIndex {
                 ring[(i + AHEAD) % RING] = b;
             }
             let pos = i as u32 + 1;
+            // The counting entries of this block, and those of candidates still in on the
+            // device: when they are all the candidates, nobody drops out here.
+            let (mut seen, mut seen_dev) = (0usize, 0usize);
             if let Some(b) = ring[i % RING] {
                 let per = &mut s.per;
                 b.for_each_entry(&guard, |e| {
@@ -259,18 +264,26 @@ impl RouterIndex {
                         return;
                     };
                     if p.met & !DEV_OUT == base | entry_parity(e) as u32 {
+                        // A candidate still in (one entry per worker in a block).
+                        seen += 1;
                         p.any = pos;
                         if entry_media(e) & GPU != 0 {
+                            seen_dev += (p.met & DEV_OUT == 0) as usize;
                             p.dev = pos;
                         }
                     }
                 });
+            }
+            if seen == s.alive.len() && seen_dev == dev_in {
+                i += 1;
+                continue;
             }
             let (cands, alive, per) = (&mut s.cands, &mut s.alive, &mut s.per);
             alive.retain(|&slot| {
                 let p = &mut per[slot as usize];
                 if p.met & DEV_OUT == 0 && p.dev != pos {
                     p.met |= DEV_OUT;
+                    dev_in -= 1;
                     cands[p.cand as usize].dev = i as u32;
                 }
                 if p.any != pos {
