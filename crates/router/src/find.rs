@@ -21,7 +21,7 @@
 //! entry counts) or no `live` bit (the worker is skipped).
 
 use crate::sync::epoch::Guard;
-use crate::table::{GPU, entry_media, entry_parity, entry_slot};
+use crate::table::{Block, GPU, entry_media, entry_parity, entry_slot};
 use crate::workers::{live, parity};
 use crate::{RouterIndex, Score, Worker, chain_key};
 use radixkv::events::hash::{dynamo_seed, xxh3_local};
@@ -32,9 +32,6 @@ struct Cand {
     slot: u32,
     word: u64,
     worker: Worker,
-    /// The last position (+1) it was seen holding in any medium / on the device.
-    seen_any: u32,
-    seen_dev: u32,
     /// Scores once it dropped out (`u32::MAX`: still in).
     any: u32,
     dev: u32,
@@ -42,17 +39,37 @@ struct Cand {
 
 const IN: u32 = u32::MAX;
 
+/// What a find keeps per worker slot (what the walk's inner loop touches per entry: one
+/// 16-byte place, no candidate record).
+#[derive(Clone, Copy, Default)]
+struct Per {
+    /// `stamp << 3 | dev_out << 2 | counting << 1 | parity`: met by the find of `stamp`;
+    /// its device count ended already; its entries still count (a live candidate not yet
+    /// out); the clear parity its word had.
+    met: u32,
+    /// The last position (+1) it was seen holding in any medium / on the device.
+    any: u32,
+    dev: u32,
+    /// Its candidate index.
+    cand: u32,
+}
+
+const DEV_OUT: u32 = 4;
+const COUNTING: u32 = 2;
+/// Stamps wrap below this (the per-slot marks are cleared then).
+const STAMP_LIMIT: u32 = 1 << 29;
+
 /// A reader's reusable buffers: with one, a find allocates nothing once the buffers have
 /// grown to the request length and the number of workers met.
 #[derive(Default)]
 pub struct FindScratch {
     keys: Vec<u64>,
     cands: Vec<Cand>,
-    /// Indices of the candidates still in (any medium).
+    /// Slots of the candidates still in (any medium).
     alive: Vec<u32>,
-    /// Per slot: `(stamp << 32) | candidate index`, valid when the stamp is this find's.
-    mark: Vec<u64>,
-    /// Per slot stamps of the find in progress.
+    /// Per slot marks, valid when their stamp is this find's.
+    per: Vec<Per>,
+    /// The stamp of the find in progress.
     stamp: u32,
 }
 
@@ -69,10 +86,13 @@ thread_local! {
 }
 
 /// How far ahead the walk asks for table slots.
-const PREFETCH: usize = 8;
-
-/// Not a candidate (its word was not live when met).
-const SKIP: u32 = u32::MAX;
+const PREFETCH: usize = 16;
+/// How far ahead the walk asks for records.
+const RECORD: usize = 8;
+/// How far ahead the walk looks records up (and hints their overflow arrays).
+const AHEAD: usize = 3;
+/// The ring of records looked up ahead (a power of two above AHEAD).
+const RING: usize = 4;
 
 impl RouterIndex {
     /// Scores of `tokens` (cut into blocks of the index's block size; a partial last
@@ -155,79 +175,121 @@ impl RouterIndex {
         let Some(b0) = self.table.get(k0, &guard) else {
             return;
         };
-        if s.mark.len() < self.slots.len() {
-            s.mark.resize(self.slots.len(), 0);
+        if s.per.len() < self.slots.len() {
+            s.per.resize(self.slots.len(), Per::default());
         }
-        s.stamp = s.stamp.wrapping_add(1);
-        if s.stamp == 0 {
+        s.stamp += 1;
+        if s.stamp >= STAMP_LIMIT {
             // The stamps wrapped: old marks could read as this find's.
-            s.mark.iter_mut().for_each(|m| *m = 0);
+            s.per.iter_mut().for_each(|p| *p = Per::default());
             s.stamp = 1;
         }
-        let stamp = (s.stamp as u64) << 32;
+        let stamp = s.stamp;
         s.cands.clear();
         s.alive.clear();
         // 1. Discovery.
         b0.for_each_entry(&guard, |e| {
             let slot = entry_slot(e);
-            let m = &mut s.mark[slot as usize];
-            if *m >> 32 == stamp >> 32 {
+            let p = &mut s.per[slot as usize];
+            if p.met >> 3 == stamp {
                 return;
             }
             let sl = &self.slots[slot as usize];
             let word = sl.word.load(crate::sync::Ordering::Acquire);
             if !live(word) {
-                *m = stamp | SKIP as u64;
+                // Met, not counting.
+                p.met = stamp << 3;
                 return;
             }
             let worker = Worker::new(
                 sl.id.load(crate::sync::Ordering::Relaxed),
                 sl.rank.load(crate::sync::Ordering::Relaxed),
             );
-            *m = stamp | s.cands.len() as u64;
-            s.alive.push(s.cands.len() as u32);
-            s.cands.push(Cand { slot, word, worker, seen_any: 0, seen_dev: 0, any: IN, dev: IN });
+            *p = Per {
+                met: stamp << 3 | COUNTING | parity(word) as u32,
+                any: 0,
+                dev: 0,
+                cand: s.cands.len() as u32,
+            };
+            s.alive.push(slot);
+            s.cands.push(Cand { slot, word, worker, any: IN, dev: IN });
         });
-        // 2. The trusted walk (with hints: the table slot of the block 8 ahead, the record
-        // of the block 4 ahead, so the walk's dependent loads overlap).
+        // An entry counts when its slot's mark, less the device bit, is this.
+        let base = stamp << 3 | COUNTING;
+        // 2. The trusted walk (with hints: the table slot of the block PREFETCH ahead, the
+        // record of the block RECORD ahead, so the walk's dependent loads overlap).
         let n = s.keys.len();
         for k in s.keys.iter().take(PREFETCH).skip(1) {
             self.table.prefetch(*k, false, &guard);
         }
+        for k in s.keys.iter().take(RECORD).skip(1) {
+            self.table.prefetch(*k, true, &guard);
+        }
+        // The records of the next AHEAD positions are looked up ahead (a ring), and their
+        // overflow arrays hinted. (Looking a record up early is no weaker a read: the
+        // argument of `workers.rs` and `RouterIndex::apply_stored` takes a worker's reads
+        // in any order, each read once, all between the two loads of its word.)
+        let mut ring: [Option<&Block>; RING] = [None; RING];
+        for (j, k) in s.keys.iter().enumerate().take(AHEAD) {
+            ring[j] = self.table.get(*k, &guard);
+            if let Some(b) = ring[j] {
+                b.prefetch_overflow(&guard);
+            }
+        }
         let mut i = 0;
+        // Candidates still in on the device.
+        let mut dev_in = s.alive.len();
         while i < n && !s.alive.is_empty() {
             if let Some(k) = s.keys.get(i + PREFETCH) {
                 self.table.prefetch(*k, false, &guard);
             }
-            if let Some(k) = s.keys.get(i + PREFETCH / 2) {
+            if let Some(k) = s.keys.get(i + RECORD) {
                 self.table.prefetch(*k, true, &guard);
             }
+            if let Some(k) = s.keys.get(i + AHEAD) {
+                let b = self.table.get(*k, &guard);
+                if let Some(b) = b {
+                    b.prefetch_overflow(&guard);
+                }
+                ring[(i + AHEAD) % RING] = b;
+            }
             let pos = i as u32 + 1;
-            if let Some(b) = self.table.get(s.keys[i], &guard) {
-                let (cands, mark) = (&mut s.cands, &s.mark);
+            // The counting entries of this block, and those of candidates still in on the
+            // device: when they are all the candidates, nobody drops out here.
+            let (mut seen, mut seen_dev) = (0usize, 0usize);
+            if let Some(b) = ring[i % RING] {
+                let per = &mut s.per;
                 b.for_each_entry(&guard, |e| {
-                    let m = mark[entry_slot(e) as usize];
-                    if m >> 32 != stamp >> 32 || m as u32 == SKIP {
+                    let Some(p) = per.get_mut(entry_slot(e) as usize) else {
                         return;
-                    }
-                    let c = &mut cands[m as u32 as usize];
-                    if entry_parity(e) != parity(c.word) {
-                        return;
-                    }
-                    c.seen_any = pos;
-                    if entry_media(e) & GPU != 0 {
-                        c.seen_dev = pos;
+                    };
+                    if p.met & !DEV_OUT == base | entry_parity(e) as u32 {
+                        // A candidate still in (one entry per worker in a block).
+                        seen += 1;
+                        p.any = pos;
+                        if entry_media(e) & GPU != 0 {
+                            seen_dev += (p.met & DEV_OUT == 0) as usize;
+                            p.dev = pos;
+                        }
                     }
                 });
             }
-            let (cands, alive) = (&mut s.cands, &mut s.alive);
-            alive.retain(|&ci| {
-                let c = &mut cands[ci as usize];
-                if c.dev == IN && c.seen_dev != pos {
-                    c.dev = i as u32;
+            if seen == s.alive.len() && seen_dev == dev_in {
+                i += 1;
+                continue;
+            }
+            let (cands, alive, per) = (&mut s.cands, &mut s.alive, &mut s.per);
+            alive.retain(|&slot| {
+                let p = &mut per[slot as usize];
+                if p.met & DEV_OUT == 0 && p.dev != pos {
+                    p.met |= DEV_OUT;
+                    dev_in -= 1;
+                    cands[p.cand as usize].dev = i as u32;
                 }
-                if c.seen_any != pos {
-                    c.any = i as u32;
+                if p.any != pos {
+                    // Out: its entries stop counting.
+                    p.met &= !COUNTING;
+                    cands[p.cand as usize].any = i as u32;
                     return false;
                 }
                 true

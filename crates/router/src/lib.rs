@@ -13,18 +13,22 @@
 //!   namespace's [`dynamo_seed`]); its **chain key** is the router-side sequence hash of the
 //!   prefix ending with it (`key[0] = content[0]`, `key[i] = xxh3_next(key[i-1],
 //!   content[i])`), so one key names one (namespace, position, content) block whatever
-//!   hashes the engines use. A sharded open-addressing table maps a key to a 32-byte record
-//!   holding the block's members: one 4-byte entry per holding worker (media bits and a clear
-//!   parity), three inline and the rest in an overflow array (`table.rs`).
+//!   hashes the engines use. A sharded open-addressing table (slots tagged with a key
+//!   fingerprint) maps a key to a 32-byte record holding the block's members: one 4-byte
+//!   entry per holding worker (media bits and a clear parity), three inline and the rest in
+//!   an overflow array (`table.rs`).
 //! - **Engine hashes per worker.** Each worker's writer state maps its engine hashes to
-//!   chain keys (parents and removals resolve there) and keeps the batch cursor
-//!   (`workers.rs`). Writers of different workers run in parallel; one shard lock is taken
-//!   per block changed, never by a reader.
-//! - **Readers** (`find.rs`) hash the request, probe the table position by position and
-//!   intersect holders, with no lock and no store to shared memory. Per-worker
-//!   consistency comes from each worker's version word (`workers.rs`): read when the reader
-//!   first meets the worker and again at the end; a worker that changed more than once in
-//!   between is walked again on its own.
+//!   chain keys (parents and removals resolve there; an open-addressing map of its own,
+//!   17 bytes a place) and keeps the batch cursor (`workers.rs`). Writers of different
+//!   workers run in parallel; one shard lock is taken per block changed, never by a reader.
+//!   A store or removal goes in chunks of 16 blocks (map places and table slots asked for
+//!   ahead, then the changes in order); a store's changes share version bumps
+//!   (`apply_stored`); counters move once per event.
+//! - **Readers** (`find.rs`) hash the request, probe the table position by position (slots,
+//!   records and overflow arrays asked for ahead) and intersect holders, with no lock and
+//!   no store to shared memory. Per-worker consistency comes from each worker's version
+//!   word (`workers.rs`): read when the reader first meets the worker and again at the end;
+//!   a worker that changed more than once in between is walked again on its own.
 //! - **Reclamation** is crossbeam-epoch: records, overflow arrays and tables are retired
 //!   when unlinked, so the index returns to its empty size once every worker is gone.
 //!
@@ -59,7 +63,7 @@ use radixkv::events::hash::{dynamo_seed, xxh3_local, xxh3_next};
 use sync::epoch::{Domain, Guard};
 use sync::{AtomicI64, AtomicU64, Ordering, lock};
 use table::{BlockTable, Delta, GPU, HOST, MEDIA};
-use workers::{Held, Registry, Slot, WorkerState, map_bytes, next_word};
+use workers::{Registry, Slot, StateLock, WorkerState, map_bytes, next_word};
 
 /// What a sequence gap does (see [`RouterIndex::apply_batch`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -370,12 +374,17 @@ pub fn chain_key(parent: Option<u64>, content: u64) -> u64 {
     }
 }
 
+/// Blocks of a store whose table slots are asked for together (`apply_stored`).
+const STORE_CHUNK: usize = 16;
+
 /// The router index (see the crate docs). `Send + Sync`; every method takes `&self`.
 pub struct RouterIndex {
     opts: RouterOptions,
     domain: Domain,
     table: BlockTable,
     slots: Box<[Slot]>,
+    /// Per slot: the writer's state under its lock (apart from `slots`: see `Slot`).
+    states: Box<[StateLock]>,
     registry: Registry,
     live_workers: AtomicU64,
     blocks: AtomicI64,
@@ -398,11 +407,14 @@ impl RouterIndex {
             });
         }
         let slots: Box<[Slot]> = (0..opts.max_workers).map(|_| Slot::new()).collect();
+        let states: Box<[StateLock]> =
+            (0..opts.max_workers).map(|_| crate::sync::Mutex::new(None)).collect();
         let idx = RouterIndex {
             opts,
             domain: Domain::new(),
             table: BlockTable::new(),
             slots,
+            states,
             registry: Registry::new(),
             live_workers: AtomicU64::new(0),
             blocks: AtomicI64::new(0),
@@ -422,7 +434,7 @@ impl RouterIndex {
     /// once every worker is gone and the epoch has freed what they left).
     pub fn empty_bytes(&self) -> usize {
         table::empty_bytes()
-            + self.slots.len() * size_of::<Slot>()
+            + self.slots.len() * (size_of::<Slot>() + size_of::<StateLock>())
             + workers::REG_SHARDS * size_of::<crate::sync::Mutex<HashMap<Worker, u32>>>()
     }
 
@@ -473,7 +485,7 @@ impl RouterIndex {
             }
         };
         let slot = &self.slots[s as usize];
-        let mut st = lock(&slot.state);
+        let mut st = lock(&self.states[s as usize]);
         debug_assert!(st.is_none());
         let old = slot.word.load(Ordering::Relaxed);
         let parity = workers::parity(old);
@@ -504,8 +516,7 @@ impl RouterIndex {
             let Some(s) = self.slot_of(w, create)? else {
                 return Ok(None);
             };
-            let slot = &self.slots[s as usize];
-            let mut g = lock(&slot.state);
+            let mut g = lock(&self.states[s as usize]);
             match g.as_mut() {
                 Some(st) if st.worker == w => {
                     let before = st.bytes();
@@ -541,8 +552,16 @@ impl RouterIndex {
         self.account(d);
     }
 
-    /// `st` drops one name for (key, medium bit `m`).
-    fn unhold(&self, st: &mut WorkerState, slot: u32, key: u64, m: u32, guard: &Guard) {
+    /// `st` drops one name for (key, medium bit `m`); the counter moves go to `acc`.
+    fn unhold(
+        &self,
+        st: &mut WorkerState,
+        slot: u32,
+        key: u64,
+        m: u32,
+        guard: &Guard,
+        acc: &mut Delta,
+    ) {
         if let Some(n) = st.twins.get_mut(&(key, m)) {
             *n -= 1;
             if *n == 0 {
@@ -552,7 +571,7 @@ impl RouterIndex {
         }
         self.bump(slot);
         let (d, _) = self.table.remove(key, slot, m, guard);
-        self.account(d);
+        acc.sum(d);
     }
 
     /// Drops everything `st` holds, atomically for readers (one store of the word), and
@@ -563,55 +582,106 @@ impl RouterIndex {
         // The clear (or removal) point: one Release store.
         word.store(next_word(word.load(Ordering::Relaxed), live, st.parity), Ordering::Release);
         let held = std::mem::take(&mut st.held);
-        for h in held.values() {
-            let (d, _) = self.table.remove(h.key, slot, MEDIA, guard);
-            self.account(d);
+        let mut acc = Delta::default();
+        for (_, key, _) in held.iter() {
+            let (d, _) = self.table.remove(key, slot, MEDIA, guard);
+            acc.sum(d);
         }
+        self.account(acc);
         st.twins = HashMap::default();
     }
 
+    #[allow(clippy::too_many_arguments)]
     fn apply_stored(
         &self,
         st: &mut WorkerState,
         slot: u32,
         parent: Option<u64>,
-        blocks: impl Iterator<Item = (u64, u64)>,
+        hashes: &[u64],
+        contents: impl Iterator<Item = u64>,
         m: u32,
         guard: &Guard,
     ) -> Result<(), RouterError> {
         let mut prev = match parent {
             None => None,
-            Some(p) => match st.held.get(&p) {
-                Some(h) => Some(h.key),
+            Some(p) => match st.held.find(p) {
+                Some(i) => Some(st.held.key(i)),
                 None => {
                     self.refuse(Refusal::UnknownParent, 1);
                     return Err(RouterError::UnknownParent { parent: p });
                 }
             },
         };
-        // Parent first: each block's entry is published before its child's.
-        for (e, c) in blocks {
-            let known = st.held.get_mut(&e).map(|h| {
-                let added = h.media & m == 0;
-                h.media |= m;
-                (h.key, added)
-            });
-            let key = match known {
-                Some((key, added)) => {
-                    if added {
-                        self.hold(st, slot, key, m, guard);
+        // Parent first: each block's entry is published before its child's. One version
+        // bump covers a run of the store's entry changes (a *segment*), not one each: a
+        // reader whose two loads of the word are equal saw at most one segment in
+        // progress. Take the first of the segment's changes (in store order) that it saw
+        // undone, at request position p: every change before it was done when it was read
+        // as done, so the reader saw the worker's state after the store's blocks before
+        // that one (the block-by-block prefix rule of `workers.rs`) up to p; at p the
+        // change makes a new entry, so the worker held p in neither medium then, both
+        // counts stop at p, and what the reader saw past p does not matter (whatever
+        // order it read positions in). An *upgrade* (an entry holding the other medium
+        // gains this one) breaks that last step (the any-medium count goes on past p), so
+        // a segment ends with an upgrade: the next change bumps again.
+        //
+        // The blocks go in chunks: their keys first (the worker's map), then a hint for
+        // each key's table slot and record, then the table changes in order, so that the
+        // chunk's table misses overlap.
+        let mut acc = Delta::default();
+        let mut bump = true;
+        let mut chunk = [0u64; STORE_CHUNK];
+        let mut contents = contents;
+        for (c0, part) in hashes.chunks(STORE_CHUNK).enumerate() {
+            // The worker's map places of this chunk and the next, asked for ahead.
+            let ahead = hashes.get((c0 + 1) * STORE_CHUNK..).unwrap_or(&[]);
+            if c0 == 0 {
+                part.iter().for_each(|&e| st.held.prefetch(e));
+            }
+            ahead.iter().take(STORE_CHUNK).for_each(|&e| st.held.prefetch(e));
+            let mut n = 0;
+            for &e in part {
+                let c = contents.next().expect("a content hash per block");
+                let key = match st.held.find(e) {
+                    Some(i) => {
+                        let media = st.held.media(i);
+                        if media & m == 0 {
+                            st.held.set_media(i, media | m);
+                            chunk[n] = st.held.key(i);
+                            n += 1;
+                        }
+                        st.held.key(i)
                     }
-                    key
+                    None => {
+                        let key = chain_key(prev, c);
+                        st.held.insert_new(e, key, m);
+                        chunk[n] = key;
+                        n += 1;
+                        key
+                    }
+                };
+                prev = Some(key);
+            }
+            for &key in &chunk[..n] {
+                self.table.prefetch(key, false, guard);
+            }
+            for &key in &chunk[..n] {
+                self.table.prefetch(key, true, guard);
+            }
+            for &key in &chunk[..n] {
+                if bump {
+                    self.bump(slot);
                 }
-                None => {
-                    let key = chain_key(prev, c);
-                    st.held.insert(e, Held { key, media: m });
-                    self.hold(st, slot, key, m, guard);
-                    key
+                let d = self.table.add(key, slot, st.parity, m, guard);
+                if d.memberships == 0 {
+                    // The worker held (key, m) already under another engine name.
+                    *st.twins.entry((key, m)).or_insert(0) += 1;
                 }
-            };
-            prev = Some(key);
+                bump = d.upgraded;
+                acc.sum(d);
+            }
         }
+        self.account(acc);
         Ok(())
     }
 
@@ -624,19 +694,42 @@ impl RouterIndex {
         guard: &Guard,
     ) -> Result<(), RouterError> {
         let mut unknown = 0;
-        for e in hashes {
-            match st.held.get_mut(e) {
-                Some(h) if h.media & m != 0 => {
-                    h.media &= !m;
-                    let key = h.key;
-                    if h.media == 0 {
-                        st.held.remove(e);
+        let mut acc = Delta::default();
+        // In chunks, as `apply_stored` does: the keys, the hints, then the table changes.
+        let mut chunk = [0u64; STORE_CHUNK];
+        for (c0, part) in hashes.chunks(STORE_CHUNK).enumerate() {
+            let ahead = hashes.get((c0 + 1) * STORE_CHUNK..).unwrap_or(&[]);
+            if c0 == 0 {
+                part.iter().for_each(|&e| st.held.prefetch(e));
+            }
+            ahead.iter().take(STORE_CHUNK).for_each(|&e| st.held.prefetch(e));
+            let mut n = 0;
+            for &e in part {
+                match st.held.find(e) {
+                    Some(i) if st.held.media(i) & m != 0 => {
+                        chunk[n] = st.held.key(i);
+                        n += 1;
+                        let left = st.held.media(i) & !m;
+                        if left == 0 {
+                            st.held.remove_at(i);
+                        } else {
+                            st.held.set_media(i, left);
+                        }
                     }
-                    self.unhold(st, slot, key, m, guard);
+                    _ => unknown += 1,
                 }
-                _ => unknown += 1,
+            }
+            for &key in &chunk[..n] {
+                self.table.prefetch(key, false, guard);
+            }
+            for &key in &chunk[..n] {
+                self.table.prefetch(key, true, guard);
+            }
+            for &key in &chunk[..n] {
+                self.unhold(st, slot, key, m, guard, &mut acc);
             }
         }
+        self.account(acc);
         if unknown > 0 {
             self.refuse(Refusal::UnknownRemoval, unknown as u64);
             return Err(RouterError::UnknownRemovals { count: unknown });
@@ -701,9 +794,10 @@ impl RouterIndex {
         let seed = dynamo_seed(cache_salt, lora_name);
         let bs = self.opts.block_size as usize;
         let contents = token_ids.chunks_exact(bs).map(|b| xxh3_local(b, seed));
-        let blocks = block_hashes.iter().copied().zip(contents);
         let m = medium_bit(medium);
-        self.store_as(w, parent, |me, st, slot, g| me.apply_stored(st, slot, parent, blocks, m, g))
+        self.store_as(w, parent, |me, st, slot, g| {
+            me.apply_stored(st, slot, parent, block_hashes, contents, m, g)
+        })
     }
 
     /// `BlockStored` with the blocks' content hashes computed by the caller (namespace
@@ -719,9 +813,11 @@ impl RouterIndex {
         self.events.fetch_add(1, Ordering::Relaxed);
         let bs = self.opts.block_size;
         self.check_store(block_hashes.len(), content_hashes.len() * bs as usize, bs)?;
-        let blocks = block_hashes.iter().copied().zip(content_hashes.iter().copied());
+        let contents = content_hashes.iter().copied();
         let m = medium_bit(medium);
-        self.store_as(w, parent, |me, st, slot, g| me.apply_stored(st, slot, parent, blocks, m, g))
+        self.store_as(w, parent, |me, st, slot, g| {
+            me.apply_stored(st, slot, parent, block_hashes, contents, m, g)
+        })
     }
 
     /// Runs a store `f` as `w`. A store under a parent needs `w` known already (an unknown
@@ -777,9 +873,8 @@ impl RouterIndex {
         let Some(s) = reg.remove(&w) else {
             return false;
         };
-        let slot = &self.slots[s as usize];
         {
-            let mut g = lock(&slot.state);
+            let mut g = lock(&self.states[s as usize]);
             let mut st = g.take().expect("a registered worker has a state");
             let guard = self.domain.pin();
             let before = st.bytes();
@@ -898,12 +993,12 @@ impl RouterIndex {
                             let contents = token_ids
                                 .chunks_exact(*block_size as usize)
                                 .map(|b| xxh3_local(b, seed));
-                            let blocks = block_hashes.iter().copied().zip(contents);
                             me.apply_stored(
                                 st,
                                 slot,
                                 *parent_block_hash,
-                                blocks,
+                                block_hashes,
+                                contents,
                                 medium_bit(*medium),
                                 g,
                             )
@@ -966,10 +1061,10 @@ impl RouterIndex {
                 let mut blocks: Vec<DumpBlock> = st
                     .held
                     .iter()
-                    .map(|(&e, h)| DumpBlock {
+                    .map(|(e, key, media)| DumpBlock {
                         engine_hash: e,
-                        chain_key: h.key,
-                        media: h.media as u8,
+                        chain_key: key,
+                        media: media as u8,
                     })
                     .collect();
                 blocks.sort();
@@ -993,10 +1088,17 @@ impl RouterIndex {
                 st.next_seq = wd.next_seq;
                 for b in &wd.blocks {
                     let media = u32::from(b.media);
-                    let h =
-                        st.held.entry(b.engine_hash).or_insert(Held { key: b.chain_key, media: 0 });
-                    let (key, new) = (h.key, media & !h.media);
-                    h.media |= media;
+                    let (key, new) = match st.held.find(b.engine_hash) {
+                        Some(i) => {
+                            let had = st.held.media(i);
+                            st.held.set_media(i, had | media);
+                            (st.held.key(i), media & !had)
+                        }
+                        None => {
+                            st.held.insert_new(b.engine_hash, b.chain_key, media);
+                            (b.chain_key, media)
+                        }
+                    };
                     for m in [GPU, HOST] {
                         if new & m != 0 {
                             me.hold(st, slot, key, m, g);

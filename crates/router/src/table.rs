@@ -9,7 +9,8 @@
 //! array that grows and shrinks by copy.
 //!
 //! The table is [`SHARDS`] shards of open-addressing (linear probing) tables of record
-//! pointers. Readers probe with no lock and write nothing; writers take their shard's
+//! pointers, each tagged with a 3-bit fingerprint of its key (a probe loads only the
+//! records whose fingerprint matches). Readers probe with no lock and write nothing; writers take their shard's
 //! mutex for every change of a record or a table (a change is short: one entry, or one
 //! rebuild).
 //!
@@ -116,7 +117,10 @@ impl Overflow {
     }
 }
 
-/// One block: its chain key and its holders.
+/// One block: its chain key and its holders. Aligned to 16 (what the allocator gives a
+/// 32-byte allocation anyway) so that a table slot's pointer has four tag bits: the
+/// tombstone and a 3-bit fingerprint of the key ([`fingerprint`]).
+#[repr(align(16))]
 pub(crate) struct Block {
     /// The chain key (immutable).
     pub(crate) key: u64,
@@ -157,6 +161,17 @@ impl Block {
     }
 }
 
+impl Block {
+    /// A hint: starts loading the overflow array's header, if there is one.
+    #[inline]
+    pub(crate) fn prefetch_overflow(&self, guard: &Guard) {
+        let over = self.over.load(Ordering::Relaxed, guard);
+        if !over.is_null() {
+            prefetch_line(over.as_raw().cast());
+        }
+    }
+}
+
 struct Table {
     slots: Box<[Atomic<Block>]>,
 }
@@ -173,6 +188,15 @@ impl Table {
 
 /// A tombstone: a null pointer with tag 1 (a removed record; probes go on past it).
 const TOMB: usize = 1;
+
+/// The tag of a live slot for a key of mixed hash `h`: three bits of the hash (none of the
+/// bits that pick the shard or, below 2^48 slots, the probe start) above the tombstone
+/// bit, stored with the record's pointer, so a probe skips most other keys' records
+/// without loading them.
+#[inline]
+fn fingerprint(h: u64) -> usize {
+    (((h >> 48) & 7) << 1) as usize
+}
 
 /// What the lock holder keeps of a shard.
 struct ShardState {
@@ -196,6 +220,20 @@ pub(crate) struct Delta {
     pub(crate) memberships: i64,
     /// Heap bytes allocated (+) or retired (-).
     pub(crate) bytes: i64,
+    /// An add gave an existing entry one more medium (the worker held the block already, in
+    /// the other medium): what a store's grouped version bump must not run past
+    /// (`RouterIndex::apply_stored`).
+    pub(crate) upgraded: bool,
+}
+
+impl Delta {
+    /// Adds `d`'s counter moves to these.
+    #[inline]
+    pub(crate) fn sum(&mut self, d: Delta) {
+        self.blocks += d.blocks;
+        self.memberships += d.memberships;
+        self.bytes += d.bytes;
+    }
 }
 
 /// A 64-bit finalizer (murmur3's): keys a caller supplies (`find_hashes`) need not be
@@ -261,11 +299,23 @@ impl BlockTable {
         let t = self.shard(h).table.load(Ordering::Acquire, guard);
         // SAFETY: as in `get` (loaded under `guard`, never null).
         let t = unsafe { t.deref() };
-        let slot = &t.slots[h as usize & (t.slots.len() - 1)];
+        let mask = t.slots.len() - 1;
+        let i = h as usize & mask;
+        let slot = &t.slots[i];
         if record {
-            let b = slot.load(Ordering::Acquire, guard);
-            if !b.is_null() {
-                prefetch_line(b.as_raw().cast());
+            // The first record of the probe whose fingerprint matches (the slots the probe
+            // starts with: within its cache line, most often).
+            let fp = fingerprint(h);
+            for j in 0..4 {
+                let b = t.slots[(i + j) & mask].load(Ordering::Acquire, guard);
+                if b.is_null() {
+                    if b.tag() != TOMB {
+                        return;
+                    }
+                } else if b.tag() == fp {
+                    prefetch_line(b.as_raw().cast());
+                    return;
+                }
             }
         } else {
             prefetch_line((slot as *const Atomic<Block>).cast());
@@ -307,6 +357,7 @@ impl BlockTable {
             blocks: 1,
             memberships: media.count_ones() as i64,
             bytes: size_of::<Block>() as i64,
+            upgraded: false,
         };
         if (st.used + 1) * 4 > t.slots.len() * 3 {
             let n = target(st.live + 1);
@@ -328,7 +379,7 @@ impl BlockTable {
         }
         st.live += 1;
         // Publish: Release, so a reader's Acquire load of the pointer sees the record.
-        t.slots[i].store(Owned::new(rec), Ordering::Release);
+        t.slots[i].store(Owned::new(rec).with_tag(fingerprint(h)), Ordering::Release);
         d
     }
 
@@ -403,7 +454,7 @@ impl Drop for BlockTable {
 
 /// Asks the CPU to start loading the cache line at `p` (a hint; `p` is never dereferenced).
 #[inline(always)]
-fn prefetch_line(p: *const i8) {
+pub(crate) fn prefetch_line(p: *const i8) {
     #[cfg(target_arch = "x86_64")]
     // SAFETY: a prefetch does not access memory architecturally: any address is allowed,
     // and SSE is part of the x86_64 baseline.
@@ -429,13 +480,14 @@ fn find_slot<'g>(
 ) -> Option<(usize, Shared<'g, Block>)> {
     let mask = t.slots.len() - 1;
     let mut i = h as usize & mask;
+    let fp = fingerprint(h);
     for _ in 0..t.slots.len() {
         let s = t.slots[i].load(Ordering::Acquire, guard);
         if s.is_null() {
             if s.tag() != TOMB {
                 return None;
             }
-        } else {
+        } else if s.tag() == fp {
             // SAFETY: loaded under `guard` (see `BlockTable::get`).
             if unsafe { s.deref() }.key == key {
                 return Some((i, s));
@@ -496,6 +548,7 @@ fn add_entry(b: &Block, slot: u32, parity: bool, media: u32, guard: &Guard) -> D
             let nv = entry(slot, parity, entry_media(v) | media);
             d.memberships += (entry_media(nv) & !entry_media(v)).count_ones() as i64;
             if nv != v {
+                d.upgraded = true;
                 e.store(nv, Ordering::Release);
             }
             return d;

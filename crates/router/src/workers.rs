@@ -16,7 +16,11 @@
 //! Protocol (the word is written only by the holder of the slot's state lock):
 //! - *a change* of one of the worker's (block, medium) holdings: `fetch_add(1, Release)`,
 //!   then the entry's Release store (`table.rs`). A reader that observes the entry's new
-//!   value (Acquire) therefore reads the word at or past the increment afterwards.
+//!   value (Acquire) therefore reads the word at or past the increment afterwards. A store
+//!   event's changes share increments: one `fetch_add` before a *segment* of them (entry
+//!   stores in the store's parent-first order, each segment ending at the first change
+//!   that gives an existing entry its second medium; `RouterIndex::apply_stored` says why
+//!   a reader that saw part of a segment saw a block-by-block prefix state).
 //! - *clear*: one Release store of the word with the count +1 and the parity flipped;
 //!   then the old entries are removed from the table (no further increments: readers that
 //!   met the worker before the store see a different word at their check; readers that
@@ -29,9 +33,10 @@
 //! A reader loads the word (Acquire) when it first meets the worker, makes its trusted
 //! reads of the worker's entries after that, and loads the word again at the end: equal
 //! words mean the worker changed at most once during the reads (the change whose increment
-//! the first load saw, whose single entry store may have landed during them), so what the
-//! reader saw is the worker's state before or after that one change. Otherwise it walks
-//! that worker again.
+//! the first load saw, whose single entry store, or segment of a store's entry stores, may
+//! have landed during them), so what the reader saw is the worker's state before or after
+//! that one change (for a segment: after a prefix of it). Otherwise it walks that worker
+//! again.
 
 use std::collections::HashMap;
 use std::hash::{BuildHasherDefault, Hasher};
@@ -84,13 +89,6 @@ impl Hasher for MixHasher {
 
 pub(crate) type Mix = BuildHasherDefault<MixHasher>;
 
-/// One of the worker's engine hashes: the block's chain key and the media it holds it in.
-#[derive(Clone, Copy, Debug)]
-pub(crate) struct Held {
-    pub(crate) key: u64,
-    pub(crate) media: u32,
-}
-
 /// What a worker's writer keeps (under the slot's state lock).
 pub(crate) struct WorkerState {
     pub(crate) worker: Worker,
@@ -99,7 +97,7 @@ pub(crate) struct WorkerState {
     /// The writer's copy of the word's clear parity.
     pub(crate) parity: bool,
     /// Engine hash -> the block it names and its media.
-    pub(crate) held: HashMap<u64, Held, Mix>,
+    pub(crate) held: HeldMap,
     /// Second (third, ...) engine names of one (chain key, medium) this worker holds: how
     /// many more names than one. Empty unless an engine names a block twice.
     pub(crate) twins: HashMap<(u64, u32), u32, Mix>,
@@ -111,7 +109,7 @@ impl WorkerState {
             worker,
             next_seq: None,
             parity,
-            held: HashMap::default(),
+            held: HeldMap::default(),
             twins: HashMap::default(),
         }
     }
@@ -119,7 +117,7 @@ impl WorkerState {
     /// Heap bytes of the state (its box and its maps' tables).
     pub(crate) fn bytes(&self) -> usize {
         size_of::<WorkerState>()
-            + map_bytes(self.held.capacity(), size_of::<(u64, Held)>())
+            + self.held.bytes()
             + map_bytes(self.twins.capacity(), size_of::<((u64, u32), u32)>())
     }
 }
@@ -139,7 +137,9 @@ pub(crate) fn map_bytes(capacity: usize, item: usize) -> usize {
     (buckets * item).next_multiple_of(16) + buckets + 16
 }
 
-/// A worker slot.
+/// A worker slot: what readers read. (The writer's state and its lock are in an array of
+/// their own, `RouterIndex::states`, so that taking the lock writes no line a reader
+/// reads.)
 pub(crate) struct Slot {
     /// The version word (layout above).
     pub(crate) word: AtomicU64,
@@ -147,18 +147,14 @@ pub(crate) struct Slot {
     /// their two loads of the word).
     pub(crate) id: AtomicU64,
     pub(crate) rank: AtomicU32,
-    /// The writer's state (`None`: the slot is free).
-    pub(crate) state: Mutex<Option<Box<WorkerState>>>,
 }
+
+/// A slot's writer state (`None`: the slot is free) under its lock.
+pub(crate) type StateLock = Mutex<Option<Box<WorkerState>>>;
 
 impl Slot {
     pub(crate) fn new() -> Slot {
-        Slot {
-            word: AtomicU64::new(0),
-            id: AtomicU64::new(0),
-            rank: AtomicU32::new(0),
-            state: Mutex::new(None),
-        }
+        Slot { word: AtomicU64::new(0), id: AtomicU64::new(0), rank: AtomicU32::new(0) }
     }
 }
 
@@ -187,5 +183,204 @@ impl Registry {
         let h =
             (w.worker_id ^ (w.dp_rank as u64).rotate_left(32)).wrapping_mul(0x9e37_79b9_7f4a_7c15);
         &self.shards[(h >> 60) as usize % REG_SHARDS]
+    }
+}
+
+/// A worker's engine-hash map: engine hash -> (chain key, media), open addressing with
+/// linear probing, in two arrays: one control byte per place (0: empty; else a 6-bit
+/// fingerprint of the engine hash above the 2 media bits, never 0 while held) and the
+/// `(engine hash, chain key)` pairs. 17 bytes a place at most 7/8 full; a probe scans
+/// control bytes (one line holds 64) and reads a pair only on a fingerprint match; a
+/// removal shifts the probe run back (no tombstones). [`HeldMap::prefetch`] asks for a
+/// hash's first places ahead of its lookup (the writer's chunks, `lib.rs`).
+#[derive(Default)]
+pub(crate) struct HeldMap {
+    ctrl: Box<[u8]>,
+    pairs: Box<[(u64, u64)]>,
+    len: usize,
+}
+
+/// Where a probe for engine hash `e` starts, and its control byte's fingerprint bits.
+#[inline]
+fn held_hash(e: u64) -> (usize, u8) {
+    let h = (e ^ 0x2545_f491_4f6c_dd1d).wrapping_mul(0x9e37_79b9_7f4a_7c15);
+    let h = h ^ (h >> 31);
+    (h as usize, ((h >> 58) as u8) << 2)
+}
+
+const HELD_MEDIA: u8 = 3;
+const HELD_MIN: usize = 8;
+
+impl HeldMap {
+    /// Held engine hashes.
+    #[cfg(test)]
+    pub(crate) fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Heap bytes of the map (its two arrays).
+    pub(crate) fn bytes(&self) -> usize {
+        self.ctrl.len() * (1 + size_of::<(u64, u64)>())
+    }
+
+    /// The place of `e`, if held.
+    #[inline]
+    pub(crate) fn find(&self, e: u64) -> Option<usize> {
+        if self.ctrl.is_empty() {
+            return None;
+        }
+        let mask = self.ctrl.len() - 1;
+        let (h, fp) = held_hash(e);
+        let mut i = h & mask;
+        loop {
+            let c = self.ctrl[i];
+            if c == 0 {
+                return None;
+            }
+            if c & !HELD_MEDIA == fp && self.pairs[i].0 == e {
+                return Some(i);
+            }
+            i = (i + 1) & mask;
+        }
+    }
+
+    /// A hint: starts loading the places where `e`'s probe begins.
+    #[inline]
+    pub(crate) fn prefetch(&self, e: u64) {
+        if self.ctrl.is_empty() {
+            return;
+        }
+        let i = held_hash(e).0 & (self.ctrl.len() - 1);
+        crate::table::prefetch_line(self.ctrl[i..].as_ptr().cast());
+        crate::table::prefetch_line(self.pairs[i..].as_ptr().cast());
+    }
+
+    /// The chain key at place `i`.
+    #[inline]
+    pub(crate) fn key(&self, i: usize) -> u64 {
+        self.pairs[i].1
+    }
+
+    /// The media at place `i`.
+    #[inline]
+    pub(crate) fn media(&self, i: usize) -> u32 {
+        (self.ctrl[i] & HELD_MEDIA) as u32
+    }
+
+    /// Sets the media at place `i` (not 0: see [`HeldMap::remove_at`]).
+    #[inline]
+    pub(crate) fn set_media(&mut self, i: usize, media: u32) {
+        debug_assert!(media != 0 && media <= HELD_MEDIA as u32);
+        self.ctrl[i] = (self.ctrl[i] & !HELD_MEDIA) | media as u8;
+    }
+
+    /// Adds `e`, which is not held, with `key` and `media` (not 0).
+    pub(crate) fn insert_new(&mut self, e: u64, key: u64, media: u32) {
+        debug_assert!(media != 0 && media <= HELD_MEDIA as u32 && self.find(e).is_none());
+        if (self.len + 1) * 8 > self.ctrl.len() * 7 {
+            self.grow();
+        }
+        self.place(e, key, media as u8);
+        self.len += 1;
+    }
+
+    fn place(&mut self, e: u64, key: u64, media: u8) {
+        let mask = self.ctrl.len() - 1;
+        let (h, fp) = held_hash(e);
+        let mut i = h & mask;
+        while self.ctrl[i] != 0 {
+            i = (i + 1) & mask;
+        }
+        self.ctrl[i] = fp | media;
+        self.pairs[i] = (e, key);
+    }
+
+    fn grow(&mut self) {
+        let cap = (self.ctrl.len() * 2).max(HELD_MIN);
+        let ctrl = std::mem::replace(&mut self.ctrl, vec![0; cap].into_boxed_slice());
+        let pairs = std::mem::replace(&mut self.pairs, vec![(0, 0); cap].into_boxed_slice());
+        for (c, &(e, key)) in ctrl.iter().zip(pairs.iter()) {
+            if *c != 0 {
+                self.place(e, key, c & HELD_MEDIA);
+            }
+        }
+    }
+
+    /// Removes the entry at place `i`: the places after it in its probe run move back.
+    pub(crate) fn remove_at(&mut self, mut i: usize) {
+        let mask = self.ctrl.len() - 1;
+        let mut j = (i + 1) & mask;
+        while self.ctrl[j] != 0 {
+            let home = held_hash(self.pairs[j].0).0 & mask;
+            // `j` may fill the hole at `i` when its home is not in (i, j] (cyclically).
+            if (j.wrapping_sub(home) & mask) >= (j.wrapping_sub(i) & mask) {
+                self.ctrl[i] = self.ctrl[j];
+                self.pairs[i] = self.pairs[j];
+                i = j;
+            }
+            j = (j + 1) & mask;
+        }
+        self.ctrl[i] = 0;
+        self.len -= 1;
+    }
+
+    /// Every held `(engine hash, chain key, media)`.
+    pub(crate) fn iter(&self) -> impl Iterator<Item = (u64, u64, u32)> + '_ {
+        self.ctrl
+            .iter()
+            .zip(self.pairs.iter())
+            .filter(|(c, _)| **c != 0)
+            .map(|(c, &(e, k))| (e, k, (c & HELD_MEDIA) as u32))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::HeldMap;
+    use std::collections::HashMap;
+
+    #[test]
+    fn held_map_equals_a_hash_map() {
+        let mut m = HeldMap::default();
+        let mut r: HashMap<u64, (u64, u32)> = HashMap::new();
+        let mut x: u64 = 1;
+        for step in 0..200_000u64 {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            // Few distinct engine hashes (collisions of homes), some clustered.
+            let e = if step % 3 == 0 { x % 64 } else { (x % 5000) << 40 | (x % 7) };
+            match (x >> 20) % 4 {
+                0 | 1 => match m.find(e) {
+                    Some(i) => {
+                        let media = (m.media(i) % 3) + 1;
+                        m.set_media(i, media);
+                        r.get_mut(&e).unwrap().1 = media;
+                    }
+                    None => {
+                        m.insert_new(e, !e, 1);
+                        r.insert(e, (!e, 1));
+                    }
+                },
+                _ => {
+                    if let Some(i) = m.find(e) {
+                        m.remove_at(i);
+                        r.remove(&e).unwrap();
+                    } else {
+                        assert!(!r.contains_key(&e));
+                    }
+                }
+            }
+            assert_eq!(m.len(), r.len());
+        }
+        let mut got: Vec<_> = m.iter().collect();
+        got.sort();
+        let mut want: Vec<_> = r.iter().map(|(&e, &(k, md))| (e, k, md)).collect();
+        want.sort();
+        assert_eq!(got, want);
+        for (&e, &(k, md)) in &r {
+            let i = m.find(e).unwrap();
+            assert_eq!((m.key(i), m.media(i)), (k, md));
+        }
     }
 }

@@ -1,8 +1,9 @@
 //! Loom models of the router index's protocols (`RUSTFLAGS="--cfg loom --cfg
 //! crossbeam_loom"`, `LOOM_MAX_PREEMPTIONS=2`, `--release`): publication of a new block, a
 //! coverage change (an entry into a full record: its overflow array published), a medium
-//! change, removal and reclaim, the per-worker prefix rule under two removals, worker
-//! removal, clear, a table rebuild, and two writers on one block. Each model is small
+//! change, a store's grouped version bump ending at an upgrade, removal and reclaim, the
+//! per-worker prefix rule under two removals, worker removal, clear, a table rebuild, and
+//! two writers on one block. Each model is small
 //! (block size 1, at most four blocks, one shard, five worker slots).
 #![cfg(loom)]
 
@@ -61,6 +62,24 @@ fn new_block_is_published_parent_first() {
         let t = thread::spawn(move || store(&i2, A, None, &[1, 2], &[10, 11]));
         let got = find(&idx, &[10, 11]);
         assert!(got.is_empty() || got == [(1, 1, 1)] || got == [(1, 2, 2)], "{got:?}");
+        t.join().unwrap();
+        assert_eq!(find(&idx, &[10, 11]), [(1, 2, 2)]);
+        empty_after_all_gone(&idx, &[A]);
+    });
+}
+
+#[test]
+fn upgrade_ends_a_store_segment() {
+    model(|| {
+        let idx = Arc::new(index());
+        idx.stored(A, None, None, None, &[1], &[10], Medium::CpuPinned).unwrap();
+        let i2 = idx.clone();
+        // One device store: block 1 gains the device copy (an upgrade), block 2 is new;
+        // the upgrade ends the store's segment, so the new block has a bump of its own.
+        let t = thread::spawn(move || store(&i2, A, None, &[1, 2], &[10, 11]));
+        let got = find(&idx, &[10, 11]);
+        // Before, after block 1, after both; never the new block without the upgrade.
+        assert!(got == [(1, 0, 1)] || got == [(1, 1, 1)] || got == [(1, 2, 2)], "{got:?}");
         t.join().unwrap();
         assert_eq!(find(&idx, &[10, 11]), [(1, 2, 2)]);
         empty_after_all_gone(&idx, &[A]);
