@@ -258,6 +258,41 @@ fn mark(bits: &Mutex<Vec<u64>>, slots: impl Iterator<Item = u32>, on: bool) {
     }
 }
 
+/// A matched prefix the SGLang backend's node keeps (`prefix_match`, `span_checkpoint`):
+/// its namespace, its tokens as `u32` (the request's key converted once), and the slots of
+/// its latest match or lock.
+#[pyclass(frozen, module = "radixkv._radixkv")]
+pub struct Prefix {
+    ns: u64,
+    toks: Vec<u32>,
+    slots: Mutex<Vec<SlotRun>>,
+}
+
+#[pymethods]
+impl Prefix {
+    fn __len__(&self) -> usize {
+        self.toks.len()
+    }
+}
+
+/// The slots of positions `from..to` of `runs` (clamped), as runs.
+fn runs_cut(runs: &[SlotRun], from: usize, to: usize) -> Vec<SlotRun> {
+    let mut out = Vec::new();
+    let mut at = 0usize;
+    for r in runs {
+        let (lo, hi) = (at, at + r.len as usize);
+        at = hi;
+        let (a, b) = (lo.max(from), hi.min(to));
+        if a < b {
+            out.push(SlotRun { start: r.start + (a - lo) as u32, len: (b - a) as u32 });
+        }
+        if at >= to {
+            break;
+        }
+    }
+    out
+}
+
 type Stats12 = (u64, u64, u64, u64, u64, u64, u64, u64, u64, u64, u64, u64);
 
 impl NativeCache {
@@ -1106,6 +1141,142 @@ impl NativeCache {
                 Ok(e)
             })
         })
+    }
+
+    // -- kept prefixes (the SGLang backend's nodes: the matched tokens converted to u32 once
+    // per request, and the slots of the latest match or lock of them) --
+
+    /// As `span_match_len`, and the matched prefix kept: `(length, Prefix or None)`.
+    fn prefix_match(
+        &self,
+        py: Python<'_>,
+        ns: u64,
+        tokens: &Bound<'_, PyAny>,
+        start: usize,
+        stop: usize,
+    ) -> PyResult<(usize, Option<Prefix>)> {
+        let t = tokens_of(tokens)?;
+        let tv = t.view().narrow(start, stop);
+        self.with(py, "rkv_match", |c| {
+            let mut sc = Vec::new();
+            let toks = tv.get("tokens", &mut sc).map_err(oor)?;
+            let mut runs: Vec<SlotRun> = Vec::new();
+            let m = c.match_prefix(ns, toks, &mut runs);
+            if m == 0 {
+                return Ok((0, None));
+            }
+            let toks = toks[..m].to_vec();
+            Ok((m, Some(Prefix { ns, toks, slots: Mutex::new(runs) })))
+        })
+    }
+
+    /// Pins the longest cached prefix of the kept `prefix`'s first `n` tokens (no key is
+    /// read again): `(handle, length, change of the evictable count)`; the prefix keeps the
+    /// pinned slots.
+    fn prefix_lock(
+        &self,
+        py: Python<'_>,
+        prefix: &Bound<'_, Prefix>,
+        n: usize,
+    ) -> PyResult<(u64, usize, i64)> {
+        let p = prefix.get();
+        self.with(py, "rkv_match_lock", |c| {
+            let toks = &p.toks[..n.min(p.toks.len())];
+            let before = c.tree().stats().evictable_tokens as i64;
+            let mut runs: Vec<SlotRun> = Vec::new();
+            let lock = c.tree().match_and_lock(p.ns, toks, &mut runs).into_raw();
+            let delta = c.tree().stats().evictable_tokens as i64 - before;
+            *p.slots.lock().unwrap_or_else(|e| e.into_inner()) = runs;
+            let (h, n) = self.hold(lock);
+            Ok((h, n, delta))
+        })
+    }
+
+    /// The first `n` slots the kept `prefix` last matched or pinned, as native int64
+    /// bytes (exact while a lock of it is held: pinned slots do not change); with
+    /// `rematch`, matched again first (refreshing its access order, as a match does).
+    #[pyo3(signature = (prefix, n, rematch=false))]
+    fn prefix_slots_i64<'py>(
+        &self,
+        py: Python<'py>,
+        prefix: &Bound<'py, Prefix>,
+        n: usize,
+        rematch: bool,
+    ) -> PyResult<Bound<'py, PyByteArray>> {
+        let p = prefix.get();
+        let runs = self.with(py, "rkv_match", |c| {
+            let mut slots = p.slots.lock().unwrap_or_else(|e| e.into_inner());
+            if rematch {
+                let mut runs: Vec<SlotRun> = Vec::new();
+                c.match_prefix(p.ns, &p.toks[..n.min(p.toks.len())], &mut runs);
+                *slots = runs;
+            }
+            Ok(runs_cut(&slots, 0, n))
+        })?;
+        i64_bytes_of_runs(py, &runs)
+    }
+
+    /// SGLang's checkpoint in one call: caches `tokens[start:stop]` with
+    /// `values[vstart:vstart + (stop - start)]` (as `span_insert`), pins the inserted prefix,
+    /// then releases the lock `old` (0: none). Returns `(existing, handle, pinned length,
+    /// the tree's slots of positions [dup_from, existing) as native int64 bytes, the pinned
+    /// prefix kept)`: the slots the caller's row must point at instead of its duplicates.
+    #[allow(clippy::too_many_arguments)]
+    #[pyo3(signature = (ns, tokens, start, stop, values, vstart, dup_from, old, priority=0, inserted_len=0))]
+    fn span_checkpoint<'py>(
+        &self,
+        py: Python<'py>,
+        ns: u64,
+        tokens: &Bound<'py, PyAny>,
+        start: usize,
+        stop: usize,
+        values: &Bound<'py, PyAny>,
+        vstart: usize,
+        dup_from: usize,
+        old: u64,
+        priority: i64,
+        inserted_len: usize,
+    ) -> PyResult<(usize, u64, usize, Bound<'py, PyByteArray>, Prefix)> {
+        let opts = done(py, "rkv_insert", options(priority, inserted_len))?;
+        let t = tokens_of(tokens)?;
+        let s = to_input(values, "value")?;
+        let stop = stop.min(t.len()).max(start.min(t.len()));
+        let n = stop - start.min(stop);
+        if s.len() < vstart + n {
+            return done(
+                py,
+                "rkv_insert",
+                Err(fail(
+                    INVALID_ARGUMENT,
+                    format!("{} values for {n} tokens from value[{vstart}]", s.len()),
+                )),
+            );
+        }
+        let tv = t.view().narrow(start, stop);
+        let sv = s.view().narrow(vstart, vstart + n);
+        let (e, h, locked, dup, prefix) = self.with(py, "rkv_insert", |c| {
+            with_two_named(tv, sv, "value", |toks, sl| {
+                let e = c
+                    .insert_with(ns, toks, sl, opts)
+                    .map_err(|e| slot_refusal(e, Given::Slots(sl), c.pool()))?;
+                let aligned = toks.len() / c.page_size() * c.page_size();
+                if let Some(t) = &self.tracked {
+                    let mut runs = Vec::new();
+                    SlotRun::push_runs_of(&sl[e.min(aligned)..aligned], &mut runs);
+                    mark_runs(t, &runs, true);
+                }
+                let mut runs: Vec<SlotRun> = Vec::new();
+                let lock = c.tree().match_and_lock(ns, &toks[..aligned], &mut runs).into_raw();
+                let (h, locked) = self.hold(lock);
+                if old != 0 {
+                    self.release_in(c, old)?;
+                }
+                let dup = runs_cut(&runs, dup_from.min(e), e);
+                let prefix = Prefix { ns, toks: toks[..locked].to_vec(), slots: Mutex::new(runs) };
+                Ok((e, h, locked, dup, prefix))
+            })
+        })?;
+        Ok((e, h, locked, i64_bytes_of_runs(py, &dup)?, prefix))
     }
 
     /// The slots the tree holds (with `track_slots`), ascending, as native int64 bytes.
