@@ -25,7 +25,7 @@ use radixkv::{Cache, CacheOptions, EventOptions, EvictionPolicy, PrefixLock, Slo
 
 use crate::closable::Closable;
 use crate::errors::*;
-use crate::input::{Input, OutOfRange, View, to_input, to_runs};
+use crate::input::{Input, OutOfRange, View, to_input, to_input_span, to_runs};
 
 /// The `SlotBuffer` class (an `array('I')` subclass), registered by `radixkv._cache`.
 static SLOT_BUFFER: PyOnceLock<Py<PyAny>> = PyOnceLock::new();
@@ -1155,19 +1155,19 @@ impl NativeCache {
         start: usize,
         stop: usize,
     ) -> PyResult<(usize, Option<Prefix>)> {
-        let t = tokens_of(tokens)?;
-        let tv = t.view().narrow(start, stop);
-        self.with(py, "rkv_match", |c| {
-            let mut sc = Vec::new();
-            let toks = tv.get("tokens", &mut sc).map_err(oor)?;
+        let Input::Owned(mut toks) = to_input_span(tokens, "tokens", start, stop)? else {
+            unreachable!("to_input_span returns its own ids")
+        };
+        let t = &toks;
+        let (m, runs) = self.with(py, "rkv_match", |c| {
             let mut runs: Vec<SlotRun> = Vec::new();
-            let m = c.match_prefix(ns, toks, &mut runs);
-            if m == 0 {
-                return Ok((0, None));
-            }
-            let toks = toks[..m].to_vec();
-            Ok((m, Some(Prefix { ns, toks, slots: Mutex::new(runs) })))
-        })
+            Ok((c.match_prefix(ns, t, &mut runs), runs))
+        })?;
+        if m == 0 {
+            return Ok((0, None));
+        }
+        toks.truncate(m);
+        Ok((m, Some(Prefix { ns, toks, slots: Mutex::new(runs) })))
     }
 
     /// Pins the longest cached prefix of the kept `prefix`'s first `n` tokens (no key is
@@ -1238,43 +1238,43 @@ impl NativeCache {
         inserted_len: usize,
     ) -> PyResult<(usize, u64, usize, Bound<'py, PyByteArray>, Prefix)> {
         let opts = done(py, "rkv_insert", options(priority, inserted_len))?;
-        let t = tokens_of(tokens)?;
-        let s = to_input(values, "value")?;
-        let stop = stop.min(t.len()).max(start.min(t.len()));
-        let n = stop - start.min(stop);
-        if s.len() < vstart + n {
+        let Input::Owned(toks) = to_input_span(tokens, "tokens", start, stop)? else {
+            unreachable!("to_input_span returns its own ids")
+        };
+        let n = toks.len();
+        let Input::Owned(sl) = to_input_span(values, "value", vstart, vstart + n)? else {
+            unreachable!("to_input_span returns its own ids")
+        };
+        if sl.len() < n {
             return done(
                 py,
                 "rkv_insert",
                 Err(fail(
                     INVALID_ARGUMENT,
-                    format!("{} values for {n} tokens from value[{vstart}]", s.len()),
+                    format!("{} values for {n} tokens from value[{vstart}]", sl.len() + vstart),
                 )),
             );
         }
-        let tv = t.view().narrow(start, stop);
-        let sv = s.view().narrow(vstart, vstart + n);
+        let (toks, sl) = (&toks[..], &sl[..]);
         let (e, h, locked, dup, prefix) = self.with(py, "rkv_insert", |c| {
-            with_two_named(tv, sv, "value", |toks, sl| {
-                let e = c
-                    .insert_with(ns, toks, sl, opts)
-                    .map_err(|e| slot_refusal(e, Given::Slots(sl), c.pool()))?;
-                let aligned = toks.len() / c.page_size() * c.page_size();
-                if let Some(t) = &self.tracked {
-                    let mut runs = Vec::new();
-                    SlotRun::push_runs_of(&sl[e.min(aligned)..aligned], &mut runs);
-                    mark_runs(t, &runs, true);
-                }
-                let mut runs: Vec<SlotRun> = Vec::new();
-                let lock = c.tree().match_and_lock(ns, &toks[..aligned], &mut runs).into_raw();
-                let (h, locked) = self.hold(lock);
-                if old != 0 {
-                    self.release_in(c, old)?;
-                }
-                let dup = runs_cut(&runs, dup_from.min(e), e);
-                let prefix = Prefix { ns, toks: toks[..locked].to_vec(), slots: Mutex::new(runs) };
-                Ok((e, h, locked, dup, prefix))
-            })
+            let e = c
+                .insert_with(ns, toks, sl, opts)
+                .map_err(|e| slot_refusal(e, Given::Slots(sl), c.pool()))?;
+            let aligned = toks.len() / c.page_size() * c.page_size();
+            if let Some(t) = &self.tracked {
+                let mut runs = Vec::new();
+                SlotRun::push_runs_of(&sl[e.min(aligned)..aligned], &mut runs);
+                mark_runs(t, &runs, true);
+            }
+            let mut runs: Vec<SlotRun> = Vec::new();
+            let lock = c.tree().match_and_lock(ns, &toks[..aligned], &mut runs).into_raw();
+            let (h, locked) = self.hold(lock);
+            if old != 0 {
+                self.release_in(c, old)?;
+            }
+            let dup = runs_cut(&runs, dup_from.min(e), e);
+            let prefix = Prefix { ns, toks: toks[..locked].to_vec(), slots: Mutex::new(runs) };
+            Ok((e, h, locked, dup, prefix))
         })?;
         Ok((e, h, locked, i64_bytes_of_runs(py, &dup)?, prefix))
     }

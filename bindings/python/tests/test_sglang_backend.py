@@ -216,6 +216,18 @@ class TestRadixKvCache(unittest.TestCase):
                 self.assertEqual(seen[0], seen[1], f"page {page_size}, request {i}: {tokens.tolist()}")
             caches[1][0].sanity_check()
 
+    def test_a_span_names_an_out_of_range_id_by_its_index_in_the_key(self):
+        c = RadixKvCache.create_simulated()
+        ins(c, key([1, 2, 3]), [10, 11, 12])
+        for tokens in (array("q", [1, 2, 1 << 33, 4]), [1, 2, 1 << 33, 4], torch.tensor([1, 2, -5, 4])):
+            with self.subTest(kind=type(tokens).__name__):
+                with self.assertRaisesRegex(ValueError, r"tokens\[2\] = (8589934592|-5) is out of range"):
+                    match(c, RadixKey(tokens))
+        # Within the key's limit, the id past it is not read.
+        r = match(c, RadixKey(array("q", [1, 2, 1 << 33]), limit=2))
+        self.assertEqual(r.device_prefix_len, 2)
+        self.assertEqual(c.path_device_indices(r.last_device_node).tolist(), [10, 11])
+
     def test_events_are_sglangs_objects_with_sglangs_hashes(self):
         for page in (1, 2, 4):
             alloc = Allocator()
