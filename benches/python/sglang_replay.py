@@ -33,7 +33,7 @@ page size 1), read off sglang 0.5.23's scheduler, schedule_batch, allocation and
 
 The allocator and the request pool are stand-ins (a counting allocator handing out fresh
 index ranges; a one-row int32 ``req_to_token``); their cost is the same for every
-contestant. One untimed warm-up round, then N rounds (5 by default), each round running
+contestant; torch runs on one thread (``--torch-threads``). One untimed warm-up round, then N rounds (5 by default), each round running
 every contestant once on a fresh cache, in a rotating order; medians. The hit tokens (the
 sum of ``prefix_len``) must be equal across contestants.
 """
@@ -83,13 +83,17 @@ DEFAULT_TRACE = os.path.join(
 
 
 def load(path):
+    """Each request's tokens as an ``array('q')`` (the scheduler's ``fill_ids`` type). No
+    list of Python ints stays alive: 61M of them in lists make every full collection of the
+    cycle collector walk them (about a second each on this machine), landing on whichever
+    contestant runs then."""
     reqs = []
     with open(path) as f:
         for line in f:
             if not line.strip():
                 continue
             v = json.loads(line)
-            toks = []
+            toks = array("q")
             for h in v["hash_ids"]:
                 toks.extend(range(h * BLOCK, h * BLOCK + BLOCK))
             reqs.append(toks[: v["input_length"]])
@@ -327,7 +331,7 @@ def extras(reqs, thread_rounds):
     for t, s in zip(np_tokens[:200], np_slots[:200]):
         plain.insert(t, s)
     one = reqs[0][:1]
-    p1 = MatchPrefixParams(key=RadixKey(array("q", one)))
+    p1 = MatchPrefixParams(key=RadixKey(one))
     n1 = np.asarray(one, dtype=np.uint32)
     for name, fn in (
         ("SGLang RadixCache.match_prefix", lambda: sgc.match_prefix(p1)),
@@ -379,9 +383,16 @@ def main():
     ap.add_argument("--only", default="", help="comma-separated contestant tags (radix, unified-rust, unified-python, radixkv)")
     ap.add_argument("--extras", action="store_true", help="also the per-call and thread figures")
     ap.add_argument("--thread-rounds", type=int, default=9)
+    ap.add_argument(
+        "--torch-threads",
+        type=int,
+        default=1,
+        help="torch's intra-op threads (1: the scheduler's loop is one thread; on a busy "
+        "machine torch's pool makes every large tensor copy wait for a descheduled worker)",
+    )
     args = ap.parse_args()
-    raw = load(args.trace)
-    reqs = [array("q", t) for t in raw]
+    torch.set_num_threads(args.torch_threads)
+    reqs = load(args.trace)
     n_tokens = sum(len(t) for t in reqs)
     width = max(len(t) for t in reqs)
     indices = torch.arange(n_tokens, dtype=torch.int64)  # every request's new KV, at most
@@ -389,7 +400,8 @@ def main():
     print(
         f"sglang_replay: load average {la[0]:.2f} {la[1]:.2f} {la[2]:.2f}; {len(reqs):,} requests, {n_tokens:,} tokens; "
         f"python {sys.version.split()[0]}, sglang {sglang.__version__}, torch {torch.__version__}, radixkv "
-        f"{radixkv.version()}; nproc {os.cpu_count()}; {args.runs} rounds after a warm-up; "
+        f"{radixkv.version()}; nproc {os.cpu_count()}; torch threads {torch.get_num_threads()}; "
+        f"{args.runs} rounds after a warm-up; "
         f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}"
     )
     rows = [("radix", "SGLang RadixCache", make_radix)]
@@ -432,7 +444,7 @@ def main():
         if rk:
             print("  radixkv against each: " + ", ".join(f"{statistics.median(secs[t]) / rk:.2f}x {t}" for t, _, _ in rows if t != "radixkv"))
     if args.extras:
-        extras(raw, args.thread_rounds)
+        extras(reqs, args.thread_rounds)
     la = os.getloadavg()
     print(f"\nload average at the end: {la[0]:.2f} {la[1]:.2f} {la[2]:.2f}")
     print("\nsglang_replay: " + ("ok: equal hits" if ok else "HIT COUNTS DIFFER"))

@@ -372,8 +372,16 @@ class RadixKvCache(BasePrefixCache):
         return TreeLock(node, _RECEIPT)
 
     def unlock(self, lock: Optional[TreeLock]) -> None:
-        if lock is not None:
-            self.dec_lock_ref(lock.node)
+        """SGLang's ``unlock``: ``dec_lock_ref`` of the lock's node, the delta not measured
+        (``unlock`` returns none)."""
+        if lock is None:
+            return
+        node = lock.node
+        if self.disable or node.stop == node.start or node.gen != self._gen:
+            return
+        if not node._locks:
+            raise InvalidLockError("dec_lock_ref: the node is not locked", Status.INVALID_LOCK)
+        self._n.release(node._locks.pop())
 
     def path_device_indices(self, node: Any) -> torch.Tensor:
         """The KV indices of ``node``'s prefix (an int64 tensor on the cache's device): a

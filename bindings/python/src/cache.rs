@@ -260,12 +260,12 @@ fn mark(bits: &Mutex<Vec<u64>>, slots: impl Iterator<Item = u32>, on: bool) {
 
 /// A matched prefix the SGLang backend's node keeps (`prefix_match`, `span_checkpoint`):
 /// its namespace, its tokens as `u32` (the request's key converted once), and the slots of
-/// its latest match or lock.
+/// its latest match or lock (None: not known, matched again when asked for).
 #[pyclass(frozen, module = "radixkv._radixkv")]
 pub struct Prefix {
     ns: u64,
     toks: Vec<u32>,
-    slots: Mutex<Vec<SlotRun>>,
+    slots: Mutex<Option<Vec<SlotRun>>>,
 }
 
 #[pymethods]
@@ -1167,7 +1167,7 @@ impl NativeCache {
             return Ok((0, None));
         }
         toks.truncate(m);
-        Ok((m, Some(Prefix { ns, toks, slots: Mutex::new(runs) })))
+        Ok((m, Some(Prefix { ns, toks, slots: Mutex::new(Some(runs)) })))
     }
 
     /// Pins the longest cached prefix of the kept `prefix`'s first `n` tokens (no key is
@@ -1186,7 +1186,7 @@ impl NativeCache {
             let mut runs: Vec<SlotRun> = Vec::new();
             let lock = c.tree().match_and_lock(p.ns, toks, &mut runs).into_raw();
             let delta = c.tree().stats().evictable_tokens as i64 - before;
-            *p.slots.lock().unwrap_or_else(|e| e.into_inner()) = runs;
+            *p.slots.lock().unwrap_or_else(|e| e.into_inner()) = Some(runs);
             let (h, n) = self.hold(lock);
             Ok((h, n, delta))
         })
@@ -1194,7 +1194,8 @@ impl NativeCache {
 
     /// The first `n` slots the kept `prefix` last matched or pinned, as native int64
     /// bytes (exact while a lock of it is held: pinned slots do not change); with
-    /// `rematch`, matched again first (refreshing its access order, as a match does).
+    /// `rematch`, or when none are kept, matched again first (refreshing its access order,
+    /// as a match does).
     #[pyo3(signature = (prefix, n, rematch=false))]
     fn prefix_slots_i64<'py>(
         &self,
@@ -1206,21 +1207,23 @@ impl NativeCache {
         let p = prefix.get();
         let runs = self.with(py, "rkv_match", |c| {
             let mut slots = p.slots.lock().unwrap_or_else(|e| e.into_inner());
-            if rematch {
+            if rematch || slots.is_none() {
                 let mut runs: Vec<SlotRun> = Vec::new();
                 c.match_prefix(p.ns, &p.toks[..n.min(p.toks.len())], &mut runs);
-                *slots = runs;
+                *slots = Some(runs);
             }
-            Ok(runs_cut(&slots, 0, n))
+            Ok(runs_cut(slots.as_deref().unwrap_or_default(), 0, n))
         })?;
         i64_bytes_of_runs(py, &runs)
     }
 
     /// SGLang's checkpoint in one call: caches `tokens[start:stop]` with
     /// `values[vstart:vstart + (stop - start)]` (as `span_insert`), pins the inserted prefix,
-    /// then releases the lock `old` (0: none). Returns `(existing, handle, pinned length,
-    /// the tree's slots of positions [dup_from, existing) as native int64 bytes, the pinned
-    /// prefix kept)`: the slots the caller's row must point at instead of its duplicates.
+    /// in the same walk, then releases the lock `old` (0: none; if it is not a held lock,
+    /// the new one is released too and the error raised). Returns `(existing, handle,
+    /// pinned length, the tree's slots of positions [dup_from, existing) as native int64
+    /// bytes, the pinned prefix kept)`: the slots the caller's row must point at instead of
+    /// its duplicates.
     #[allow(clippy::too_many_arguments)]
     #[pyo3(signature = (ns, tokens, start, stop, values, vstart, dup_from, old, priority=0, inserted_len=0))]
     fn span_checkpoint<'py>(
@@ -1238,7 +1241,7 @@ impl NativeCache {
         inserted_len: usize,
     ) -> PyResult<(usize, u64, usize, Bound<'py, PyByteArray>, Prefix)> {
         let opts = done(py, "rkv_insert", options(priority, inserted_len))?;
-        let Input::Owned(toks) = to_input_span(tokens, "tokens", start, stop)? else {
+        let Input::Owned(mut toks) = to_input_span(tokens, "tokens", start, stop)? else {
             unreachable!("to_input_span returns its own ids")
         };
         let n = toks.len();
@@ -1255,27 +1258,40 @@ impl NativeCache {
                 )),
             );
         }
-        let (toks, sl) = (&toks[..], &sl[..]);
-        let (e, h, locked, dup, prefix) = self.with(py, "rkv_insert", |c| {
-            let e = c
-                .insert_with(ns, toks, sl, opts)
+        let (t, sl) = (&toks[..], &sl[..]);
+        let (e, h, locked, dup) = self.with(py, "rkv_insert", |c| {
+            // The insert pins what it cached in the same walk.
+            let (e, lock) = c
+                .insert_and_lock(ns, t, sl, opts)
+                .map(|(e, l)| (e, l.into_raw()))
                 .map_err(|e| slot_refusal(e, Given::Slots(sl), c.pool()))?;
-            let aligned = toks.len() / c.page_size() * c.page_size();
-            if let Some(t) = &self.tracked {
+            let aligned = t.len() / c.page_size() * c.page_size();
+            if let Some(tr) = &self.tracked {
                 let mut runs = Vec::new();
                 SlotRun::push_runs_of(&sl[e.min(aligned)..aligned], &mut runs);
-                mark_runs(t, &runs, true);
+                mark_runs(tr, &runs, true);
             }
-            let mut runs: Vec<SlotRun> = Vec::new();
-            let lock = c.tree().match_and_lock(ns, &toks[..aligned], &mut runs).into_raw();
             let (h, locked) = self.hold(lock);
-            if old != 0 {
-                self.release_in(c, old)?;
+            // The tree's slots the caller's duplicates give way to (pinned now: stable).
+            let mut dup: Vec<SlotRun> = Vec::new();
+            if e > dup_from {
+                let mut runs: Vec<SlotRun> = Vec::new();
+                c.match_prefix(ns, &t[..e], &mut runs);
+                dup = runs_cut(&runs, dup_from, e);
             }
-            let dup = runs_cut(&runs, dup_from.min(e), e);
-            let prefix = Prefix { ns, toks: toks[..locked].to_vec(), slots: Mutex::new(runs) };
-            Ok((e, h, locked, dup, prefix))
+            // The old lock goes only now that the new one holds its prefix (released first,
+            // that prefix could be evicted and its freed slots taken for the caller's).
+            if old != 0
+                && let Err(err) = self.release_in(c, old)
+            {
+                let _ = self.release_in(c, h);
+                return Err(err);
+            }
+            Ok((e, h, locked, dup))
         })?;
+        toks.truncate(locked);
+        // The slots are not kept: a later read of the node's indices matches them again.
+        let prefix = Prefix { ns, toks, slots: Mutex::new(None) };
         Ok((e, h, locked, i64_bytes_of_runs(py, &dup)?, prefix))
     }
 
