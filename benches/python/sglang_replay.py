@@ -35,7 +35,9 @@ The allocator and the request pool are stand-ins (a counting allocator handing o
 index ranges; a one-row int32 ``req_to_token``); their cost is the same for every
 contestant; torch runs on one thread (``--torch-threads``). One untimed warm-up round, then N rounds (5 by default), each round running
 every contestant once on a fresh cache, in a rotating order; medians. The hit tokens (the
-sum of ``prefix_len``) must be equal across contestants.
+sum of ``prefix_len``) must be equal across contestants. A fifth row runs the loop with no
+cache at all (every match a miss): the loop's own cost, which the last line takes off every
+contestant's time to compare the caches' own costs.
 """
 
 from __future__ import annotations
@@ -284,6 +286,36 @@ def make_radixkv(alloc, pool):
     return RadixKvCache(params(alloc, pool))
 
 
+class _NoMatch:
+    device_prefix_len = 0
+    last_device_node = None
+    cache_protected_len = None
+
+
+class NullCache:
+    """No tree at all: every match misses, nothing is kept. Its row is the loop's own cost
+    (the scheduler's stand-ins, the keys and parameter objects, the row writes), the same
+    for every contestant."""
+
+    def __init__(self, alloc, pool):
+        pass
+
+    def match_prefix(self, params):
+        return _NoMatch
+
+    def lock(self, node):
+        return None
+
+    def unlock(self, lock):
+        pass
+
+    def prefix_device_indices(self, req):
+        return None
+
+    def checkpoint(self, req, *, up_to):
+        req.kv.cache_protected_len = 0
+
+
 def unified_core_of(core):
     """Which tree core ``UnifiedRadixCache`` really runs when ``core`` is asked for."""
     c = make_unified(core)(Allocator(1 << 20, torch.arange(8)), ReqToTokenPool(8))
@@ -380,7 +412,7 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("trace", nargs="?", default=DEFAULT_TRACE)
     ap.add_argument("--runs", type=int, default=5)
-    ap.add_argument("--only", default="", help="comma-separated contestant tags (radix, unified-rust, unified-python, radixkv)")
+    ap.add_argument("--only", default="", help="comma-separated contestant tags (radix, unified-rust, unified-python, radixkv, null)")
     ap.add_argument("--extras", action="store_true", help="also the per-call and thread figures")
     ap.add_argument("--thread-rounds", type=int, default=9)
     ap.add_argument(
@@ -412,6 +444,7 @@ def main():
             print(f"UnifiedRadixCache, tree_core_backend={core!r}: runs {got!r} ({cls}){note}")
             rows.append((f"unified-{core}", f"SGLang UnifiedRadixCache, {got} core{note and ' (fallback)'}", make_unified(core)))
     rows.append(("radixkv", "radixkv RadixKvCache", make_radixkv))
+    rows.append(("null", "no cache (the loop's own cost)", NullCache))
     if args.only:
         keep = set(args.only.split(","))
         rows = [r for r in rows if r[0] in keep]
@@ -434,15 +467,25 @@ def main():
         print(f"\nscheduler loop, capacity {label} (medians of {args.runs}):")
         base = statistics.median(secs[rows[0][0]])
         ref = hits[rows[0][0]]
+        floor = statistics.median(secs["null"]) if "null" in secs else 0.0
         for tag, name, _ in rows:
             med = statistics.median(secs[tag])
+            if tag == "null":
+                print(f"  {name:<44} {fmt_s(secs[tag])}")
+                continue
             same = "=" if hits[tag] == ref else "!="
             ok &= hits[tag] == ref
             ev = f", evict_for_alloc calls {evicts[tag]:,}" if cap is not None else ""
             print(f"  {name:<44} {fmt_s(secs[tag])}  {base / med:5.2f}x {rows[0][1]}  hits {hits[tag]:,} {same}{ev}")
         rk = statistics.median(secs["radixkv"]) if "radixkv" in secs else None
         if rk:
-            print("  radixkv against each: " + ", ".join(f"{statistics.median(secs[t]) / rk:.2f}x {t}" for t, _, _ in rows if t != "radixkv"))
+            others = [t for t, _, _ in rows if t not in ("radixkv", "null")]
+            print("  radixkv against each, whole loop: " + ", ".join(f"{statistics.median(secs[t]) / rk:.2f}x {t}" for t in others))
+            if floor:
+                print(
+                    "  radixkv against each, the loop's own cost taken off: "
+                    + ", ".join(f"{(statistics.median(secs[t]) - floor) / (rk - floor):.2f}x {t}" for t in others)
+                )
     if args.extras:
         extras(reqs, args.thread_rounds)
     la = os.getloadavg()

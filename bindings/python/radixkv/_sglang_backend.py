@@ -434,8 +434,11 @@ class RadixKvCache(BasePrefixCache):
             return
         # The row's entry i is the value of key position i (a bigram key's position i is the
         # bigram (t[i], t[i + 1]): the row's entry i too, as SGLang's view of the values).
+        values = row[:key_len]
+        if not values.is_cpu:  # the tree reads host memory (one copy, as SGLang's .to())
+            values = values.cpu()
         prefix, h, n, dup, kept = self._n.span_checkpoint(
-            ns, token_ids, start, stop, row[:key_len], 0, protected, old_h,
+            ns, token_ids, start, stop, values, 0, protected, old_h,
             req.priority or 0, kv.cache_inserted_len,
         )
         kv.cache_inserted_len = max(kv.cache_inserted_len, key_len)
