@@ -263,6 +263,53 @@ def scheduler_loop(make, reqs, cap, width, indices):
     return secs, hits, alloc.evict_calls
 
 
+# ---- the earlier loop (benches/python/sglang_policies.py's differential uses it) -------------
+
+
+class CountingPool:
+    """Stands in for SGLang's token-to-KV allocator: counts free indices."""
+
+    device = torch.device("cpu")
+
+    def __init__(self, capacity):
+        self.free = capacity
+
+    def free_segment(self, value, start_pos=0):
+        self.free += len(value)
+
+
+def sglang_loop(make, keys, values, cap):
+    """The loop this bench ran before it followed the scheduler: per request
+    ``match_prefix``, ``insert``; at a capacity also ``inc_lock_ref`` on the match's node, an
+    ``evict`` of the shortfall and ``dec_lock_ref`` after the insert. On a cache made by
+    ``make(pool)``; returns (secs, hits, evict call times)."""
+    pool = CountingPool(cap or 0)
+    cache = make(pool)
+    calls = []
+    hits = 0
+    t0 = time.perf_counter()
+    if cap is None:
+        for key, value in zip(keys, values):
+            hits += cache.match_prefix(MatchPrefixParams(key=key)).device_prefix_len
+            cache.insert(InsertParams(key=key, value=value))
+    else:
+        for key, value in zip(keys, values):
+            r = cache.match_prefix(MatchPrefixParams(key=key))
+            m = r.device_prefix_len
+            hits += m
+            node = r.last_device_node
+            cache.inc_lock_ref(node)
+            need = len(value) - m
+            if pool.free < need:
+                c0 = time.perf_counter()
+                cache.evict(EvictParams(num_tokens=need - pool.free))
+                calls.append(time.perf_counter() - c0)
+            res = cache.insert(InsertParams(key=key, value=value))
+            pool.free -= len(value) - res.prefix_len
+            cache.dec_lock_ref(node)
+    return time.perf_counter() - t0, hits, calls
+
+
 # ---- the contestants ---------------------------------------------------------------------
 
 
