@@ -437,10 +437,18 @@ class RadixKvCache(BasePrefixCache):
         values = row[:key_len]
         if not values.is_cpu:  # the tree reads host memory (one copy, as SGLang's .to())
             values = values.cpu()
-        prefix, h, n, dup, kept = self._n.span_checkpoint(
-            ns, token_ids, start, stop, values, 0, protected, old_h,
-            req.priority or 0, kv.cache_inserted_len,
-        )
+        try:
+            prefix, h, n, dup, kept = self._n.span_checkpoint(
+                ns, token_ids, start, stop, values, 0, protected, old_h,
+                req.priority or 0, kv.cache_inserted_len,
+            )
+        except BaseException:
+            # Refused before the old lock was released (a bad id or value): the request
+            # keeps it, as SGLang's checkpoint leaves the lock when its insert raises.
+            if old_h:
+                old.node._locks.append(old_h)
+            req.lock = old
+            raise
         kv.cache_inserted_len = max(kv.cache_inserted_len, key_len)
         if prefix > protected:
             alloc = self.token_to_kv_pool_allocator

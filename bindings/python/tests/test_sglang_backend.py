@@ -228,6 +228,30 @@ class TestRadixKvCache(unittest.TestCase):
         self.assertEqual(r.device_prefix_len, 2)
         self.assertEqual(c.path_device_indices(r.last_device_node).tolist(), [10, 11])
 
+    def test_a_refused_checkpoint_leaves_the_request_its_lock(self):
+        alloc = Allocator()
+        c = RadixKvCache.create_simulated(mock_allocator=alloc)
+        ins(c, key([1, 2, 3]), [50, 51, 52])
+
+        class Pool:
+            req_to_token = torch.tensor([[50, 51, 52, -1]], dtype=torch.int32)
+
+        c.req_to_token_pool = Pool()
+        req = SimpleNamespace(
+            full_untruncated_fill_ids=array("q", [1, 2, 3, 4]),
+            kv=SimpleNamespace(req_pool_idx=0, cache_protected_len=3, cache_inserted_len=0, swa_evict_floor=0),
+            extra_key=None, cache_salt=None, priority=None, lock=None, last_node=None,
+        )
+        req.last_node = match(c, key([1, 2, 3, 4])).last_device_node
+        req.lock = c.lock(req.last_node)
+        self.assertEqual(c.protected_size(), 3)
+        with self.assertRaisesRegex(ValueError, r"value\[3\] = -1 is out of range"):
+            c.checkpoint(req, up_to=4)
+        self.assertEqual((c.protected_size(), c.total_size()), (3, 3))
+        c.unlock(req.lock)
+        self.assertEqual(c.protected_size(), 0)
+        c.sanity_check()
+
     def test_events_are_sglangs_objects_with_sglangs_hashes(self):
         for page in (1, 2, 4):
             alloc = Allocator()
