@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
 """Per eviction policy, radixkv's hit count against SGLang's own RadixCache on the Mooncake
-trace at a 2,000,000-token capacity: the same loop (benches/python/sglang_replay.py's:
-match_prefix, inc_lock_ref, evict the shortfall, insert, dec_lock_ref), SGLang's own key and
-value types, one run each (hit counts are deterministic; nothing is timed).
+trace at a 2,000,000-token capacity: the loop sglang_replay.py ran before 2026-12-02 (its
+``sglang_loop``: match_prefix, inc_lock_ref, evict the shortfall, insert, dec_lock_ref),
+SGLang's own key and value types, one run each (hit counts are deterministic; nothing is timed).
 
     PYTHON benches/python/sglang_policies.py [TRACE] [--policies lru,lfu,...] [--capacity N]
 

@@ -19,6 +19,7 @@ from sglang.srt.disaggregation.kv_events import (
 from sglang.srt.mem_cache.base_prefix_cache import (
     BasePrefixCache,
     DecLockRefParams,
+    TreeLock,
     DecLockRefResult,
     EvictParams,
     EvictResult,
@@ -81,6 +82,9 @@ class RadixKvMatchResult(MatchResult):
         return self.device_prefix_len
 
 
+#: The receipt of every lock ``RadixKvCache.lock`` takes: its ``dec_lock_ref`` reads none.
+_RECEIPT = DecLockRefParams()
+
 #: ``MatchResult``'s fields after the first four, at their defaults (a match result is built
 #: from a tuple: a third of the keyword constructor's cost).
 _MATCH_TAIL = tuple(MatchResult._field_defaults[f] for f in MatchResult._fields[4:])
@@ -90,13 +94,18 @@ class RadixKvNode:
     """What ``match_prefix`` and ``insert`` return as ``last_device_node``: a prefix of a
     key, named by the key's token buffer and the span of it the tree holds (no copy: the
     prefix must not change while the node is used, as SGLang's request token lists only
-    grow), in one namespace. ``lock_ref`` counts the locks ``inc_lock_ref`` took on it."""
+    grow), in one namespace. ``lock_ref`` counts the locks ``inc_lock_ref`` took on it.
+    ``kept`` (when not None) is the native ``Prefix``: the span's tokens as u32, converted
+    once when the node was made, and the slots of its latest match or lock, so that locking
+    and reading the node's KV indices read no key again."""
 
-    __slots__ = ("cache", "ns", "tokens", "start", "stop", "key", "gen", "_locks", "id", "__weakref__")
+    __slots__ = ("cache", "ns", "tokens", "start", "stop", "key", "gen", "_locks", "kept", "id", "__weakref__")
 
     _next_id = 1
 
-    def __init__(self, cache: Any, ns: int, tokens: Any, start: int, stop: int, key: Any, gen: int):
+    def __init__(
+        self, cache: Any, ns: int, tokens: Any, start: int, stop: int, key: Any, gen: int, kept: Any = None
+    ):
         self.cache = cache
         self.ns = ns
         self.tokens = tokens
@@ -105,6 +114,7 @@ class RadixKvNode:
         self.key = key
         self.gen = gen
         self._locks: List[int] = []
+        self.kept = kept
         self.id = RadixKvNode._next_id
         RadixKvNode._next_id += 1
 
@@ -283,10 +293,10 @@ class RadixKvCache(BasePrefixCache):
         ns, start, stop = self._span(key)
         if stop == start:
             return self._empty_match_result
-        m = self._n.span_match_len(ns, key.token_ids, start, stop)
+        m, kept = self._n.prefix_match(ns, key.token_ids, start, stop)
         if m == 0:
             return self._empty_match_result
-        node = RadixKvNode(self, ns, key.token_ids, start, start + m, key, self._gen)
+        node = RadixKvNode(self, ns, key.token_ids, start, start + m, key, self._gen, kept)
         # device_prefix_len, last_device_node, last_host_node, best_match_node, the rest.
         return tuple.__new__(RadixKvMatchResult, (m, node, node, node) + _MATCH_TAIL)
 
@@ -339,7 +349,10 @@ class RadixKvCache(BasePrefixCache):
         """Pins ``node``'s prefix; ``delta`` is the change of ``evictable_size()`` (<= 0)."""
         if self.disable or node.stop == node.start or node.gen != self._gen:
             return IncLockRefResult(delta=0)
-        h, n, delta = self._n.span_lock(node.ns, node.tokens, node.start, node.stop)
+        if node.kept is not None:
+            h, n, delta = self._n.prefix_lock(node.kept, node.stop - node.start)
+        else:
+            h, n, delta = self._n.span_lock(node.ns, node.tokens, node.start, node.stop)
         if n < node.stop - node.start:
             node.stop = node.start + n  # evicted since it was matched: what is left
         node._locks.append(h)
@@ -353,53 +366,100 @@ class RadixKvCache(BasePrefixCache):
             raise InvalidLockError("dec_lock_ref: the node is not locked", Status.INVALID_LOCK)
         return DecLockRefResult(delta=self._n.span_release(node._locks.pop()))
 
+    def lock(self, node: Any) -> Optional[TreeLock]:
+        """SGLang's ``lock``: ``inc_lock_ref(node)`` behind a ``TreeLock`` for ``unlock``."""
+        self.inc_lock_ref(node)
+        return TreeLock(node, _RECEIPT)
+
+    def unlock(self, lock: Optional[TreeLock]) -> None:
+        """SGLang's ``unlock``: ``dec_lock_ref`` of the lock's node, the delta not measured
+        (``unlock`` returns none)."""
+        if lock is None:
+            return
+        node = lock.node
+        if self.disable or node.stop == node.start or node.gen != self._gen:
+            return
+        if not node._locks:
+            raise InvalidLockError("dec_lock_ref: the node is not locked", Status.INVALID_LOCK)
+        self._n.release(node._locks.pop())
+
     def path_device_indices(self, node: Any) -> torch.Tensor:
-        """The KV indices of ``node``'s prefix (an int64 tensor on the cache's device)."""
+        """The KV indices of ``node``'s prefix (an int64 tensor on the cache's device): a
+        locked node's from the slots its lock pinned (they cannot change while it holds),
+        any other's matched again."""
         if node.stop == node.start or node.gen != self._gen:
             return self._empty_device_indices
+        kept = node.kept
+        if kept is not None:
+            return self._indices(self._n.prefix_slots_i64(kept, node.stop - node.start, not node._locks))
         return self._indices(self._n.span_match_i64(node.ns, node.tokens, node.start, node.stop))
 
     def checkpoint(self, req: Any, *, up_to: int, **kwargs: Any) -> None:
         """SGLang's ``RadixCache.checkpoint``: inserts the request's KV up to ``up_to``,
         frees the duplicates the insert exposed, repoints the request's row at the tree's
-        indices, and moves the request's lock to the new node."""
+        indices, and moves the request's lock to the new node. One native call inserts,
+        pins the inserted prefix and releases the old lock; only the duplicates' part of the
+        row is rewritten (the rest of it already holds what the tree now caches)."""
         if self.disable:
             return
-        token_ids = req.full_untruncated_fill_ids[:up_to]
+        token_ids = req.full_untruncated_fill_ids
+        n_ids = min(up_to, len(token_ids))
         swa_evict_floor = req.kv.swa_evict_floor
-        key_limit = ceil_align(swa_evict_floor, self.page_size) if swa_evict_floor > 0 else None
-        kv_indices = self.req_to_token_pool.req_to_token[req.kv.req_pool_idx, : len(token_ids)]
-        radix_key = RadixKey(
-            token_ids, req.extra_key, is_bigram=self.is_eagle, cache_salt=req.cache_salt
-        ).page_aligned(self.page_size)
-        if key_limit is not None:
-            radix_key = radix_key[:key_limit]
-        key_len = len(radix_key)
-        values = kv_indices[:key_len].to(dtype=torch.int64, copy=True)
-        result = self.insert(
-            InsertParams(
-                key=radix_key,
-                value=values,
-                inserted_len=req.kv.cache_inserted_len,
-                priority=req.priority or 0,
+        limit = n_ids
+        if swa_evict_floor > 0:  # SGLang's key cut to that many (page-aligned) units
+            units = ceil_align(swa_evict_floor, self.page_size)
+            limit = min(limit, units + 1 if self.is_eagle else units)
+        key = RadixKey(token_ids, req.extra_key, is_bigram=self.is_eagle, limit=limit, cache_salt=req.cache_salt)
+        # The key, page-aligned (a bigram key of n raw tokens spans n - 1 bigrams).
+        ns, start, stop = self._span(key)
+        key_len = stop - start
+        kv = req.kv
+        protected = kv.cache_protected_len
+        row = self.req_to_token_pool.req_to_token[kv.req_pool_idx]
+        old = req.lock
+        old_h = 0
+        if old is not None:
+            on = old.node
+            if on.stop != on.start and on.gen == self._gen:
+                if not on._locks:
+                    raise InvalidLockError("dec_lock_ref: the node is not locked", Status.INVALID_LOCK)
+                old_h = on._locks.pop()
+            req.lock = None
+        if key_len == 0:
+            if old_h:
+                self._n.span_release(old_h)
+            req.lock = self.lock(self.root_node)
+            req.last_node = self.root_node
+            kv.cache_protected_len = 0
+            return
+        # The row's entry i is the value of key position i (a bigram key's position i is the
+        # bigram (t[i], t[i + 1]): the row's entry i too, as SGLang's view of the values).
+        values = row[:key_len]
+        if not values.is_cpu:  # the tree reads host memory (one copy, as SGLang's .to())
+            values = values.cpu()
+        try:
+            prefix, h, n, dup, kept = self._n.span_checkpoint(
+                ns, token_ids, start, stop, values, 0, protected, old_h,
+                req.priority or 0, kv.cache_inserted_len,
             )
-        )
-        req.kv.cache_inserted_len = max(req.kv.cache_inserted_len, key_len)
-        self.token_to_kv_pool_allocator.free_segment(
-            kv_indices[req.kv.cache_protected_len : result.prefix_len],
-            start_pos=req.kv.cache_protected_len,
-        )
-        new_last_node = self.match_prefix(MatchPrefixParams(key=radix_key)).last_device_node
-        new_indices = self.path_device_indices(new_last_node)
-        assert len(new_indices) == len(radix_key), f"{len(new_indices)=}, {len(radix_key)=}"
-        self.req_to_token_pool.write(
-            (req.kv.req_pool_idx, slice(req.kv.cache_protected_len, len(new_indices))),
-            new_indices[req.kv.cache_protected_len :],
-        )
-        req.kv.cache_protected_len = len(new_indices)
-        self.unlock(req.lock)
-        req.lock = self.lock(new_last_node)
-        req.last_node = new_last_node
+        except BaseException:
+            # Refused before the old lock was released (a bad id or value): the request
+            # keeps it, as SGLang's checkpoint leaves the lock when its insert raises.
+            if old_h:
+                old.node._locks.append(old_h)
+            req.lock = old
+            raise
+        kv.cache_inserted_len = max(kv.cache_inserted_len, key_len)
+        if prefix > protected:
+            alloc = self.token_to_kv_pool_allocator
+            alloc.free_segment(row[protected:prefix], start_pos=protected)
+            row[protected:prefix] = self._indices(dup).to(row.dtype)
+        assert n == key_len, f"{n=}, {key_len=}"
+        node = RadixKvNode(self, ns, token_ids, start, stop, key, self._gen, kept)
+        node._locks.append(h)
+        kv.cache_protected_len = key_len
+        req.lock = TreeLock(node, _RECEIPT)
+        req.last_node = node
 
     def dfs_weight_order(self, node_handles: Any) -> List[int]:
         """Request indices in a depth-first order of their matched prefixes (by namespace,

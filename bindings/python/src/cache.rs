@@ -25,7 +25,7 @@ use radixkv::{Cache, CacheOptions, EventOptions, EvictionPolicy, PrefixLock, Slo
 
 use crate::closable::Closable;
 use crate::errors::*;
-use crate::input::{Input, OutOfRange, View, to_input, to_runs};
+use crate::input::{Input, OutOfRange, View, to_input, to_input_span, to_runs};
 
 /// The `SlotBuffer` class (an `array('I')` subclass), registered by `radixkv._cache`.
 static SLOT_BUFFER: PyOnceLock<Py<PyAny>> = PyOnceLock::new();
@@ -256,6 +256,41 @@ fn mark(bits: &Mutex<Vec<u64>>, slots: impl Iterator<Item = u32>, on: bool) {
             b[w] &= !m;
         }
     }
+}
+
+/// A matched prefix the SGLang backend's node keeps (`prefix_match`, `span_checkpoint`):
+/// its namespace, its tokens as `u32` (the request's key converted once), and the slots of
+/// its latest match or lock (None: not known, matched again when asked for).
+#[pyclass(frozen, module = "radixkv._radixkv")]
+pub struct Prefix {
+    ns: u64,
+    toks: Vec<u32>,
+    slots: Mutex<Option<Vec<SlotRun>>>,
+}
+
+#[pymethods]
+impl Prefix {
+    fn __len__(&self) -> usize {
+        self.toks.len()
+    }
+}
+
+/// The slots of positions `from..to` of `runs` (clamped), as runs.
+fn runs_cut(runs: &[SlotRun], from: usize, to: usize) -> Vec<SlotRun> {
+    let mut out = Vec::new();
+    let mut at = 0usize;
+    for r in runs {
+        let (lo, hi) = (at, at + r.len as usize);
+        at = hi;
+        let (a, b) = (lo.max(from), hi.min(to));
+        if a < b {
+            out.push(SlotRun { start: r.start + (a - lo) as u32, len: (b - a) as u32 });
+        }
+        if at >= to {
+            break;
+        }
+    }
+    out
 }
 
 type Stats12 = (u64, u64, u64, u64, u64, u64, u64, u64, u64, u64, u64, u64);
@@ -1106,6 +1141,158 @@ impl NativeCache {
                 Ok(e)
             })
         })
+    }
+
+    // -- kept prefixes (the SGLang backend's nodes: the matched tokens converted to u32 once
+    // per request, and the slots of the latest match or lock of them) --
+
+    /// As `span_match_len`, and the matched prefix kept: `(length, Prefix or None)`.
+    fn prefix_match(
+        &self,
+        py: Python<'_>,
+        ns: u64,
+        tokens: &Bound<'_, PyAny>,
+        start: usize,
+        stop: usize,
+    ) -> PyResult<(usize, Option<Prefix>)> {
+        let Input::Owned(mut toks) = to_input_span(tokens, "tokens", start, stop)? else {
+            unreachable!("to_input_span returns its own ids")
+        };
+        let t = &toks;
+        let (m, runs) = self.with(py, "rkv_match", |c| {
+            let mut runs: Vec<SlotRun> = Vec::new();
+            Ok((c.match_prefix(ns, t, &mut runs), runs))
+        })?;
+        if m == 0 {
+            return Ok((0, None));
+        }
+        toks.truncate(m);
+        Ok((m, Some(Prefix { ns, toks, slots: Mutex::new(Some(runs)) })))
+    }
+
+    /// Pins the longest cached prefix of the kept `prefix`'s first `n` tokens (no key is
+    /// read again): `(handle, length, change of the evictable count)`; the prefix keeps the
+    /// pinned slots.
+    fn prefix_lock(
+        &self,
+        py: Python<'_>,
+        prefix: &Bound<'_, Prefix>,
+        n: usize,
+    ) -> PyResult<(u64, usize, i64)> {
+        let p = prefix.get();
+        self.with(py, "rkv_match_lock", |c| {
+            let toks = &p.toks[..n.min(p.toks.len())];
+            let before = c.tree().stats().evictable_tokens as i64;
+            let mut runs: Vec<SlotRun> = Vec::new();
+            let lock = c.tree().match_and_lock(p.ns, toks, &mut runs).into_raw();
+            let delta = c.tree().stats().evictable_tokens as i64 - before;
+            *p.slots.lock().unwrap_or_else(|e| e.into_inner()) = Some(runs);
+            let (h, n) = self.hold(lock);
+            Ok((h, n, delta))
+        })
+    }
+
+    /// The first `n` slots the kept `prefix` last matched or pinned, as native int64
+    /// bytes (exact while a lock of it is held: pinned slots do not change); with
+    /// `rematch`, or when none are kept, matched again first (refreshing its access order,
+    /// as a match does).
+    #[pyo3(signature = (prefix, n, rematch=false))]
+    fn prefix_slots_i64<'py>(
+        &self,
+        py: Python<'py>,
+        prefix: &Bound<'py, Prefix>,
+        n: usize,
+        rematch: bool,
+    ) -> PyResult<Bound<'py, PyByteArray>> {
+        let p = prefix.get();
+        let runs = self.with(py, "rkv_match", |c| {
+            let mut slots = p.slots.lock().unwrap_or_else(|e| e.into_inner());
+            if rematch || slots.is_none() {
+                let mut runs: Vec<SlotRun> = Vec::new();
+                c.match_prefix(p.ns, &p.toks[..n.min(p.toks.len())], &mut runs);
+                *slots = Some(runs);
+            }
+            Ok(runs_cut(slots.as_deref().unwrap_or_default(), 0, n))
+        })?;
+        i64_bytes_of_runs(py, &runs)
+    }
+
+    /// SGLang's checkpoint in one call: caches `tokens[start:stop]` with
+    /// `values[vstart:vstart + (stop - start)]` (as `span_insert`), pins the inserted prefix,
+    /// in the same walk, then releases the lock `old` (0: none; if it is not a held lock,
+    /// the new one is released too and the error raised). Returns `(existing, handle,
+    /// pinned length, the tree's slots of positions [dup_from, existing) as native int64
+    /// bytes, the pinned prefix kept)`: the slots the caller's row must point at instead of
+    /// its duplicates.
+    #[allow(clippy::too_many_arguments)]
+    #[pyo3(signature = (ns, tokens, start, stop, values, vstart, dup_from, old, priority=0, inserted_len=0))]
+    fn span_checkpoint<'py>(
+        &self,
+        py: Python<'py>,
+        ns: u64,
+        tokens: &Bound<'py, PyAny>,
+        start: usize,
+        stop: usize,
+        values: &Bound<'py, PyAny>,
+        vstart: usize,
+        dup_from: usize,
+        old: u64,
+        priority: i64,
+        inserted_len: usize,
+    ) -> PyResult<(usize, u64, usize, Bound<'py, PyByteArray>, Prefix)> {
+        let opts = done(py, "rkv_insert", options(priority, inserted_len))?;
+        let Input::Owned(mut toks) = to_input_span(tokens, "tokens", start, stop)? else {
+            unreachable!("to_input_span returns its own ids")
+        };
+        let n = toks.len();
+        let Input::Owned(sl) = to_input_span(values, "value", vstart, vstart + n)? else {
+            unreachable!("to_input_span returns its own ids")
+        };
+        if sl.len() < n {
+            return done(
+                py,
+                "rkv_insert",
+                Err(fail(
+                    INVALID_ARGUMENT,
+                    format!("{} values for {n} tokens from value[{vstart}]", sl.len() + vstart),
+                )),
+            );
+        }
+        let (t, sl) = (&toks[..], &sl[..]);
+        let (e, h, locked, dup) = self.with(py, "rkv_insert", |c| {
+            // The insert pins what it cached in the same walk.
+            let (e, lock) = c
+                .insert_and_lock(ns, t, sl, opts)
+                .map(|(e, l)| (e, l.into_raw()))
+                .map_err(|e| slot_refusal(e, Given::Slots(sl), c.pool()))?;
+            let aligned = t.len() / c.page_size() * c.page_size();
+            if let Some(tr) = &self.tracked {
+                let mut runs = Vec::new();
+                SlotRun::push_runs_of(&sl[e.min(aligned)..aligned], &mut runs);
+                mark_runs(tr, &runs, true);
+            }
+            let (h, locked) = self.hold(lock);
+            // The tree's slots the caller's duplicates give way to (pinned now: stable).
+            let mut dup: Vec<SlotRun> = Vec::new();
+            if e > dup_from {
+                let mut runs: Vec<SlotRun> = Vec::new();
+                c.match_prefix(ns, &t[..e], &mut runs);
+                dup = runs_cut(&runs, dup_from, e);
+            }
+            // The old lock goes only now that the new one holds its prefix (released first,
+            // that prefix could be evicted and its freed slots taken for the caller's).
+            if old != 0
+                && let Err(err) = self.release_in(c, old)
+            {
+                let _ = self.release_in(c, h);
+                return Err(err);
+            }
+            Ok((e, h, locked, dup))
+        })?;
+        toks.truncate(locked);
+        // The slots are not kept: a later read of the node's indices matches them again.
+        let prefix = Prefix { ns, toks, slots: Mutex::new(None) };
+        Ok((e, h, locked, i64_bytes_of_runs(py, &dup)?, prefix))
     }
 
     /// The slots the tree holds (with `track_slots`), ascending, as native int64 bytes.

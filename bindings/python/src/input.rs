@@ -471,6 +471,77 @@ pub fn to_input(obj: &Bound<'_, PyAny>, what: &'static str) -> PyResult<Input> {
     Ok(Input::Owned(v))
 }
 
+/// `obj[start:stop]` (clamped) as `u32` ids, converted in one pass while the GIL is held:
+/// no copy of the rest of the buffer and no second pass over a copy, for calls that read a
+/// span of a long key (the SGLang backend's). The result is always `Input::Owned`: its
+/// indices start at 0 (the span's first element), so the caller does not narrow it again;
+/// an out-of-range id is named by its index in `obj`.
+pub fn to_input_span(
+    obj: &Bound<'_, PyAny>,
+    what: &'static str,
+    start: usize,
+    stop: usize,
+) -> PyResult<Input> {
+    if obj.is_instance_of::<PyString>()
+        || obj.is_instance_of::<PyBytes>()
+        || obj.is_instance_of::<PyByteArray>()
+    {
+        return Err(not_ints(what, obj, ""));
+    }
+    let raw = if let Some(b) = buffer(obj, what)? {
+        b
+    } else if let Some(t) = tensor(obj, what)? {
+        t
+    } else if let Some(a) = array_interface(obj, what)? {
+        a
+    } else {
+        // A sequence: converted whole (it is read item by item anyway), then cut.
+        let mut v = match to_input(obj, what)? {
+            Input::Owned(v) => v,
+            b @ Input::Borrowed(..) => {
+                let mut sc = Vec::new();
+                let s = b.view().get(what, &mut sc).map_err(OutOfRange::into_err)?;
+                s.to_vec()
+            }
+        };
+        let stop = stop.min(v.len());
+        v.truncate(stop);
+        v.drain(..start.min(stop));
+        return Ok(Input::Owned(v));
+    };
+    let Input::Borrowed(r, keep) = raw else { return Ok(raw) };
+    let stop = stop.min(r.n);
+    let start = start.min(stop);
+    // The span's first element: `start < n` elements in when the span is not empty, so
+    // within the memory `r` names (`wrapping_offset` computes the address, nothing is read).
+    let sub = Raw {
+        ptr: if stop > start { r.ptr.wrapping_offset(start as isize * r.stride) } else { r.ptr },
+        n: stop - start,
+        stride: r.stride,
+        kind: r.kind,
+    };
+    let mut sc = Vec::new();
+    // The view reads the caller's memory (kept alive by `keep`, dropped below) with the GIL
+    // held, as `settle` copies it: no Python thread writes it meanwhile.
+    let (p, n) = match View::Raw(RawView { raw: sub, _input: PhantomData }).get(what, &mut sc) {
+        Ok(s) => (s.as_ptr(), s.len()),
+        Err(e) => return Err(OutOfRange { index: e.index + start, ..e }.into_err()),
+    };
+    let v = if n == 0 {
+        Vec::new()
+    } else if std::ptr::eq(p, sc.as_ptr()) {
+        sc.truncate(n);
+        sc
+    } else {
+        // SAFETY: `get` returned `n` aligned, contiguous `u32`s of the caller's memory at `p`
+        // (not the scratch), which `keep` keeps alive until after this copy; the GIL is
+        // held, so no Python thread writes them meanwhile.
+        unsafe { std::slice::from_raw_parts(p, n) }.to_vec()
+    };
+    drop(keep);
+    Ok(Input::Owned(v))
+}
+
 fn from_items<'py>(
     items: impl Iterator<Item = Bound<'py, PyAny>>,
     n: usize,

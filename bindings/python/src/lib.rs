@@ -83,6 +83,7 @@ impl Borrow {
 #[pymodule]
 fn _radixkv(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<cache::NativeCache>()?;
+    m.add_class::<cache::Prefix>()?;
     m.add_class::<publisher::NativePublisher>()?;
     m.add_class::<tier::NativeTieredCache>()?;
     m.add_class::<router::NativeRouterIndex>()?;

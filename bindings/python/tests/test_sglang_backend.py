@@ -153,6 +153,105 @@ class TestRadixKvCache(unittest.TestCase):
         c.unlock(req.lock)
         self.assertEqual(c.protected_size(), 0)
 
+    def test_the_schedulers_calls_as_sglangs_radix_cache(self):
+        """The calls SGLang 0.5.23's scheduler makes per request (match with the key's
+        limit, lock, the prefix's indices, the row written, checkpoint, unlock), on
+        RadixKvCache and on SGLang's RadixCache side by side: the same prefix lengths, the
+        same rows after each checkpoint, the same sizes."""
+        import random
+
+        from sglang.srt.mem_cache.cache_init_params import CacheInitParams
+        from sglang.srt.mem_cache.radix_cache import RadixCache as SgRadixCache
+
+        class Alloc(Allocator):
+            def available_size(self):
+                return 1 << 30
+
+        class Pool:
+            def __init__(self):
+                self.req_to_token = torch.zeros((1, 64), dtype=torch.int32)
+
+            def write(self, idx, values):
+                self.req_to_token[idx] = values
+
+        for page_size in (1, 2):
+            rng = random.Random(page_size)
+            caches = []
+            for cls in (SgRadixCache, RadixKvCache):
+                alloc, pool = Alloc(), Pool()
+                params = CacheInitParams(
+                    disable=False, req_to_token_pool=pool, token_to_kv_pool_allocator=alloc, page_size=page_size
+                )
+                caches.append((cls(params), alloc, pool))
+            stems = [[rng.randrange(5) for _ in range(rng.randrange(1, 12))] for _ in range(4)]
+            next_index = 1000
+            for i in range(60):
+                tokens = array("q", rng.choice(stems)[: rng.randrange(1, 13)] + [rng.randrange(5) for _ in range(rng.randrange(0, 6))])
+                n = len(tokens)
+                fresh = list(range(next_index, next_index + n))
+                next_index += n
+                seen = []
+                for cache, alloc, pool in caches:
+                    req = SimpleNamespace(
+                        full_untruncated_fill_ids=tokens,
+                        origin_input_ids=tokens,
+                        kv=SimpleNamespace(req_pool_idx=0, cache_protected_len=0, cache_inserted_len=0, swa_evict_floor=0),
+                        extra_key=None, cache_salt=None, priority=None, lock=None, last_node=None,
+                    )
+                    r = cache.match_prefix(MatchPrefixParams(key=RadixKey(tokens, None, limit=n - 1)))
+                    m = r.device_prefix_len
+                    req.last_node = r.last_device_node
+                    req.prefix_len = req.kv.cache_protected_len = m
+                    req.lock = cache.lock(req.last_node)
+                    row = pool.req_to_token[0]
+                    row.zero_()
+                    if m:
+                        row[:m] = cache.prefix_device_indices(req)
+                    row[m:n] = torch.tensor(fresh[m:], dtype=torch.int32)
+                    locked = (cache.protected_size(), cache.evictable_size())
+                    cache.checkpoint(req, up_to=n)
+                    after = (row.tolist(), req.kv.cache_protected_len, cache.protected_size(), cache.evictable_size())
+                    cache.unlock(req.lock)
+                    seen.append((m, locked, after, cache.protected_size(), cache.total_size(), sorted(alloc.freed)))
+                self.assertEqual(seen[0], seen[1], f"page {page_size}, request {i}: {tokens.tolist()}")
+            caches[1][0].sanity_check()
+
+    def test_a_span_names_an_out_of_range_id_by_its_index_in_the_key(self):
+        c = RadixKvCache.create_simulated()
+        ins(c, key([1, 2, 3]), [10, 11, 12])
+        for tokens in (array("q", [1, 2, 1 << 33, 4]), [1, 2, 1 << 33, 4], torch.tensor([1, 2, -5, 4])):
+            with self.subTest(kind=type(tokens).__name__):
+                with self.assertRaisesRegex(ValueError, r"tokens\[2\] = (8589934592|-5) is out of range"):
+                    match(c, RadixKey(tokens))
+        # Within the key's limit, the id past it is not read.
+        r = match(c, RadixKey(array("q", [1, 2, 1 << 33]), limit=2))
+        self.assertEqual(r.device_prefix_len, 2)
+        self.assertEqual(c.path_device_indices(r.last_device_node).tolist(), [10, 11])
+
+    def test_a_refused_checkpoint_leaves_the_request_its_lock(self):
+        alloc = Allocator()
+        c = RadixKvCache.create_simulated(mock_allocator=alloc)
+        ins(c, key([1, 2, 3]), [50, 51, 52])
+
+        class Pool:
+            req_to_token = torch.tensor([[50, 51, 52, -1]], dtype=torch.int32)
+
+        c.req_to_token_pool = Pool()
+        req = SimpleNamespace(
+            full_untruncated_fill_ids=array("q", [1, 2, 3, 4]),
+            kv=SimpleNamespace(req_pool_idx=0, cache_protected_len=3, cache_inserted_len=0, swa_evict_floor=0),
+            extra_key=None, cache_salt=None, priority=None, lock=None, last_node=None,
+        )
+        req.last_node = match(c, key([1, 2, 3, 4])).last_device_node
+        req.lock = c.lock(req.last_node)
+        self.assertEqual(c.protected_size(), 3)
+        with self.assertRaisesRegex(ValueError, r"value\[3\] = -1 is out of range"):
+            c.checkpoint(req, up_to=4)
+        self.assertEqual((c.protected_size(), c.total_size()), (3, 3))
+        c.unlock(req.lock)
+        self.assertEqual(c.protected_size(), 0)
+        c.sanity_check()
+
     def test_events_are_sglangs_objects_with_sglangs_hashes(self):
         for page in (1, 2, 4):
             alloc = Allocator()
