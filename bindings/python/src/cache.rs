@@ -11,181 +11,30 @@
 //! flight (each holds the read lock only while detached), releases the outstanding locks
 //! and drops the cache.
 
-use std::collections::HashMap;
 use std::sync::Mutex;
-use std::sync::atomic::{AtomicU64, Ordering};
 
 use pyo3::prelude::*;
-use pyo3::sync::PyOnceLock;
-use pyo3::types::{PyByteArray, PyBytes, PyList, PyTuple};
+use pyo3::types::{PyByteArray, PyList};
 use radixkv::events::hash::HashMode;
-use radixkv::events::{KvEvent, Medium, NamespaceMeta};
+use radixkv::events::{Medium, NamespaceMeta};
 use radixkv::tree::{DEFAULT_SLRU_THRESHOLD, InsertOptions, checked_priority};
 use radixkv::{Cache, CacheOptions, EventOptions, EvictionPolicy, PrefixLock, SlotRun};
 
 use crate::closable::Closable;
 use crate::errors::*;
+pub(crate) use crate::event_rows::event_rows;
 use crate::input::{Input, OutOfRange, View, to_input, to_input_span, to_runs};
-
-/// The `SlotBuffer` class (an `array('I')` subclass), registered by `radixkv._cache`.
-static SLOT_BUFFER: PyOnceLock<Py<PyAny>> = PyOnceLock::new();
-
-pub fn register_slot_buffer(py: Python<'_>, cls: Bound<'_, PyAny>) -> PyResult<()> {
-    let _ = SLOT_BUFFER.set(py, cls.unbind());
-    Ok(())
-}
-
-/// `slots` as a `SlotBuffer` (an `array('I')`): no per-slot objects.
-pub fn slot_buffer<'py>(py: Python<'py>, slots: &[u32]) -> PyResult<Bound<'py, PyAny>> {
-    // SAFETY: any `u32` slice is readable as its bytes (native order, what array('I') holds).
-    let raw = unsafe { std::slice::from_raw_parts(slots.as_ptr().cast::<u8>(), slots.len() * 4) };
-    let bytes = PyBytes::new(py, raw);
-    match SLOT_BUFFER.get(py) {
-        Some(cls) => cls.bind(py).call1(("I", bytes)),
-        None => py.import("array")?.getattr("array")?.call1(("I", bytes)),
-    }
-}
-
-/// `out` (a buffer of 8-byte values from the allocator) as `i64`s.
-fn as_i64s(out: &mut [u8]) -> &mut [i64] {
-    // SAFETY: `align_to_mut` only yields the aligned middle as `i64`s; every bit pattern is
-    // an `i64`. CPython's allocator aligns a bytearray's buffer to at least 8 bytes, so the
-    // prefix and suffix are empty (checked).
-    let (pre, mid, post) = unsafe { out.align_to_mut::<i64>() };
-    assert!(pre.is_empty() && post.is_empty(), "a bytearray buffer aligned to 8 bytes");
-    mid
-}
-
-/// Writes `slots` as native int64 values into `out` (`out.len() == 8 * slots.len()`).
-fn fill_i64(out: &mut [u8], slots: &[u32]) {
-    for (d, &s) in as_i64s(out).iter_mut().zip(slots) {
-        *d = s as i64;
-    }
-}
-
-/// Writes the slots of `runs` as native int64 values into `out`.
-fn fill_i64_runs(out: &mut [u8], runs: &[SlotRun]) {
-    let out = as_i64s(out);
-    let mut at = 0;
-    for r in runs {
-        let d = &mut out[at..at + r.len as usize];
-        for (k, x) in d.iter_mut().enumerate() {
-            *x = r.start as i64 + k as i64;
-        }
-        at += r.len as usize;
-    }
-}
-
-/// A `bytearray` of `n` bytes whose content `fill` writes, with the GIL released when it
-/// is large (the bytearray is new and unshared, so nothing else reads or moves it).
-fn bytearray_filled<'py>(
-    py: Python<'py>,
-    n: usize,
-    fill: impl FnOnce(&mut [u8]) + Send,
-) -> PyResult<Bound<'py, PyByteArray>> {
-    // SAFETY: a NULL source makes an uninitialized bytearray of `n` bytes (or fails with a
-    // Python error, turned into one here); it is filled in full below before anyone reads it.
-    let ba = unsafe {
-        let p = pyo3::ffi::PyByteArray_FromStringAndSize(std::ptr::null(), n as isize);
-        Bound::from_owned_ptr_or_err(py, p)?.cast_into_unchecked::<PyByteArray>()
-    };
-    if n == 0 {
-        return Ok(ba);
-    }
-    // SAFETY: the bytearray's buffer holds `n` bytes; only this function has a reference to
-    // the new object until it returns, and nothing resizes it meanwhile.
-    let buf = unsafe {
-        std::slice::from_raw_parts_mut(pyo3::ffi::PyByteArray_AsString(ba.as_ptr()).cast::<u8>(), n)
-    };
-    struct Buf<'a>(&'a mut [u8]);
-    // SAFETY: the buffer is written by one thread at a time (this call) and read by no one.
-    unsafe impl Send for Buf<'_> {}
-    let b = Buf(buf);
-    if n >= 1 << 16 {
-        py.detach(move || {
-            let b = b;
-            fill(b.0)
-        });
-    } else {
-        fill(b.0);
-    }
-    Ok(ba)
-}
-
-/// `slots` as native `int64` values in a `bytearray` (for `torch.frombuffer` /
-/// `numpy.frombuffer`, which view it without a copy).
-pub fn i64_bytes<'py>(py: Python<'py>, slots: &[u32]) -> PyResult<Bound<'py, PyByteArray>> {
-    bytearray_filled(py, slots.len() * 8, |b| fill_i64(b, slots))
-}
-
-/// The slots of `runs`, in order, as native `int64` values in a `bytearray`.
-pub fn i64_bytes_of_runs<'py>(
-    py: Python<'py>,
-    runs: &[SlotRun],
-) -> PyResult<Bound<'py, PyByteArray>> {
-    let n: usize = runs.iter().map(|r| r.len as usize).sum();
-    bytearray_filled(py, n * 8, |b| fill_i64_runs(b, runs))
-}
-
-fn runs_list<'py>(py: Python<'py>, runs: &[SlotRun]) -> PyResult<Bound<'py, PyList>> {
-    PyList::new(py, runs.iter().map(|r| (r.start, r.len)))
-}
+pub(crate) use crate::locks::LockTable;
+pub use crate::prefix::Prefix;
+use crate::prefix::runs_cut;
+use crate::slots::{SLOT_BUFFER, bytearray_filled, runs_list};
+pub use crate::slots::{i64_bytes, i64_bytes_of_runs, register_slot_buffer, slot_buffer};
 
 pub(crate) fn oor(e: OutOfRange) -> Fail {
     fail(
         VALUE,
         format!("{}[{}] = {} is out of range: ids must be in [0, 2**32)", e.what, e.index, e.value),
     )
-}
-
-/// The detached locks of one cache, by handle (sharded, so threads taking and releasing
-/// locks rarely meet on one mutex).
-pub(crate) struct LockTable {
-    shards: Vec<Mutex<HashMap<u64, PrefixLock>>>,
-    next: AtomicU64,
-}
-
-const SHARDS: u64 = 16;
-
-impl LockTable {
-    pub(crate) fn new() -> Self {
-        LockTable {
-            shards: (0..SHARDS).map(|_| Mutex::new(HashMap::new())).collect(),
-            next: AtomicU64::new(1),
-        }
-    }
-
-    pub(crate) fn shard(&self, h: u64) -> std::sync::MutexGuard<'_, HashMap<u64, PrefixLock>> {
-        self.shards[(h % SHARDS) as usize].lock().unwrap_or_else(|p| p.into_inner())
-    }
-
-    pub(crate) fn insert(&self, l: PrefixLock) -> u64 {
-        let h = self.next.fetch_add(1, Ordering::Relaxed);
-        self.shard(h).insert(h, l);
-        h
-    }
-
-    pub(crate) fn remove(&self, h: u64) -> Option<PrefixLock> {
-        self.shard(h).remove(&h)
-    }
-
-    pub(crate) fn explain(&self, h: u64) -> &'static str {
-        if h == 0 {
-            "is not a lock (0 is never a handle)"
-        } else if h < self.next.load(Ordering::Relaxed) {
-            "was released already (a lock is released exactly once)"
-        } else {
-            "is not a lock of this cache"
-        }
-    }
-
-    pub(crate) fn drain(&self) -> Vec<PrefixLock> {
-        let mut out = Vec::new();
-        for s in &self.shards {
-            out.extend(s.lock().unwrap_or_else(|p| p.into_inner()).drain().map(|(_, l)| l));
-        }
-        out
-    }
 }
 
 fn no_events(function: &str) -> Fail {
@@ -256,41 +105,6 @@ fn mark(bits: &Mutex<Vec<u64>>, slots: impl Iterator<Item = u32>, on: bool) {
             b[w] &= !m;
         }
     }
-}
-
-/// A matched prefix the SGLang backend's node keeps (`prefix_match`, `span_checkpoint`):
-/// its namespace, its tokens as `u32` (the request's key converted once), and the slots of
-/// its latest match or lock (None: not known, matched again when asked for).
-#[pyclass(frozen, module = "radixkv._radixkv")]
-pub struct Prefix {
-    ns: u64,
-    toks: Vec<u32>,
-    slots: Mutex<Option<Vec<SlotRun>>>,
-}
-
-#[pymethods]
-impl Prefix {
-    fn __len__(&self) -> usize {
-        self.toks.len()
-    }
-}
-
-/// The slots of positions `from..to` of `runs` (clamped), as runs.
-fn runs_cut(runs: &[SlotRun], from: usize, to: usize) -> Vec<SlotRun> {
-    let mut out = Vec::new();
-    let mut at = 0usize;
-    for r in runs {
-        let (lo, hi) = (at, at + r.len as usize);
-        at = hi;
-        let (a, b) = (lo.max(from), hi.min(to));
-        if a < b {
-            out.push(SlotRun { start: r.start + (a - lo) as u32, len: (b - a) as u32 });
-        }
-        if at >= to {
-            break;
-        }
-    }
-    out
 }
 
 type Stats12 = (u64, u64, u64, u64, u64, u64, u64, u64, u64, u64, u64, u64);
@@ -1354,97 +1168,6 @@ impl NativeCache {
             )
         })
     }
-}
-
-/// Drained event batches as rows `(seq, ts, kind, medium, block_size, parent, hashes,
-/// tokens, lora_name, cache_salt)` (see `NativeCache::drain_events`).
-pub(crate) fn event_rows<'py>(
-    py: Python<'py>,
-    batches: Vec<(u64, radixkv::events::EventBatch)>,
-    signed: bool,
-) -> PyResult<Bound<'py, PyList>> {
-    let out = PyList::empty(py);
-    let hashes = |h: &[u64]| -> PyResult<Bound<'py, PyList>> {
-        if signed {
-            PyList::new(py, h.iter().map(|&x| x as i64))
-        } else {
-            PyList::new(py, h.iter().copied())
-        }
-    };
-    let hash1 = |h: u64| -> PyResult<Bound<'py, PyAny>> {
-        if signed {
-            Ok((h as i64).into_pyobject(py)?.into_any())
-        } else {
-            Ok(h.into_pyobject(py)?.into_any())
-        }
-    };
-    for (seq, batch) in batches {
-        for ev in &batch.events {
-            let item = match ev {
-                KvEvent::BlockStored {
-                    block_hashes,
-                    parent_block_hash,
-                    token_ids,
-                    block_size,
-                    lora_name,
-                    cache_salt,
-                    medium,
-                } => {
-                    let parent = match parent_block_hash {
-                        Some(p) => hash1(*p)?,
-                        None => py.None().into_bound(py),
-                    };
-                    PyTuple::new(
-                        py,
-                        [
-                            seq.into_pyobject(py)?.into_any(),
-                            batch.ts.into_pyobject(py)?.into_any(),
-                            0u32.into_pyobject(py)?.into_any(),
-                            medium.as_str().into_pyobject(py)?.into_any(),
-                            block_size.into_pyobject(py)?.into_any(),
-                            parent,
-                            hashes(block_hashes)?.into_any(),
-                            PyList::new(py, token_ids.iter().copied())?.into_any(),
-                            lora_name.as_deref().into_pyobject(py)?.into_any(),
-                            cache_salt.as_deref().into_pyobject(py)?.into_any(),
-                        ],
-                    )?
-                }
-                KvEvent::BlockRemoved { block_hashes, medium } => PyTuple::new(
-                    py,
-                    [
-                        seq.into_pyobject(py)?.into_any(),
-                        batch.ts.into_pyobject(py)?.into_any(),
-                        1u32.into_pyobject(py)?.into_any(),
-                        medium.as_str().into_pyobject(py)?.into_any(),
-                        0u32.into_pyobject(py)?.into_any(),
-                        py.None().into_bound(py),
-                        hashes(block_hashes)?.into_any(),
-                        PyList::empty(py).into_any(),
-                        py.None().into_bound(py),
-                        py.None().into_bound(py),
-                    ],
-                )?,
-                KvEvent::AllBlocksCleared => PyTuple::new(
-                    py,
-                    [
-                        seq.into_pyobject(py)?.into_any(),
-                        batch.ts.into_pyobject(py)?.into_any(),
-                        2u32.into_pyobject(py)?.into_any(),
-                        "GPU".into_pyobject(py)?.into_any(),
-                        0u32.into_pyobject(py)?.into_any(),
-                        py.None().into_bound(py),
-                        PyList::empty(py).into_any(),
-                        PyList::empty(py).into_any(),
-                        py.None().into_bound(py),
-                        py.None().into_bound(py),
-                    ],
-                )?,
-            };
-            out.append(item)?;
-        }
-    }
-    Ok(out)
 }
 
 /// An insert's refusal of the runs `r` given for `n_tokens` tokens.

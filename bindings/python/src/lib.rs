@@ -16,9 +16,13 @@ use pyo3::types::PyDict;
 mod cache;
 mod closable;
 mod errors;
+mod event_rows;
 mod input;
+mod locks;
+mod prefix;
 mod publisher;
 mod router;
+mod slots;
 mod tier;
 
 /// Registers the error classes (by status; -1 for a closed cache) and the `SlotBuffer`
