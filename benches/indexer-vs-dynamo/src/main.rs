@@ -244,7 +244,7 @@ fn main() {
         })
         .collect();
 
-    // Per service, a prober: the probe answers every 50 ms; done at the first poll whose
+    // Per service, a prober: the probe answers every 10 ms; done at the first poll whose
     // answers equal the last ones, once they have stayed the same for 2 s after the
     // publishers finished (Dynamo has no cursor to read; radixkv's /workers next_seq is
     // read as well, as a check of this method).
@@ -269,7 +269,7 @@ fn main() {
                         }
                         _ => last = Some((ans, now)),
                     }
-                    std::thread::sleep(Duration::from_millis(50));
+                    std::thread::sleep(Duration::from_millis(10));
                 }
             })
         })
