@@ -476,6 +476,20 @@ fn main() {
         us(pct(&mut lat, 0.99))
     );
 
+    // Dynamo in process: the same payloads through Dynamo's own decoder and normalizer
+    // (what its listener runs) into its indexer (`create_indexer`, 2 threads, as the
+    // service's), then its `find_matches` on the same requests. Its answers against the
+    // service's tell transport from index semantics.
+    let (dyn_eps, dyn_find, dyn_same, dyn_exact) = dynamo_in_process(&payloads, events, &probes, &want, a.queries, &ps, svcs.iter().position(|s| s.name == "dynamo").map(|_| dyn_base.clone()));
+    println!(
+        "in process (Dynamo's indexer, create_indexer(bs, 2), events sent from one task): {events} events applied in {:.0} events/s; find_matches p50 {}, p99 {}; answers equal to the exact reference: {dyn_exact}/{}{}",
+        dyn_eps,
+        us(dyn_find.0),
+        us(dyn_find.1),
+        want.len(),
+        dyn_same.map(|n| format!("; equal to Dynamo's service: {n}/{}", want.len())).unwrap_or_default()
+    );
+
     println!("\n| | events/s through the sockets | /query p50 / p99 while publishing | /query p50 / p99 quiet | /query_by_hash p50 / p99 quiet |");
     println!("|---|---|---|---|---|");
     for ((name, eps, bp50, bp99), (qp50, qp99, hp50, hp99)) in rows.iter().zip(&quiet_rows) {
@@ -495,6 +509,12 @@ fn main() {
         events as f64 / took.as_secs_f64(),
         us(pct(&mut lat, 0.5)),
         us(pct(&mut lat, 0.99))
+    );
+    println!(
+        "| Dynamo in process (create_indexer, 2 threads) | {:.0} (one task sending) | | find_matches {} / {} | |",
+        dyn_eps,
+        us(dyn_find.0),
+        us(dyn_find.1)
     );
     println!("\ntotal run {:?}", t_start.elapsed());
     for w in &mut ws {
@@ -519,4 +539,94 @@ fn dyn_hashes(tokens: &[u32]) -> Vec<i64> {
         .into_iter()
         .map(|h| h.0 as i64)
         .collect()
+}
+
+type Answers = Vec<BTreeMap<(u64, u32), u64>>;
+
+/// Dynamo's indexer in process (see main). Returns (events/s, find p50/p99, probes equal to
+/// the service's, probes equal to the exact answers). Applied means: every probe answers
+/// as it will at the end (polled, as for the service; the apply calls only enqueue).
+fn dynamo_in_process(
+    payloads: &[(u64, u64, Vec<u8>)],
+    events: usize,
+    probes: &[Vec<u32>],
+    want: &Answers,
+    queries: usize,
+    ps: &[Vec<u32>],
+    service: Option<String>,
+) -> (f64, (Duration, Duration), Option<usize>, usize) {
+    use dynamo_kv_router::protocols::WorkerWithDpRank;
+    use dynamo_kv_router::services::indexer::backend::create_indexer;
+    use dynamo_kv_router::zmq_wire::{ZmqEventNormalizer, decode_event_batch};
+    let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
+    rt.block_on(async {
+        let ix = create_indexer(BS, 2);
+        let find = |t: &[u32]| {
+            let h = compute_block_hash_for_seq(t, BS, BlockHashOptions::default());
+            let ix = &ix;
+            async move {
+                let s = ix.find_matches(h).await.unwrap();
+                s.scores
+                    .iter()
+                    .filter(|(_, v)| **v > 0)
+                    .map(|(k, v)| ((k.worker_id, k.dp_rank), u64::from(*v) * u64::from(BS)))
+                    .collect::<BTreeMap<_, _>>()
+            }
+        };
+        let mut norms: BTreeMap<u64, ZmqEventNormalizer> = BTreeMap::new();
+        let t = Instant::now();
+        for (id, seq, p) in payloads {
+            let n = norms.entry(*id).or_insert_with(|| ZmqEventNormalizer::new(BS));
+            let b = decode_event_batch(p).unwrap();
+            for raw in b.events {
+                if let Some(pe) = n.normalize(raw, *seq, WorkerWithDpRank::new(*id, 0))
+                    && let Some(ev) = pe.into_router_event()
+                {
+                    ix.apply_event_routed(ev).await.unwrap();
+                }
+            }
+        }
+        // Applied when the probe answers stop changing (polled back to back; the end is the
+        // first poll of the final answers, held for 1 s).
+        let mut last: Option<(Answers, Duration)> = None;
+        let at = loop {
+            let now = t.elapsed();
+            let mut ans = Vec::new();
+            for p in probes {
+                ans.push(find(p).await);
+            }
+            match &last {
+                Some((prev, at)) if *prev == ans => {
+                    if now - *at > Duration::from_secs(1) {
+                        break *at;
+                    }
+                }
+                _ => last = Some((ans, now)),
+            }
+            tokio::time::sleep(Duration::from_millis(1)).await;
+        };
+        let fin = last.unwrap().0;
+        let exact = fin.iter().zip(want).filter(|(x, y)| x == y).count();
+        let same = match service {
+            Some(base) => {
+                let probes = probes.to_vec();
+                let svc: Answers = tokio::task::spawn_blocking(move || {
+                    let mut c = Connection::open(&base).unwrap();
+                    answers(&mut c, &probes)
+                })
+                .await
+                .unwrap();
+                Some(svc.iter().zip(&fin).filter(|(x, y)| x == y).count())
+            }
+            None => None,
+        };
+        let mut lat = Vec::new();
+        for i in 0..queries {
+            let t = Instant::now();
+            let _ = find(&ps[i % ps.len()]).await;
+            lat.push(t.elapsed());
+        }
+        let f = (pct(&mut lat, 0.5), pct(&mut lat, 0.99));
+        (events as f64 / at.as_secs_f64().max(1e-9), f, same, exact)
+    })
 }
