@@ -146,10 +146,7 @@ fn probes(ps: &[Vec<u32>]) -> Vec<Vec<u32>> {
 
 /// All probe answers of one service (a digest of its state as queries see it).
 fn answers(c: &mut Connection, probes: &[Vec<u32>]) -> Vec<BTreeMap<(u64, u32), u64>> {
-    probes
-        .iter()
-        .map(|t| ask(c, "/query", &json!({"token_ids": t, "model_name": MODEL})))
-        .collect()
+    probes.iter().map(|t| ask(c, "/query", &json!({"token_ids": t, "model_name": MODEL}))).collect()
 }
 
 struct Svc {
@@ -262,7 +259,8 @@ fn main() {
                     let ans = answers(&mut c, &probes);
                     match &last {
                         Some((prev, at)) if *prev == ans => {
-                            if published.load(Ordering::Relaxed) && now - *at > Duration::from_secs(2)
+                            if published.load(Ordering::Relaxed)
+                                && now - *at > Duration::from_secs(2)
                             {
                                 return (ans, *at);
                             }
@@ -328,7 +326,12 @@ fn main() {
             us(pct(&mut lat, 0.99)),
             want.len()
         );
-        rows.push((s.name, events as f64 / at.as_secs_f64(), pct(&mut lat, 0.5), pct(&mut lat, 0.99)));
+        rows.push((
+            s.name,
+            events as f64 / at.as_secs_f64(),
+            pct(&mut lat, 0.5),
+            pct(&mut lat, 0.99),
+        ));
     }
 
     // Quiet: queries alone, one service at a time.
@@ -362,13 +365,19 @@ fn main() {
             us(pct(&mut hlat, 0.5)),
             us(pct(&mut hlat, 0.99))
         );
-        quiet_rows.push((pct(&mut lat, 0.5), pct(&mut lat, 0.99), pct(&mut hlat, 0.5), pct(&mut hlat, 0.99)));
+        quiet_rows.push((
+            pct(&mut lat, 0.5),
+            pct(&mut lat, 0.99),
+            pct(&mut hlat, 0.5),
+            pct(&mut hlat, 0.99),
+        ));
     }
 
     // The answers compared: /query and /query_by_hash of every probe, both services and the
     // reference.
     if svcs.len() == 2 {
-        let mut c = [Connection::open(&svcs[0].base).unwrap(), Connection::open(&svcs[1].base).unwrap()];
+        let mut c =
+            [Connection::open(&svcs[0].base).unwrap(), Connection::open(&svcs[1].base).unwrap()];
         let (mut eq, mut ne, mut heq, mut hne, mut qh_self) = (0, 0, 0, 0, 0);
         let (mut over, mut under) = (0, 0);
         let mut shown = 0;
@@ -401,7 +410,10 @@ fn main() {
                 }
                 if shown < 3 {
                     shown += 1;
-                    println!("  differs ({} tokens): radixkv {r:?}\n                     dynamo  {d:?}\n                     exact   {w:?}", t.len());
+                    println!(
+                        "  differs ({} tokens): radixkv {r:?}\n                     dynamo  {d:?}\n                     exact   {w:?}",
+                        t.len()
+                    );
                 }
             }
             if rh == dh {
@@ -424,11 +436,31 @@ fn main() {
     let p = &ps[0];
     let cases = [
         ("/query plain", "/query", json!({"token_ids": p, "model_name": MODEL})),
-        ("/query tenant_id=other", "/query", json!({"token_ids": p, "model_name": MODEL, "tenant_id": "other"})),
-        ("/query routing_group=other", "/query", json!({"token_ids": p, "model_name": MODEL, "routing_group": "other"})),
-        ("/query cache_salt=s", "/query", json!({"token_ids": p, "model_name": MODEL, "cache_salt": "s"})),
-        ("/query lora_name=a", "/query", json!({"token_ids": p, "model_name": MODEL, "lora_name": "a"})),
-        ("/query_by_hash cache_salt=s", "/query_by_hash", json!({"block_hashes": dyn_hashes(p), "model_name": MODEL, "cache_salt": "s"})),
+        (
+            "/query tenant_id=other",
+            "/query",
+            json!({"token_ids": p, "model_name": MODEL, "tenant_id": "other"}),
+        ),
+        (
+            "/query routing_group=other",
+            "/query",
+            json!({"token_ids": p, "model_name": MODEL, "routing_group": "other"}),
+        ),
+        (
+            "/query cache_salt=s",
+            "/query",
+            json!({"token_ids": p, "model_name": MODEL, "cache_salt": "s"}),
+        ),
+        (
+            "/query lora_name=a",
+            "/query",
+            json!({"token_ids": p, "model_name": MODEL, "lora_name": "a"}),
+        ),
+        (
+            "/query_by_hash cache_salt=s",
+            "/query_by_hash",
+            json!({"block_hashes": dyn_hashes(p), "model_name": MODEL, "cache_salt": "s"}),
+        ),
         ("/query model_name=nope", "/query", json!({"token_ids": p, "model_name": "nope"})),
         ("/query no model_name", "/query", json!({"token_ids": p})),
     ];
@@ -440,7 +472,8 @@ fn main() {
             let r = c.post_json(path, body).unwrap();
             let shown = match r.json() {
                 Ok(v) if r.status == 200 => {
-                    let keys: Vec<&String> = v.as_object().map(|o| o.keys().collect()).unwrap_or_default();
+                    let keys: Vec<&String> =
+                        v.as_object().map(|o| o.keys().collect()).unwrap_or_default();
                     format!("{} keys {keys:?} scores {:?}", r.status, scores(&v))
                 }
                 _ => format!("{} {}", r.status, r.text().chars().take(120).collect::<String>()),
@@ -480,17 +513,29 @@ fn main() {
     // (what its listener runs) into its indexer (`create_indexer`, 2 threads, as the
     // service's), then its `find_matches` on the same requests. Its answers against the
     // service's tell transport from index semantics.
-    let (dyn_eps, dyn_find, dyn_same, dyn_exact) = dynamo_in_process(&payloads, events, &probes, &want, a.queries, &ps, svcs.iter().position(|s| s.name == "dynamo").map(|_| dyn_base.clone()));
+    let (dyn_eps, dyn_find, dyn_same, dyn_exact) = dynamo_in_process(
+        &payloads,
+        events,
+        &probes,
+        &want,
+        a.queries,
+        &ps,
+        svcs.iter().position(|s| s.name == "dynamo").map(|_| dyn_base.clone()),
+    );
     println!(
         "in process (Dynamo's indexer, create_indexer(bs, 2), events sent from one task, workers round robin): {events} events applied in {:.0} events/s; find_matches p50 {}, p99 {}; answers equal to the exact reference: {dyn_exact}/{}{}",
         dyn_eps,
         us(dyn_find.0),
         us(dyn_find.1),
         want.len(),
-        dyn_same.map(|n| format!("; equal to Dynamo's service: {n}/{}", want.len())).unwrap_or_default()
+        dyn_same
+            .map(|n| format!("; equal to Dynamo's service: {n}/{}", want.len()))
+            .unwrap_or_default()
     );
 
-    println!("\n| | events/s through the sockets | /query p50 / p99 while publishing | /query p50 / p99 quiet | /query_by_hash p50 / p99 quiet |");
+    println!(
+        "\n| | events/s through the sockets | /query p50 / p99 while publishing | /query p50 / p99 quiet | /query_by_hash p50 / p99 quiet |"
+    );
     println!("|---|---|---|---|---|");
     for ((name, eps, bp50, bp99), (qp50, qp99, hp50, hp99)) in rows.iter().zip(&quiet_rows) {
         println!(
@@ -558,7 +603,8 @@ fn dynamo_in_process(
     use dynamo_kv_router::protocols::WorkerWithDpRank;
     use dynamo_kv_router::services::indexer::backend::create_indexer;
     use dynamo_kv_router::zmq_wire::{ZmqEventNormalizer, decode_event_batch};
-    let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
+    let rt =
+        tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
     rt.block_on(async {
         let ix = create_indexer(BS, 2);
         let find = |t: &[u32]| {
