@@ -145,7 +145,7 @@ fn probes(ps: &[Vec<u32>]) -> Vec<Vec<u32>> {
 }
 
 /// All probe answers of one service (a digest of its state as queries see it).
-fn answers(c: &mut Connection, probes: &[Vec<u32>]) -> Vec<BTreeMap<(u64, u32), u64>> {
+fn answers(c: &mut Connection, probes: &[Vec<u32>]) -> Answers {
     probes.iter().map(|t| ask(c, "/query", &json!({"token_ids": t, "model_name": MODEL}))).collect()
 }
 
@@ -253,7 +253,7 @@ fn main() {
             let (published, probes, base) = (published.clone(), probes.clone(), s.base.clone());
             std::thread::spawn(move || {
                 let mut c = Connection::open(&base).unwrap();
-                let mut last: Option<(Vec<BTreeMap<(u64, u32), u64>>, Duration)> = None;
+                let mut last: Option<(Answers, Duration)> = None;
                 loop {
                     let now = t0.elapsed();
                     let ans = answers(&mut c, &probes);
@@ -488,6 +488,35 @@ fn main() {
         println!("{} /workers entry: {first}", s.name);
     }
 
+    // /unregister with the same body to both: worker 1 leaves the answers.
+    let body = json!({"instance_id": 1, "model_name": MODEL, "tenant_id": "default", "dp_rank": 0});
+    for s in &svcs {
+        let mut c = Connection::open(&s.base).unwrap();
+        let r = c.post_json("/unregister", &body).unwrap();
+        let t = Instant::now();
+        let mut gone = false;
+        while t.elapsed() < Duration::from_secs(5) {
+            if probes.iter().all(|p| {
+                !ask(&mut c, "/query", &json!({"token_ids": p, "model_name": MODEL}))
+                    .contains_key(&(1, 0))
+            }) {
+                gone = true;
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        let again = c.post_json("/unregister", &body).unwrap();
+        println!(
+            "{} /unregister {body}: {} {}; worker 1 out of every answer: {gone} (after {:?}); again: {} {}",
+            s.name,
+            r.status,
+            r.text(),
+            t.elapsed(),
+            again.status,
+            again.text()
+        );
+    }
+
     // In process: the same payloads applied on one thread, the same finds.
     let ix = RouterIndex::new(RouterOptions { block_size: BS, ..Default::default() }).unwrap();
     let t = Instant::now();
@@ -570,7 +599,7 @@ fn main() {
     std::process::exit(0);
 }
 
-fn reference_answers(reference: &Reference, probes: &[Vec<u32>]) -> Vec<BTreeMap<(u64, u32), u64>> {
+fn reference_answers(reference: &Reference, probes: &[Vec<u32>]) -> Answers {
     probes
         .iter()
         .map(|t| reference.scores(t).into_iter().map(|(w, v)| ((w, 0u32), v)).collect())
