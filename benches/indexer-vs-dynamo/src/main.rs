@@ -488,35 +488,6 @@ fn main() {
         println!("{} /workers entry: {first}", s.name);
     }
 
-    // /unregister with the same body to both: worker 1 leaves the answers.
-    let body = json!({"instance_id": 1, "model_name": MODEL, "tenant_id": "default", "dp_rank": 0});
-    for s in &svcs {
-        let mut c = Connection::open(&s.base).unwrap();
-        let r = c.post_json("/unregister", &body).unwrap();
-        let t = Instant::now();
-        let mut gone = false;
-        while t.elapsed() < Duration::from_secs(5) {
-            if probes.iter().all(|p| {
-                !ask(&mut c, "/query", &json!({"token_ids": p, "model_name": MODEL}))
-                    .contains_key(&(1, 0))
-            }) {
-                gone = true;
-                break;
-            }
-            std::thread::sleep(Duration::from_millis(10));
-        }
-        let again = c.post_json("/unregister", &body).unwrap();
-        println!(
-            "{} /unregister {body}: {} {}; worker 1 out of every answer: {gone} (after {:?}); again: {} {}",
-            s.name,
-            r.status,
-            r.text(),
-            t.elapsed(),
-            again.status,
-            again.text()
-        );
-    }
-
     // In process: the same payloads applied on one thread, the same finds.
     let ix = RouterIndex::new(RouterOptions { block_size: BS, ..Default::default() }).unwrap();
     let t = Instant::now();
@@ -561,6 +532,36 @@ fn main() {
             .map(|n| format!("; equal to Dynamo's service: {n}/{}", want.len()))
             .unwrap_or_default()
     );
+
+    // /unregister with the same body to both (after every comparison): worker 1 leaves
+    // the answers.
+    let body = json!({"instance_id": 1, "model_name": MODEL, "tenant_id": "default", "dp_rank": 0});
+    for s in &svcs {
+        let mut c = Connection::open(&s.base).unwrap();
+        let r = c.post_json("/unregister", &body).unwrap();
+        let t = Instant::now();
+        let mut gone = false;
+        while t.elapsed() < Duration::from_secs(5) {
+            if probes.iter().all(|p| {
+                !ask(&mut c, "/query", &json!({"token_ids": p, "model_name": MODEL}))
+                    .contains_key(&(1, 0))
+            }) {
+                gone = true;
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        let again = c.post_json("/unregister", &body).unwrap();
+        println!(
+            "{} /unregister {body}: {} {}; worker 1 out of every answer: {gone} (after {:?}); again: {} {}",
+            s.name,
+            r.status,
+            r.text(),
+            t.elapsed(),
+            again.status,
+            again.text()
+        );
+    }
 
     println!(
         "\n| | events/s through the sockets | /query p50 / p99 while publishing | /query p50 / p99 quiet | /query_by_hash p50 / p99 quiet |"
