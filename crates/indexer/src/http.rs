@@ -163,6 +163,10 @@ struct QueryReq {
     tenant_id: String,
     #[serde(default)]
     lora_name: Option<String>,
+    /// The request's cache salt (tenant isolation inside one index): mixed into the block
+    /// hashes as the engines' events mix it (`KV_EVENTS.md`), as Dynamo's `/query` does.
+    #[serde(default)]
+    cache_salt: Option<String>,
 }
 
 #[derive(Deserialize)]
@@ -171,6 +175,10 @@ struct QueryByHashReq {
     model_name: String,
     #[serde(default = "default_tenant")]
     tenant_id: String,
+    /// Refused when given (400), as Dynamo refuses it: the hashes have their namespace
+    /// mixed in already.
+    #[serde(default)]
+    cache_salt: Option<String>,
 }
 
 /// `{scores, frequencies, tree_sizes}` from the index's scores: matched tokens are the
@@ -205,7 +213,7 @@ async fn query(AxState(state): St, body: Bytes) -> Response {
         return unknown_index(&state, &req.model_name, &req.tenant_id);
     };
     let mut out = Vec::new();
-    ix.index.find(&req.token_ids, req.lora_name.as_deref(), None, &mut out);
+    ix.index.find(&req.token_ids, req.lora_name.as_deref(), req.cache_salt.as_deref(), &mut out);
     let v = score_response(&out, ix.block_size);
     answered(&state, t0);
     json_response(200, &v)
@@ -220,6 +228,14 @@ async fn query_by_hash(AxState(state): St, body: Bytes) -> Response {
     let Some(ix) = state.index(&req.model_name, &req.tenant_id) else {
         return unknown_index(&state, &req.model_name, &req.tenant_id);
     };
+    if req.cache_salt.is_some() {
+        return error(
+            &state,
+            400,
+            "cache_salt is not taken by /query_by_hash: the block hashes carry their namespace \
+             already (use /query with cache_salt and token_ids)",
+        );
+    }
     let hashes: Vec<u64> = req.block_hashes.iter().map(|&h| h as u64).collect();
     let mut out = Vec::new();
     ix.index.find_hashes(&hashes, &mut out);

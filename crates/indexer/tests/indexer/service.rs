@@ -2,6 +2,7 @@
 //! one, HTTP through the service's own client. No timing asserts: conditions are polled
 //! with a deadline.
 
+use std::collections::BTreeMap;
 use std::time::Duration;
 
 use crate::common::*;
@@ -529,4 +530,47 @@ fn a_body_sent_too_slowly_gets_408_and_stalls_nobody() {
     assert!(head.starts_with("HTTP/1.1 408"), "{head}");
     let m = get(&url(&svc, "/healthz")).unwrap();
     assert_eq!(m.status, 200);
+}
+
+/// A store published with a cache salt is found by `/query` with that salt only (the salt
+/// is mixed into the hashes, as engines and Dynamo mix it), and `/query_by_hash` refuses a
+/// `cache_salt` (400: its hashes carry their namespace already).
+#[test]
+fn cache_salt_separates_tenants_in_one_index() {
+    use std::sync::Arc as A;
+    let svc = start(config());
+    let reference = Reference::new();
+    let mut w = Worker::start(71, 71, None);
+    register(&svc, 71, &w.endpoint.clone(), Some(&w.replay.clone()));
+    let tokens: Vec<u32> = (0..(2 * BS)).map(|t| 9_000 + t).collect();
+    let ev = radixkv::events::KvEvent::BlockStored {
+        block_hashes: vec![0x5a17_0001, 0x5a17_0002],
+        parent_block_hash: None,
+        token_ids: tokens.clone(),
+        block_size: BS,
+        lora_name: None,
+        cache_salt: Some(A::from("tenant-a")),
+        medium: radixkv::events::Medium::Gpu,
+    };
+    w.publish(vec![ev], &reference);
+    w.wait_applied(&svc);
+    let ask = |salt: Option<&str>| {
+        let r = post(
+            &svc,
+            "/query",
+            json!({"token_ids": tokens, "model_name": MODEL, "cache_salt": salt}),
+        );
+        assert_eq!(r.status, 200, "{}", r.text());
+        scores_of(&r.json().unwrap())
+    };
+    assert_eq!(ask(Some("tenant-a")), [(71, 2 * BS as u64)].into());
+    assert_eq!(ask(None), BTreeMap::new(), "unsalted: another namespace");
+    assert_eq!(ask(Some("tenant-b")), BTreeMap::new(), "another salt");
+    let r = post(
+        &svc,
+        "/query_by_hash",
+        json!({"block_hashes": [1, 2], "model_name": MODEL, "cache_salt": "tenant-a"}),
+    );
+    assert_eq!(r.status, 400, "{}", r.text());
+    w.stop();
 }
