@@ -27,29 +27,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-static int passed, failed;
-
-#define CHECK(cond)                                                                      \
-  do {                                                                                   \
-    if (cond) {                                                                          \
-      passed++;                                                                          \
-    } else {                                                                             \
-      failed++;                                                                          \
-      fprintf(stderr, "%s:%d: CHECK failed: %s\n", __FILE__, __LINE__, #cond);           \
-    }                                                                                    \
-  } while (0)
-
-#define CHECK_ST(call, want)                                                             \
-  do {                                                                                   \
-    rkv_status st_ = (call);                                                             \
-    if (st_ == (want)) {                                                                 \
-      passed++;                                                                          \
-    } else {                                                                             \
-      failed++;                                                                          \
-      fprintf(stderr, "%s:%d: %s\n  returned %d (%s), want %s\n", __FILE__, __LINE__,    \
-              #call, (int)st_, rkv_status_str(st_), #want);                              \
-    }                                                                                    \
-  } while (0)
+#include "check.h"
 
 /* Which status codes the run produced (index = code). */
 static int produced[16];

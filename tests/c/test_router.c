@@ -13,32 +13,11 @@
 #include <stdlib.h>
 #include <string.h>
 
-static int passed, failed;
-
-#define CHECK(cond)                                                                      \
-  do {                                                                                   \
-    if (cond) {                                                                          \
-      passed++;                                                                          \
-    } else {                                                                             \
-      failed++;                                                                          \
-      fprintf(stderr, "%s:%d: CHECK failed: %s\n", __FILE__, __LINE__, #cond);           \
-    }                                                                                    \
-  } while (0)
-
-#define ST(call, want)                                                                   \
-  do {                                                                                   \
-    rkv_status st_ = (call);                                                             \
-    if (st_ == (want)) {                                                                 \
-      passed++;                                                                          \
-    } else {                                                                             \
-      failed++;                                                                          \
-      fprintf(stderr, "%s:%d: %s\n  returned %d (%s: %s), want %s\n", __FILE__, __LINE__, \
-              #call, (int)st_, rkv_status_str(st_), rkv_last_error_message(), #want);    \
-    }                                                                                    \
-  } while (0)
+#include "check.h"
+#define ST(call, want) CHECK_ST(call, want)
 
 /* The last error message contains `needle`. */
-#define MSG(needle) CHECK(strstr(rkv_last_error_message(), (needle)) != NULL)
+#define MSG(needle) CHECK_LAST_ERROR(needle)
 
 #define BS 4u
 #define SENTINEL_LEN ((size_t)0xA5A5A5A5u)

@@ -15,31 +15,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-static int passed, failed;
+#include "check.h"
+#define ST(call, want) CHECK_ST(call, want)
 
-#define CHECK(cond)                                                                      \
-  do {                                                                                   \
-    if (cond) {                                                                          \
-      passed++;                                                                          \
-    } else {                                                                             \
-      failed++;                                                                          \
-      fprintf(stderr, "%s:%d: CHECK failed: %s\n", __FILE__, __LINE__, #cond);           \
-    }                                                                                    \
-  } while (0)
-
-#define ST(call, want)                                                                   \
-  do {                                                                                   \
-    rkv_status st_ = (call);                                                             \
-    if (st_ == (want)) {                                                                 \
-      passed++;                                                                          \
-    } else {                                                                             \
-      failed++;                                                                          \
-      fprintf(stderr, "%s:%d: %s\n  returned %d (%s), want %s; %s\n", __FILE__, __LINE__, \
-              #call, (int)st_, rkv_status_str(st_), #want, rkv_last_error_message());    \
-    }                                                                                    \
-  } while (0)
-
-#define MSG_HAS(needle) CHECK(strstr(rkv_last_error_message(), (needle)) != NULL)
+#define MSG_HAS(needle) CHECK_LAST_ERROR(needle)
 
 enum { P = 4, DEV = 32, HOST = 64, LAYERS = 2, SB = 8 /* 1 head x 2 dims x 4 bytes */ };
 
