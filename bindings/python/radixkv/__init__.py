@@ -13,6 +13,12 @@ the older ``RadixCache`` adapter).
     >>> with cache.match_lock([1, 2, 3, 9]) as lock:
     ...     lock.length
     3
+
+A host memory tier behind the device pool (SGLang HiCache's semantics) is an option of
+the same class: ``radixkv.Cache(page_size, pool_slots, host=radixkv.HostOptions(host_slots,
+write_policy=...))``; :meth:`Cache.lookup` then reports ``device_len`` and ``host_len``
+and :meth:`Cache.load_back` brings host pages back (``TieredCache`` is a deprecated
+wrapper over it).
 """
 
 from ._cache import (
@@ -34,6 +40,7 @@ from ._cache import (
     Lock,
     NamespaceStats,
     NoPoolError,
+    NoTierError,
     NullArgumentError,
     OutOfSlotsError,
     Publisher,
@@ -63,17 +70,18 @@ from ._router import (
     Worker,
     content_hashes,
 )
-from ._tier import (
+from ._host import (
     LOAD_OUTCOMES,
     WRITE_POLICIES,
+    HostOptions,
     KvLayout,
     Loaded,
     LoadTicket,
-    TieredCache,
     TierLock,
     TierMatch,
     TierStats,
 )
+from ._tier import TieredCache
 from .sglang import MatchResult, RadixCache, StaleNodeError, TreeNode
 
 __version__ = "0.1.0"
@@ -104,6 +112,8 @@ __all__ = [
     "Loaded",
     "LOAD_OUTCOMES",
     "KvLayout",
+    "HostOptions",
+    "NoTierError",
     "AllBlocksCleared",
     "BlockRemoved",
     "BlockStored",

@@ -91,6 +91,12 @@ class CacheClosedError(RadixKvError):
     """The cache (or publisher) was closed."""
 
 
+class NoTierError(InvalidArgumentError):
+    """A host tier call (:meth:`Cache.load_back`, :meth:`Cache.evict_host`,
+    :meth:`Cache.tier_stats`, ...) on a cache made without ``host=`` (the core's
+    ``Error::NoTier``; status ``INVALID_ARGUMENT``, also an :class:`InvalidArgumentError`)."""
+
+
 _ERRORS = {
     cls.status: cls
     for cls in (
@@ -503,8 +509,23 @@ class Cache(_Unique):
     name is kept for the cache's lifetime: for per-request salts, which never repeat, pass
     int ids instead.
 
+    ``host``: a host memory tier behind the device pool (SGLang HiCache's semantics): a
+    :class:`HostOptions` (or a ``dict`` of its fields, or the ``host_slots`` int), which
+    needs ``pool_slots > 0``. Then :meth:`lookup` and :meth:`lookup_lock` say how far host
+    copies extend a match (``host_len``), inserts back pages up by the write policy,
+    device evictions keep (or write back) host copies, and :meth:`load_back` brings host
+    pages back to the device; :meth:`tier_stats`, :meth:`evict_host`, :meth:`poll`,
+    :meth:`wait_all` and the KV bytes of copier ``"host"`` (:meth:`read_slot`,
+    :meth:`write_slot`, :meth:`kv_pointers`) come with it. The request cycle with a tier:
+    :meth:`lookup_lock` (device prefix pinned, ``host_len`` known), :meth:`load_back` +
+    :meth:`wait_load` when the host extends it, :meth:`alloc` the rest, write its KV,
+    :meth:`insert`, release the locks. A cache without a tier refuses the tier-only calls
+    with :class:`NoTierError`; :meth:`lookup` answers ``host_len == 0`` and :meth:`poll` /
+    :meth:`wait_all` have nothing to do there, so one engine loop serves both.
+
     A cache cannot be copied or pickled (it owns a native cache): share the object.
-    :meth:`close` refuses new calls at once and waits for the running ones.
+    :meth:`close` refuses new calls at once and waits for the running ones (and for the
+    host tier's copies in flight).
     """
 
     def __init__(
@@ -514,9 +535,12 @@ class Cache(_Unique):
         policy: str = "lru",
         events: Union[bool, EventOptions, None] = None,
         slru_threshold: Optional[int] = None,
+        host: "_host.HostArg" = None,
     ):
         self._names: Dict[Tuple[type, Any], int] = {}
         self._names_lock = threading.Lock()
+        host_opts = _host._host_options(host)
+        host_args = None if host_opts is None else _host._host_args(host_opts)
         if not isinstance(policy, str):
             raise InvalidArgumentError(
                 f"policy must be a policy name (e.g. 'lru'), got {policy!r}", Status.INVALID_ARGUMENT
@@ -546,7 +570,7 @@ class Cache(_Unique):
                 slru_threshold = _size(slru_threshold, "slru_threshold")
                 if slru_threshold >= 1 << 32:
                     raise InvalidArgumentError("slru_threshold must be below 2**32", Status.INVALID_ARGUMENT)
-            self._n = _ext.NativeCache(page_size, pool_slots, policy, ev, False, slru_threshold)
+            self._n = _ext.NativeCache(page_size, pool_slots, policy, ev, False, slru_threshold, host_args)
         except InvalidArgumentError as e:
             if str(e).startswith("rkv_cache_new: policy:"):
                 raise InvalidArgumentError(
@@ -559,6 +583,12 @@ class Cache(_Unique):
         self.page_size = int(page_size)
         self.pool_slots = int(pool_slots)
         self.policy = policy.lower()
+        self._t = _ext.NativeTier(self._n)
+        if host_opts is not None:
+            # The write policy as the library spells it ("write-through" reads as such).
+            host_opts = _host.HostOptions(**{**host_opts.as_dict(), "write_policy": self._t.write_policy})
+        #: The host tier's options (None: no tier).
+        self.host: Optional[_host.HostOptions] = host_opts
 
     # -- lifetime --
 
@@ -569,8 +599,9 @@ class Cache(_Unique):
         return None if n is None or n.closed else n
 
     def close(self) -> None:
-        """Frees the cache (waiting for calls running in other threads); its outstanding
-        locks are released. Further calls raise :class:`CacheClosedError`. Idempotent."""
+        """Frees the cache (waiting for calls running in other threads and for the host
+        tier's copies in flight); its outstanding locks are released. Further calls raise
+        :class:`CacheClosedError`. Idempotent."""
         n = getattr(self, "_n", None)
         if n is not None:
             n.close()
@@ -856,6 +887,101 @@ class Cache(_Unique):
         bs, mq, af, lg = counts
         return Publisher(self._n.publish(ep, replay, top or "", enc, bs, mq, af, lg, rank))
 
+    # -- the host tier (host=...) --
+
+    @property
+    def has_tier(self) -> bool:
+        """Whether the cache was made with a host tier (``host=``)."""
+        return self.host is not None
+
+    def _tier(self, method: str) -> Any:
+        if self.host is None:
+            raise NoTierError(
+                f"Cache.{method}: this cache has no host tier (it was made without host=): make "
+                f"it with Cache(..., pool_slots=N, host=HostOptions(host_slots=M))",
+                Status.INVALID_ARGUMENT,
+            )
+        return self._t
+
+    def lookup(self, tokens: U32Array, ns: Namespace = 0) -> "_host.TierMatch":
+        """The device prefix of ``tokens`` (not pinned) and how far host copies extend it:
+        a :class:`TierMatch` (``host_len == 0`` without a tier)."""
+        d, h, slots = self._t.lookup(self.namespace_id(ns), tokens)
+        return _host.TierMatch(d, h, slots)
+
+    def lookup_lock(self, tokens: U32Array, ns: Namespace = 0) -> "_host.TierLock":
+        """:meth:`lookup`, pinning the device prefix: a :class:`TierLock` (``device_len``,
+        ``host_len``, ``slots``); release it as any :class:`Lock`."""
+        h, d, host, slots = self._t.lookup_lock(self.namespace_id(ns), tokens)
+        return _host.TierLock(self, h, d, slots, host)
+
+    def load_back(self, tokens: U32Array, ns: Namespace = 0, max_tokens: Optional[int] = None) -> "_host.LoadTicket":
+        """Starts loading back the host pages that extend the device match of ``tokens``
+        (at most ``max_tokens``): allocates device slots (evicting when short;
+        :class:`OutOfSlotsError` with nothing changed when the pool cannot hold them) and
+        starts the copy. Take the result with :meth:`wait_load` or :meth:`try_load`."""
+        t = self._tier("load_back")
+        m = SIZE_MAX if max_tokens is None else _c_size(_size(max_tokens, "max_tokens"))
+        return _host.LoadTicket(t.load_back(self.namespace_id(ns), tokens, m))
+
+    def wait_load(self, ticket: "_host.LoadTicket") -> "_host.Loaded":
+        """Waits for a load-back and takes its result, a :class:`Loaded` (a failed copy is
+        a :class:`DeviceError`, everything rolled back; a ticket already taken is an
+        :class:`InvalidArgumentError`)."""
+        t = self._tier("wait_load")
+        return _host._loaded(self, t.wait_load(_host._ticket(ticket)))
+
+    def try_load(self, ticket: "_host.LoadTicket") -> Optional["_host.Loaded"]:
+        """The load-back's result if it is done (taking it), else None."""
+        t = self._tier("try_load")
+        row = t.try_load(_host._ticket(ticket))
+        return None if row is None else _host._loaded(self, row)
+
+    def poll(self) -> int:
+        """Finishes the host tier's copies that are done: how many (an engine calls it
+        once a step; every call polls them too). 0 without a tier."""
+        return self._t.poll()
+
+    def wait_all(self) -> None:
+        """Waits for every host tier copy in flight and finishes it (nothing to do without
+        a tier)."""
+        self._t.wait_all()
+
+    def evict_host(self, n_tokens: int) -> int:
+        """Evicts at least ``n_tokens`` host tokens (host-only leaves, by the host policy;
+        never a page being copied or pinned): the host tokens freed."""
+        t = self._tier("evict_host")
+        return t.evict_host(_c_size(_size(n_tokens, "n_tokens")))
+
+    def tier_stats(self) -> "_host.TierStats":
+        """The host tier's counts and counters, the device's :class:`Stats` included."""
+        return _host._tier_stats(self._tier("tier_stats").tier_stats())
+
+    def check_tier(self) -> None:
+        """Checks the host tier's and the device tree's invariants that hold at quiescence
+        (no copy in flight, no other thread using the cache); raises ``AssertionError``
+        naming the first violation."""
+        err = self._tier("check_tier").check_tier()
+        if err is not None:
+            raise AssertionError(err)
+
+    def read_slot(self, slot: int, layer: int, side: str = "device") -> Tuple[bytes, bytes]:
+        """Copier ``"host"``: slot ``slot``'s K and V bytes at ``layer`` of the ``side``
+        store (``"device"`` or ``"host"``)."""
+        t = self._tier("read_slot")
+        return t.read_slot(side, _size(layer, "layer"), _size(slot, "slot"))
+
+    def write_slot(self, slot: int, layer: int, k: bytes, v: bytes, side: str = "device") -> None:
+        """Copier ``"host"``: writes slot ``slot``'s K and V bytes
+        (``host.kv_layout.slot_bytes`` each) at ``layer`` of the ``side`` store."""
+        t = self._tier("write_slot")
+        t.write_slot(side, _size(layer, "layer"), _size(slot, "slot"), bytes(k), bytes(v))
+
+    def kv_pointers(self, side: str = "device") -> List[Tuple[int, int]]:
+        """Copier ``"host"``: the ``(K, V)`` buffer addresses of each layer of the ``side``
+        store (host memory; each buffer ``[slots, num_kv_heads, head_dim]`` elements)."""
+        return self._tier("kv_pointers").kv_ptrs(side)
+
     # -- the rest --
 
     def stats(self) -> Stats:
@@ -884,8 +1010,9 @@ class Cache(_Unique):
 
     def __repr__(self) -> str:
         state = "closed" if self._n.closed else "open"
+        host = "" if self.host is None else f" host_slots={self.host.host_slots}"
         return (
-            f"<radixkv.Cache page_size={self.page_size} pool_slots={self.pool_slots} "
+            f"<radixkv.Cache page_size={self.page_size} pool_slots={self.pool_slots}{host} "
             f"policy={self.policy!r} {state}>"
         )
 
@@ -917,6 +1044,7 @@ __all__ = [
     "DeviceError",
     "InternalError",
     "CacheClosedError",
+    "NoTierError",
     "IoError",
     "EventOptions",
     "KvEvent",
@@ -930,3 +1058,7 @@ __all__ = [
     "version",
     "library_path",
 ]
+
+
+# The host tier's types (they build on the ones above; ``_host`` imports this module).
+from . import _host  # noqa: E402

@@ -1,5 +1,5 @@
 """``RadixKvHiCache``: SGLang HiCache's host tier where it maps onto radixkv's
-:class:`radixkv.TieredCache` (SGLang's own types in and out). Imported only when SGLang
+:class:`radixkv.Cache` with a host tier (SGLang's own types in and out). Imported only when SGLang
 and torch are installed (``radixkv.sglang.RadixKvHiCache`` loads it on first use).
 
 What maps: the two-level index (``match_prefix`` returning ``MatchResult`` with
@@ -35,8 +35,8 @@ from sglang.srt.mem_cache.base_prefix_cache import (
     MatchResult,
 )
 
-from ._cache import InvalidLockError, Lock, OutOfSlotsError, Status
-from ._tier import KvLayout, TieredCache
+from ._cache import Cache, InvalidLockError, Lock, OutOfSlotsError, Status
+from ._host import HostOptions, KvLayout
 
 _MATCH_TAIL = tuple(MatchResult._field_defaults[f] for f in MatchResult._fields[5:])
 
@@ -81,7 +81,7 @@ def _indices(slots: Any) -> torch.Tensor:
 
 
 class RadixKvHiCache:
-    """A HiCache-flavoured prefix cache on :class:`radixkv.TieredCache`.
+    """A HiCache-flavoured prefix cache on :class:`radixkv.Cache` with a host tier.
 
     SGLang-style arguments: ``page_size``, ``device_slots`` (the device pool, tokens),
     ``hicache_ratio`` (host = ratio x device, SGLang's default 2.0) or ``hicache_size_tokens``
@@ -89,7 +89,7 @@ class RadixKvHiCache:
     your model's bytes per token), ``hicache_write_policy``, ``write_through_threshold``
     (``write_through_selective``'s hit count; SGLang's 2), ``load_back_threshold``
     (SGLang's 10: shorter host hits are recomputed), ``eviction_policy``; ``copier`` and
-    ``kv_layout`` as :class:`radixkv.TieredCache`'s.
+    ``kv_layout`` as :class:`radixkv.Cache` with a host tier's.
     """
 
     def __init__(
@@ -112,16 +112,18 @@ class RadixKvHiCache:
         self.page_size = page_size
         self.write_policy = hicache_write_policy
         self.load_back_threshold = load_back_threshold
-        self.cache = TieredCache(
+        self.cache = Cache(
             page_size=page_size,
             pool_slots=device_slots,
-            host_slots=host,
             policy=eviction_policy,
-            write_policy=hicache_write_policy,
-            write_threshold=write_through_threshold,
-            load_back_min=load_back_threshold,
-            copier=copier,
-            kv_layout=kv_layout,
+            host=HostOptions(
+                host_slots=host,
+                write_policy=hicache_write_policy,
+                write_threshold=write_through_threshold,
+                load_back_min=load_back_threshold,
+                copier=copier,
+                kv_layout=kv_layout,
+            ),
         )
         self.root_node = HiNode(0, (), 0, 0, torch.empty((0,), dtype=torch.int64))
 
@@ -158,7 +160,7 @@ class RadixKvHiCache:
         ``MatchResult`` (``last_device_node`` / ``best_match_node`` carry the indices as
         ``device_indices``; ``last_host_node`` is the same node, which knows ``host_len``)."""
         ns, toks = self._key(params.key)
-        m = self.cache.match_prefix(toks, ns=ns)
+        m = self.cache.lookup(toks, ns=ns)
         node = HiNode(ns, toks[: m.device_len + m.host_len], m.device_len, m.host_len, _indices(m.slots))
         return tuple.__new__(MatchResult, (m.device_len, node, node, node, m.host_len) + _MATCH_TAIL)
 
@@ -204,7 +206,7 @@ class RadixKvHiCache:
 
     def evict(self, params: EvictParams) -> EvictResult:
         """Evicts device tokens (their host copies stay; ``write_back`` copies first)."""
-        return EvictResult(num_tokens_evicted=self.cache.evict(params.num_tokens))
+        return EvictResult(num_tokens_evicted=len(self.cache.evict(params.num_tokens)))
 
     def evict_host(self, num_tokens: int) -> int:
         """Evicts host tokens (host-only leaves)."""
@@ -214,7 +216,7 @@ class RadixKvHiCache:
         if node.device_len == 0:
             return IncLockRefResult(delta=0)
         before = self.evictable_size()
-        lock = self.cache.match_and_lock(node.tokens[: node.device_len], ns=node.ns)
+        lock = self.cache.lookup_lock(node.tokens[: node.device_len], ns=node.ns)
         node._locks.append(lock)
         self.release_load(node)
         return IncLockRefResult(delta=self.evictable_size() - before)
@@ -233,18 +235,18 @@ class RadixKvHiCache:
         return self.cache.poll()
 
     def evictable_size(self) -> int:
-        return self.cache.stats().device.evictable_tokens
+        return self.cache.stats().evictable_tokens
 
     def protected_size(self) -> int:
-        return self.cache.stats().device.protected_tokens
+        return self.cache.stats().protected_tokens
 
     def total_size(self) -> int:
-        return self.cache.stats().device.cached_tokens
+        return self.cache.stats().cached_tokens
 
     def host_size(self) -> int:
         """Host tokens holding a copy."""
-        return self.cache.stats().host_backed_slots
+        return self.cache.tier_stats().host_backed_slots
 
     def sanity_check(self) -> None:
         self.cache.wait_all()
-        self.cache.check()
+        self.cache.check_tier()

@@ -11,12 +11,13 @@
 //! flight (each holds the read lock only while detached), releases the outstanding locks
 //! and drops the cache.
 
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 
 use pyo3::prelude::*;
 use pyo3::types::{PyByteArray, PyList};
 use radixkv::events::hash::HashMode;
 use radixkv::events::{Medium, NamespaceMeta};
+use radixkv::tier::HostCopier;
 use radixkv::tree::{DEFAULT_SLRU_THRESHOLD, InsertOptions, checked_priority};
 use radixkv::{Cache, CacheOptions, EventOptions, EvictionPolicy, PrefixLock, SlotRun};
 
@@ -48,8 +49,10 @@ fn no_events(function: &str) -> Fail {
 /// A radixkv cache (see the module docs).
 #[pyclass(frozen, module = "radixkv._radixkv")]
 pub struct NativeCache {
-    inner: Closable<Cache>,
-    locks: LockTable,
+    pub(crate) inner: Closable<Cache>,
+    pub(crate) locks: LockTable,
+    /// The host copier's stores (a host tier with copier "host"; `tier::NativeTier`).
+    pub(crate) host_copier: Option<Arc<HostCopier>>,
     #[pyo3(get)]
     page_size: usize,
     #[pyo3(get)]
@@ -190,8 +193,10 @@ impl NativeCache {
     #[new]
     /// `track_slots` (caller-managed mode only): keep a bitmap of the slots the tree holds,
     /// for `cached_slots_i64` (what SGLang's `all_values_flatten` needs). `slru_threshold`:
-    /// the hits that move a node to SLRU's protected segment (default 2, SGLang's).
-    #[pyo3(signature = (page_size, pool_slots, policy, events=None, track_slots=false, slru_threshold=None))]
+    /// the hits that move a node to SLRU's protected segment (default 2, SGLang's). `host`:
+    /// the host tier's options (`tier::HostArgs`; `Cache::with_host`), or None.
+    #[pyo3(signature = (page_size, pool_slots, policy, events=None, track_slots=false, slru_threshold=None, host=None))]
+    #[allow(clippy::too_many_arguments)]
     fn new(
         py: Python<'_>,
         page_size: u64,
@@ -200,6 +205,7 @@ impl NativeCache {
         events: Option<(u32, u32, u64)>,
         track_slots: bool,
         slru_threshold: Option<u32>,
+        host: Option<crate::tier::HostArgs>,
     ) -> PyResult<Self> {
         let r = (|| {
             let bad = |m: String| Err(fail(INVALID_ARGUMENT, m));
@@ -231,8 +237,14 @@ impl NativeCache {
                 pool_slots: pool_slots as usize,
                 slru_threshold: slru_threshold.unwrap_or(DEFAULT_SLRU_THRESHOLD),
             };
-            let mut cache =
-                Cache::new(opts).map_err(|e| fail(status_of(&e), format!("opts: {e}")))?;
+            let (cache, host_copier) = match host {
+                None => (Cache::new(opts), None),
+                Some(h) => {
+                    let (tier, copier, host_copier) = crate::tier::host_parts(pool_slots, h)?;
+                    (Cache::with_host(opts, tier, copier), host_copier)
+                }
+            };
+            let mut cache = cache.map_err(|e| fail(status_of(&e), format!("opts: {e}")))?;
             if let Some((hash_mode, medium, max_drain_batches)) = events {
                 let hash_mode = match hash_mode {
                     0 => HashMode::Xxh3,
@@ -249,9 +261,9 @@ impl NativeCache {
                     .enable_events(EventOptions { hash_mode, medium, max_drain_batches })
                     .map_err(st)?;
             }
-            Ok(cache)
+            Ok((cache, host_copier))
         })();
-        let cache = done(py, "rkv_cache_new", r)?;
+        let (cache, host_copier) = done(py, "rkv_cache_new", r)?;
         Ok(NativeCache {
             page_size: cache.page_size(),
             pool_slots: cache.options().pool_slots,
@@ -259,13 +271,15 @@ impl NativeCache {
             tracked: (track_slots && pool_slots == 0).then(|| Mutex::new(Vec::new())),
             inner: Closable::new(cache),
             locks: LockTable::new(),
+            host_copier,
         })
     }
 
-    /// Refuses new calls, waits for those in flight, releases the outstanding locks and
-    /// frees the cache. Idempotent.
+    /// Refuses new calls, waits for those in flight and for the host tier's copies in
+    /// flight, releases the outstanding locks and frees the cache. Idempotent.
     fn close(&self, py: Python<'_>) {
         self.inner.close(py, |c| {
+            c.wait_all();
             for l in self.locks.drain() {
                 let _ = c.release(l);
             }

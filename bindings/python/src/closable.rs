@@ -1,5 +1,5 @@
 //! [`Closable`]: a native object's Rust value that `close()` can take away while other
-//! threads call into it (what `NativeCache` and `NativeTieredCache` share).
+//! threads call into it (what `NativeCache` and `NativeRouterIndex` share).
 //!
 //! A call checks `closing`, then runs under the read lock with the GIL released; `close`
 //! sets `closing` (new calls are refused at once), takes the write lock (waiting for the

@@ -1,7 +1,8 @@
 //! `radixkv._radixkv`: the native extension behind the `radixkv` Python package.
 //!
 //! It calls radixkv's Rust API directly (not the C ABI): [`cache::NativeCache`] wraps a
-//! `radixkv::Cache`, [`publisher::NativePublisher`] a KV-event publisher,
+//! `radixkv::Cache` (its host tier's calls on [`tier::NativeTier`]),
+//! [`publisher::NativePublisher`] a KV-event publisher,
 //! [`router::NativeRouterIndex`] the router index (`radixkv_router::RouterIndex`). The Python layer
 //! (`radixkv/_cache.py`) keeps the public API: namespaces, error classes, `Lock` objects,
 //! dataclasses. Built by maturin as one abi3 wheel for CPython >= 3.9.
@@ -89,7 +90,7 @@ fn _radixkv(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<cache::NativeCache>()?;
     m.add_class::<cache::Prefix>()?;
     m.add_class::<publisher::NativePublisher>()?;
-    m.add_class::<tier::NativeTieredCache>()?;
+    m.add_class::<tier::NativeTier>()?;
     m.add_class::<router::NativeRouterIndex>()?;
     m.add_class::<Borrow>()?;
     m.add_function(wrap_pyfunction!(_register, m)?)?;

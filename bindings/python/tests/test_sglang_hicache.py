@@ -52,7 +52,7 @@ class HiCacheMapping(unittest.TestCase):
         node = m.last_device_node
         c.inc_lock_ref(node)
         fresh = c.alloc(len(toks) - m.device_prefix_len)
-        for i, s in enumerate(fresh.tolist() if c.cache.kv_layout else []):
+        for i, s in enumerate(fresh.tolist() if c.cache.host.kv_layout else []):
             t = toks[m.device_prefix_len + i]
             for layer in range(2):
                 c.cache.write_slot(s, layer, pattern(t, layer, 0), pattern(t, layer, 1))

@@ -11,6 +11,10 @@ import pytest
 import radixkv
 from radixkv import KvLayout, TieredCache
 
+# TieredCache is deprecated (it warns): these are its compatibility tests (the tier through
+# Cache: test_cache_host.py).
+pytestmark = pytest.mark.filterwarnings("ignore:radixkv.TieredCache is deprecated:DeprecationWarning")
+
 P = 4
 LAYERS = 2
 LAYOUT = KvLayout(num_layers=LAYERS, num_kv_heads=1, head_dim=2, elem_bytes=4)  # 8-byte slots
