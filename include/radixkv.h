@@ -36,6 +36,12 @@
 #define RKV_DEFAULT_SLRU_THRESHOLD 2
 
 /**
+ * `rkv_match_options.flags` bit: pin the matched device prefix and write its lock to
+ * `rkv_match_result.lock` (as `rkv_match_lock`). Without it nothing is pinned.
+ */
+#define RKV_MATCH_LOCK 1
+
+/**
  * What `rkv_events_flush` writes to `*out_seq` when there was nothing to close: no batch,
  * no sequence number used. Never a batch's number (it is also the replay's end marker).
  */
@@ -449,6 +455,27 @@ typedef struct rkv_insert_options {
 } rkv_insert_options;
 
 /**
+ * Per-match options (an extension of version 1), for `rkv_match_ex`. Get the defaults
+ * from `rkv_match_options_default()` and change fields; a NULL pointer means the defaults
+ * (a plain match: nothing pinned). A plain value: the caller owns it, and the call only
+ * reads it.
+ *
+ * Versioned by `size`, as `rkv_insert_options`: it must be `sizeof(rkv_match_options)` of
+ * this header (8), which `rkv_match_options_default()` sets; any other value is
+ * `RKV_INVALID_ARGUMENT`.
+ */
+typedef struct rkv_match_options {
+  /**
+   * `sizeof(rkv_match_options)`: 8.
+   */
+  uint32_t size;
+  /**
+   * `RKV_MATCH_LOCK` or 0 (the default); another bit is `RKV_INVALID_ARGUMENT`.
+   */
+  uint32_t flags;
+} rkv_match_options;
+
+/**
  * A snapshot of a cache's counts and counters (`rkv_cache_stats`). A plain value owned by
  * the caller. Under concurrent calls each field is read atomically but the fields are not
  * one atomic snapshot; at quiescence `cached_tokens == evictable_tokens + protected_tokens`.
@@ -531,6 +558,30 @@ typedef struct rkv_slot_run {
    */
   uint32_t len;
 } rkv_slot_run;
+
+/**
+ * What `rkv_match_ex` matched (an extension of version 1): a plain value the caller owns
+ * and the call writes. Written whole on `RKV_OK`; on `RKV_BUFFER_TOO_SMALL` only
+ * `device_len` (the match length the buffer must hold) is written.
+ */
+typedef struct rkv_match_result {
+  /**
+   * Tokens cached on the device: the match length (`rkv_match`'s `*out_len`); its slots
+   * are `out_slots[0..device_len]`.
+   */
+  size_t device_len;
+  /**
+   * Tokens on the host tier right after them (SGLang's `host_hit_length`): what
+   * `rkv_cache_load_back` can bring back. 0 for a cache without a host tier.
+   */
+  size_t host_len;
+  /**
+   * With `RKV_MATCH_LOCK`: the lock pinning the device prefix (never 0, also for a
+   * match of 0 tokens), the caller's to release with `rkv_release` exactly once.
+   * Without it: 0.
+   */
+  rkv_lock lock;
+} rkv_match_result;
 
 /**
  * Receives freed slots during `rkv_evict_runs`, as runs: `runs[0..n_runs]` is valid only
@@ -1206,6 +1257,12 @@ struct rkv_policy_options rkv_policy_options_default(void);
 struct rkv_insert_options rkv_insert_options_default(void);
 
 /**
+ * Default match options (an extension of version 1): `size = sizeof(rkv_match_options)`,
+ * flags 0 (a plain match, as `rkv_match`). Returns a plain value. Thread-safe.
+ */
+struct rkv_match_options rkv_match_options_default(void);
+
+/**
  * The name of eviction policy number `policy` as SGLang's `--radix-eviction-policy`
  * spells it ("lru", "fifo", "lfu", "mru", "filo", "priority", "slru"), a static
  * NUL-terminated string the caller must not free; NULL for a number that is not an
@@ -1434,6 +1491,41 @@ enum rkv_status rkv_match_lock_runs(const struct rkv_cache *cache,
                                     size_t *out_n_runs,
                                     size_t *out_len,
                                     rkv_lock *out_lock);
+
+/**
+ * The match with options and a result (an extension of version 1): the longest cached
+ * device prefix of `tokens[0..n_tokens]` in namespace `ns`, its slots written to
+ * `out_slots[0..device_len]`, and, on a cache made by `rkv_cache_new_host`, how far host
+ * copies extend it (`host_len`; 0 without a host tier). `opts` (NULL: the defaults, a plain
+ * match) is read only during the call; with `RKV_MATCH_LOCK` in `opts->flags` the device
+ * prefix is pinned (exactly as `rkv_match_lock`) and the lock written to
+ * `out_result->lock`, the caller's to release with `rkv_release` exactly once (also for a
+ * match of 0 tokens). `*out_result` (required, owned by the caller) is written whole on
+ * `RKV_OK`.
+ *
+ * `out_slots` must hold the match (`out_cap = n_tokens` always suffices): when it does
+ * not, `RKV_BUFFER_TOO_SMALL` with only `out_result->device_len` written, nothing pinned
+ * and (when `out_cap < n_tokens`) nothing counted. One exception, as `rkv_match`:
+ * `out_slots` NULL with `out_cap == 0` and no `RKV_MATCH_LOCK` asks for the lengths alone
+ * (`RKV_OK`). With a host tier the call first finishes the copies that are done, and
+ * counts the hits in `rkv_cache_tier_stats`. Load the host part with
+ * `rkv_cache_load_back`. `RKV_INVALID_ARGUMENT` for `opts->size` other than
+ * `sizeof(rkv_match_options)` or an unknown flag; nothing changed on any failure.
+ * Thread-safe; lock-free without `RKV_MATCH_LOCK`.
+ *
+ * # Safety
+ * `cache` is NULL or live; `tokens[0..n_tokens]` readable (or NULL); `opts` NULL or a
+ * readable `rkv_match_options`; `out_slots[0..out_cap]` writable (or NULL); `out_result`
+ * NULL or writable.
+ */
+enum rkv_status rkv_match_ex(const struct rkv_cache *cache,
+                             uint64_t ns,
+                             const uint32_t *tokens,
+                             size_t n_tokens,
+                             const struct rkv_match_options *opts,
+                             uint32_t *out_slots,
+                             size_t out_cap,
+                             struct rkv_match_result *out_result);
 
 /**
  * Writes to `*out_len` (required) the number of tokens `lock` pins. `RKV_INVALID_LOCK` for
@@ -2581,7 +2673,10 @@ enum rkv_status rkv_tier_events_drain(const struct rkv_tier *tier,
  * go through the tier (see `rkv_tier_new` for the semantics): an insert's slots must then
  * be whole pool pages, as `rkv_alloc` hands them out. `RKV_COPIER_HOST`'s stores are
  * allocated as for `rkv_tier_new`, but only an `rkv_tier` exposes their addresses. Fails
- * as `rkv_cache_new_with` and `rkv_tier_new` do, creating nothing. Thread-safe.
+ * as `rkv_cache_new_with` and `rkv_tier_new` do, creating nothing. Thread-safe. Its tier's
+ * calls on the plain handle: `rkv_match_ex` (`host_len`), `rkv_cache_load_back` /
+ * `_load_poll` / `_load_wait`, `rkv_cache_evict_host`, `rkv_cache_tier_stats`,
+ * `rkv_cache_wait_all`.
  *
  * # Safety
  * `opts` NULL or a readable `rkv_options`; `policy` NULL or a readable
@@ -2614,6 +2709,88 @@ enum rkv_status rkv_cache_tier_stats(const struct rkv_cache *cache,
  * `cache` is NULL or live.
  */
 enum rkv_status rkv_cache_wait_all(const struct rkv_cache *cache);
+
+/**
+ * `rkv_tier_load_back` on a cache made by `rkv_cache_new_host` (an extension of version
+ * 1): starts loading back the host pages that extend the device match of
+ * `tokens[0..n_tokens]` in `ns` (what `rkv_match_ex` reports as `host_len`), at most
+ * `max_tokens` of them (`SIZE_MAX`: all): allocates device slots (evicting as
+ * `rkv_alloc`), pins the host copies and starts the copy. Writes a ticket to `*out_ticket`
+ * (required, a plain value); take the result with `rkv_cache_load_poll` or
+ * `rkv_cache_load_wait` exactly once (the result holds a lock of this cache, released with
+ * `rkv_release`; `rkv_cache_free` waits for and releases results never taken). When
+ * nothing is worth loading the ticket is done at once and its result says why
+ * (`RKV_LOAD_NOTHING_ON_HOST`, `RKV_LOAD_TOO_SHORT`). `RKV_OUT_OF_SLOTS` (nothing changed,
+ * no ticket) when the device cannot hold the pages; `RKV_DEVICE_ERROR` (everything rolled
+ * back, no ticket) when the copier refuses to start the copy; `RKV_INVALID_ARGUMENT` for
+ * a cache without a host tier. Thread-safe.
+ *
+ * # Safety
+ * `cache` is NULL or live; `tokens` NULL or readable for `n_tokens` values; `out_ticket`
+ * NULL or writable.
+ */
+enum rkv_status rkv_cache_load_back(const struct rkv_cache *cache,
+                                    uint64_t ns,
+                                    const uint32_t *tokens,
+                                    size_t n_tokens,
+                                    size_t max_tokens,
+                                    uint64_t *out_ticket);
+
+/**
+ * `rkv_tier_load_poll` on a cache made by `rkv_cache_new_host` (an extension of version
+ * 1): whether load-back `ticket` is done, without blocking (finishing the copies that
+ * are): `RKV_OK` with `*out_done = 0` while its copy runs (nothing else written), or with
+ * `*out_done = 1` and the result: `*out_result` (its lock is the caller's, released with
+ * `rkv_release`), the slots of the locked prefix in `out_slots[0..*out_len]`. If those do
+ * not fit `out_cap`, `RKV_BUFFER_TOO_SMALL` with only `*out_len` written and the result
+ * kept for the next call (`out_cap = n_tokens` of the load-back always suffices). A failed
+ * copy is `RKV_DEVICE_ERROR`, everything rolled back and the ticket spent. An unknown or
+ * taken ticket, or a cache without a host tier, is `RKV_INVALID_ARGUMENT`. All outputs
+ * required (`out_slots` may be NULL when `out_cap == 0`) and owned by the caller.
+ * Thread-safe (one caller takes a ticket's result).
+ *
+ * # Safety
+ * `cache` is NULL or live; `out_slots[0..out_cap]` writable (or NULL); the other outputs
+ * NULL or writable.
+ */
+enum rkv_status rkv_cache_load_poll(const struct rkv_cache *cache,
+                                    uint64_t ticket,
+                                    uint32_t *out_slots,
+                                    size_t out_cap,
+                                    size_t *out_len,
+                                    struct rkv_load_result *out_result,
+                                    int *out_done);
+
+/**
+ * `rkv_cache_load_poll` that blocks until the load-back is done (no `out_done`), as
+ * `rkv_tier_load_wait` (an extension of version 1): `RKV_OK` with the result,
+ * `RKV_BUFFER_TOO_SMALL` (result kept), `RKV_DEVICE_ERROR` for a failed copy (rolled back,
+ * ticket spent), `RKV_INVALID_ARGUMENT` for an unknown or taken ticket or a cache without
+ * a host tier. Thread-safe.
+ *
+ * # Safety
+ * As `rkv_cache_load_poll`.
+ */
+enum rkv_status rkv_cache_load_wait(const struct rkv_cache *cache,
+                                    uint64_t ticket,
+                                    uint32_t *out_slots,
+                                    size_t out_cap,
+                                    size_t *out_len,
+                                    struct rkv_load_result *out_result);
+
+/**
+ * `rkv_tier_evict_host` on a cache made by `rkv_cache_new_host` (an extension of version
+ * 1): evicts at least `n_tokens` host tokens (host-only leaves, by the host policy; never
+ * a page being copied, pinned by a load-back, or still on the device) and writes the host
+ * tokens freed to `*out_evicted` (required; fewer when nothing more is evictable).
+ * `RKV_INVALID_ARGUMENT` for a cache without a host tier. Thread-safe.
+ *
+ * # Safety
+ * `cache` is NULL or live; `out_evicted` NULL or writable.
+ */
+enum rkv_status rkv_cache_evict_host(const struct rkv_cache *cache,
+                                     size_t n_tokens,
+                                     size_t *out_evicted);
 
 #ifdef __cplusplus
 }  // extern "C"

@@ -51,6 +51,13 @@ pub extern "C" fn rkv_insert_options_default() -> rkv_insert_options {
     }
 }
 
+/// Default match options (an extension of version 1): `size = sizeof(rkv_match_options)`,
+/// flags 0 (a plain match, as `rkv_match`). Returns a plain value. Thread-safe.
+#[unsafe(no_mangle)]
+pub extern "C" fn rkv_match_options_default() -> rkv_match_options {
+    rkv_match_options { size: size_of::<rkv_match_options>() as u32, flags: 0 }
+}
+
 /// The `rkv_eviction_policy` number of a policy.
 pub(crate) fn c_policy(p: EvictionPolicy) -> rkv_eviction_policy {
     use rkv_eviction_policy::*;
@@ -263,7 +270,7 @@ pub(crate) unsafe fn new_cache(
              can be (free some)",
         )
     })?;
-    let raw = Box::into_raw(Box::new(rkv_cache { cache, locks }));
+    let raw = Box::into_raw(Box::new(rkv_cache { cache, locks, loads: Default::default() }));
     // SAFETY: `out_cache` passed `check_out` (non-null, aligned) and the caller guarantees
     // it is writable.
     unsafe { out_cache.write(raw) };
@@ -320,6 +327,10 @@ pub unsafe extern "C" fn rkv_cache_free(cache: *mut rkv_cache) {
     // A panic here would abort at the boundary; contain it. The cache is dropped either way
     // (on a panic, during unwinding).
     let _ = catch_unwind(AssertUnwindSafe(move || {
+        // A host tier's copies in flight first, then the load-backs never taken (nothing
+        // to do without a tier).
+        owned.cache.wait_all();
+        owned.loads.finish(&owned.cache);
         for lock in owned.locks.drain() {
             let _ = owned.cache.release(lock);
         }

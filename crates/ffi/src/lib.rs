@@ -47,6 +47,8 @@ pub use tier::*;
 #[cfg(test)]
 mod error_tests;
 #[cfg(test)]
+mod host_tests;
+#[cfg(test)]
 mod tests;
 
 // The helpers every noun shares, reachable from each module as `crate::name` (and from

@@ -1,15 +1,18 @@
-//! Lookups: the plain and the locking match (slot lists and runs), a lock's length, and
-//! release.
+//! Lookups: the plain and the locking match (slot lists and runs), the match with options
+//! and a result (`rkv_match_ex`: device and host lengths), a lock's length, and release.
 
 use radixkv_core::slot_run::SlotRun;
 
 use crate::args::{
-    cache_ref, check_out, check_out_array, disjoint, input, invalid_lock, reserve_handle,
-    write_array,
+    cache_ref, check_opt_in, check_out, check_out_array, disjoint, input, invalid_lock, read_sized,
+    reserve_handle, write_array,
 };
 use crate::boundary::{Res, boundary, fail};
 use crate::refusal::{too_small_runs, too_small_slots};
-use crate::types::{rkv_cache, rkv_lock, rkv_slot_run, rkv_status};
+use crate::types::{
+    RKV_MATCH_LOCK, rkv_cache, rkv_lock, rkv_match_options, rkv_match_result, rkv_slot_run,
+    rkv_status,
+};
 
 // ---------------------------------------------------------------------------------------
 // Match.
@@ -304,6 +307,103 @@ pub unsafe extern "C" fn rkv_match_lock_runs(
         }
         Ok(())
     })
+}
+
+// ---------------------------------------------------------------------------------------
+// The one match: options in, device and host lengths out.
+
+/// The match with options and a result (an extension of version 1): the longest cached
+/// device prefix of `tokens[0..n_tokens]` in namespace `ns`, its slots written to
+/// `out_slots[0..device_len]`, and, on a cache made by `rkv_cache_new_host`, how far host
+/// copies extend it (`host_len`; 0 without a host tier). `opts` (NULL: the defaults, a plain
+/// match) is read only during the call; with `RKV_MATCH_LOCK` in `opts->flags` the device
+/// prefix is pinned (exactly as `rkv_match_lock`) and the lock written to
+/// `out_result->lock`, the caller's to release with `rkv_release` exactly once (also for a
+/// match of 0 tokens). `*out_result` (required, owned by the caller) is written whole on
+/// `RKV_OK`.
+///
+/// `out_slots` must hold the match (`out_cap = n_tokens` always suffices): when it does
+/// not, `RKV_BUFFER_TOO_SMALL` with only `out_result->device_len` written, nothing pinned
+/// and (when `out_cap < n_tokens`) nothing counted. One exception, as `rkv_match`:
+/// `out_slots` NULL with `out_cap == 0` and no `RKV_MATCH_LOCK` asks for the lengths alone
+/// (`RKV_OK`). With a host tier the call first finishes the copies that are done, and
+/// counts the hits in `rkv_cache_tier_stats`. Load the host part with
+/// `rkv_cache_load_back`. `RKV_INVALID_ARGUMENT` for `opts->size` other than
+/// `sizeof(rkv_match_options)` or an unknown flag; nothing changed on any failure.
+/// Thread-safe; lock-free without `RKV_MATCH_LOCK`.
+///
+/// # Safety
+/// `cache` is NULL or live; `tokens[0..n_tokens]` readable (or NULL); `opts` NULL or a
+/// readable `rkv_match_options`; `out_slots[0..out_cap]` writable (or NULL); `out_result`
+/// NULL or writable.
+#[unsafe(no_mangle)]
+#[allow(clippy::too_many_arguments)]
+pub unsafe extern "C" fn rkv_match_ex(
+    cache: *const rkv_cache,
+    ns: u64,
+    tokens: *const u32,
+    n_tokens: usize,
+    opts: *const rkv_match_options,
+    out_slots: *mut u32,
+    out_cap: usize,
+    out_result: *mut rkv_match_result,
+) -> rkv_status {
+    boundary("rkv_match_ex", || {
+        // SAFETY: the caller passes NULL or a live cache that is not being freed.
+        let c = unsafe { cache_ref(cache) }?;
+        // SAFETY: the caller guarantees tokens[0..n_tokens] is readable (or NULL).
+        let t = unsafe { input(tokens, n_tokens, "tokens", "n_tokens") }?;
+        check_opt_in(opts, "opts")?;
+        // SAFETY: NULL or aligned (checked); readable by the caller's contract.
+        let pin = unsafe { match_flags(opts) }? & RKV_MATCH_LOCK != 0;
+        check_out_array(out_slots, out_cap, "out_slots", "out_cap")?;
+        check_out(out_result, "out_result")?;
+        if !pin && out_slots.is_null() && out_cap == 0 {
+            let mut runs: Vec<SlotRun> = Vec::new();
+            let m = c.cache.lookup(ns, t, &mut runs);
+            let r = rkv_match_result { device_len: m.device_len, host_len: m.host_len, lock: 0 };
+            // SAFETY: `out_result` passed `check_out`; writable by the caller's contract.
+            unsafe { out_result.write(r) };
+            return Ok(());
+        }
+        // SAFETY: `out_result` passed `check_out`, so its `device_len` field is a writable,
+        // aligned `usize`; no reference to it is made.
+        let len_at = unsafe { &raw mut (*out_result).device_len };
+        // SAFETY: `out_slots` passed `check_out_array`, `len_at` is writable (above).
+        let (m, lock) =
+            unsafe { crate::tier::match_in(c.door(), ns, t, out_slots, out_cap, pin, len_at) }?;
+        let r = rkv_match_result {
+            device_len: m.device_len,
+            host_len: m.host_len,
+            lock: lock.unwrap_or(0),
+        };
+        // SAFETY: `out_result` passed `check_out`; writable by the caller's contract.
+        unsafe { out_result.write(r) };
+        Ok(())
+    })
+}
+
+/// The flags of match options `p` (NULL: 0), checked.
+///
+/// # Safety
+/// `p` is NULL, or passed `check_opt_in` and points to a readable `rkv_match_options`.
+unsafe fn match_flags(p: *const rkv_match_options) -> Res<u32> {
+    if p.is_null() {
+        return Ok(0);
+    }
+    // SAFETY: non-null and aligned; readable by the caller's contract.
+    let o = unsafe { read_sized(p, "opts", "rkv_match_options") }?;
+    if o.flags & !RKV_MATCH_LOCK != 0 {
+        return Err(fail(
+            rkv_status::RKV_INVALID_ARGUMENT,
+            format!(
+                "opts->flags = {:#x} has bits this library does not know (RKV_MATCH_LOCK = 1 \
+                 is the only flag)",
+                o.flags
+            ),
+        ));
+    }
+    Ok(o.flags)
 }
 
 // ---------------------------------------------------------------------------------------

@@ -214,6 +214,50 @@ const _: () = assert!(
         && std::mem::offset_of!(rkv_insert_options, inserted_len) == 16
 );
 
+/// `rkv_match_options.flags` bit: pin the matched device prefix and write its lock to
+/// `rkv_match_result.lock` (as `rkv_match_lock`). Without it nothing is pinned.
+pub const RKV_MATCH_LOCK: u32 = 1;
+
+/// Per-match options (an extension of version 1), for `rkv_match_ex`. Get the defaults
+/// from `rkv_match_options_default()` and change fields; a NULL pointer means the defaults
+/// (a plain match: nothing pinned). A plain value: the caller owns it, and the call only
+/// reads it.
+///
+/// Versioned by `size`, as `rkv_insert_options`: it must be `sizeof(rkv_match_options)` of
+/// this header (8), which `rkv_match_options_default()` sets; any other value is
+/// `RKV_INVALID_ARGUMENT`.
+#[repr(C)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct rkv_match_options {
+    /// `sizeof(rkv_match_options)`: 8.
+    pub size: u32,
+    /// `RKV_MATCH_LOCK` or 0 (the default); another bit is `RKV_INVALID_ARGUMENT`.
+    pub flags: u32,
+}
+
+/// What `rkv_match_ex` matched (an extension of version 1): a plain value the caller owns
+/// and the call writes. Written whole on `RKV_OK`; on `RKV_BUFFER_TOO_SMALL` only
+/// `device_len` (the match length the buffer must hold) is written.
+#[repr(C)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct rkv_match_result {
+    /// Tokens cached on the device: the match length (`rkv_match`'s `*out_len`); its slots
+    /// are `out_slots[0..device_len]`.
+    pub device_len: usize,
+    /// Tokens on the host tier right after them (SGLang's `host_hit_length`): what
+    /// `rkv_cache_load_back` can bring back. 0 for a cache without a host tier.
+    pub host_len: usize,
+    /// With `RKV_MATCH_LOCK`: the lock pinning the device prefix (never 0, also for a
+    /// match of 0 tokens), the caller's to release with `rkv_release` exactly once.
+    /// Without it: 0.
+    pub lock: rkv_lock,
+}
+
+#[cfg(target_pointer_width = "64")]
+const _: () = assert!(
+    std::mem::size_of::<rkv_match_options>() == 8 && std::mem::size_of::<rkv_match_result>() == 24
+);
+
 /// Options of a new cache. Get the defaults from `rkv_options_default()` and change fields.
 /// A plain value: the caller owns it, and `rkv_cache_new` only reads it.
 #[repr(C)]
@@ -265,6 +309,8 @@ pub struct rkv_stats {
 pub struct rkv_cache {
     pub(crate) cache: Cache,
     pub(crate) locks: LockTable<PrefixLock>,
+    /// Its load-backs (`rkv_cache_load_back`; a cache made by `rkv_cache_new_host`).
+    pub(crate) loads: crate::tier::Loads,
 }
 
 /// A lock handle: pins a matched prefix until `rkv_release`. 0 is never a valid lock. A

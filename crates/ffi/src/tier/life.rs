@@ -219,13 +219,7 @@ fn new_tier(
             "too many live caches and tiers: 2^20 - 1 exist in this process (free some)",
         )
     })?;
-    Ok(rkv_tier {
-        cache,
-        locks,
-        host,
-        tickets: Mutex::new(HashSet::new()),
-        parked: Mutex::new(HashMap::new()),
-    })
+    Ok(rkv_tier { cache, locks, host, loads: Loads::default() })
 }
 
 /// Destroys a tier: waits for every copy in flight (a callback copier is called, so it must
@@ -248,15 +242,7 @@ pub unsafe extern "C" fn rkv_tier_free(tier: *mut rkv_tier) {
     let mut owned = unsafe { Box::from_raw(tier) };
     let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(move || {
         owned.cache.wait_all();
-        let tickets: Vec<u64> = lk(&owned.tickets).drain().collect();
-        for t in tickets {
-            if let Ok(l) = owned.cache.wait_load(LoadTicket(t)) {
-                let _ = owned.cache.release(l.lock);
-            }
-        }
-        for (_, l) in lk(&owned.parked).drain() {
-            let _ = owned.cache.release(l.lock);
-        }
+        owned.loads.finish(&owned.cache);
         for l in owned.locks.drain() {
             let _ = owned.cache.release(l);
         }

@@ -31,15 +31,36 @@ pub unsafe extern "C" fn rkv_tier_load_back(
     boundary("rkv_tier_load_back", || {
         // SAFETY: the caller passes NULL or a live tier that is not being freed.
         let t = unsafe { tier_ref(tier) }?;
-        // SAFETY: the caller guarantees tokens[0..n_tokens] is readable (or NULL).
-        let tk = unsafe { input(tokens, n_tokens, "tokens", "n_tokens") }?;
-        check_out(out_ticket, "out_ticket")?;
-        let ticket = t.cache.load_back(ns, tk, max_tokens).map_err(st)?;
-        lk(&t.tickets).insert(ticket.0);
-        // SAFETY: passed `check_out`; writable by the caller's contract.
-        unsafe { out_ticket.write(ticket.0) };
-        Ok(())
+        // SAFETY: the caller's contract is `load_back_in`'s.
+        unsafe { load_back_in(t.door(), ns, tokens, n_tokens, max_tokens, out_ticket) }
     })
+}
+
+/// The body of `rkv_tier_load_back` and `rkv_cache_load_back` on `d`.
+///
+/// # Safety
+/// `tokens` NULL or readable for `n_tokens` values; `out_ticket` NULL or writable.
+pub(crate) unsafe fn load_back_in(
+    d: Door<'_>,
+    ns: u64,
+    tokens: *const u32,
+    n_tokens: usize,
+    max_tokens: usize,
+    out_ticket: *mut u64,
+) -> Res<()> {
+    // SAFETY: the caller guarantees tokens[0..n_tokens] is readable (or NULL).
+    let tk = unsafe { input(tokens, n_tokens, "tokens", "n_tokens") }?;
+    check_out(out_ticket, "out_ticket")?;
+    let ticket = d.cache.load_back(ns, tk, max_tokens).map_err(|e| match e {
+        Error::NoTier => {
+            bad(format!("this {} has no host tier (create it with rkv_cache_new_host)", d.noun))
+        }
+        e => st(e),
+    })?;
+    lk(&d.loads.tickets).insert(ticket.0);
+    // SAFETY: passed `check_out`; writable by the caller's contract.
+    unsafe { out_ticket.write(ticket.0) };
+    Ok(())
 }
 
 /// Hands a finished load-back to the caller: its lock into the table, its slots into the
@@ -50,7 +71,7 @@ pub unsafe extern "C" fn rkv_tier_load_back(
 /// passed `check_out`, all writable.
 #[allow(clippy::too_many_arguments)]
 unsafe fn hand_over(
-    t: &rkv_tier,
+    d: Door<'_>,
     ticket: u64,
     l: Loaded,
     handle: Reserved<'_, PrefixLock>,
@@ -61,7 +82,7 @@ unsafe fn hand_over(
 ) -> Res<()> {
     let n = l.slots.len();
     if n > out_cap {
-        lk(&t.parked).insert(ticket, l);
+        lk(&d.loads.parked).insert(ticket, l);
         // SAFETY: `out_len` passed `check_out`; writable by the caller's contract.
         unsafe { out_len.write(n) };
         return Err(too_small_slots(
@@ -71,7 +92,7 @@ unsafe fn hand_over(
              load-back always suffices)",
         ));
     }
-    lk(&t.tickets).remove(&ticket);
+    lk(&d.loads.tickets).remove(&ticket);
     let r = rkv_load_result {
         lock: 0,
         len: l.lock.len(),
@@ -99,14 +120,15 @@ fn unknown_ticket(ticket: u64) -> crate::Fail {
     ))
 }
 
-/// The common part of `rkv_tier_load_poll` and `rkv_tier_load_wait`: checks, then the
-/// parked result if any, else `take` (the core's `try_load` or `wait_load`).
+/// The common part of `rkv_tier_load_poll`, `rkv_tier_load_wait` and their `rkv_cache_*`
+/// twins on `d`: checks, then the parked result if any, else `take` (the core's
+/// `try_load` or `wait_load`).
 ///
 /// # Safety
-/// `tier` NULL or live; the outputs NULL or writable (`out_slots` for `out_cap`).
+/// The outputs NULL or writable (`out_slots` for `out_cap`).
 #[allow(clippy::too_many_arguments)]
-unsafe fn take_load(
-    tier: *const rkv_tier,
+pub(crate) unsafe fn take_load(
+    d: Door<'_>,
     ticket: u64,
     out_slots: *mut u32,
     out_cap: usize,
@@ -115,22 +137,20 @@ unsafe fn take_load(
     out_done: Option<*mut c_int>,
     take: impl FnOnce(&Cache, LoadTicket) -> Option<Result<Loaded>>,
 ) -> Res<()> {
-    // SAFETY: the caller passes NULL or a live tier that is not being freed.
-    let t = unsafe { tier_ref(tier) }?;
     check_out_array(out_slots, out_cap, "out_slots", "out_cap")?;
     check_out(out_len, "out_len")?;
     check_out(out_result, "out_result")?;
     if let Some(d) = out_done {
         check_out(d, "out_done")?;
     }
-    if !lk(&t.tickets).contains(&ticket) {
+    if !lk(&d.loads.tickets).contains(&ticket) {
         return Err(unknown_ticket(ticket));
     }
-    let handle = reserve(t)?;
-    let parked = lk(&t.parked).remove(&ticket);
+    let handle = reserve_in(d)?;
+    let parked = lk(&d.loads.parked).remove(&ticket);
     let got = match parked {
         Some(l) => Some(Ok(l)),
-        None => take(&t.cache, LoadTicket(ticket)),
+        None => take(d.cache, LoadTicket(ticket)),
     };
     match got {
         None => {
@@ -141,12 +161,12 @@ unsafe fn take_load(
             Ok(())
         }
         Some(Err(e)) => {
-            lk(&t.tickets).remove(&ticket);
+            lk(&d.loads.tickets).remove(&ticket);
             Err(fail(rkv_status::from(&e), format!("load-back ticket {ticket}: {e}")))
         }
         Some(Ok(l)) => {
             // SAFETY: the outputs passed their checks and are writable by contract.
-            unsafe { hand_over(t, ticket, l, handle, out_slots, out_cap, out_len, out_result) }?;
+            unsafe { hand_over(d, ticket, l, handle, out_slots, out_cap, out_len, out_result) }?;
             if let Some(d) = out_done {
                 // SAFETY: passed `check_out`; writable by the caller's contract.
                 unsafe { d.write(1) };
@@ -180,10 +200,12 @@ pub unsafe extern "C" fn rkv_tier_load_poll(
     out_done: *mut c_int,
 ) -> rkv_status {
     boundary("rkv_tier_load_poll", || {
+        // SAFETY: the caller passes NULL or a live tier that is not being freed.
+        let t = unsafe { tier_ref(tier) }?;
         // SAFETY: the caller's contract is `take_load`'s.
         unsafe {
             take_load(
-                tier,
+                t.door(),
                 ticket,
                 out_slots,
                 out_cap,
@@ -213,9 +235,11 @@ pub unsafe extern "C" fn rkv_tier_load_wait(
     out_result: *mut rkv_load_result,
 ) -> rkv_status {
     boundary("rkv_tier_load_wait", || {
+        // SAFETY: the caller passes NULL or a live tier that is not being freed.
+        let t = unsafe { tier_ref(tier) }?;
         // SAFETY: the caller's contract is `take_load`'s.
         unsafe {
-            take_load(tier, ticket, out_slots, out_cap, out_len, out_result, None, |c, t| {
+            take_load(t.door(), ticket, out_slots, out_cap, out_len, out_result, None, |c, t| {
                 Some(c.wait_load(t))
             })
         }

@@ -46,45 +46,75 @@ pub unsafe extern "C" fn rkv_tier_match(
         if pin {
             check_out(out_lock, "out_lock")?;
         }
-        let mut slots = Vec::new();
-        let too_small = |m: usize, why: &str| {
-            // SAFETY: `out_len` passed `check_out`; writable by the caller's contract.
-            unsafe { out_len.write(m) };
-            Err(too_small_slots(out_cap, m, why))
-        };
-        if out_cap < tk.len() {
-            // Measure first, so a refusal pins, splits and counts nothing.
-            let m = t.cache.tree().match_unrecorded(ns, tk, &mut slots);
-            if m > out_cap {
-                return too_small(m, "; nothing was pinned (pass out_cap = n_tokens)");
-            }
-        }
-        let handle = if pin { Some(reserve(t)?) } else { None };
-        let (lock, m) = if pin {
-            let (l, m) = t.cache.lookup_and_lock(ns, tk, &mut slots);
-            (Some(l.into_raw()), m)
-        } else {
-            (None, t.cache.lookup(ns, tk, &mut slots))
-        };
-        if m.device_len > out_cap {
-            if let Some(l) = lock {
-                let _ = t.cache.release(l);
-            }
-            let why = "; a concurrent insert grew the match during the call; nothing was pinned";
-            return too_small(m.device_len, why);
-        }
-        // SAFETY: `out_slots` passed `check_out_array` with `out_cap >= m.device_len`;
-        // `tk` is not used after this; the single outputs passed `check_out`.
+        // SAFETY: `out_slots` and `out_len` passed their checks and are writable by the
+        // caller's contract.
+        let (m, lock) = unsafe { match_in(t.door(), ns, tk, out_slots, out_cap, pin, out_len) }?;
+        // SAFETY: the single outputs passed `check_out`.
         unsafe {
-            write_array(out_slots, &slots);
             out_len.write(m.device_len);
             out_host_len.write(m.host_len);
-            if let (Some(h), Some(l)) = (handle, lock) {
-                out_lock.write(h.fill(l));
+            if let Some(l) = lock {
+                out_lock.write(l);
             }
         }
         Ok(())
     })
+}
+
+/// The match of `rkv_tier_match` and `rkv_match_ex` on `d`: the device prefix of `tk`
+/// (pinned when `pin`, its lock put in `d`'s table and its handle returned) and how far
+/// host copies extend it, the slots written to `out_slots[0..device_len]`. When they do
+/// not fit `out_cap`: `RKV_BUFFER_TOO_SMALL` with the match length written to
+/// `*too_small_len` alone, nothing pinned (and, when the buffer is short of `tk`, nothing
+/// counted: it measures first).
+///
+/// # Safety
+/// `out_slots` passed `check_out_array(out_slots, out_cap)` and `too_small_len`
+/// `check_out`; both writable.
+pub(crate) unsafe fn match_in(
+    d: Door<'_>,
+    ns: u64,
+    tk: &[u32],
+    out_slots: *mut u32,
+    out_cap: usize,
+    pin: bool,
+    too_small_len: *mut usize,
+) -> Res<(PrefixMatch, Option<rkv_lock>)> {
+    let mut slots = Vec::new();
+    let too_small = |m: usize, why: &str| {
+        // SAFETY: passed `check_out`; writable by the caller's contract.
+        unsafe { too_small_len.write(m) };
+        Err(too_small_slots(out_cap, m, why))
+    };
+    if out_cap < tk.len() {
+        // Measure first, so a refusal pins, splits and counts nothing.
+        let m = d.cache.tree().match_unrecorded(ns, tk, &mut slots);
+        if m > out_cap {
+            return too_small(m, "; nothing was pinned (pass out_cap = n_tokens)");
+        }
+    }
+    let handle = if pin { Some(reserve_in(d)?) } else { None };
+    let (lock, m) = if pin {
+        let (l, m) = d.cache.lookup_and_lock(ns, tk, &mut slots);
+        (Some(l.into_raw()), m)
+    } else {
+        (None, d.cache.lookup(ns, tk, &mut slots))
+    };
+    if m.device_len > out_cap {
+        if let Some(l) = lock {
+            let _ = d.cache.release(l);
+        }
+        let why = "; a concurrent insert grew the match during the call; nothing was pinned";
+        return too_small(m.device_len, why);
+    }
+    // SAFETY: `out_slots` passed `check_out_array` with `out_cap >= m.device_len`; `tk` is
+    // not used after this.
+    unsafe { write_array(out_slots, &slots) };
+    let lock = match (handle, lock) {
+        (Some(h), Some(l)) => Some(h.fill(l)),
+        _ => None,
+    };
+    Ok((m, lock))
 }
 
 /// Releases a lock of this tier (from `rkv_tier_match`, `rkv_tier_insert_lock_ex` or a

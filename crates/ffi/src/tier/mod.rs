@@ -10,6 +10,12 @@
 //! unknown or already taken ticket is `RKV_INVALID_ARGUMENT`, and a result that did not fit
 //! the caller's buffer is kept for the next call instead of being lost.
 //!
+//! An `rkv_cache` made by `rkv_cache_new_host` is the same core cache behind the plain
+//! handle: `rkv_match_ex` and `rkv_cache_load_back` / `_load_poll` / `_load_wait` /
+//! `rkv_cache_evict_host` run the code of `rkv_tier_match`, `rkv_tier_load_*` and
+//! `rkv_tier_evict_host` on it (through a [`Door`]: a cache, its lock table, its load-backs),
+//! so the `rkv_tier_*` functions are thin wrappers over one path.
+//!
 //! Copies go through a copier chosen in `rkv_tier_options`: none (index only), two host
 //! stores the tier allocates (`rkv_tier_kv_ptr` exposes them), or the caller's callbacks
 //! (`rkv_copier`), wrapped here as a [`TierCopier`].
@@ -26,7 +32,6 @@ use crate::{
     rkv_events_options, rkv_insert_options, rkv_lock, rkv_options, rkv_stats, rkv_status,
     rkv_status_value, slot_refusal, st, to_c_stats, too_small_slots, valid_policies, write_array,
 };
-use radixkv_core::Cache;
 use radixkv_core::error::{Error, Result};
 use radixkv_core::kv::{HostKvStorage, KvLayout, KvStorage};
 use radixkv_core::tier::{
@@ -34,6 +39,7 @@ use radixkv_core::tier::{
     TierStats, WritePolicy,
 };
 use radixkv_core::tree::{InsertOptions, PrefixLock};
+use radixkv_core::{Cache, PrefixMatch};
 
 // The tier's functions, by noun (cbindgen reads them in this order).
 mod copier;
@@ -300,10 +306,59 @@ pub struct rkv_tier {
     locks: LockTable<PrefixLock>,
     /// The stores of `RKV_COPIER_HOST`.
     host: Option<Arc<HostCopier>>,
+    /// The load-backs handed out and not yet taken.
+    loads: Loads,
+}
+
+/// The load-backs a handle tracks (an `rkv_tier`'s, or a host-tier `rkv_cache`'s): so an
+/// unknown or already taken ticket is refused, and a result that did not fit the caller's
+/// buffer is kept for the next call.
+#[derive(Default)]
+pub(crate) struct Loads {
     /// Load-back tickets handed out and not yet taken.
     tickets: Mutex<HashSet<u64>>,
     /// Finished load-backs taken from the core whose slots did not fit the caller's buffer.
     parked: Mutex<HashMap<u64, Loaded>>,
+}
+
+impl Loads {
+    /// For a handle being freed: waits for the load-backs never taken and releases their
+    /// locks, and those of the results parked.
+    pub(crate) fn finish(&self, cache: &Cache) {
+        let tickets: Vec<u64> = lk(&self.tickets).drain().collect();
+        for t in tickets {
+            if let Ok(l) = cache.wait_load(LoadTicket(t)) {
+                let _ = cache.release(l.lock);
+            }
+        }
+        for (_, l) in lk(&self.parked).drain() {
+            let _ = cache.release(l.lock);
+        }
+    }
+}
+
+/// What the tier's calls work on: a cache, its lock table and its load-backs, an
+/// `rkv_tier`'s or a (host-tier) `rkv_cache`'s, so `rkv_tier_*` and the `rkv_cache` calls
+/// they stand beside (`rkv_match_ex`, `rkv_cache_load_back`, ...) are one code path.
+#[derive(Clone, Copy)]
+pub(crate) struct Door<'a> {
+    pub(crate) cache: &'a Cache,
+    pub(crate) locks: &'a LockTable<PrefixLock>,
+    loads: &'a Loads,
+    /// What the handle is called in a message ("cache", "tier").
+    noun: &'static str,
+}
+
+impl rkv_tier {
+    fn door(&self) -> Door<'_> {
+        Door { cache: &self.cache, locks: &self.locks, loads: &self.loads, noun: "tier" }
+    }
+}
+
+impl crate::rkv_cache {
+    pub(crate) fn door(&self) -> Door<'_> {
+        Door { cache: &self.cache, locks: &self.locks, loads: &self.loads, noun: "cache" }
+    }
 }
 
 fn lk<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
@@ -335,14 +390,20 @@ unsafe fn tier_ref<'a>(p: *const rkv_tier) -> Res<&'a rkv_tier> {
     Ok(unsafe { &*p })
 }
 
-/// Reserves a lock handle before anything changes.
+/// Reserves a lock handle of the tier before anything changes.
 fn reserve(t: &rkv_tier) -> Res<Reserved<'_, PrefixLock>> {
-    t.locks.reserve().ok_or_else(|| {
+    reserve_in(t.door())
+}
+
+/// Reserves a lock handle of `d`'s table before anything changes.
+fn reserve_in(d: Door<'_>) -> Res<Reserved<'_, PrefixLock>> {
+    d.locks.reserve().ok_or_else(|| {
         fail(
             rkv_status::RKV_INTERNAL_ERROR,
             format!(
-                "no lock handle is free: this tier holds {} live locks, the most it can \
+                "no lock handle is free: this {} holds {} live locks, the most it can \
                  (release some)",
+                d.noun,
                 crate::handles::MAX_LOCKS
             ),
         )
