@@ -9,6 +9,10 @@
 //   cache.insert(ns, tokens, slots, {/*priority=*/5});      // rkv::InsertOptions
 //   lock.release();                                         // or let it go out of scope
 //
+// A host memory tier behind the pool: rkv::Cache cache(opts, rkv::HostOptions{/*host_slots=*/
+// 4096}); cache.lookup_lock(ns, tokens) gives the pinned device prefix and host_len, and
+// cache.load_wait(cache.load_back(ns, tokens)) brings the host part back (rkv::Loaded).
+//
 // KV events (vLLM's stream, for cluster routers): cache.enable_events() right after
 // construction, then cache.flush_events() once per scheduler step and either
 // cache.drain_events() (typed rkv::Events) or rkv::Publisher p = cache.publish({"tcp://*:5557"})
@@ -149,6 +153,44 @@ struct InsertOptions {
 
 /// Counts and counters (rkv_stats).
 using Stats = rkv_stats;
+
+/// When a page gets its host copy (rkv_write_policy; SGLang's --hicache-write-policy).
+enum class WritePolicy : std::uint32_t {
+  write_through = RKV_WRITE_THROUGH,                      ///< On its first insert.
+  write_through_selective = RKV_WRITE_THROUGH_SELECTIVE,  ///< After write_threshold hits.
+  write_back = RKV_WRITE_BACK                             ///< When the device evicts it.
+};
+
+/// What copies KV bytes between the pools (rkv_copier_kind).
+enum class CopierKind : std::uint32_t {
+  none = RKV_COPIER_NONE,         ///< Index only: no bytes.
+  host = RKV_COPIER_HOST,         ///< Two host stores the tier allocates (TieredCache::kv).
+  callback = RKV_COPIER_CALLBACK  ///< TierOptions::callbacks (the engine copies itself).
+};
+
+/// A host memory tier behind a Cache's pool (rkv_tier_options without the device's
+/// options): `rkv::Cache cache(opts, rkv::HostOptions{...})` (rkv_cache_new_host; the cache
+/// needs its pool, Options::pool_slots > 0). A plain value.
+struct HostOptions {
+  std::uint64_t host_slots = 0;  ///< Host slots (required: a positive multiple of page_size).
+  WritePolicy write_policy = WritePolicy::write_through_selective;
+  std::uint32_t write_threshold = 2;  ///< write_through_selective's hit count.
+  std::uint64_t load_back_min = 1;    ///< Shorter load-backs are not done.
+  /// The host eviction order; RKV_HOST_POLICY_SAME_AS_DEVICE (the default) or a Policy.
+  std::uint32_t host_policy = RKV_HOST_POLICY_SAME_AS_DEVICE;
+  /// CopierKind::none or CopierKind::callback (CopierKind::host's stores are reachable only
+  /// through a TieredCache, so a Cache refuses nothing but cannot show them).
+  CopierKind copier = CopierKind::none;
+  /// CopierKind::host's layout (per token and layer: num_kv_heads * head_dim elements).
+  std::uint32_t num_layers = 0, num_kv_heads = 0, head_dim = 0, elem_bytes = 0;
+  /// CopierKind::callback's functions (see rkv_copier: thread-safe, valid until the Cache
+  /// is destroyed, must not throw).
+  rkv_copier callbacks{};
+};
+
+/// Counts and counters of a host tier (rkv_tier_stats: Cache::tier_stats,
+/// TieredCache::stats).
+using TierStats = rkv_tier_stats;
 
 /// Counts of one namespace (rkv_namespace_stats): cached_tokens, evictable_tokens,
 /// protected_tokens, nodes.
@@ -392,6 +434,24 @@ struct InsertLock {
   Lock lock;             ///< Pins the inserted prefix.
 };
 
+/// What Cache::lookup and Cache::lookup_lock matched (rkv_match_ex): the device prefix's
+/// slots and how far a host tier extends it.
+struct Lookup {
+  std::vector<std::uint32_t> slots;  ///< The device prefix's slots (device_len() of them).
+  std::size_t host_len = 0;          ///< Host tokens right after it (0 without a tier).
+  Lock lock;                         ///< lookup_lock only: pins the device prefix.
+  std::size_t device_len() const noexcept { return slots.size(); }
+};
+
+/// A finished load-back of a Cache with a host tier (Cache::load_wait / load_poll).
+struct Loaded {
+  Lock lock;                         ///< Pins the device prefix with the loaded pages.
+  std::vector<std::uint32_t> slots;  ///< Its slots.
+  std::size_t device_len = 0;        ///< Tokens that were on the device before.
+  std::size_t loaded = 0;            ///< Tokens loaded from the host.
+  rkv_load_outcome outcome = RKV_LOAD_NOTHING_ON_HOST;
+};
+
 /// Owns an rkv_cache. Move-only; its const members are safe from many threads at once.
 class Cache {
  public:
@@ -405,6 +465,33 @@ class Cache {
     rkv_cache *raw = nullptr;
     detail::check(rkv_cache_new_with(&opts, &policy, &raw), "rkv_cache_new_with");
     owner_.reset(raw, rkv_cache_free);  // frees `raw` itself if it throws
+    cache_ = raw;
+  }
+  /// A cache with a host tier behind its pool (rkv_cache_new_host): its inserts back pages
+  /// up per h.write_policy, its evictions keep host copies, lookup() reports host_len and
+  /// load_back() brings host pages back. Destroying it waits for the copies in flight.
+  Cache(const Options &o, const HostOptions &h) {
+    rkv_options opts = rkv_options_default();
+    opts.page_size = o.page_size;
+    opts.eviction_policy = static_cast<std::uint32_t>(o.policy);
+    opts.pool_slots = o.pool_slots;
+    rkv_policy_options policy = rkv_policy_options_default();
+    policy.slru_threshold = o.slru_threshold;
+    rkv_tier_options t = rkv_tier_options_default();
+    t.host_slots = h.host_slots;
+    t.write_policy = static_cast<std::uint32_t>(h.write_policy);
+    t.write_threshold = h.write_threshold;
+    t.load_back_min = h.load_back_min;
+    t.host_policy = h.host_policy;
+    t.copier = static_cast<std::uint32_t>(h.copier);
+    t.num_layers = h.num_layers;
+    t.num_kv_heads = h.num_kv_heads;
+    t.head_dim = h.head_dim;
+    t.elem_bytes = h.elem_bytes;
+    t.callbacks = h.callbacks;
+    rkv_cache *raw = nullptr;
+    detail::check(rkv_cache_new_host(&opts, &policy, &t, &raw), "rkv_cache_new_host");
+    owner_.reset(raw, rkv_cache_free);
     cache_ = raw;
   }
   Cache(const Cache &) = delete;
@@ -841,7 +928,98 @@ class Cache {
     return Publisher(p);
   }
 
+  // -- the host tier (a Cache made with HostOptions) --
+
+  /// The device prefix of `tokens` (pins nothing) and how far host copies extend it
+  /// (rkv_match_ex; host_len is 0 without a tier).
+  Lookup lookup(std::uint64_t ns, Span tokens) const { return lookup_impl(ns, tokens, false); }
+  /// lookup() pinning the device prefix (Lookup::lock, also for a match of 0 tokens).
+  Lookup lookup_lock(std::uint64_t ns, Span tokens) const {
+    return lookup_impl(ns, tokens, true);
+  }
+  /// Starts loading back the host pages extending the device match (at most max_tokens);
+  /// take the result once with load_wait or load_poll. Error(RKV_OUT_OF_SLOTS) when the
+  /// device cannot hold them (nothing changed); Error(RKV_INVALID_ARGUMENT) without a tier.
+  std::uint64_t load_back(std::uint64_t ns, Span tokens,
+                          std::size_t max_tokens = SIZE_MAX) const {
+    std::uint64_t t = 0;
+    detail::check(rkv_cache_load_back(cache_, ns, tokens.data, tokens.size, max_tokens, &t),
+                  "rkv_cache_load_back");
+    return t;
+  }
+  /// Waits for a load-back and takes its result (Error(RKV_DEVICE_ERROR) for a failed copy,
+  /// rolled back; Error(RKV_INVALID_ARGUMENT) for an unknown or taken ticket).
+  Loaded load_wait(std::uint64_t ticket) const {
+    Loaded r;
+    take_load(ticket, nullptr, r);
+    return r;
+  }
+  /// Takes a load-back's result if it is done (true), else false (`out` untouched).
+  bool load_poll(std::uint64_t ticket, Loaded &out) const {
+    int done = 0;
+    take_load(ticket, &done, out);
+    return done != 0;
+  }
+  /// Evicts at least `n` host tokens (host-only leaves); returns the host tokens freed.
+  /// Error(RKV_INVALID_ARGUMENT) without a tier.
+  std::size_t evict_host(std::size_t n) const {
+    std::size_t k = 0;
+    detail::check(rkv_cache_evict_host(cache_, n, &k), "rkv_cache_evict_host");
+    return k;
+  }
+  /// The host tier's counts and counters (Error(RKV_INVALID_ARGUMENT) without a tier).
+  TierStats tier_stats() const {
+    TierStats s{};
+    detail::check(rkv_cache_tier_stats(cache_, &s), "rkv_cache_tier_stats");
+    return s;
+  }
+  /// Waits for every host tier copy in flight (nothing to do without a tier).
+  void wait_all() const { detail::check(rkv_cache_wait_all(cache_), "rkv_cache_wait_all"); }
+
  private:
+  Lookup lookup_impl(std::uint64_t ns, Span tokens, bool pin) const {
+    Lookup m;
+    m.slots.resize(tokens.size);
+    rkv_match_options o = rkv_match_options_default();
+    o.flags = pin ? RKV_MATCH_LOCK : 0u;
+    rkv_match_result r{};
+    // out_slots is never NULL here (a 0-token query passes an empty vector's data with
+    // out_cap 0, which needs nothing written): the buffer always holds the match.
+    std::uint32_t dummy = 0;
+    std::uint32_t *out = m.slots.empty() ? &dummy : m.slots.data();
+    detail::check(
+        rkv_match_ex(cache_, ns, tokens.data, tokens.size, &o, out, m.slots.size(), &r),
+        "rkv_match_ex");
+    m.slots.resize(r.device_len);
+    m.host_len = r.host_len;
+    if (pin) m.lock = Lock(owner_, r.lock, r.device_len, m.slots);
+    return m;
+  }
+  // Takes a load-back result, growing the buffer when it did not fit (kept meanwhile).
+  void take_load(std::uint64_t ticket, int *done, Loaded &out) const {
+    std::vector<std::uint32_t> slots(64);
+    for (;;) {
+      std::size_t len = 0;
+      rkv_load_result r{};
+      rkv_status st =
+          done ? rkv_cache_load_poll(cache_, ticket, slots.data(), slots.size(), &len, &r, done)
+               : rkv_cache_load_wait(cache_, ticket, slots.data(), slots.size(), &len, &r);
+      if (st == RKV_BUFFER_TOO_SMALL) {
+        slots.resize(len);
+        continue;
+      }
+      detail::check(st, done ? "rkv_cache_load_poll" : "rkv_cache_load_wait");
+      if (done && *done == 0) return;
+      slots.resize(len);
+      out.lock = Lock(owner_, r.lock, r.len, slots);
+      out.slots = std::move(slots);
+      out.device_len = r.device_len;
+      out.loaded = r.loaded;
+      out.outcome = static_cast<rkv_load_outcome>(r.outcome);
+      return;
+    }
+  }
+
   // `evict`, `evict_runs` and `drop_namespace`: calls `c_evict` (with `n`, a token count or
   // a namespace) with a trampoline that passes each array of `T` (slots or runs) to
   // `on_free`; an exception from `on_free` is kept (the first one), the later arrays are
@@ -905,21 +1083,11 @@ class Cache {
 };
 
 // ---------------------------------------------------------------------------------------
-// The host tier (rkv_tier_*): a device cache with its pool and a host pool behind it.
+// The host tier's own handle (rkv_tier_*): a device cache with its pool and a host pool
+// behind it. A Cache made with HostOptions is the same cache behind the plain handle
+// (Cache::lookup, load_back, load_wait, evict_host, tier_stats); TieredCache stays for
+// code written against it.
 
-/// When a page gets its host copy (rkv_write_policy; SGLang's --hicache-write-policy).
-enum class WritePolicy : std::uint32_t {
-  write_through = RKV_WRITE_THROUGH,                      ///< On its first insert.
-  write_through_selective = RKV_WRITE_THROUGH_SELECTIVE,  ///< After write_threshold hits.
-  write_back = RKV_WRITE_BACK                             ///< When the device evicts it.
-};
-
-/// What copies KV bytes between the pools (rkv_copier_kind).
-enum class CopierKind : std::uint32_t {
-  none = RKV_COPIER_NONE,         ///< Index only: no bytes.
-  host = RKV_COPIER_HOST,         ///< Two host stores the tier allocates (TieredCache::kv).
-  callback = RKV_COPIER_CALLBACK  ///< TierOptions::callbacks (the engine copies itself).
-};
 
 /// Options of a TieredCache (rkv_options of the device cache, which needs a pool, and
 /// rkv_tier_options).
@@ -941,8 +1109,6 @@ struct TierOptions {
   rkv_copier callbacks{};
 };
 
-/// Counts and counters of a tier (rkv_tier_stats).
-using TierStats = rkv_tier_stats;
 
 class TieredCache;
 
