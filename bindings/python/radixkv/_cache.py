@@ -267,7 +267,7 @@ class Lock(_Unique):
             # Ask the library anyway: a released handle is refused there, with its message.
             if not n.closing:
                 n.release(self.handle)
-            raise InvalidLockError("rkv_release: lock already released", Status.INVALID_LOCK)
+            raise InvalidLockError("Lock.release: lock already released", Status.INVALID_LOCK)
         self._released = True
         if n.closing:
             return  # closing the cache releases it
@@ -572,7 +572,7 @@ class Cache(_Unique):
                     raise InvalidArgumentError("slru_threshold must be below 2**32", Status.INVALID_ARGUMENT)
             self._n = _ext.NativeCache(page_size, pool_slots, policy, ev, False, slru_threshold, host_args)
         except InvalidArgumentError as e:
-            if str(e).startswith("rkv_cache_new: policy:"):
+            if str(e).startswith("Cache: policy:"):
                 raise InvalidArgumentError(
                     f"policy must be an eviction policy name, got {policy!r} ({e})",
                     Status.INVALID_ARGUMENT,
@@ -671,7 +671,7 @@ class Cache(_Unique):
             if on_free is None and self.pool_slots == 0:
                 # The refusal a known namespace gets: it must not depend on the name.
                 raise NullArgumentError(
-                    "rkv_drop_namespace: free_fn is NULL, but this cache has no pool "
+                    "Cache.drop_namespace: on_free is None, but this cache has no pool "
                     "(pool_slots = 0): pass on_free to get the evicted slots back",
                     Status.NULL_ARGUMENT,
                 )
@@ -785,7 +785,7 @@ class Cache(_Unique):
         n = _size(n, "n")
         if n > self.pool_slots and self.pool_slots:
             raise OutOfSlotsError(
-                f"rkv_alloc: n_slots = {n} is more than the whole pool of {self.pool_slots} slots",
+                f"Cache.alloc: n = {n} is more than the whole pool of {self.pool_slots} slots",
                 Status.OUT_OF_SLOTS,
             )
         return self._n.alloc(_c_size(n))
@@ -797,7 +797,7 @@ class Cache(_Unique):
         n = _size(n, "n")
         if n > self.pool_slots and self.pool_slots:
             raise OutOfSlotsError(
-                f"rkv_alloc_runs: n_slots = {n} is more than the whole pool of {self.pool_slots} slots",
+                f"Cache.alloc_runs: n = {n} is more than the whole pool of {self.pool_slots} slots",
                 Status.OUT_OF_SLOTS,
             )
         return self._n.alloc_runs(_c_size(n))
@@ -992,7 +992,7 @@ class Cache(_Unique):
         self._n.reset()
 
     def clear(self) -> None:
-        """Empties the cache holding it exclusively (``rkv_cache_clear``): drops every
+        """Empties the cache holding it exclusively (the C ABI's ``rkv_cache_clear``): drops every
         unpinned page, as :meth:`reset` does, and with events on publishes one
         ``ALL_BLOCKS_CLEARED`` event when that leaves the cache empty (nothing pinned), or the
         ``BLOCK_REMOVED`` events of the pages it dropped while locks keep others. Locks stay

@@ -214,20 +214,20 @@ impl NativeCache {
                 Err(e) => return bad(format!("policy: {e}")),
             };
             if page_size == 0 {
-                return bad("opts->page_size = 0: the page size must be at least 1".into());
+                return bad("page_size = 0: the page size must be at least 1".into());
             }
             if page_size >= 1 << 32 {
-                return bad(format!("opts->page_size = {page_size} is above 2^32 - 1"));
+                return bad(format!("page_size = {page_size} is above 2^32 - 1"));
             }
             if pool_slots > 1 << 32 {
                 return bad(format!(
-                    "opts->pool_slots = {pool_slots} is above 2^32 = 4294967296 (slot ids are \
+                    "pool_slots = {pool_slots} is above 2^32 = 4294967296 (slot ids are \
                      uint32)"
                 ));
             }
             if !pool_slots.is_multiple_of(page_size) {
                 return bad(format!(
-                    "opts->pool_slots = {pool_slots} is not a multiple of opts->page_size = \
+                    "pool_slots = {pool_slots} is not a multiple of page_size = \
                      {page_size} (the pool holds whole pages)"
                 ));
             }
@@ -263,7 +263,7 @@ impl NativeCache {
             }
             Ok((cache, host_copier))
         })();
-        let (cache, host_copier) = done(py, "rkv_cache_new", r)?;
+        let (cache, host_copier) = done(py, "Cache", r)?;
         Ok(NativeCache {
             page_size: cache.page_size(),
             pool_slots: cache.options().pool_slots,
@@ -308,7 +308,7 @@ impl NativeCache {
     ) -> PyResult<Bound<'py, PyAny>> {
         let t = tokens_of(tokens)?;
         let tv = t.view();
-        let out = self.with(py, "rkv_match", |c| {
+        let out = self.with(py, "Cache.match", |c| {
             let mut sc = Vec::new();
             let toks = tv.get("tokens", &mut sc).map_err(oor)?;
             let mut out = Vec::with_capacity(toks.len());
@@ -323,7 +323,7 @@ impl NativeCache {
     fn match_len(&self, py: Python<'_>, ns: u64, tokens: &Bound<'_, PyAny>) -> PyResult<usize> {
         let t = tokens_of(tokens)?;
         let tv = t.view();
-        self.with(py, "rkv_match", |c| {
+        self.with(py, "Cache.match_len", |c| {
             let mut sc = Vec::new();
             let toks = tv.get("tokens", &mut sc).map_err(oor)?;
             let mut out: Vec<SlotRun> = Vec::new();
@@ -352,7 +352,7 @@ impl NativeCache {
             })?);
         }
         let views: Vec<View<'_>> = inputs.iter().map(|i| i.view()).collect();
-        let lens = self.with(py, "rkv_match", |c| {
+        let lens = self.with(py, "Cache.match_len_many", |c| {
             let (mut sc, mut out) = (Vec::<u32>::new(), Vec::<SlotRun>::new());
             let mut lens = Vec::with_capacity(views.len());
             for v in &views {
@@ -374,7 +374,7 @@ impl NativeCache {
     ) -> PyResult<Bound<'py, PyList>> {
         let t = tokens_of(tokens)?;
         let tv = t.view();
-        let runs = self.with(py, "rkv_match_runs", |c| {
+        let runs = self.with(py, "Cache.match_runs", |c| {
             let mut sc = Vec::new();
             let toks = tv.get("tokens", &mut sc).map_err(oor)?;
             let mut out = Vec::new();
@@ -393,7 +393,7 @@ impl NativeCache {
     ) -> PyResult<(u64, usize, Bound<'py, PyAny>)> {
         let t = tokens_of(tokens)?;
         let tv = t.view();
-        let (h, n, out) = self.with(py, "rkv_match_lock", |c| {
+        let (h, n, out) = self.with(py, "Cache.match_lock", |c| {
             let mut sc = Vec::new();
             let toks = tv.get("tokens", &mut sc).map_err(oor)?;
             let mut out = Vec::with_capacity(toks.len());
@@ -413,7 +413,7 @@ impl NativeCache {
     ) -> PyResult<(u64, usize, Bound<'py, PyList>)> {
         let t = tokens_of(tokens)?;
         let tv = t.view();
-        let (h, n, runs) = self.with(py, "rkv_match_lock_runs", |c| {
+        let (h, n, runs) = self.with(py, "Cache.match_lock_runs", |c| {
             let mut sc = Vec::new();
             let toks = tv.get("tokens", &mut sc).map_err(oor)?;
             let mut out = Vec::new();
@@ -437,12 +437,12 @@ impl NativeCache {
         slots: &Bound<'_, PyAny>,
         priority: i64,
     ) -> PyResult<usize> {
-        let opts = done(py, "rkv_insert", options(priority, 0))?;
+        let opts = done(py, "Cache.insert", options(priority, 0))?;
         let t = tokens_of(tokens)?;
         let s = to_input(slots, "slots")?;
-        done(py, "rkv_insert", pair_len(&t, &s))?;
+        done(py, "Cache.insert", pair_len(&t, &s))?;
         let (tv, sv) = (t.view(), s.view());
-        self.with(py, "rkv_insert", |c| {
+        self.with(py, "Cache.insert", |c| {
             with_two(tv, sv, |toks, sl| {
                 c.insert_with(ns, toks, sl, opts)
                     .map_err(|e| slot_refusal(e, Given::Slots(sl), c.pool()))
@@ -460,12 +460,12 @@ impl NativeCache {
         slots: &Bound<'_, PyAny>,
         priority: i64,
     ) -> PyResult<(usize, u64, usize)> {
-        let opts = done(py, "rkv_insert_lock", options(priority, 0))?;
+        let opts = done(py, "Cache.insert_lock", options(priority, 0))?;
         let t = tokens_of(tokens)?;
         let s = to_input(slots, "slots")?;
-        done(py, "rkv_insert_lock", pair_len(&t, &s))?;
+        done(py, "Cache.insert_lock", pair_len(&t, &s))?;
         let (tv, sv) = (t.view(), s.view());
-        self.with(py, "rkv_insert_lock", |c| {
+        self.with(py, "Cache.insert_lock", |c| {
             with_two(tv, sv, |toks, sl| {
                 let (e, l) = c
                     .insert_and_lock(ns, toks, sl, opts)
@@ -487,11 +487,11 @@ impl NativeCache {
         runs: &Bound<'_, PyAny>,
         priority: i64,
     ) -> PyResult<usize> {
-        let opts = done(py, "rkv_insert_runs", options(priority, 0))?;
+        let opts = done(py, "Cache.insert_runs", options(priority, 0))?;
         let t = tokens_of(tokens)?;
         let r = to_runs(runs, "runs")?;
         let tv = t.view();
-        self.with(py, "rkv_insert_runs", |c| {
+        self.with(py, "Cache.insert_runs", |c| {
             let mut sc = Vec::new();
             let toks = tv.get("tokens", &mut sc).map_err(oor)?;
             c.insert_with(ns, toks, &r, opts).map_err(|e| runs_refusal(e, c, &r, toks.len()))
@@ -508,11 +508,11 @@ impl NativeCache {
         runs: &Bound<'_, PyAny>,
         priority: i64,
     ) -> PyResult<(usize, u64, usize)> {
-        let opts = done(py, "rkv_insert_lock_runs", options(priority, 0))?;
+        let opts = done(py, "Cache.insert_lock_runs", options(priority, 0))?;
         let t = tokens_of(tokens)?;
         let r = to_runs(runs, "runs")?;
         let tv = t.view();
-        self.with(py, "rkv_insert_lock_runs", |c| {
+        self.with(py, "Cache.insert_lock_runs", |c| {
             let mut sc = Vec::new();
             let toks = tv.get("tokens", &mut sc).map_err(oor)?;
             let (e, l) = c
@@ -528,11 +528,11 @@ impl NativeCache {
 
     /// Releases the lock `handle` (`InvalidLockError` if it is not a held lock).
     fn release(&self, py: Python<'_>, handle: u64) -> PyResult<()> {
-        self.with(py, "rkv_release", |c| self.release_in(c, handle))
+        self.with(py, "Lock.release", |c| self.release_in(c, handle))
     }
 
     /// `release` returning the status instead of raising (0, or 3 for an invalid lock),
-    /// as the C ABI's `rkv_release` does.
+    /// as the C ABI's `rkv_release` does (for `radixkv._native.lib.rkv_release`).
     fn release_status(&self, py: Python<'_>, handle: u64) -> i32 {
         match self.release(py, handle) {
             Ok(()) => 0,
@@ -546,7 +546,7 @@ impl NativeCache {
 
     /// Tokens the lock `handle` pins.
     fn lock_len(&self, py: Python<'_>, handle: u64) -> PyResult<usize> {
-        self.with(py, "rkv_lock_len", |_| {
+        self.with(py, "Lock.length", |_| {
             self.locks.shard(handle).get(&handle).map(|l| l.len()).ok_or_else(|| {
                 fail(INVALID_LOCK, format!("lock {handle:#x} {}", self.locks.explain(handle)))
             })
@@ -559,7 +559,7 @@ impl NativeCache {
     /// tree as runs, expanded once).
     fn evict<'py>(&self, py: Python<'py>, n: u64) -> PyResult<Bound<'py, PyAny>> {
         let n = usize::try_from(n).unwrap_or(usize::MAX);
-        let runs = self.with(py, "rkv_evict", |c| {
+        let runs = self.with(py, "Cache.evict", |c| {
             let mut runs = Vec::new();
             c.evict_runs(n, Some(&mut |r: &[SlotRun]| runs.extend_from_slice(r))).map_err(st)?;
             if let Some(t) = &self.tracked {
@@ -594,7 +594,7 @@ impl NativeCache {
         n: u64,
     ) -> PyResult<(usize, Bound<'py, PyByteArray>)> {
         let n = usize::try_from(n).unwrap_or(usize::MAX);
-        let (count, runs) = self.with(py, "rkv_evict", |c| {
+        let (count, runs) = self.with(py, "RadixKvCache.evict", |c| {
             let mut runs = Vec::new();
             let count = c
                 .evict_runs(n, Some(&mut |r: &[SlotRun]| runs.extend_from_slice(r)))
@@ -610,7 +610,7 @@ impl NativeCache {
     /// Evicts at least `n` tokens; the freed slots as `(start, length)` runs.
     fn evict_runs<'py>(&self, py: Python<'py>, n: u64) -> PyResult<Bound<'py, PyList>> {
         let n = usize::try_from(n).unwrap_or(usize::MAX);
-        let runs = self.with(py, "rkv_evict_runs", |c| {
+        let runs = self.with(py, "Cache.evict_runs", |c| {
             let mut out = Vec::new();
             c.evict_runs(n, Some(&mut |r: &[SlotRun]| out.extend_from_slice(r))).map_err(st)?;
             if let Some(t) = &self.tracked {
@@ -623,7 +623,7 @@ impl NativeCache {
 
     /// Pool mode: `n` slots, all or nothing, evicting when short.
     fn alloc<'py>(&self, py: Python<'py>, n: u64) -> PyResult<Bound<'py, PyAny>> {
-        let out = self.with(py, "rkv_alloc", |c| {
+        let out = self.with(py, "Cache.alloc", |c| {
             let pool = c.pool().ok_or_else(no_pool)?;
             let n = usize::try_from(n).unwrap_or(usize::MAX);
             if n > pool.capacity() {
@@ -642,7 +642,7 @@ impl NativeCache {
 
     /// Pool mode: `n` slots as `(start, length)` runs.
     fn alloc_runs<'py>(&self, py: Python<'py>, n: u64) -> PyResult<Bound<'py, PyList>> {
-        let runs = self.with(py, "rkv_alloc_runs", |c| {
+        let runs = self.with(py, "Cache.alloc_runs", |c| {
             let pool = c.pool().ok_or_else(no_pool)?;
             let n = usize::try_from(n).unwrap_or(usize::MAX);
             if n > pool.capacity() {
@@ -659,7 +659,7 @@ impl NativeCache {
     fn free(&self, py: Python<'_>, slots: &Bound<'_, PyAny>) -> PyResult<()> {
         let s = to_input(slots, "slots")?;
         let sv = s.view();
-        self.with(py, "rkv_free", |c| {
+        self.with(py, "Cache.free", |c| {
             let mut sc = Vec::new();
             let sl = sv.get("slots", &mut sc).map_err(oor)?;
             let pool = c.pool().ok_or_else(no_pool)?;
@@ -670,7 +670,7 @@ impl NativeCache {
     /// Pool mode: `free` for `(start, length)` runs.
     fn free_runs(&self, py: Python<'_>, runs: &Bound<'_, PyAny>) -> PyResult<()> {
         let r = to_runs(runs, "runs")?;
-        self.with(py, "rkv_free_runs", |c| {
+        self.with(py, "Cache.free_runs", |c| {
             let pool = c.pool().ok_or_else(no_pool)?;
             c.free_runs(&r).map_err(|e| {
                 if let Some((i, x)) = r.iter().enumerate().find(|(_, x)| x.len == 0) {
@@ -687,7 +687,7 @@ impl NativeCache {
     /// `(cached, evictable, protected, nodes, pool_slots, free_slots, match_calls,
     /// match_query_tokens, match_hit_tokens, inserted, evicted, namespaces)`.
     fn stats(&self, py: Python<'_>) -> PyResult<Stats12> {
-        self.with(py, "rkv_cache_stats", |c| {
+        self.with(py, "Cache.stats", |c| {
             let s = c.stats();
             let t = s.tree;
             Ok((
@@ -709,7 +709,7 @@ impl NativeCache {
 
     /// `(cached_tokens, evictable_tokens, protected_tokens)`: the three counters, cheaply.
     fn sizes(&self, py: Python<'_>) -> PyResult<(u64, u64, u64)> {
-        self.with(py, "rkv_cache_stats", |c| {
+        self.with(py, "Cache.stats", |c| {
             let t = c.tree().stats();
             Ok((t.cached_tokens, t.evictable_tokens, t.protected_tokens))
         })
@@ -717,7 +717,7 @@ impl NativeCache {
 
     /// Drops every unpinned page (locks stay valid).
     fn reset(&self, py: Python<'_>) -> PyResult<()> {
-        self.with(py, "rkv_cache_reset", |c| {
+        self.with(py, "Cache.reset", |c| {
             if c.has_pool() {
                 c.reset(None)
             } else {
@@ -732,7 +732,7 @@ impl NativeCache {
     /// leaves the cache empty (the removals otherwise). Waits for the calls in flight; the
     /// calls that start meanwhile wait for it.
     fn clear(&self, py: Python<'_>) -> PyResult<()> {
-        self.inner.with_mut(py, "rkv_cache_clear", |c| {
+        self.inner.with_mut(py, "Cache.clear", |c| {
             if c.has_pool() {
                 c.clear(None)
             } else {
@@ -744,7 +744,7 @@ impl NativeCache {
 
     /// Frees memory the index unlinked earlier (a bounded batch).
     fn reclaim(&self, py: Python<'_>) -> PyResult<()> {
-        self.with(py, "rkv_reclaim", |c| {
+        self.with(py, "Cache.reclaim", |c| {
             c.reclaim();
             Ok(())
         })
@@ -758,11 +758,11 @@ impl NativeCache {
         ns: u64,
         want_slots: bool,
     ) -> PyResult<(usize, Bound<'py, PyAny>)> {
-        let (n, freed) = self.with(py, "rkv_drop_namespace", |c| {
+        let (n, freed) = self.with(py, "Cache.drop_namespace", |c| {
             if !want_slots && !c.has_pool() {
                 return Err(fail(
                     NULL_ARGUMENT,
-                    "free_fn is NULL, but this cache has no pool (pool_slots = 0): pass on_free \
+                    "on_free is None, but this cache has no pool (pool_slots = 0): pass on_free \
                      to get the evicted slots back",
                 ));
             }
@@ -781,7 +781,7 @@ impl NativeCache {
 
     /// `(cached_tokens, evictable_tokens, protected_tokens, nodes)` of `ns`.
     fn namespace_stats(&self, py: Python<'_>, ns: u64) -> PyResult<(u64, u64, u64, u64)> {
-        self.with(py, "rkv_cache_namespace_stats", |c| {
+        self.with(py, "Cache.namespace_stats", |c| {
             let s = c.namespace_stats(ns);
             Ok((s.cached_tokens, s.evictable_tokens, s.protected_tokens, s.nodes))
         })
@@ -789,7 +789,7 @@ impl NativeCache {
 
     /// Live namespaces.
     fn namespace_count(&self, py: Python<'_>) -> PyResult<u64> {
-        self.with(py, "rkv_namespace_count", |c| Ok(c.tree().namespace_count()))
+        self.with(py, "Cache.namespace_count", |c| Ok(c.tree().namespace_count()))
     }
 
     // -- KV events --
@@ -803,14 +803,14 @@ impl NativeCache {
         lora_name: Option<String>,
         cache_salt: Option<String>,
     ) -> PyResult<()> {
-        self.with(py, "rkv_events_set_namespace", |c| {
+        self.with(py, "Cache.set_namespace_meta", |c| {
             for (name, v) in [("lora_name", &lora_name), ("cache_salt", &cache_salt)] {
                 if v.as_deref().is_some_and(|s| s.contains('\0')) {
                     return Err(fail(INVALID_ARGUMENT, format!("{name} holds a NUL character")));
                 }
             }
             if c.events().is_none() {
-                return Err(no_events("rkv_events_set_namespace"));
+                return Err(no_events("Cache.set_namespace_meta"));
             }
             c.set_namespace_meta(ns, NamespaceMeta { lora_name, cache_salt }).map_err(st)
         })
@@ -818,8 +818,8 @@ impl NativeCache {
 
     /// Closes the events so far into a batch: its sequence number, or None.
     fn flush_events(&self, py: Python<'_>) -> PyResult<Option<u64>> {
-        self.with(py, "rkv_events_flush", |c| {
-            c.events().ok_or_else(|| no_events("rkv_events_flush"))?;
+        self.with(py, "Cache.flush_events", |c| {
+            c.events().ok_or_else(|| no_events("Cache.flush_events"))?;
             Ok(c.flush_events())
         })
     }
@@ -829,8 +829,8 @@ impl NativeCache {
     /// as unsigned 64-bit ints, or as signed ones with `signed`.
     #[pyo3(signature = (signed=false))]
     fn drain_events<'py>(&self, py: Python<'py>, signed: bool) -> PyResult<Bound<'py, PyList>> {
-        let batches = self.with(py, "rkv_events_drain", |c| {
-            c.events().ok_or_else(|| no_events("rkv_events_drain"))?;
+        let batches = self.with(py, "Cache.events", |c| {
+            c.events().ok_or_else(|| no_events("Cache.events"))?;
             Ok(c.drain_events())
         })?;
         event_rows(py, batches, signed)
@@ -838,8 +838,8 @@ impl NativeCache {
 
     /// `(batches, events, dropped)`.
     fn events_stats(&self, py: Python<'_>) -> PyResult<(u64, u64, u64)> {
-        self.with(py, "rkv_events_counters", |c| {
-            let s = c.events().ok_or_else(|| no_events("rkv_events_counters"))?.stats();
+        self.with(py, "Cache.events_stats", |c| {
+            let s = c.events().ok_or_else(|| no_events("Cache.events_stats"))?.stats();
             Ok((s.batches, s.events, s.dropped))
         })
     }
@@ -859,7 +859,7 @@ impl NativeCache {
     ) -> PyResult<usize> {
         let t = tokens_of(tokens)?;
         let tv = t.view().narrow(start, stop);
-        self.with(py, "rkv_match", |c| {
+        self.with(py, "RadixKvCache.touch_prefix", |c| {
             let mut sc = Vec::new();
             let toks = tv.get("tokens", &mut sc).map_err(oor)?;
             let mut out: Vec<SlotRun> = Vec::new();
@@ -878,7 +878,7 @@ impl NativeCache {
     ) -> PyResult<Bound<'py, PyByteArray>> {
         let t = tokens_of(tokens)?;
         let tv = t.view().narrow(start, stop);
-        let out = self.with(py, "rkv_match", |c| {
+        let out = self.with(py, "RadixKvCache.path_device_indices", |c| {
             let mut sc = Vec::new();
             let toks = tv.get("tokens", &mut sc).map_err(oor)?;
             let mut out = Vec::with_capacity(toks.len());
@@ -900,7 +900,7 @@ impl NativeCache {
     ) -> PyResult<(u64, usize, i64)> {
         let t = tokens_of(tokens)?;
         let tv = t.view().narrow(start, stop);
-        self.with(py, "rkv_match_lock", |c| {
+        self.with(py, "RadixKvCache.inc_lock_ref", |c| {
             let mut sc = Vec::new();
             let toks = tv.get("tokens", &mut sc).map_err(oor)?;
             let before = c.tree().stats().evictable_tokens as i64;
@@ -914,7 +914,7 @@ impl NativeCache {
 
     /// Releases the lock `handle`: the change of the evictable count.
     fn span_release(&self, py: Python<'_>, handle: u64) -> PyResult<i64> {
-        self.with(py, "rkv_release", |c| {
+        self.with(py, "RadixKvCache.dec_lock_ref", |c| {
             let before = c.tree().stats().evictable_tokens as i64;
             self.release_in(c, handle)?;
             Ok(c.tree().stats().evictable_tokens as i64 - before)
@@ -938,7 +938,7 @@ impl NativeCache {
         priority: i64,
         inserted_len: usize,
     ) -> PyResult<usize> {
-        let opts = done(py, "rkv_insert", options(priority, inserted_len))?;
+        let opts = done(py, "RadixKvCache.insert", options(priority, inserted_len))?;
         let t = tokens_of(tokens)?;
         let s = to_input(values, "value")?;
         let stop = stop.min(t.len()).max(start.min(t.len()));
@@ -946,7 +946,7 @@ impl NativeCache {
         if s.len() < vstart + n {
             return done(
                 py,
-                "rkv_insert",
+                "RadixKvCache.insert",
                 Err(fail(
                     INVALID_ARGUMENT,
                     format!("{} values for {n} tokens from value[{vstart}]", s.len()),
@@ -955,7 +955,7 @@ impl NativeCache {
         }
         let tv = t.view().narrow(start, stop);
         let sv = s.view().narrow(vstart, vstart + n);
-        self.with(py, "rkv_insert", |c| {
+        self.with(py, "RadixKvCache.insert", |c| {
             with_two_named(tv, sv, "value", |toks, sl| {
                 let e = c
                     .insert_with(ns, toks, sl, opts)
@@ -987,7 +987,7 @@ impl NativeCache {
             unreachable!("to_input_span returns its own ids")
         };
         let t = &toks;
-        let (m, runs) = self.with(py, "rkv_match", |c| {
+        let (m, runs) = self.with(py, "RadixKvCache.match_prefix", |c| {
             let mut runs: Vec<SlotRun> = Vec::new();
             Ok((c.match_prefix(ns, t, &mut runs), runs))
         })?;
@@ -1008,7 +1008,7 @@ impl NativeCache {
         n: usize,
     ) -> PyResult<(u64, usize, i64)> {
         let p = prefix.get();
-        self.with(py, "rkv_match_lock", |c| {
+        self.with(py, "RadixKvCache.inc_lock_ref", |c| {
             let toks = &p.toks[..n.min(p.toks.len())];
             let before = c.tree().stats().evictable_tokens as i64;
             let mut runs: Vec<SlotRun> = Vec::new();
@@ -1033,7 +1033,7 @@ impl NativeCache {
         rematch: bool,
     ) -> PyResult<Bound<'py, PyByteArray>> {
         let p = prefix.get();
-        let runs = self.with(py, "rkv_match", |c| {
+        let runs = self.with(py, "RadixKvCache.path_device_indices", |c| {
             let mut slots = p.slots.lock().unwrap_or_else(|e| e.into_inner());
             if rematch || slots.is_none() {
                 let mut runs: Vec<SlotRun> = Vec::new();
@@ -1068,7 +1068,7 @@ impl NativeCache {
         priority: i64,
         inserted_len: usize,
     ) -> PyResult<(usize, u64, usize, Bound<'py, PyByteArray>, Prefix)> {
-        let opts = done(py, "rkv_insert", options(priority, inserted_len))?;
+        let opts = done(py, "RadixKvCache.checkpoint", options(priority, inserted_len))?;
         let Input::Owned(mut toks) = to_input_span(tokens, "tokens", start, stop)? else {
             unreachable!("to_input_span returns its own ids")
         };
@@ -1079,7 +1079,7 @@ impl NativeCache {
         if sl.len() < n {
             return done(
                 py,
-                "rkv_insert",
+                "RadixKvCache.checkpoint",
                 Err(fail(
                     INVALID_ARGUMENT,
                     format!("{} values for {n} tokens from value[{vstart}]", sl.len() + vstart),
@@ -1087,7 +1087,7 @@ impl NativeCache {
             );
         }
         let (t, sl) = (&toks[..], &sl[..]);
-        let (e, h, locked, dup) = self.with(py, "rkv_insert", |c| {
+        let (e, h, locked, dup) = self.with(py, "RadixKvCache.checkpoint", |c| {
             // The insert pins what it cached in the same walk.
             let (e, lock) = c
                 .insert_and_lock(ns, t, sl, opts)
@@ -1164,8 +1164,8 @@ impl NativeCache {
         linger_ms: u64,
         data_parallel_rank: i64,
     ) -> PyResult<crate::publisher::NativePublisher> {
-        self.with(py, "rkv_events_publish", |c| {
-            let sink = c.events().ok_or_else(|| no_events("rkv_events_publish"))?;
+        self.with(py, "Cache.publish", |c| {
+            let sink = c.events().ok_or_else(|| no_events("Cache.publish"))?;
             crate::publisher::start(
                 sink,
                 crate::publisher::Opts {

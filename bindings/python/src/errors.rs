@@ -1,6 +1,7 @@
 //! Errors: a status (the C ABI's `rkv_status` numbers, which the Python classes carry as
-//! `.status`) and the message `docs/errors.md` describes, naming the operation (by its C
-//! name, as the C ABI's messages do), the argument, the value and the limit. A failed call
+//! `.status`) and the message `docs/errors.md` describes, naming the operation (by the
+//! Python method that was called: `Cache.insert: ...`), the argument, the value and the
+//! limit. A failed call
 //! records its message as this thread's last error, a successful one clears it
 //! (`radixkv._native.lib.rkv_last_error_message()`).
 
@@ -222,7 +223,7 @@ pub fn runs_shape(runs: &[SlotRun], n_tokens: usize) -> Option<Fail> {
 }
 
 pub fn more_than_pool(n: usize, pool_slots: usize) -> Fail {
-    fail(OUT_OF_SLOTS, format!("n_slots = {n} is more than the whole pool of {pool_slots} slots"))
+    fail(OUT_OF_SLOTS, format!("n = {n} is more than the whole pool of {pool_slots} slots"))
 }
 
 /// An allocation's refusal, naming the numbers.
@@ -231,14 +232,14 @@ pub fn alloc_refusal(e: Error, n: usize, page_size: usize) -> Fail {
         Error::OutOfSlots { requested, available } => fail(
             OUT_OF_SLOTS,
             format!(
-                "n_slots = {requested}, but only {available} slots are free or evictable even \
+                "n = {requested}, but only {available} slots are free or evictable even \
                  after evicting (the other slots are pinned by locks or held by callers)"
             ),
         ),
         Error::InvalidArgument(_) if !n.is_multiple_of(page_size) => fail(
             INVALID_ARGUMENT,
             format!(
-                "n_slots = {n} is not a multiple of the page size {page_size} (slots come in \
+                "n = {n} is not a multiple of the page size {page_size} (slots come in \
                  whole pages)"
             ),
         ),

@@ -34,9 +34,7 @@ pub fn start(sink: &Arc<EventSink>, o: Opts) -> Res<NativePublisher> {
         }
     };
     if o.max_queue == 0 {
-        return bad(
-            "opts->max_queue = 0: the publisher's queue needs room for at least one batch".into()
-        );
+        return bad("max_queue = 0: the publisher's queue needs room for at least one batch".into());
     }
     for (name, s) in [
         ("endpoint", Some(&o.endpoint)),

@@ -269,7 +269,7 @@ impl NativeRouterIndex {
         let opts = options(block_size, max_workers, gap_policy)?;
         // The slots array is allocated up front: large `max_workers` take a while.
         let r = py.detach(|| RouterIndex::new(opts));
-        r.map(NativeRouterIndex::wrap).map_err(|e| router_err(py, "rkv_router_new", e))
+        r.map(NativeRouterIndex::wrap).map_err(|e| router_err(py, "RouterIndex", e))
     }
 
     /// An index holding exactly what `dump` (a list of worker dicts, as `dump()` returns)
@@ -288,7 +288,7 @@ impl NativeRouterIndex {
             recs.push(worker_dump(i, &rec?)?);
         }
         let r = py.detach(|| RouterIndex::restore(opts, &recs));
-        r.map(NativeRouterIndex::wrap).map_err(|e| router_err(py, "rkv_router_restore", e))
+        r.map(NativeRouterIndex::wrap).map_err(|e| router_err(py, "RouterIndex.restore", e))
     }
 
     /// Refuses new calls, waits for those in flight and frees the index. Idempotent.
@@ -316,7 +316,7 @@ impl NativeRouterIndex {
             Payload::Bytes(b) => b.as_bytes(),
             Payload::Copy(v) => v,
         };
-        self.call(py, "rkv_router_apply_batch", |r| {
+        self.call(py, "RouterIndex.apply_batch", |r| {
             Ok(r.apply_batch(worker_id, seq, bytes).map(|b| (b.events, b.refused, b.cleared_first)))
         })
     }
@@ -341,7 +341,7 @@ impl NativeRouterIndex {
         let t: Input = to_input(token_ids, "token_ids")?;
         let (hv, tv) = (h.view(), t.view());
         let w = Worker::new(worker_id, dp_rank);
-        self.call(py, "rkv_router_stored", |r| {
+        self.call(py, "RouterIndex.stored", |r| {
             let (mut a, mut b) = (Vec::new(), Vec::new());
             let hashes = hv.get("block_hashes", &mut a).map_err(oor64)?;
             let toks = tv.get("token_ids", &mut b).map_err(oor)?;
@@ -367,7 +367,7 @@ impl NativeRouterIndex {
         let c = to_input64(content_hashes, "content_hashes")?;
         let (hv, cv) = (h.view(), c.view());
         let w = Worker::new(worker_id, dp_rank);
-        self.call(py, "rkv_router_stored_hashes", |r| {
+        self.call(py, "RouterIndex.stored_hashes", |r| {
             let (mut a, mut b) = (Vec::new(), Vec::new());
             let hashes = hv.get("block_hashes", &mut a).map_err(oor64)?;
             let contents = cv.get("content_hashes", &mut b).map_err(oor64)?;
@@ -388,7 +388,7 @@ impl NativeRouterIndex {
         let h = to_input64(block_hashes, "block_hashes")?;
         let hv = h.view();
         let w = Worker::new(worker_id, dp_rank);
-        self.call(py, "rkv_router_removed", |r| {
+        self.call(py, "RouterIndex.removed", |r| {
             let mut a = Vec::new();
             let hashes = hv.get("block_hashes", &mut a).map_err(oor64)?;
             Ok(r.removed(w, hashes, m))
@@ -398,7 +398,7 @@ impl NativeRouterIndex {
     /// `AllBlocksCleared`: the worker holds nothing any more (its cursor is kept).
     fn cleared(&self, py: Python<'_>, worker_id: u64, dp_rank: u32) -> PyResult<()> {
         let w = Worker::new(worker_id, dp_rank);
-        self.call(py, "rkv_router_cleared", |r| {
+        self.call(py, "RouterIndex.cleared", |r| {
             r.cleared(w);
             Ok(Ok(()))
         })
@@ -407,13 +407,13 @@ impl NativeRouterIndex {
     /// Forgets the worker (blocks and cursor): whether it was known.
     fn remove_worker(&self, py: Python<'_>, worker_id: u64, dp_rank: u32) -> PyResult<bool> {
         let w = Worker::new(worker_id, dp_rank);
-        self.call(py, "rkv_router_remove_worker", |r| Ok(Ok(r.remove_worker(w))))
+        self.call(py, "RouterIndex.remove_worker", |r| Ok(Ok(r.remove_worker(w))))
     }
 
     /// The seq the worker's cursor expects next (None: unknown worker, or no batch yet).
     fn next_seq(&self, py: Python<'_>, worker_id: u64, dp_rank: u32) -> PyResult<Option<u64>> {
         let w = Worker::new(worker_id, dp_rank);
-        self.call(py, "rkv_router_next_seq", |r| Ok(Ok(r.next_seq(w))))
+        self.call(py, "RouterIndex.next_seq", |r| Ok(Ok(r.next_seq(w))))
     }
 
     /// Scores of `tokens` in namespace (`lora_name`, `cache_salt`): a list of
@@ -427,7 +427,7 @@ impl NativeRouterIndex {
     ) -> PyResult<Bound<'py, PyList>> {
         let t = to_input(tokens, "tokens")?;
         let tv = t.view();
-        let out = self.call(py, "rkv_router_find", |r| {
+        let out = self.call(py, "RouterIndex.find", |r| {
             let mut sc = Vec::new();
             let toks = tv.get("tokens", &mut sc).map_err(oor)?;
             let mut out = Vec::new();
@@ -447,7 +447,7 @@ impl NativeRouterIndex {
     ) -> PyResult<Bound<'py, PyList>> {
         let c = to_input64(content_hashes, "content_hashes")?;
         let cv = c.view();
-        let out = self.call(py, "rkv_router_find_hashes", |r| {
+        let out = self.call(py, "RouterIndex.find_hashes", |r| {
             let mut sc = Vec::new();
             let hashes = cv.get("content_hashes", &mut sc).map_err(oor64)?;
             let mut out = Vec::new();
@@ -462,7 +462,7 @@ impl NativeRouterIndex {
     /// `(workers, blocks, memberships, bytes, events, batches, gaps, restarts, refused_by)`,
     /// `refused_by` a list of `(reason, count)` in the core's order.
     fn stats(&self, py: Python<'_>) -> PyResult<Stats9> {
-        self.call(py, "rkv_router_stats_get", |r| {
+        self.call(py, "RouterIndex.stats", |r| {
             let s = r.stats();
             let by = Refusal::ALL.iter().map(|&x| (refusal_name(x), s.refused(x))).collect();
             Ok(Ok((
@@ -481,7 +481,7 @@ impl NativeRouterIndex {
 
     /// Frees the epoch garbage that can be freed now (read `stats()["bytes"]` after).
     fn reclaim(&self, py: Python<'_>) -> PyResult<()> {
-        self.call(py, "rkv_router_reclaim", |r| {
+        self.call(py, "RouterIndex.reclaim", |r| {
             r.reclaim();
             Ok(Ok(()))
         })
@@ -489,14 +489,14 @@ impl NativeRouterIndex {
 
     /// The heap bytes of an empty index with these options.
     fn empty_bytes(&self, py: Python<'_>) -> PyResult<usize> {
-        self.call(py, "rkv_router_stats_get", |r| Ok(Ok(r.empty_bytes())))
+        self.call(py, "RouterIndex.empty_bytes", |r| Ok(Ok(r.empty_bytes())))
     }
 
     /// Every worker's holdings and cursor, sorted by worker: a list of dicts with
     /// `worker_id`, `dp_rank`, `next_seq` and `blocks` (`(engine_hash, chain_key, media)`
     /// tuples sorted by engine hash; media bit 0 device, bit 1 host copy).
     fn dump<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyList>> {
-        let d = self.call(py, "rkv_router_dump", |r| Ok(Ok(r.dump())))?;
+        let d = self.call(py, "RouterIndex.dump", |r| Ok(Ok(r.dump())))?;
         let out = PyList::empty(py);
         for wd in d {
             let rec = PyDict::new(py);
@@ -541,7 +541,7 @@ pub fn router_content_hashes<'py>(
         );
         Ok(out.iter().flat_map(|h| h.to_ne_bytes()).collect::<Vec<u8>>())
     });
-    let bytes = done(py, "rkv_router_content_hashes", r)?;
+    let bytes = done(py, "radixkv.content_hashes", r)?;
     drop(t);
     Ok(PyBytes::new(py, &bytes))
 }

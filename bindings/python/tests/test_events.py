@@ -75,7 +75,7 @@ def test_many_batches_drain_in_one_iterator():
 
 def test_options_and_refusals():
     with Cache(page_size=16, pool_slots=64) as plain:
-        with pytest.raises(radixkv.InvalidArgumentError, match="rkv_events_flush: events are not enabled"):
+        with pytest.raises(radixkv.InvalidArgumentError, match="Cache.flush_events: events are not enabled"):
             plain.flush_events()
         with pytest.raises(radixkv.InvalidArgumentError, match="events are not enabled"):
             list(plain.events())
@@ -134,7 +134,7 @@ def test_publish_refuses_bad_endpoints_and_ports_in_use():
             c.publish("inproc://x")
         with pytest.raises(radixkv.InvalidArgumentError, match="encoding must be one of"):
             quick(c, encoding="json")
-        with pytest.raises(radixkv.InvalidArgumentError, match="opts->max_queue = 0"):
+        with pytest.raises(radixkv.InvalidArgumentError, match="Cache.publish: max_queue = 0"):
             quick(c, max_queue=0)
         with pytest.raises(TypeError):
             quick(c, linger_ms=0.5)

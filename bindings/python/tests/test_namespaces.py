@@ -15,7 +15,7 @@ def test_drop_namespace_caller_managed_keeps_pinned_pages():
         c.insert([1, 2, 3, 4, 5, 6], [20, 21, 22, 23, 24, 25], ns=2)
         assert c.namespace_count() == 2 and c.stats().namespaces == 2
         assert c.namespace_stats("tenant-a") == NamespaceStats(6, 6, 0, 1)
-        with pytest.raises(radixkv.NullArgumentError, match="rkv_drop_namespace: free_fn is NULL"):
+        with pytest.raises(radixkv.NullArgumentError, match="^Cache.drop_namespace: on_free is None"):
             c.drop_namespace("tenant-a")  # no pool: the slots must go somewhere
         assert c.namespace_stats("tenant-a").cached_tokens == 6
         got = []

@@ -173,7 +173,7 @@ def test_removed_unknown_hashes_raise_with_the_count():
         r.removed(1, [3, 77, 78])
     assert e.value.count == 2 and e.value.status == Status.INVALID_ARGUMENT
     assert isinstance(e.value, ValueError) and isinstance(e.value, InvalidArgumentError)
-    assert "rkv_router_removed" in str(e.value)
+    assert "RouterIndex.removed" in str(e.value)
     assert scores(r, toks(3)) == {(1, 0): (2, 2)}  # the held one went all the same
     with pytest.raises(radixkv.UnknownRemovalsError):
         r.removed(1, [2], medium="cpu")  # held on the device only
@@ -325,7 +325,7 @@ def test_malformed_payload_refused_whole_index_unchanged(payload):
         r.apply_batch(1, 1, payload)
     assert isinstance(e.value, ValueError) and e.value.status == Status.INVALID_ARGUMENT
     assert isinstance(e.value.reason, str) and e.value.reason
-    assert str(e.value).startswith("rkv_router_apply_batch: malformed KV-event batch")
+    assert str(e.value).startswith("RouterIndex.apply_batch: malformed KV-event batch")
     assert r.dump() == before and r.next_seq(1) == 1
     after = r.stats()
     assert after["refused_by"]["malformed"] == stats["refused_by"]["malformed"] + 1
