@@ -13,7 +13,8 @@ pub mod tier;
 pub mod tree;
 
 pub use cache::{
-    Cache, CacheOptions, CacheStats, EventOptions, FreeFn, FreeRunsFn, PrefixMatch, Request,
+    Cache, CacheOptions, CacheStats, DetachedRequest, EventOptions, FreeFn, FreeRunsFn,
+    PrefixMatch, Request,
 };
 pub use error::{Error, Result, SlotProblem};
 pub use slot_run::SlotRun;

@@ -31,7 +31,7 @@ mod events;
 mod host;
 pub use events::EventOptions;
 pub use host::PrefixMatch;
-pub use request::Request;
+pub use request::{DetachedRequest, Request};
 
 use crossbeam_utils::CachePadded;
 

@@ -14,6 +14,10 @@
 //! request's lock); the rest are held by the request until `finish`/`abort` (dropping an
 //! unfinished request aborts it).
 //!
+//! A front that keeps requests between calls in a table of its own (the Python
+//! extension's `Cache.admit`) holds each as a [`DetachedRequest`] ([`Request::detach`]) and
+//! [`Cache::attach`]es it for each call: the same state, without the borrow.
+//!
 //! Eviction metadata, as SGLang's scheduler passes it: every insert of the request
 //! (`checkpoint`, `finish`) carries the request's priority ([`Cache::admit_with_priority`];
 //! 0 by default), and the length it inserted before as [`InsertOptions::inserted_len`]
@@ -102,7 +106,73 @@ impl Cache {
     }
 }
 
+/// A [`Request`] apart from its cache ([`Request::detach`]): the same state without the
+/// borrow, for a front that keeps requests in a table of its own between calls (the Python
+/// extension's `Cache.admit`). It holds what the request held, its slots and its pin, until
+/// [`Cache::attach`] makes it a [`Request`] of the cache that admitted it again; dropped
+/// unattached, those stay held (the slots out of the pool, the prefix pinned) for the
+/// cache's lifetime. `Send`; a plain value otherwise.
+#[derive(Debug)]
+pub struct DetachedRequest {
+    ns: u64,
+    tokens: Vec<u32>,
+    slots: Vec<u32>,
+    cached_len: usize,
+    lock: PrefixLock,
+    priority: i32,
+    inserted_len: usize,
+}
+
+impl DetachedRequest {
+    /// Number of tokens so far.
+    pub fn len(&self) -> usize {
+        self.tokens.len()
+    }
+
+    /// True when the request has no tokens.
+    pub fn is_empty(&self) -> bool {
+        self.tokens.is_empty()
+    }
+}
+
+impl Cache {
+    /// Makes a request detached from this cache ([`Request::detach`]) a [`Request`] again,
+    /// as it was. A request of another cache is handed back unchanged (`Err`): its slots and
+    /// pin are that cache's.
+    pub fn attach(&self, d: DetachedRequest) -> std::result::Result<Request<'_>, DetachedRequest> {
+        if d.lock.tree_id != self.tree().id() {
+            return Err(d);
+        }
+        Ok(Request {
+            cache: self,
+            ns: d.ns,
+            tokens: d.tokens,
+            slots: d.slots,
+            cached_len: d.cached_len,
+            lock: Some(d.lock),
+            priority: d.priority,
+            inserted_len: d.inserted_len,
+        })
+    }
+}
+
 impl<'c> Request<'c> {
+    /// The request apart from its cache, holding its slots and its pin (see
+    /// [`DetachedRequest`]); [`Cache::attach`] gives it back.
+    pub fn detach(mut self) -> DetachedRequest {
+        let lock = self.lock.take().expect("an unfinished request holds its lock");
+        DetachedRequest {
+            ns: self.ns,
+            tokens: std::mem::take(&mut self.tokens),
+            // Taken: the drop below then has no slot to give back and no lock to release.
+            slots: std::mem::take(&mut self.slots),
+            cached_len: self.cached_len,
+            lock,
+            priority: self.priority,
+            inserted_len: self.inserted_len,
+        }
+    }
+
     /// Namespace.
     pub fn namespace(&self) -> u64 {
         self.ns

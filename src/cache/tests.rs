@@ -692,3 +692,33 @@ fn allocations_evict_in_policy_order() {
         conserved(&c, 4);
     }
 }
+
+#[test]
+fn a_detached_request_holds_its_slots_and_pin_and_attaches_back_only_to_its_cache() {
+    let c = pooled(64, 4);
+    let other = pooled(64, 4);
+    let prompt: Vec<u32> = (1..=10).collect();
+    let mut r = c.admit(0, &prompt).unwrap();
+    r.checkpoint().unwrap();
+    let slots = r.slots().to_vec();
+    let d = r.detach();
+    assert_eq!(d.len(), 10);
+    // Still held while detached: the pin on the 2 checkpointed pages and the third page.
+    assert_eq!(c.stats().tree.protected_tokens, 8);
+    conserved(&c, 4);
+    // Another cache hands it back unchanged.
+    let d = other.attach(d).unwrap_err();
+    assert_eq!(other.stats().tree.protected_tokens, 0);
+    let mut r = c.attach(d).unwrap();
+    assert_eq!((r.slots(), r.cached_len(), r.locked_len()), (&slots[..], 0, 8));
+    r.extend(&[11, 12]).unwrap();
+    assert_eq!(r.finish().unwrap(), 8);
+    conserved(&c, 0);
+    assert_eq!(c.stats().tree.protected_tokens, 0);
+    // Detached and attached again, then dropped: it aborts as a request does.
+    let r = c.admit(0, &(1..=20).collect::<Vec<_>>()).unwrap();
+    assert_eq!(r.cached_len(), 12);
+    drop(c.attach(r.detach()).unwrap());
+    conserved(&c, 0);
+    assert_eq!(c.stats().tree.protected_tokens, 0);
+}

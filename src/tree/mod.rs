@@ -391,6 +391,11 @@ impl RadixTree {
         })
     }
 
+    /// This tree's identity (what its locks carry, so another tree's are refused).
+    pub(crate) fn id(&self) -> u64 {
+        self.id
+    }
+
     /// Page size.
     pub fn page_size(&self) -> usize {
         self.cfg.page_size

@@ -81,6 +81,7 @@ from ._host import (
     TierMatch,
     TierStats,
 )
+from ._request import Request
 from ._tier import TieredCache
 from .sglang import MatchResult, RadixCache, StaleNodeError, TreeNode
 
@@ -114,6 +115,7 @@ __all__ = [
     "KvLayout",
     "HostOptions",
     "NoTierError",
+    "Request",
     "AllBlocksCleared",
     "BlockRemoved",
     "BlockStored",

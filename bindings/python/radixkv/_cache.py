@@ -584,6 +584,7 @@ class Cache(_Unique):
         self.pool_slots = int(pool_slots)
         self.policy = policy.lower()
         self._t = _ext.NativeTier(self._n)
+        self._q = _ext.NativeRequests(self._n)
         if host_opts is not None:
             # The write policy as the library spells it ("write-through" reads as such).
             host_opts = _host.HostOptions(**{**host_opts.as_dict(), "write_policy": self._t.write_policy})
@@ -887,6 +888,19 @@ class Cache(_Unique):
         bs, mq, af, lg = counts
         return Publisher(self._n.publish(ep, replay, top or "", enc, bs, mq, af, lg, rank))
 
+    # -- the request cycle --
+
+    def admit(self, tokens: U32Array, ns: Namespace = 0, *, priority: int = 0) -> "_request.Request":
+        """Admits a request (pool mode): pins the longest cached prefix of ``tokens`` and
+        allocates slots (whole pages, evicting when short) for the rest. A
+        :class:`Request` (``cached_len``, ``slots``; then ``extend``, ``checkpoint``,
+        ``finish`` or ``abort``): the engine's cycle as one object, every insert carrying
+        ``priority`` and the length it inserted before, so a request counts one hit per
+        node however often it checkpoints. :class:`OutOfSlotsError` with nothing held when
+        the pool cannot hold the rest; :class:`NoPoolError` without a pool."""
+        h, state = self._q.admit(self.namespace_id(ns), tokens, priority)
+        return _request.Request(self, ns, priority, h, state)
+
     # -- the host tier (host=...) --
 
     @property
@@ -1062,3 +1076,4 @@ __all__ = [
 
 # The host tier's types (they build on the ones above; ``_host`` imports this module).
 from . import _host  # noqa: E402
+from . import _request  # noqa: E402

@@ -53,6 +53,8 @@ pub struct NativeCache {
     pub(crate) locks: LockTable,
     /// The host copier's stores (a host tier with copier "host"; `tier::NativeTier`).
     pub(crate) host_copier: Option<Arc<HostCopier>>,
+    /// Its live requests (`requests::NativeRequests`, `Cache.admit`).
+    pub(crate) requests: crate::requests::RequestTable,
     #[pyo3(get)]
     page_size: usize,
     #[pyo3(get)]
@@ -272,6 +274,7 @@ impl NativeCache {
             inner: Closable::new(cache),
             locks: LockTable::new(),
             host_copier,
+            requests: Default::default(),
         })
     }
 
@@ -280,6 +283,7 @@ impl NativeCache {
     fn close(&self, py: Python<'_>) {
         self.inner.close(py, |c| {
             c.wait_all();
+            self.requests.abort_all(&c);
             for l in self.locks.drain() {
                 let _ = c.release(l);
             }

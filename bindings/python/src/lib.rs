@@ -22,6 +22,7 @@ mod input;
 mod locks;
 mod prefix;
 mod publisher;
+mod requests;
 mod router;
 mod slots;
 mod tier;
@@ -91,6 +92,7 @@ fn _radixkv(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<cache::Prefix>()?;
     m.add_class::<publisher::NativePublisher>()?;
     m.add_class::<tier::NativeTier>()?;
+    m.add_class::<requests::NativeRequests>()?;
     m.add_class::<router::NativeRouterIndex>()?;
     m.add_class::<Borrow>()?;
     m.add_function(wrap_pyfunction!(_register, m)?)?;
