@@ -147,7 +147,11 @@ fn match_ex_too_small_writes_the_length_alone_and_pins_nothing() {
         let p = if cap == 0 { null_mut() } else { out.as_mut_ptr() };
         // SAFETY: `c` is live; `out` holds 4 slots (or is NULL with cap 0).
         let st = unsafe { rkv_match_ex(c, 0, a.as_ptr(), 8, opts, p, cap, &mut r) };
-        check(st, rkv_status::RKV_BUFFER_TOO_SMALL, &["rkv_match_ex", "match of 8 tokens"]);
+        check(
+            st,
+            rkv_status::RKV_BUFFER_TOO_SMALL,
+            &["rkv_match_ex", "match of 8 tokens", "(out_result->device_len = 8)"],
+        );
         assert_eq!((r.device_len, r.host_len, r.lock), (8, SENTINEL.host_len, SENTINEL.lock));
         assert_eq!(out, [0; 4], "no slot written");
     }

@@ -369,16 +369,26 @@ pub unsafe extern "C" fn rkv_match_ex(
         // SAFETY: `out_result` passed `check_out`, so its `device_len` field is a writable,
         // aligned `usize`; no reference to it is made.
         let len_at = unsafe { &raw mut (*out_result).device_len };
-        // SAFETY: `out_slots` passed `check_out_array`, `len_at` is writable (above).
-        let (m, lock) =
-            unsafe { crate::tier::match_in(c.door(), ns, t, out_slots, out_cap, pin, len_at) }?;
+        // SAFETY: `len_at` is writable (above).
+        let (m, lock, slots) =
+            unsafe { crate::tier::match_in(c.door(), ns, t, out_cap, pin, len_at) }.map_err(
+                |mut f| {
+                    // The length goes to the result's field here, not to an `*out_len`.
+                    f.msg = f.msg.replace("(*out_len = ", "(out_result->device_len = ");
+                    f
+                },
+            )?;
         let r = rkv_match_result {
             device_len: m.device_len,
             host_len: m.host_len,
             lock: lock.unwrap_or(0),
         };
-        // SAFETY: `out_result` passed `check_out`; writable by the caller's contract.
-        unsafe { out_result.write(r) };
+        // SAFETY: `out_slots` passed `check_out_array` with `out_cap >= m.device_len`
+        // (`match_in` checked); `t` is not used after this; `out_result` passed `check_out`.
+        unsafe {
+            write_array(out_slots, &slots);
+            out_result.write(r);
+        }
         Ok(())
     })
 }

@@ -46,11 +46,13 @@ pub unsafe extern "C" fn rkv_tier_match(
         if pin {
             check_out(out_lock, "out_lock")?;
         }
-        // SAFETY: `out_slots` and `out_len` passed their checks and are writable by the
-        // caller's contract.
-        let (m, lock) = unsafe { match_in(t.door(), ns, tk, out_slots, out_cap, pin, out_len) }?;
-        // SAFETY: the single outputs passed `check_out`.
+        // SAFETY: `out_len` passed `check_out` and is writable by the caller's contract.
+        let (m, lock, slots) = unsafe { match_in(t.door(), ns, tk, out_cap, pin, out_len) }?;
+        // SAFETY: `out_slots` passed `check_out_array` with `out_cap >= m.device_len`
+        // (`match_in` checked); `tk` is not used after this; the single outputs passed
+        // `check_out`.
         unsafe {
+            write_array(out_slots, &slots);
             out_len.write(m.device_len);
             out_host_len.write(m.host_len);
             if let Some(l) = lock {
@@ -62,24 +64,23 @@ pub unsafe extern "C" fn rkv_tier_match(
 }
 
 /// The match of `rkv_tier_match` and `rkv_match_ex` on `d`: the device prefix of `tk`
-/// (pinned when `pin`, its lock put in `d`'s table and its handle returned) and how far
-/// host copies extend it, the slots written to `out_slots[0..device_len]`. When they do
-/// not fit `out_cap`: `RKV_BUFFER_TOO_SMALL` with the match length written to
+/// (pinned when `pin`, its lock put in `d`'s table and its handle returned), how far host
+/// copies extend it, and its slots (at most `out_cap` of them: the caller writes them to
+/// its buffer once `tk` is no longer used, as the query and the buffer may overlap). When
+/// they do not fit `out_cap`: `RKV_BUFFER_TOO_SMALL` with the match length written to
 /// `*too_small_len` alone, nothing pinned (and, when the buffer is short of `tk`, nothing
 /// counted: it measures first).
 ///
 /// # Safety
-/// `out_slots` passed `check_out_array(out_slots, out_cap)` and `too_small_len`
-/// `check_out`; both writable.
+/// `too_small_len` passed `check_out` and is writable.
 pub(crate) unsafe fn match_in(
     d: Door<'_>,
     ns: u64,
     tk: &[u32],
-    out_slots: *mut u32,
     out_cap: usize,
     pin: bool,
     too_small_len: *mut usize,
-) -> Res<(PrefixMatch, Option<rkv_lock>)> {
+) -> Res<(PrefixMatch, Option<rkv_lock>, Vec<u32>)> {
     let mut slots = Vec::new();
     let too_small = |m: usize, why: &str| {
         // SAFETY: passed `check_out`; writable by the caller's contract.
@@ -107,14 +108,11 @@ pub(crate) unsafe fn match_in(
         let why = "; a concurrent insert grew the match during the call; nothing was pinned";
         return too_small(m.device_len, why);
     }
-    // SAFETY: `out_slots` passed `check_out_array` with `out_cap >= m.device_len`; `tk` is
-    // not used after this.
-    unsafe { write_array(out_slots, &slots) };
     let lock = match (handle, lock) {
         (Some(h), Some(l)) => Some(h.fill(l)),
         _ => None,
     };
-    Ok((m, lock))
+    Ok((m, lock, slots))
 }
 
 /// Releases a lock of this tier (from `rkv_tier_match`, `rkv_tier_insert_lock_ex` or a
