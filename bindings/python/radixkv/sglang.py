@@ -245,11 +245,60 @@ def __getattr__(name: str) -> Any:
 
 def register() -> bool:
     """Registers ``RadixKvCache`` with SGLang as the radix-cache backend ``radixkv``
-    (``--radix-cache-backend radixkv``); False if it was registered already. SGLang's
-    plugin loader calls it through the package's ``sglang.srt.plugins`` entry point; it
-    does nothing (False) when SGLang is not installed."""
+    (``--radix-cache-backend radixkv``) and the tree core ``radixkv`` of its
+    ``UnifiedRadixCache`` (:func:`register_tree_core`); False if the radix-cache backend was
+    registered already. SGLang's plugin loader calls it through the package's
+    ``sglang.srt.plugins`` entry point; it does nothing (False) when SGLang is not
+    installed."""
+    register_tree_core()
     try:
         from . import _sglang_backend
     except ImportError:
         return False
     return _sglang_backend.register()
+
+
+# ---- the tree core of SGLang's UnifiedRadixCache ------------------------------------------
+
+
+def tree_core_factory(params: Any, components: Any) -> Any:
+    """SGLang's tree-core factory for ``radixkv`` (``register_tree_core_backend``): radixkv's
+    tree core for ``[FULL]``; any configuration it cannot run goes to SGLang's Python
+    ``UnifiedTreeCore``, with a ``logging.warning`` saying why."""
+    from . import _sglang_tree_core
+
+    return _sglang_tree_core.create(params, components)
+
+
+def tree_core_inspector_factory(params: Any, components: Any) -> Any:
+    """The same, with the white-box methods SGLang's unified-cache test kit asserts
+    (``UnifiedTreeCoreInspectionInterface``): for tests only, as SGLang's own inspectors."""
+    from . import _sglang_tree_core
+
+    return _sglang_tree_core.create(params, components, inspector=True)
+
+
+def register_tree_core() -> bool:
+    """Registers :func:`tree_core_factory` as SGLang's tree core ``radixkv``
+    (``SGLANG_UNIFIED_RADIX_TREE_CORE_BACKEND=radixkv`` or
+    ``CacheInitParams.tree_core_backend="radixkv"``). Called when this module is imported;
+    False, without an error, when it was registered already or SGLang (0.5.23 or later, with
+    ``register_tree_core_backend``) is not installed."""
+    import importlib.util
+
+    try:
+        if importlib.util.find_spec("sglang") is None:
+            return False
+        from sglang.srt.mem_cache.unified_cache.tree_core_registry import (
+            get_tree_core_factory,
+            register_tree_core_backend,
+        )
+    except Exception:  # no SGLang, or one without pluggable tree cores
+        return False
+    if get_tree_core_factory("radixkv") is not None:
+        return False
+    register_tree_core_backend("radixkv", tree_core_factory)
+    return True
+
+
+register_tree_core()

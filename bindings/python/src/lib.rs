@@ -24,6 +24,7 @@ mod publisher;
 mod router;
 mod slots;
 mod tier;
+mod tree_core;
 
 /// Registers the error classes (by status; -1 for a closed cache) and the `SlotBuffer`
 /// class the native calls create.
@@ -91,6 +92,7 @@ fn _radixkv(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<publisher::NativePublisher>()?;
     m.add_class::<tier::NativeTieredCache>()?;
     m.add_class::<router::NativeRouterIndex>()?;
+    m.add_class::<tree_core::NativeTreeCore>()?;
     m.add_class::<Borrow>()?;
     m.add_function(wrap_pyfunction!(_register, m)?)?;
     m.add_function(wrap_pyfunction!(last_error_message, m)?)?;
