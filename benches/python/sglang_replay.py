@@ -66,7 +66,7 @@ from sglang.srt.mem_cache.cache_init_params import CacheInitParams  # noqa: E402
 from sglang.srt.mem_cache.radix_cache import RadixCache, RadixKey  # noqa: E402
 
 import radixkv  # noqa: E402
-from radixkv.sglang import RadixKvCache  # noqa: E402
+from radixkv.sglang import RadixKvCache  # noqa: E402  (registers the tree core "radixkv" too)
 
 try:  # the 0.5.23 default cache
     from sglang.srt.mem_cache.unified_cache.component_type import ComponentType  # noqa: E402
@@ -211,6 +211,7 @@ def scheduler_loop(make, reqs, cap, width, indices):
     (KV indices handed out from ``indices``); returns (secs, hit tokens, evict_for_alloc
     calls)."""
     alloc = Allocator(cap if cap is not None else 1 << 40, indices)
+    alloc.page_size = PAGE_SIZE
     pool = ReqToTokenPool(width)
     cache = make(alloc, pool)
     row = pool.req_to_token[0]
@@ -313,8 +314,13 @@ def sglang_loop(make, keys, values, cap):
 # ---- the contestants ---------------------------------------------------------------------
 
 
+PAGE_SIZE = 1  # --page-size
+
+
 def params(alloc, pool, **kw):
-    return CacheInitParams(disable=False, req_to_token_pool=pool, token_to_kv_pool_allocator=alloc, page_size=1, **kw)
+    return CacheInitParams(
+        disable=False, req_to_token_pool=pool, token_to_kv_pool_allocator=alloc, page_size=PAGE_SIZE, **kw
+    )
 
 
 def make_radix(alloc, pool):
@@ -459,7 +465,14 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("trace", nargs="?", default=DEFAULT_TRACE)
     ap.add_argument("--runs", type=int, default=5)
-    ap.add_argument("--only", default="", help="comma-separated contestant tags (radix, unified-rust, unified-python, radixkv, null)")
+    ap.add_argument(
+        "--only",
+        default="",
+        help="comma-separated contestant tags (radix, unified-rust, unified-python, unified-radixkv, radixkv, null)",
+    )
+    ap.add_argument("--page-size", type=int, default=1, help="the caches' page size (1 or 16, say)")
+    ap.add_argument("--requests", type=int, default=0, help="only the trace's first N requests (0: all)")
+    ap.add_argument("--caps", default="unlimited,2000000", help="comma-separated capacities in tokens ('unlimited' for none)")
     ap.add_argument("--extras", action="store_true", help="also the per-call and thread figures")
     ap.add_argument("--thread-rounds", type=int, default=9)
     ap.add_argument(
@@ -471,7 +484,11 @@ def main():
     )
     args = ap.parse_args()
     torch.set_num_threads(args.torch_threads)
+    global PAGE_SIZE
+    PAGE_SIZE = args.page_size
     reqs = load(args.trace)
+    if args.requests:
+        reqs = reqs[: args.requests]
     n_tokens = sum(len(t) for t in reqs)
     width = max(len(t) for t in reqs)
     indices = torch.arange(n_tokens, dtype=torch.int64)  # every request's new KV, at most
@@ -480,12 +497,12 @@ def main():
         f"sglang_replay: load average {la[0]:.2f} {la[1]:.2f} {la[2]:.2f}; {len(reqs):,} requests, {n_tokens:,} tokens; "
         f"python {sys.version.split()[0]}, sglang {sglang.__version__}, torch {torch.__version__}, radixkv "
         f"{radixkv.version()}; nproc {os.cpu_count()}; torch threads {torch.get_num_threads()}; "
-        f"{args.runs} rounds after a warm-up; "
+        f"{args.runs} rounds after a warm-up; page size {PAGE_SIZE}; "
         f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}"
     )
     rows = [("radix", "SGLang RadixCache", make_radix)]
     if UnifiedRadixCache is not None:
-        for core in ("rust", "python"):
+        for core in ("rust", "python", "radixkv"):
             got, cls = unified_core_of(core)
             note = "" if got == core else f" (asked {core}: FELL BACK to {got})"
             print(f"UnifiedRadixCache, tree_core_backend={core!r}: runs {got!r} ({cls}){note}")
@@ -496,7 +513,8 @@ def main():
         keep = set(args.only.split(","))
         rows = [r for r in rows if r[0] in keep]
     ok = True
-    for cap in (None, CAPACITY):
+    caps = [None if c == "unlimited" else int(c) for c in args.caps.split(",")]
+    for cap in caps:
         label = "unlimited" if cap is None else f"{cap:,} tokens"
         secs = {tag: [] for tag, _, _ in rows}
         hits = {}
@@ -524,6 +542,18 @@ def main():
             ok &= hits[tag] == ref
             ev = f", evict_for_alloc calls {evicts[tag]:,}" if cap is not None else ""
             print(f"  {name:<44} {fmt_s(secs[tag])}  {base / med:5.2f}x {rows[0][1]}  hits {hits[tag]:,} {same}{ev}")
+        urk = statistics.median(secs["unified-radixkv"]) if "unified-radixkv" in secs else None
+        if urk:
+            others = [t for t in ("unified-rust", "unified-python") if t in secs]
+            print(
+                "  UnifiedRadixCache on the radixkv tree core against each, whole loop: "
+                + ", ".join(f"{statistics.median(secs[t]) / urk:.2f}x {t}" for t in others)
+            )
+            if floor:
+                print(
+                    "  the same, the loop's own cost taken off: "
+                    + ", ".join(f"{(statistics.median(secs[t]) - floor) / (urk - floor):.2f}x {t}" for t in others)
+                )
         rk = statistics.median(secs["radixkv"]) if "radixkv" in secs else None
         if rk:
             others = [t for t, _, _ in rows if t not in ("radixkv", "null")]

@@ -458,22 +458,50 @@ pub struct NativeTreeCore {
     page_size: usize,
 }
 
-fn bytes_of<'py>(py: Python<'py>, v: &[i64]) -> Bound<'py, PyByteArray> {
-    let mut b = Vec::with_capacity(v.len() * 8);
-    for x in v {
-        b.extend_from_slice(&x.to_ne_bytes());
+/// `parts`, concatenated, as native int64 bytes in a new `bytearray` (one copy; the GIL is
+/// held throughout: the tree's mutex is never held without it).
+fn bytes_of_parts<'py>(py: Python<'py>, parts: &[&[i64]]) -> PyResult<Bound<'py, PyByteArray>> {
+    let n: usize = parts.iter().map(|p| p.len() * 8).sum();
+    // SAFETY: a NULL source makes an uninitialized bytearray of `n` bytes (or fails with a
+    // Python error, returned here); it is filled in full below before anyone reads it.
+    let ba = unsafe {
+        let p = pyo3::ffi::PyByteArray_FromStringAndSize(std::ptr::null(), n as isize);
+        Bound::from_owned_ptr_or_err(py, p)?.cast_into_unchecked::<PyByteArray>()
+    };
+    if n == 0 {
+        return Ok(ba);
     }
-    PyByteArray::new(py, &b)
+    // SAFETY: the new bytearray's buffer holds `n` bytes; nothing else refers to the object
+    // until this function returns it, so nothing reads or resizes it meanwhile.
+    let buf = unsafe {
+        std::slice::from_raw_parts_mut(pyo3::ffi::PyByteArray_AsString(ba.as_ptr()).cast::<u8>(), n)
+    };
+    let mut at = 0;
+    for p in parts {
+        for (d, x) in buf[at..at + p.len() * 8].chunks_exact_mut(8).zip(p.iter()) {
+            d.copy_from_slice(&x.to_ne_bytes());
+        }
+        at += p.len() * 8;
+    }
+    Ok(ba)
 }
 
-fn ints(obj: &Bound<'_, PyAny>, what: &'static str) -> PyResult<Vec<i64>> {
+fn bytes_of<'py>(py: Python<'py>, v: &[i64]) -> PyResult<Bound<'py, PyByteArray>> {
+    bytes_of_parts(py, &[v])
+}
+
+/// Runs `f` on `obj`'s integers as `i64`s (a buffer read in place when it holds aligned,
+/// contiguous 8-byte integers: a request's `array('q')` or int64 tensor).
+fn with_ints<T>(obj: &Bound<'_, PyAny>, what: &'static str, f: impl FnOnce(&[i64]) -> PyResult<T>) -> PyResult<T> {
     let input = to_input64(obj, what)?;
     let mut scratch = Vec::new();
-    let v = input
-        .view()
-        .get(what, &mut scratch)
-        .map_err(|e| PyValueError::new_err(format!("{}[{}] = {} is out of range", e.what, e.index, e.value)))?;
-    Ok(v.iter().map(|&x| x as i64).collect())
+    let v = input.view().get(what, &mut scratch).map_err(|e| {
+        PyValueError::new_err(format!("{}[{}] = {} is out of range for int64", e.what, e.index, e.value))
+    })?;
+    // SAFETY: `u64` and `i64` have the same size and alignment and every bit pattern is
+    // valid for both; the slice borrows `input`/`scratch`, alive for this call.
+    let v = unsafe { std::slice::from_raw_parts(v.as_ptr().cast::<i64>(), v.len()) };
+    f(v)
 }
 
 impl NativeTreeCore {
@@ -508,19 +536,21 @@ impl NativeTreeCore {
 
     /// `(device_prefix_len, last_device_node, full_kv_hit_length, last_visited_node or -1)`.
     fn match_prefix(&self, ns: u32, tokens: &Bound<'_, PyAny>) -> PyResult<(usize, u64, usize, i64)> {
-        let key = ints(tokens, "tokens")?;
-        let mut t = self.t()?;
-        let (m, best, hit, last) = t.match_walk(ns, &key);
-        let last = if last == NONE { -1 } else { t.n(last).id as i64 };
-        Ok((m, t.n(best).id, hit, last))
+        with_ints(tokens, "tokens", |key| {
+            let mut t = self.t()?;
+            let (m, best, hit, last) = t.match_walk(ns, key);
+            let last = if last == NONE { -1 } else { t.n(last).id as i64 };
+            Ok((m, t.n(best).id, hit, last))
+        })
     }
 
     /// `(matched tokens, deepest node, FULL tokens pinned by it)`: read-only.
     fn match_full_device_prefix(&self, ns: u32, tokens: &Bound<'_, PyAny>) -> PyResult<(usize, u64, usize)> {
-        let key = ints(tokens, "tokens")?;
-        let t = self.t()?;
-        let (m, n, p) = t.match_read(ns, &key);
-        Ok((m, t.n(n).id, p))
+        with_ints(tokens, "tokens", |key| {
+            let t = self.t()?;
+            let (m, n, p) = t.match_read(ns, key);
+            Ok((m, t.n(n).id, p))
+        })
     }
 
     /// Inserts `tokens` -> `values` (`values=None`: the tokens themselves, as SGLang does);
@@ -535,21 +565,29 @@ impl NativeTreeCore {
         values: &Bound<'py, PyAny>,
         prev_prefix_len: usize,
     ) -> PyResult<(usize, u64, Option<Bound<'py, PyByteArray>>)> {
-        let key = ints(tokens, "tokens")?;
-        let vals = if values.is_none() { key.clone() } else { ints(values, "values")? };
-        let aligned = key.len() / self.page_size * self.page_size;
-        if vals.len() < aligned {
-            return Err(PyValueError::new_err(format!(
-                "insert: values has {} indices for {} (page-aligned) tokens; nothing was inserted",
-                vals.len(),
-                aligned
-            )));
-        }
-        let mut t = self.t()?;
-        let (p, node, frees) = t.insert(ns, &key, &vals, prev_prefix_len);
-        let id = t.n(node).id;
-        drop(t);
-        Ok((p, id, if frees.is_empty() { None } else { Some(bytes_of(py, &frees)) }))
+        let aligned_of = |n: usize| n / self.page_size * self.page_size;
+        let run = |key: &[i64], vals: &[i64]| -> PyResult<(usize, u64, Option<Bound<'py, PyByteArray>>)> {
+            let aligned = aligned_of(key.len());
+            if vals.len() < aligned {
+                return Err(PyValueError::new_err(format!(
+                    "insert: values has {} indices for {} (page-aligned) tokens; nothing was inserted",
+                    vals.len(),
+                    aligned
+                )));
+            }
+            let mut t = self.t()?;
+            let (p, node, frees) = t.insert(ns, key, vals, prev_prefix_len);
+            let id = t.n(node).id;
+            drop(t);
+            Ok((p, id, if frees.is_empty() { None } else { Some(bytes_of(py, &frees)?) }))
+        };
+        with_ints(tokens, "tokens", |key| {
+            if values.is_none() {
+                run(key, key)
+            } else {
+                with_ints(values, "values", |vals| run(key, vals))
+            }
+        })
     }
 
     /// Locks the node's root path; returns the tokens that became protected.
@@ -623,7 +661,7 @@ impl NativeTreeCore {
             t.walk.last = Some((parent, 0));
         }
         drop(t);
-        Ok(bytes_of(py, &v))
+        bytes_of(py, &v)
     }
 
     /// Ends the eviction walk.
@@ -655,11 +693,8 @@ impl NativeTreeCore {
             chunks.push(v.as_slice());
             s = t.n(s).parent;
         }
-        let mut all = Vec::with_capacity(chunks.iter().map(|c| c.len()).sum());
-        for c in chunks.iter().rev() {
-            all.extend_from_slice(c);
-        }
-        Ok(bytes_of(py, &all))
+        chunks.reverse();
+        bytes_of_parts(py, &chunks)
     }
 
     /// Whether the node has no FULL device value (the root never).
@@ -697,14 +732,14 @@ impl NativeTreeCore {
     fn key<'py>(&self, py: Python<'py>, node: u64) -> PyResult<Bound<'py, PyByteArray>> {
         let t = self.t()?;
         let n = t.n(t.slot(node)?);
-        Ok(bytes_of(py, &n.key))
+        bytes_of(py, &n.key)
     }
 
     /// The node's FULL device value (int64 bytes), or None when evicted.
     fn value<'py>(&self, py: Python<'py>, node: u64) -> PyResult<Option<Bound<'py, PyByteArray>>> {
         let t = self.t()?;
         let n = t.n(t.slot(node)?);
-        Ok(n.full.value.as_ref().map(|v| bytes_of(py, v)))
+        n.full.value.as_ref().map(|v| bytes_of(py, v)).transpose()
     }
 
     /// Every node id, depth first from the root in child order (the root first).
