@@ -220,10 +220,9 @@ class RadixKvTreeCore(UnifiedTreeCoreInterface):
             self._ns_names.append(name)
         return ns
 
-    def _tokens(self, key):
-        if key.is_bigram:
-            raise ValueError("the radixkv tree core takes token keys, not EAGLE bigram views")
-        return key.raw_token_ids()
+    @staticmethod
+    def _bigram(key) -> None:
+        raise ValueError("the radixkv tree core takes token keys, not EAGLE bigram views")
 
     def _tensor(self, buf) -> torch.Tensor:
         t = torch.frombuffer(buf, dtype=torch.int64) if len(buf) else self._empty_cpu
@@ -515,11 +514,16 @@ class RadixKvTreeCore(UnifiedTreeCoreInterface):
         key = params.key
         if len(key) < self.page_size:
             return self._empty_match_result
-        n, node, hit, last = self._native.match_prefix(self._ns_of(key), self._tokens(key))
+        if key.is_bigram:
+            self._bigram(key)
+        # The key's own buffer and its limit: no copy of a capped key.
+        n, node, hit, last = self._native.match_prefix(self._ns_of(key), key.token_ids, key.limit)
         return _match_result(n, node, hit, None if last < 0 else last)
 
     def match_full_device_prefix(self, key) -> tuple[int, NodeId, int]:
-        return tuple(self._native.match_full_device_prefix(self._ns_of(key), self._tokens(key)))
+        if key.is_bigram:
+            self._bigram(key)
+        return tuple(self._native.match_full_device_prefix(self._ns_of(key), key.token_ids, key.limit))
 
     @property
     def empty_match_result(self) -> MatchResult:
@@ -547,10 +551,12 @@ class RadixKvTreeCore(UnifiedTreeCoreInterface):
         value = params.value
         if value is not None and not (self._cpu and value.is_cpu):
             value = value.cpu()
+        if key.is_bigram:
+            self._bigram(key)
         self._ongoing_insert = True
         try:
             prefix_len, node, dups = self._native.insert(
-                self._ns_of(key), self._tokens(key), value, params.prev_prefix_len
+                self._ns_of(key), key.token_ids, value, params.prev_prefix_len, key.limit
             )
         finally:
             self._ongoing_insert = False

@@ -28,7 +28,7 @@ use pyo3::exceptions::{PyKeyError, PyRuntimeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::{PyByteArray, PyList};
 
-use crate::input::to_input64;
+use crate::input::{Input64, to_input64_held};
 
 const NONE: u32 = u32::MAX;
 
@@ -490,18 +490,23 @@ fn bytes_of<'py>(py: Python<'py>, v: &[i64]) -> PyResult<Bound<'py, PyByteArray>
     bytes_of_parts(py, &[v])
 }
 
-/// Runs `f` on `obj`'s integers as `i64`s (a buffer read in place when it holds aligned,
-/// contiguous 8-byte integers: a request's `array('q')` or int64 tensor).
-fn with_ints<T>(obj: &Bound<'_, PyAny>, what: &'static str, f: impl FnOnce(&[i64]) -> PyResult<T>) -> PyResult<T> {
-    let input = to_input64(obj, what)?;
-    let mut scratch = Vec::new();
-    let v = input.view().get(what, &mut scratch).map_err(|e| {
+/// An argument's integers as `i64`s, the first `limit` (all when None): a buffer holding
+/// aligned, contiguous 8-byte integers (a request's `array('q')`, an int64 tensor) is read in
+/// place ([`to_input64_held`]): take every argument's `Input64` first, then read them with
+/// this, making no Python object and calling no Python code until done with the slices.
+fn ints_of<'a>(
+    input: &'a Input64,
+    what: &'static str,
+    limit: Option<usize>,
+    scratch: &'a mut Vec<u64>,
+) -> PyResult<&'a [i64]> {
+    let v = input.view().get(what, scratch).map_err(|e| {
         PyValueError::new_err(format!("{}[{}] = {} is out of range for int64", e.what, e.index, e.value))
     })?;
     // SAFETY: `u64` and `i64` have the same size and alignment and every bit pattern is
-    // valid for both; the slice borrows `input`/`scratch`, alive for this call.
+    // valid for both; the slice borrows `input` or `scratch`, as the returned one does.
     let v = unsafe { std::slice::from_raw_parts(v.as_ptr().cast::<i64>(), v.len()) };
-    f(v)
+    Ok(&v[..limit.map_or(v.len(), |n| n.min(v.len()))])
 }
 
 impl NativeTreeCore {
@@ -534,29 +539,35 @@ impl NativeTreeCore {
         Ok(t.n(t.root).id)
     }
 
-    /// `(device_prefix_len, last_device_node, full_kv_hit_length, last_visited_node or -1)`.
-    fn match_prefix(&self, ns: u32, tokens: &Bound<'_, PyAny>) -> PyResult<(usize, u64, usize, i64)> {
-        with_ints(tokens, "tokens", |key| {
-            let mut t = self.t()?;
-            let (m, best, hit, last) = t.match_walk(ns, key);
-            let last = if last == NONE { -1 } else { t.n(last).id as i64 };
-            Ok((m, t.n(best).id, hit, last))
-        })
+    /// `(device_prefix_len, last_device_node, full_kv_hit_length, last_visited_node or -1)`
+    /// for the first `limit` tokens (all when None: SGLang's `RadixKey.limit`).
+    #[pyo3(signature = (ns, tokens, limit=None))]
+    fn match_prefix(&self, ns: u32, tokens: &Bound<'_, PyAny>, limit: Option<usize>) -> PyResult<(usize, u64, usize, i64)> {
+        let input = to_input64_held(tokens, "tokens")?;
+        let mut scratch = Vec::new();
+        let key = ints_of(&input, "tokens", limit, &mut scratch)?;
+        let mut t = self.t()?;
+        let (m, best, hit, last) = t.match_walk(ns, key);
+        let last = if last == NONE { -1 } else { t.n(last).id as i64 };
+        Ok((m, t.n(best).id, hit, last))
     }
 
     /// `(matched tokens, deepest node, FULL tokens pinned by it)`: read-only.
-    fn match_full_device_prefix(&self, ns: u32, tokens: &Bound<'_, PyAny>) -> PyResult<(usize, u64, usize)> {
-        with_ints(tokens, "tokens", |key| {
-            let t = self.t()?;
-            let (m, n, p) = t.match_read(ns, key);
-            Ok((m, t.n(n).id, p))
-        })
+    #[pyo3(signature = (ns, tokens, limit=None))]
+    fn match_full_device_prefix(&self, ns: u32, tokens: &Bound<'_, PyAny>, limit: Option<usize>) -> PyResult<(usize, u64, usize)> {
+        let input = to_input64_held(tokens, "tokens")?;
+        let mut scratch = Vec::new();
+        let key = ints_of(&input, "tokens", limit, &mut scratch)?;
+        let t = self.t()?;
+        let (m, n, p) = t.match_read(ns, key);
+        Ok((m, t.n(n).id, p))
     }
 
-    /// Inserts `tokens` -> `values` (`values=None`: the tokens themselves, as SGLang does);
-    /// returns `(prefix_len, last_device_node, duplicates)`: `duplicates` the int64 bytes of
-    /// the request's indices past `prev_prefix_len` that the tree already held (to free).
-    #[pyo3(signature = (ns, tokens, values, prev_prefix_len=0))]
+    /// Inserts the first `limit` of `tokens` (all when None) -> `values` (`values=None`: the
+    /// tokens themselves, as SGLang does); returns `(prefix_len, last_device_node,
+    /// duplicates)`: `duplicates` the int64 bytes of the request's indices past
+    /// `prev_prefix_len` that the tree already held (to free), or None.
+    #[pyo3(signature = (ns, tokens, values, prev_prefix_len=0, limit=None))]
     fn insert<'py>(
         &self,
         py: Python<'py>,
@@ -564,30 +575,29 @@ impl NativeTreeCore {
         tokens: &Bound<'py, PyAny>,
         values: &Bound<'py, PyAny>,
         prev_prefix_len: usize,
+        limit: Option<usize>,
     ) -> PyResult<(usize, u64, Option<Bound<'py, PyByteArray>>)> {
-        let aligned_of = |n: usize| n / self.page_size * self.page_size;
-        let run = |key: &[i64], vals: &[i64]| -> PyResult<(usize, u64, Option<Bound<'py, PyByteArray>>)> {
-            let aligned = aligned_of(key.len());
-            if vals.len() < aligned {
-                return Err(PyValueError::new_err(format!(
-                    "insert: values has {} indices for {} (page-aligned) tokens; nothing was inserted",
-                    vals.len(),
-                    aligned
-                )));
-            }
-            let mut t = self.t()?;
-            let (p, node, frees) = t.insert(ns, key, vals, prev_prefix_len);
-            let id = t.n(node).id;
-            drop(t);
-            Ok((p, id, if frees.is_empty() { None } else { Some(bytes_of(py, &frees)?) }))
+        let key_in = to_input64_held(tokens, "tokens")?;
+        let vals_in = if values.is_none() { None } else { Some(to_input64_held(values, "values")?) };
+        let (mut s1, mut s2) = (Vec::new(), Vec::new());
+        let key = ints_of(&key_in, "tokens", limit, &mut s1)?;
+        let vals = match &vals_in {
+            Some(v) => ints_of(v, "values", None, &mut s2)?,
+            None => key,
         };
-        with_ints(tokens, "tokens", |key| {
-            if values.is_none() {
-                run(key, key)
-            } else {
-                with_ints(values, "values", |vals| run(key, vals))
-            }
-        })
+        let aligned = key.len() / self.page_size * self.page_size;
+        if vals.len() < aligned {
+            return Err(PyValueError::new_err(format!(
+                "insert: values has {} indices for {} (page-aligned) tokens; nothing was inserted",
+                vals.len(),
+                aligned
+            )));
+        }
+        let mut t = self.t()?;
+        let (p, node, frees) = t.insert(ns, key, vals, prev_prefix_len);
+        let id = t.n(node).id;
+        drop(t);
+        Ok((p, id, if frees.is_empty() { None } else { Some(bytes_of(py, &frees)?) }))
     }
 
     /// Locks the node's root path; returns the tokens that became protected.

@@ -208,3 +208,19 @@ def test_match_full_device_prefix_is_read_only():
     _, a, _ = t.insert(0, q([1, 2, 3, 4]), q([10, 11, 12, 13]))
     assert t.match_full_device_prefix(0, q([1, 2, 9])) == (2, a, 4)
     assert t.children(t.root_id()) == [a]  # no split
+
+
+def test_limit_caps_the_key_without_a_copy_of_it():
+    t = NativeTreeCore(1)
+    toks = q([1, 2, 3, 4, 5])
+    p, node, _ = t.insert(0, toks, q([10, 11, 12, 13, 14]), 0, 3)
+    assert t.node_info(node)[1] == 3
+    assert t.match_prefix(0, toks, 2)[0] == 2
+    assert t.match_prefix(0, toks)[0] == 3
+    assert t.match_full_device_prefix(0, toks, 1)[0] == 1
+
+
+def test_strided_and_tensor_like_inputs_read_the_same():
+    t = NativeTreeCore(1)
+    t.insert(0, [1, 2, 3], [10, 11, 12])  # plain lists are read item by item
+    assert t.match_prefix(0, memoryview(q([9, 1, 9, 2, 9, 3]))[1::2])[0] == 3
