@@ -205,7 +205,11 @@ impl Tree {
     fn common(&self, s: u32, key: &[i64]) -> usize {
         let k = &self.n(s).key;
         let n = k.len().min(key.len());
+        // Whole 32-token blocks compared as slices (a memcmp), then token by token.
         let mut i = 0;
+        while i + 32 <= n && k[i..i + 32] == key[i..i + 32] {
+            i += 32;
+        }
         while i < n && k[i] == key[i] {
             i += 1;
         }
