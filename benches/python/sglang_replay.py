@@ -1,11 +1,14 @@
 #!/usr/bin/env python3
-"""SGLang 0.5.23's scheduler loop on the Mooncake trace, four prefix caches interleaved in
+"""SGLang 0.5.23's scheduler loop on the Mooncake trace, five prefix caches interleaved in
 one process: SGLang's ``RadixCache``, its ``UnifiedRadixCache`` (the 0.5.23 default) on the
-Rust tree core and on the Python tree core, and radixkv's ``RadixKvCache``; unlimited and at
-2,000,000 tokens. Optionally (``--extras``) the per-call overhead of a 1-token match and the
-match throughput of 2 Python threads against 1 on a plain ``radixkv.Cache``.
+Rust tree core, on the Python tree core and on radixkv's tree core (``radixkv``, which
+``radixkv.sglang`` registers), and radixkv's ``RadixKvCache``; unlimited and at 2,000,000
+tokens (``--caps``), page 1 or another (``--page-size``). Optionally (``--core-time``) the
+time ``UnifiedRadixCache`` spends inside its tree core, Rust against radixkv, and
+(``--extras``) the per-call overhead of a 1-token match and the match throughput of 2 Python
+threads against 1 on a plain ``radixkv.Cache``.
 
-    PYTHON benches/python/sglang_replay.py [TRACE] [--runs N] [--extras]
+    PYTHON benches/python/sglang_replay.py [TRACE] [--runs N] [--page-size P] [--core-time] [--extras]
 
 PYTHON needs sglang 0.5.23, torch, numpy and radixkv installed (scripts/sglang-check makes
 such a venv; the Rust tree core needs torch 2.11-2.14, else SGLang falls back to the Python
@@ -375,6 +378,66 @@ def unified_core_of(core):
     return c._tree_core_backend, type(c.tree_core).__name__
 
 
+# ---- the time inside the tree core (--core-time) ------------------------------------------
+
+#: Every tree-core method UnifiedRadixCache calls in this loop.
+CORE_METHODS = (
+    "match_prefix", "begin_insert", "resume_insert", "end_insert", "has_ongoing_insert",
+    "inc_lock_ref", "dec_lock_ref", "collect_full_device_indices", "evict_device_start",
+    "evict_device_next_node", "evict_device_leaf", "evict_device_end", "evictable_size",
+    "protected_size", "full_evictable_size", "component_evictable_size", "root_node_handle",
+    "is_root", "is_full_device_evicted",
+)
+
+
+def timed_unified(core, acc):
+    """``make_unified(core)`` with every tree-core method the loop reaches timed into
+    ``acc[0]`` (its adapter's Python included: what the controller waits for)."""
+    make = make_unified(core)
+
+    def made(alloc, pool):
+        c = make(alloc, pool)
+        tc = c.tree_core
+        for name in CORE_METHODS:
+            f = getattr(tc, name)
+
+            def timed(*a, _f=f, **k):
+                t0 = time.perf_counter()
+                try:
+                    return _f(*a, **k)
+                finally:
+                    acc[0] += time.perf_counter() - t0
+
+            setattr(tc, name, timed)
+        return c
+
+    return made
+
+
+def core_time(reqs, caps, width, indices, runs):
+    """UnifiedRadixCache on SGLang's Rust core and on radixkv's, interleaved, with the time
+    spent inside the tree core measured apart from the whole loop's (the wrappers cost both
+    the same, about a microsecond a call)."""
+    cores = [c for c in ("rust", "radixkv") if unified_core_of(c)[0] == c]
+    for cap in caps:
+        label = "unlimited" if cap is None else f"{cap:,} tokens"
+        loop = {c: [] for c in cores}
+        inside = {c: [] for c in cores}
+        for rnd in range(runs + 1):
+            for core in cores[rnd % len(cores):] + cores[: rnd % len(cores)]:
+                acc = [0.0]
+                s, _, _ = scheduler_loop(timed_unified(core, acc), reqs, cap, width, indices)
+                if rnd:
+                    loop[core].append(s)
+                    inside[core].append(acc[0])
+        print(f"\nUnifiedRadixCache, time inside the tree core, capacity {label} (medians of {runs}, timed wrappers):")
+        for core in cores:
+            print(f"  {core:<8} whole loop {fmt_s(loop[core])}, inside the tree core {fmt_s(inside[core])}")
+        if len(cores) == 2:
+            r, k = (statistics.median(inside[c]) for c in cores)
+            print(f"  inside the tree core: radixkv {r / k:.2f}x SGLang's Rust core")
+
+
 # ---- extras (per-call overhead, threads) --------------------------------------------------
 
 
@@ -474,6 +537,11 @@ def main():
     ap.add_argument("--requests", type=int, default=0, help="only the trace's first N requests (0: all)")
     ap.add_argument("--caps", default="unlimited,2000000", help="comma-separated capacities in tokens ('unlimited' for none)")
     ap.add_argument("--extras", action="store_true", help="also the per-call and thread figures")
+    ap.add_argument(
+        "--core-time",
+        action="store_true",
+        help="also UnifiedRadixCache's time inside the tree core, Rust against radixkv",
+    )
     ap.add_argument("--thread-rounds", type=int, default=9)
     ap.add_argument(
         "--torch-threads",
@@ -563,6 +631,8 @@ def main():
                     "  radixkv against each, the loop's own cost taken off: "
                     + ", ".join(f"{(statistics.median(secs[t]) - floor) / (rk - floor):.2f}x {t}" for t in others)
                 )
+    if args.core_time and UnifiedRadixCache is not None:
+        core_time(reqs, caps, width, indices, args.runs)
     if args.extras:
         extras(reqs, args.thread_rounds)
     la = os.getloadavg()

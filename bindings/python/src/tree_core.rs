@@ -320,7 +320,13 @@ impl Tree {
     /// The whole FULL insert (every action FULL emits is deferrable, so SGLang's step-wise
     /// insert runs to completion in one step). Returns (prefix length, target node, the
     /// request's duplicate indices to free).
-    fn insert(&mut self, ns: u32, key: &[i64], value: &[i64], prev_prefix_len: usize) -> (usize, u32, Vec<i64>) {
+    fn insert(
+        &mut self,
+        ns: u32,
+        key: &[i64],
+        value: &[i64],
+        prev_prefix_len: usize,
+    ) -> (usize, u32, Vec<i64>) {
         let page = self.page;
         let len = key.len() / page * page;
         let (key, value) = (&key[..len], &value[..len]);
@@ -347,7 +353,11 @@ impl Tree {
                 let v = value[total..total + p].to_vec();
                 let locked = self.n(c).full.lock_ref > 0;
                 self.n_mut(c).full.value = Some(v);
-                if locked { self.protected += p as u64 } else { self.evictable += p as u64 }
+                if locked {
+                    self.protected += p as u64
+                } else {
+                    self.evictable += p as u64
+                }
                 self.refresh_leaf(c);
                 let par = self.n(c).parent;
                 self.refresh_leaf(par);
@@ -505,7 +515,10 @@ fn ints_of<'a>(
     scratch: &'a mut Vec<u64>,
 ) -> PyResult<&'a [i64]> {
     let v = input.view().get(what, scratch).map_err(|e| {
-        PyValueError::new_err(format!("{}[{}] = {} is out of range for int64", e.what, e.index, e.value))
+        PyValueError::new_err(format!(
+            "{}[{}] = {} is out of range for int64",
+            e.what, e.index, e.value
+        ))
     })?;
     // SAFETY: `u64` and `i64` have the same size and alignment and every bit pattern is
     // valid for both; the slice borrows `input` or `scratch`, as the returned one does.
@@ -546,7 +559,12 @@ impl NativeTreeCore {
     /// `(device_prefix_len, last_device_node, full_kv_hit_length, last_visited_node or -1)`
     /// for the first `limit` tokens (all when None: SGLang's `RadixKey.limit`).
     #[pyo3(signature = (ns, tokens, limit=None))]
-    fn match_prefix(&self, ns: u32, tokens: &Bound<'_, PyAny>, limit: Option<usize>) -> PyResult<(usize, u64, usize, i64)> {
+    fn match_prefix(
+        &self,
+        ns: u32,
+        tokens: &Bound<'_, PyAny>,
+        limit: Option<usize>,
+    ) -> PyResult<(usize, u64, usize, i64)> {
         let input = to_input64_held(tokens, "tokens")?;
         let mut scratch = Vec::new();
         let key = ints_of(&input, "tokens", limit, &mut scratch)?;
@@ -558,7 +576,12 @@ impl NativeTreeCore {
 
     /// `(matched tokens, deepest node, FULL tokens pinned by it)`: read-only.
     #[pyo3(signature = (ns, tokens, limit=None))]
-    fn match_full_device_prefix(&self, ns: u32, tokens: &Bound<'_, PyAny>, limit: Option<usize>) -> PyResult<(usize, u64, usize)> {
+    fn match_full_device_prefix(
+        &self,
+        ns: u32,
+        tokens: &Bound<'_, PyAny>,
+        limit: Option<usize>,
+    ) -> PyResult<(usize, u64, usize)> {
         let input = to_input64_held(tokens, "tokens")?;
         let mut scratch = Vec::new();
         let key = ints_of(&input, "tokens", limit, &mut scratch)?;
@@ -582,7 +605,8 @@ impl NativeTreeCore {
         limit: Option<usize>,
     ) -> PyResult<(usize, u64, Option<Bound<'py, PyByteArray>>)> {
         let key_in = to_input64_held(tokens, "tokens")?;
-        let vals_in = if values.is_none() { None } else { Some(to_input64_held(values, "values")?) };
+        let vals_in =
+            if values.is_none() { None } else { Some(to_input64_held(values, "values")?) };
         let (mut s1, mut s2) = (Vec::new(), Vec::new());
         let key = ints_of(&key_in, "tokens", limit, &mut s1)?;
         let vals = match &vals_in {
@@ -637,7 +661,9 @@ impl NativeTreeCore {
     fn evict_next(&self, evicted: u64) -> PyResult<Option<u64>> {
         let mut t = self.t()?;
         if !t.walk.open {
-            return Err(PyRuntimeError::new_err("evict_device_next_node: no eviction walk started"));
+            return Err(PyRuntimeError::new_err(
+                "evict_device_next_node: no eviction walk started",
+            ));
         }
         if let Some((s, _)) = t.walk.last.take() {
             // The parent of the leaf just evicted, if it became a leaf.
@@ -687,7 +713,12 @@ impl NativeTreeCore {
 
     /// The FULL device indices from `from_node` up to, not including, `until_node`, in root
     /// order (int64 bytes).
-    fn collect_indices<'py>(&self, py: Python<'py>, from_node: u64, until_node: u64) -> PyResult<Bound<'py, PyByteArray>> {
+    fn collect_indices<'py>(
+        &self,
+        py: Python<'py>,
+        from_node: u64,
+        until_node: u64,
+    ) -> PyResult<Bound<'py, PyByteArray>> {
         let t = self.t()?;
         let mut s = t.slot(from_node)?;
         let until = t.slot(until_node)?;
@@ -782,12 +813,23 @@ impl NativeTreeCore {
             let n = t.n(s);
             if s != t.root {
                 let len = t.vlen(s);
-                if n.full.lock_ref > 0 { pr += len } else { ev += len }
+                if n.full.lock_ref > 0 {
+                    pr += len
+                } else {
+                    ev += len
+                }
                 if n.full.value.as_ref().is_some_and(|v| v.len() != n.key.len()) {
-                    return Ok(Some(format!("node {}: value length differs from key length", n.id)));
+                    return Ok(Some(format!(
+                        "node {}: value length differs from key length",
+                        n.id
+                    )));
                 }
                 if n.key.is_empty() || n.key.len() % t.page != 0 {
-                    return Ok(Some(format!("node {}: key length {} not a page multiple", n.id, n.key.len())));
+                    return Ok(Some(format!(
+                        "node {}: key length {} not a page multiple",
+                        n.id,
+                        n.key.len()
+                    )));
                 }
             }
             if t.is_leaf(s) != t.leaves.contains(&s) {
