@@ -58,8 +58,13 @@ struct Node {
     key: Vec<i64>,
     full: Comp,
     last_access: f64,
-    /// Children in insertion order (SGLang's dict order: DFS walks follow it).
+    /// Children in insertion order (SGLang's dict order: DFS walks follow it); a removed
+    /// child leaves `NONE` behind (`dead` of them) until the list is compacted, so that a
+    /// removal is O(1) under a parent of many children (the root).
     children: Vec<u32>,
+    dead: u32,
+    /// This node's position in its parent's `children`.
+    pos: u32,
     index: HashMap<ChildKey, u32>,
 }
 
@@ -145,6 +150,8 @@ impl Tree {
             full: Comp { value, lock_ref: 0 },
             last_access,
             children: Vec::new(),
+            dead: 0,
+            pos: 0,
             index: HashMap::new(),
         };
         let slot = match self.free.pop() {
@@ -173,6 +180,22 @@ impl Tree {
         self.ids.get(&id).copied().ok_or_else(|| missing(id))
     }
 
+    /// Node `s`'s live children, in order.
+    fn kids(&self, s: u32) -> impl DoubleEndedIterator<Item = u32> + '_ {
+        self.n(s).children.iter().copied().filter(|&c| c != NONE)
+    }
+
+    fn kid_count(&self, s: u32) -> usize {
+        let n = self.n(s);
+        n.children.len() - n.dead as usize
+    }
+
+    fn add_kid(&mut self, parent: u32, child: u32) {
+        let pos = self.n(parent).children.len() as u32;
+        self.n_mut(parent).children.push(child);
+        self.n_mut(child).pos = pos;
+    }
+
     fn vlen(&self, s: u32) -> u64 {
         self.n(s).full.value.as_ref().map_or(0, |v| v.len() as u64)
     }
@@ -183,7 +206,7 @@ impl Tree {
         s != self.root
             && n.full.value.is_some()
             && n.full.lock_ref == 0
-            && n.children.iter().all(|&c| self.n(c).full.value.is_none())
+            && self.kids(s).all(|c| self.n(c).full.value.is_none())
     }
 
     fn refresh_leaf(&mut self, s: u32) {
@@ -233,18 +256,18 @@ impl Tree {
         let new = self.alloc(parent, ns, prefix, pre_val);
         let page = self.page;
         let suffix_key = child_key(ns, &self.n(s).key[..page]);
+        let pos = self.n(s).pos;
         {
             let nn = self.n_mut(new);
             nn.full.lock_ref = lock_ref;
-            nn.children.push(s);
             nn.index.insert(suffix_key, s);
+            nn.pos = pos;
         }
+        self.add_kid(new, s);
         self.n_mut(s).parent = new;
         {
             let p = self.n_mut(parent);
-            if let Some(pos) = p.children.iter().position(|&c| c == s) {
-                p.children[pos] = new;
-            }
+            p.children[pos as usize] = new;
             p.index.insert(first, new);
         }
         let t = self.tick();
@@ -373,9 +396,8 @@ impl Tree {
         let target = if total < len {
             let new = self.alloc(node, ns, key[total..].to_vec(), Some(value[total..].to_vec()));
             let k = child_key(ns, &key[total..total + page]);
-            let n = self.n_mut(node);
-            n.children.push(new);
-            n.index.insert(k, new);
+            self.n_mut(node).index.insert(k, new);
+            self.add_kid(node, new);
             self.evictable += (len - total) as u64;
             self.refresh_leaf(new);
             self.refresh_leaf(node);
@@ -448,8 +470,16 @@ impl Tree {
         let k = child_key(n.ns, &n.key[..self.page]);
         let p = self.n_mut(n.parent);
         p.index.remove(&k);
-        if let Some(pos) = p.children.iter().position(|&c| c == s) {
-            p.children.remove(pos);
+        let pos = n.pos as usize;
+        p.children[pos] = NONE;
+        p.dead += 1;
+        if p.dead as usize * 2 > p.children.len() {
+            p.children.retain(|&c| c != NONE);
+            p.dead = 0;
+            let kids = p.children.clone();
+            for (i, c) in kids.into_iter().enumerate() {
+                self.n_mut(c).pos = i as u32;
+            }
         }
         let v = n.full.value.unwrap_or_default();
         self.evictable -= v.len() as u64;
@@ -762,14 +792,23 @@ impl NativeTreeCore {
         let n = t.n(t.slot(node)?);
         let parent = if n.parent == NONE { -1 } else { t.n(n.parent).id as i64 };
         let vlen = n.full.value.as_ref().map_or(-1, |v| v.len() as i64);
-        Ok((parent, n.key.len(), vlen, n.full.lock_ref, n.children.len(), n.last_access, n.ns))
+        Ok((
+            parent,
+            n.key.len(),
+            vlen,
+            n.full.lock_ref,
+            t.kid_count(t.slot(node)?),
+            n.last_access,
+            n.ns,
+        ))
     }
 
     /// The node's children ids, in insertion order.
     fn children<'py>(&self, py: Python<'py>, node: u64) -> PyResult<Bound<'py, PyList>> {
         let t = self.t()?;
         let n = t.n(t.slot(node)?);
-        let ids: Vec<u64> = n.children.iter().map(|&c| t.n(c).id).collect();
+        let _ = n;
+        let ids: Vec<u64> = t.kids(t.slot(node)?).map(|c| t.n(c).id).collect();
         PyList::new(py, ids)
     }
 
@@ -794,7 +833,7 @@ impl NativeTreeCore {
         let mut stack = vec![t.root];
         while let Some(s) = stack.pop() {
             out.push(t.n(s).id);
-            for &c in t.n(s).children.iter().rev() {
+            for c in t.kids(s).rev() {
                 stack.push(c);
             }
         }
@@ -835,7 +874,7 @@ impl NativeTreeCore {
             if t.is_leaf(s) != t.leaves.contains(&s) {
                 return Ok(Some(format!("node {}: leaf set out of date", n.id)));
             }
-            for &c in &n.children {
+            for c in t.kids(s) {
                 if t.n(c).parent != s {
                     return Ok(Some(format!("node {}: parent link broken", t.n(c).id)));
                 }

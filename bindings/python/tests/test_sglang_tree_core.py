@@ -170,6 +170,20 @@ class AgainstSGLangsPythonCore(unittest.TestCase):
                     # The workload does evict (else this would compare little).
                     self.assertTrue(any(s[1] for s in got["python"]))
 
+    def test_dfs_weight_order_is_sglangs(self):
+        # The scheduler's DFS-weight policy orders waiting requests by their match nodes;
+        # node ids differ between cores, the order of the requests must not.
+        reqs = _workload(7, 80, 1)
+        orders = {}
+        for backend in ("python", "radixkv"):
+            cache, alloc = build(backend=backend, kv_size=4096)
+            _replay(cache, alloc, reqs)
+            probes = _workload(8, 40, 1)
+            nodes = [cache.match_prefix(MatchPrefixParams(key=RadixKey(array("q", t)))).last_device_node for t in probes]
+            orders[backend] = cache.dfs_weight_order(nodes)
+        self.assertEqual(orders["python"], orders["radixkv"])
+        self.assertNotEqual(orders["python"], sorted(orders["python"]))  # not trivially in order
+
 
 if __name__ == "__main__":
     unittest.main()

@@ -224,3 +224,20 @@ def test_strided_and_tensor_like_inputs_read_the_same():
     t = NativeTreeCore(1)
     t.insert(0, [1, 2, 3], [10, 11, 12])  # plain lists are read item by item
     assert t.match_prefix(0, memoryview(q([9, 1, 9, 2, 9, 3]))[1::2])[0] == 3
+
+
+def test_children_keep_their_order_through_removals():
+    t = NativeTreeCore(1)
+    root = t.root_id()
+    nodes = [t.insert(0, q([k, 100 + k]), q([k, k]))[1] for k in range(1, 21)]
+    t.match_prefix(0, q([5, 105]))  # the newest: evicted last
+    t.evict_start(30)  # 15 leaves of 2 tokens, the oldest first: 1..4, then 6..16
+    freed = 0
+    while (n := t.evict_next(freed)) is not None:
+        freed += len(t.evict_leaf(n)) // 8
+    t.evict_end()
+    assert t.children(root) == [nodes[4]] + nodes[16:]
+    assert t.node_info(root)[4] == 5
+    assert t.check() is None
+    _, again, _ = t.insert(0, q([1, 101]), q([1, 1]))
+    assert t.children(root) == [nodes[4]] + nodes[16:] + [again]
