@@ -104,7 +104,15 @@ struct Tree {
     protected: u64,
     leaves: HashSet<u32>,
     walk: Walk,
+    /// Key and value buffers of evicted leaves, for the next new leaf: a long request's
+    /// buffers are large enough for the allocator to map and unmap them afresh each time
+    /// (and fault every page in again), which costs more than the copy.
+    spare: Vec<Vec<i64>>,
 }
+
+/// How many spare buffers a tree keeps, and the smallest worth keeping (in values).
+const SPARE_MAX: usize = 32;
+const SPARE_MIN: usize = 1024;
 
 fn missing(id: u64) -> PyErr {
     PyKeyError::new_err(format!("node id {id} is not in this tree core (evicted, or never made)"))
@@ -124,6 +132,7 @@ impl Tree {
             protected: 0,
             leaves: HashSet::new(),
             walk: Walk::default(),
+            spare: Vec::new(),
         };
         let root = t.alloc(NONE, 0, Vec::new(), Some(Vec::new()));
         t.n_mut(root).full.lock_ref = 1;
@@ -394,7 +403,8 @@ impl Tree {
             total += p;
         }
         let target = if total < len {
-            let new = self.alloc(node, ns, key[total..].to_vec(), Some(value[total..].to_vec()));
+            let (k, v) = (self.buf_of(&key[total..]), self.buf_of(&value[total..]));
+            let new = self.alloc(node, ns, k, Some(v));
             let k = child_key(ns, &key[total..total + page]);
             self.n_mut(node).index.insert(k, new);
             self.add_kid(node, new);
@@ -462,6 +472,25 @@ impl Tree {
         Ok(delta)
     }
 
+    /// A copy of `src` in a spare buffer that fits (not over 4x its size), else a new one.
+    fn buf_of(&mut self, src: &[i64]) -> Vec<i64> {
+        let n = src.len();
+        let fits = |b: &Vec<i64>| b.capacity() >= n && b.capacity() <= 4 * n;
+        if let Some(i) = self.spare.iter().position(fits).filter(|_| n >= SPARE_MIN) {
+            let mut b = self.spare.swap_remove(i);
+            b.clear();
+            b.extend_from_slice(src);
+            return b;
+        }
+        src.to_vec()
+    }
+
+    fn give_back(&mut self, b: Vec<i64>) {
+        if b.capacity() >= SPARE_MIN && self.spare.len() < SPARE_MAX {
+            self.spare.push(b);
+        }
+    }
+
     fn remove_leaf(&mut self, s: u32) -> Vec<i64> {
         let n = self.nodes[s as usize].take().expect("live slot");
         self.free.push(s);
@@ -485,6 +514,7 @@ impl Tree {
         self.evictable -= v.len() as u64;
         let parent = n.parent;
         self.refresh_leaf(parent);
+        self.give_back(n.key);
         v
     }
 
@@ -730,8 +760,9 @@ impl NativeTreeCore {
         if t.walk.open {
             t.walk.last = Some((parent, 0));
         }
-        drop(t);
-        bytes_of(py, &v)
+        let out = bytes_of(py, &v);
+        t.give_back(v);
+        out
     }
 
     /// Ends the eviction walk.
