@@ -281,8 +281,10 @@ def tree_core_inspector_factory(params: Any, components: Any) -> Any:
 def register_tree_core() -> bool:
     """Registers :func:`tree_core_factory` as SGLang's tree core ``radixkv``
     (``SGLANG_UNIFIED_RADIX_TREE_CORE_BACKEND=radixkv`` or
-    ``CacheInitParams.tree_core_backend="radixkv"``). Called when this module is imported;
-    False, without an error, when it was registered already or SGLang (0.5.23 or later, with
+    ``CacheInitParams.tree_core_backend="radixkv"``). Importing this module arranges it:
+    at once when SGLang's tree-core registry is loaded already, else right after SGLang
+    loads it (importing radixkv imports neither SGLang nor torch). False, without an error,
+    when it was registered already or SGLang (0.5.23 or later, with
     ``register_tree_core_backend``) is not installed."""
     import importlib.util
 
@@ -301,4 +303,51 @@ def register_tree_core() -> bool:
     return True
 
 
-register_tree_core()
+_REGISTRY_MODULE = "sglang.srt.mem_cache.unified_cache.tree_core_registry"
+
+
+class _RegisterWhenImported:
+    """A ``sys.meta_path`` finder that registers the tree core right after SGLang's
+    tree-core registry module is first imported, so that importing radixkv (which imports
+    this module) does not import SGLang and torch (seconds) for programs that never use
+    them. It finds nothing itself: it wraps the loader the other finders find."""
+
+    def find_spec(self, name: str, path: Any = None, target: Any = None) -> Any:
+        if name != _REGISTRY_MODULE:
+            return None
+        import importlib.util
+        import sys
+
+        if self in sys.meta_path:
+            sys.meta_path.remove(self)  # once; and no recursion through find_spec below
+        spec = importlib.util.find_spec(name)
+        if spec is None or spec.loader is None:
+            return spec
+        inner = spec.loader
+
+        class _Loader:
+            def create_module(self, spec: Any) -> Any:
+                return inner.create_module(spec)
+
+            def exec_module(self, module: Any) -> None:
+                inner.exec_module(module)
+                try:
+                    register_tree_core()
+                except Exception:  # never break SGLang's own import
+                    pass
+
+        spec.loader = _Loader()
+        return spec
+
+
+def _register_now_or_on_import() -> None:
+    import sys
+
+    if _REGISTRY_MODULE in sys.modules:
+        register_tree_core()
+    elif not any(isinstance(f, _RegisterWhenImported) for f in sys.meta_path):
+        sys.meta_path.insert(0, _RegisterWhenImported())
+
+
+# On import: registered now when SGLang's registry is loaded already, else as soon as it is.
+_register_now_or_on_import()

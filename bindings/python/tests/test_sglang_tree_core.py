@@ -61,6 +61,20 @@ class Registration(unittest.TestCase):
         importlib.reload(rs)  # a re-import registers nothing twice
         self.assertEqual(list(_TREE_CORE_REGISTRY).count("radixkv"), 1)
 
+    def test_importing_radixkv_imports_no_sglang_and_registers_once_sglang_loads(self):
+        import subprocess
+        import sys
+
+        code = (
+            "import sys, radixkv\n"
+            "assert 'torch' not in sys.modules and 'sglang' not in sys.modules, 'imported eagerly'\n"
+            "from sglang.srt.mem_cache.unified_cache.tree_core_registry import get_tree_core_factory\n"
+            "import radixkv.sglang as rs\n"
+            "assert get_tree_core_factory('radixkv') is rs.tree_core_factory\n"
+        )
+        r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+        self.assertEqual(r.returncode, 0, r.stderr[-2000:])
+
     def test_the_plugin_entry_point_registers_the_tree_core_too(self):
         with mock.patch.dict(_TREE_CORE_REGISTRY, clear=False):
             _TREE_CORE_REGISTRY.pop("radixkv")
