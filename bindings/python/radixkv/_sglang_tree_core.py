@@ -530,7 +530,10 @@ class RadixKvTreeCore(UnifiedTreeCoreInterface):
         return self._empty_match_result
 
     def supports_fast_match_prefix(self) -> bool:
-        return True
+        # As SGLang's own cores answer: True would make the scheduler match every waiting
+        # request each round (splitting nodes, stamping them) and keep LPM on long queues,
+        # so the same requests would be served differently than on SGLang's cores.
+        return False
 
     def is_full_device_evicted(self, node_id: NodeId) -> bool:
         return self._native.is_evicted(node_id)
