@@ -184,6 +184,32 @@ class AgainstSGLangsPythonCore(unittest.TestCase):
                     # The workload does evict (else this would compare little).
                     self.assertTrue(any(s[1] for s in got["python"]))
 
+    def test_structure_reads_are_sglangs(self):
+        # Node ids differ between cores; what they describe must not.
+        reqs = _workload(3, 60, 4)
+        seen = {}
+        for backend in ("python", "radixkv"):
+            cache, alloc = build(page_size=4, backend=backend, kv_size=4096)
+            _replay(cache, alloc, reqs)
+            tc = cache.tree_core
+            nodes = [cache.match_prefix(MatchPrefixParams(key=RadixKey(array("q", t)))).last_device_node for t in reqs[:20]]
+            lock = cache.lock(nodes[3])
+            paths = [[(i.path_start, i.path_end, i.full_value_len, i.num_children) for i in p] for p in tc.collect_path_info(nodes)]
+            walks = {}
+            for unlocked_only in (False, True):
+                w = tc.walk_for_kv_canary(unlocked_only, False)
+                walks[unlocked_only] = sorted(zip(w.slot_indices.tolist(), w.positions.tolist(), w.prev_slot_indices.tolist()))
+            seen[backend] = (
+                paths,
+                walks,
+                sorted(tc.all_values_flatten().tolist()),
+                tc.total_size(),
+                (tc.evictable_size(), tc.protected_size()),
+            )
+            cache.unlock(lock)
+        self.assertEqual(seen["python"], seen["radixkv"])
+        self.assertNotEqual(seen["python"][1][False], seen["python"][1][True])  # the lock shows
+
     def test_dfs_weight_order_is_sglangs(self):
         # The scheduler's DFS-weight policy orders waiting requests by their match nodes;
         # node ids differ between cores, the order of the requests must not.
