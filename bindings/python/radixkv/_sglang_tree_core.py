@@ -20,7 +20,6 @@ Imported only when SGLang is installed (``radixkv.sglang`` loads it on first use
 
 from __future__ import annotations
 
-from collections import defaultdict
 from typing import Optional, Sequence
 
 import torch
@@ -56,11 +55,6 @@ FULL = ComponentType.FULL
 
 #: The one component set this slice runs.
 SUPPORTED_COMPONENTS = (FULL,)
-
-# MatchResult's fields after `full_kv_hit_length`, at their defaults: a result is built
-# from a tuple (a third of the keyword constructor's cost).
-_MATCH_FIELDS = MatchResult._fields
-_MATCH_DEFAULTS = MatchResult._field_defaults
 
 
 def _match_result(n: int, node: int, hit: int, last: Optional[int]) -> MatchResult:
