@@ -20,6 +20,10 @@
 //!
 //! Bad input (a missing node id, an unlock of an unlocked node, values shorter than the key)
 //! is refused with an error before anything changes.
+//!
+//! The GIL is held throughout every call (no `Python::detach`): the mutex is only ever taken
+//! with the GIL held, so two threads cannot each hold one and wait for the other, and the
+//! request's key and values are read in place (`to_input64_held`) while no Python code runs.
 
 use std::collections::{BinaryHeap, HashMap, HashSet};
 use std::sync::Mutex;
