@@ -1,11 +1,14 @@
 #!/usr/bin/env python3
-"""SGLang 0.5.23's scheduler loop on the Mooncake trace, four prefix caches interleaved in
+"""SGLang 0.5.23's scheduler loop on the Mooncake trace, five prefix caches interleaved in
 one process: SGLang's ``RadixCache``, its ``UnifiedRadixCache`` (the 0.5.23 default) on the
-Rust tree core and on the Python tree core, and radixkv's ``RadixKvCache``; unlimited and at
-2,000,000 tokens. Optionally (``--extras``) the per-call overhead of a 1-token match and the
-match throughput of 2 Python threads against 1 on a plain ``radixkv.Cache``.
+Rust tree core, on the Python tree core and on radixkv's tree core (``radixkv``, which
+``radixkv.sglang`` registers), and radixkv's ``RadixKvCache``; unlimited and at 2,000,000
+tokens (``--caps``), page 1 or another (``--page-size``). Optionally (``--core-time``) the
+time ``UnifiedRadixCache`` spends inside its tree core, Rust against radixkv, and
+(``--extras``) the per-call overhead of a 1-token match and the match throughput of 2 Python
+threads against 1 on a plain ``radixkv.Cache``.
 
-    PYTHON benches/python/sglang_replay.py [TRACE] [--runs N] [--extras]
+    PYTHON benches/python/sglang_replay.py [TRACE] [--runs N] [--page-size P] [--core-time] [--extras]
 
 PYTHON needs sglang 0.5.23, torch, numpy and radixkv installed (scripts/sglang-check makes
 such a venv; the Rust tree core needs torch 2.11-2.14, else SGLang falls back to the Python
@@ -66,7 +69,7 @@ from sglang.srt.mem_cache.cache_init_params import CacheInitParams  # noqa: E402
 from sglang.srt.mem_cache.radix_cache import RadixCache, RadixKey  # noqa: E402
 
 import radixkv  # noqa: E402
-from radixkv.sglang import RadixKvCache  # noqa: E402
+from radixkv.sglang import RadixKvCache  # noqa: E402  (registers the tree core "radixkv" too)
 
 try:  # the 0.5.23 default cache
     from sglang.srt.mem_cache.unified_cache.component_type import ComponentType  # noqa: E402
@@ -211,6 +214,7 @@ def scheduler_loop(make, reqs, cap, width, indices):
     (KV indices handed out from ``indices``); returns (secs, hit tokens, evict_for_alloc
     calls)."""
     alloc = Allocator(cap if cap is not None else 1 << 40, indices)
+    alloc.page_size = PAGE_SIZE
     pool = ReqToTokenPool(width)
     cache = make(alloc, pool)
     row = pool.req_to_token[0]
@@ -313,8 +317,13 @@ def sglang_loop(make, keys, values, cap):
 # ---- the contestants ---------------------------------------------------------------------
 
 
+PAGE_SIZE = 1  # --page-size
+
+
 def params(alloc, pool, **kw):
-    return CacheInitParams(disable=False, req_to_token_pool=pool, token_to_kv_pool_allocator=alloc, page_size=1, **kw)
+    return CacheInitParams(
+        disable=False, req_to_token_pool=pool, token_to_kv_pool_allocator=alloc, page_size=PAGE_SIZE, **kw
+    )
 
 
 def make_radix(alloc, pool):
@@ -367,6 +376,66 @@ def unified_core_of(core):
     """Which tree core ``UnifiedRadixCache`` really runs when ``core`` is asked for."""
     c = make_unified(core)(Allocator(1 << 20, torch.arange(8)), ReqToTokenPool(8))
     return c._tree_core_backend, type(c.tree_core).__name__
+
+
+# ---- the time inside the tree core (--core-time) ------------------------------------------
+
+#: Every tree-core method UnifiedRadixCache calls in this loop.
+CORE_METHODS = (
+    "match_prefix", "begin_insert", "resume_insert", "end_insert", "has_ongoing_insert",
+    "inc_lock_ref", "dec_lock_ref", "collect_full_device_indices", "evict_device_start",
+    "evict_device_next_node", "evict_device_leaf", "evict_device_end", "evictable_size",
+    "protected_size", "full_evictable_size", "component_evictable_size", "root_node_handle",
+    "is_root", "is_full_device_evicted",
+)
+
+
+def timed_unified(core, acc):
+    """``make_unified(core)`` with every tree-core method the loop reaches timed into
+    ``acc[0]`` (its adapter's Python included: what the controller waits for)."""
+    make = make_unified(core)
+
+    def made(alloc, pool):
+        c = make(alloc, pool)
+        tc = c.tree_core
+        for name in CORE_METHODS:
+            f = getattr(tc, name)
+
+            def timed(*a, _f=f, **k):
+                t0 = time.perf_counter()
+                try:
+                    return _f(*a, **k)
+                finally:
+                    acc[0] += time.perf_counter() - t0
+
+            setattr(tc, name, timed)
+        return c
+
+    return made
+
+
+def core_time(reqs, caps, width, indices, runs):
+    """UnifiedRadixCache on SGLang's Rust core and on radixkv's, interleaved, with the time
+    spent inside the tree core measured apart from the whole loop's (the wrappers cost both
+    the same, about a microsecond a call)."""
+    cores = [c for c in ("rust", "radixkv") if unified_core_of(c)[0] == c]
+    for cap in caps:
+        label = "unlimited" if cap is None else f"{cap:,} tokens"
+        loop = {c: [] for c in cores}
+        inside = {c: [] for c in cores}
+        for rnd in range(runs + 1):
+            for core in cores[rnd % len(cores):] + cores[: rnd % len(cores)]:
+                acc = [0.0]
+                s, _, _ = scheduler_loop(timed_unified(core, acc), reqs, cap, width, indices)
+                if rnd:
+                    loop[core].append(s)
+                    inside[core].append(acc[0])
+        print(f"\nUnifiedRadixCache, time inside the tree core, capacity {label} (medians of {runs}, timed wrappers):")
+        for core in cores:
+            print(f"  {core:<8} whole loop {fmt_s(loop[core])}, inside the tree core {fmt_s(inside[core])}")
+        if len(cores) == 2:
+            r, k = (statistics.median(inside[c]) for c in cores)
+            print(f"  inside the tree core: radixkv {r / k:.2f}x SGLang's Rust core")
 
 
 # ---- extras (per-call overhead, threads) --------------------------------------------------
@@ -459,8 +528,20 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("trace", nargs="?", default=DEFAULT_TRACE)
     ap.add_argument("--runs", type=int, default=5)
-    ap.add_argument("--only", default="", help="comma-separated contestant tags (radix, unified-rust, unified-python, radixkv, null)")
+    ap.add_argument(
+        "--only",
+        default="",
+        help="comma-separated contestant tags (radix, unified-rust, unified-python, unified-radixkv, radixkv, null)",
+    )
+    ap.add_argument("--page-size", type=int, default=1, help="the caches' page size (1 or 16, say)")
+    ap.add_argument("--requests", type=int, default=0, help="only the trace's first N requests (0: all)")
+    ap.add_argument("--caps", default="unlimited,2000000", help="comma-separated capacities in tokens ('unlimited' for none)")
     ap.add_argument("--extras", action="store_true", help="also the per-call and thread figures")
+    ap.add_argument(
+        "--core-time",
+        action="store_true",
+        help="also UnifiedRadixCache's time inside the tree core, Rust against radixkv",
+    )
     ap.add_argument("--thread-rounds", type=int, default=9)
     ap.add_argument(
         "--torch-threads",
@@ -471,7 +552,11 @@ def main():
     )
     args = ap.parse_args()
     torch.set_num_threads(args.torch_threads)
+    global PAGE_SIZE
+    PAGE_SIZE = args.page_size
     reqs = load(args.trace)
+    if args.requests:
+        reqs = reqs[: args.requests]
     n_tokens = sum(len(t) for t in reqs)
     width = max(len(t) for t in reqs)
     indices = torch.arange(n_tokens, dtype=torch.int64)  # every request's new KV, at most
@@ -480,12 +565,12 @@ def main():
         f"sglang_replay: load average {la[0]:.2f} {la[1]:.2f} {la[2]:.2f}; {len(reqs):,} requests, {n_tokens:,} tokens; "
         f"python {sys.version.split()[0]}, sglang {sglang.__version__}, torch {torch.__version__}, radixkv "
         f"{radixkv.version()}; nproc {os.cpu_count()}; torch threads {torch.get_num_threads()}; "
-        f"{args.runs} rounds after a warm-up; "
+        f"{args.runs} rounds after a warm-up; page size {PAGE_SIZE}; "
         f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}"
     )
     rows = [("radix", "SGLang RadixCache", make_radix)]
     if UnifiedRadixCache is not None:
-        for core in ("rust", "python"):
+        for core in ("rust", "python", "radixkv"):
             got, cls = unified_core_of(core)
             note = "" if got == core else f" (asked {core}: FELL BACK to {got})"
             print(f"UnifiedRadixCache, tree_core_backend={core!r}: runs {got!r} ({cls}){note}")
@@ -496,7 +581,8 @@ def main():
         keep = set(args.only.split(","))
         rows = [r for r in rows if r[0] in keep]
     ok = True
-    for cap in (None, CAPACITY):
+    caps = [None if c == "unlimited" else int(c) for c in args.caps.split(",")]
+    for cap in caps:
         label = "unlimited" if cap is None else f"{cap:,} tokens"
         secs = {tag: [] for tag, _, _ in rows}
         hits = {}
@@ -524,6 +610,18 @@ def main():
             ok &= hits[tag] == ref
             ev = f", evict_for_alloc calls {evicts[tag]:,}" if cap is not None else ""
             print(f"  {name:<44} {fmt_s(secs[tag])}  {base / med:5.2f}x {rows[0][1]}  hits {hits[tag]:,} {same}{ev}")
+        urk = statistics.median(secs["unified-radixkv"]) if "unified-radixkv" in secs else None
+        if urk:
+            others = [t for t in ("unified-rust", "unified-python") if t in secs]
+            print(
+                "  UnifiedRadixCache on the radixkv tree core against each, whole loop: "
+                + ", ".join(f"{statistics.median(secs[t]) / urk:.2f}x {t}" for t in others)
+            )
+            if floor:
+                print(
+                    "  the same, the loop's own cost taken off: "
+                    + ", ".join(f"{(statistics.median(secs[t]) - floor) / (urk - floor):.2f}x {t}" for t in others)
+                )
         rk = statistics.median(secs["radixkv"]) if "radixkv" in secs else None
         if rk:
             others = [t for t, _, _ in rows if t not in ("radixkv", "null")]
@@ -533,6 +631,8 @@ def main():
                     "  radixkv against each, the loop's own cost taken off: "
                     + ", ".join(f"{(statistics.median(secs[t]) - floor) / (rk - floor):.2f}x {t}" for t in others)
                 )
+    if args.core_time and UnifiedRadixCache is not None:
+        core_time(reqs, caps, width, indices, args.runs)
     if args.extras:
         extras(reqs, args.thread_rounds)
     la = os.getloadavg()

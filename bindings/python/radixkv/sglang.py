@@ -245,11 +245,109 @@ def __getattr__(name: str) -> Any:
 
 def register() -> bool:
     """Registers ``RadixKvCache`` with SGLang as the radix-cache backend ``radixkv``
-    (``--radix-cache-backend radixkv``); False if it was registered already. SGLang's
-    plugin loader calls it through the package's ``sglang.srt.plugins`` entry point; it
-    does nothing (False) when SGLang is not installed."""
+    (``--radix-cache-backend radixkv``) and the tree core ``radixkv`` of its
+    ``UnifiedRadixCache`` (:func:`register_tree_core`); False if the radix-cache backend was
+    registered already. SGLang's plugin loader calls it through the package's
+    ``sglang.srt.plugins`` entry point; it does nothing (False) when SGLang is not
+    installed."""
+    register_tree_core()
     try:
         from . import _sglang_backend
     except ImportError:
         return False
     return _sglang_backend.register()
+
+
+# ---- the tree core of SGLang's UnifiedRadixCache ------------------------------------------
+
+
+def tree_core_factory(params: Any, components: Any) -> Any:
+    """SGLang's tree-core factory for ``radixkv`` (``register_tree_core_backend``): radixkv's
+    tree core for ``[FULL]``; any configuration it cannot run goes to SGLang's Python
+    ``UnifiedTreeCore``, with a ``logging.warning`` saying why."""
+    from . import _sglang_tree_core
+
+    return _sglang_tree_core.create(params, components)
+
+
+def tree_core_inspector_factory(params: Any, components: Any) -> Any:
+    """The same, with the white-box methods SGLang's unified-cache test kit asserts
+    (``UnifiedTreeCoreInspectionInterface``): for tests only, as SGLang's own inspectors."""
+    from . import _sglang_tree_core
+
+    return _sglang_tree_core.create(params, components, inspector=True)
+
+
+def register_tree_core() -> bool:
+    """Registers :func:`tree_core_factory` as SGLang's tree core ``radixkv``
+    (``SGLANG_UNIFIED_RADIX_TREE_CORE_BACKEND=radixkv`` or
+    ``CacheInitParams.tree_core_backend="radixkv"``). Importing this module arranges it:
+    at once when SGLang's tree-core registry is loaded already, else right after SGLang
+    loads it (importing radixkv imports neither SGLang nor torch). False, without an error,
+    when it was registered already or SGLang (0.5.23 or later, with
+    ``register_tree_core_backend``) is not installed."""
+    import importlib.util
+
+    try:
+        if importlib.util.find_spec("sglang") is None:
+            return False
+        from sglang.srt.mem_cache.unified_cache.tree_core_registry import (
+            get_tree_core_factory,
+            register_tree_core_backend,
+        )
+    except Exception:  # no SGLang, or one without pluggable tree cores
+        return False
+    if get_tree_core_factory("radixkv") is not None:
+        return False
+    register_tree_core_backend("radixkv", tree_core_factory)
+    return True
+
+
+_REGISTRY_MODULE = "sglang.srt.mem_cache.unified_cache.tree_core_registry"
+
+
+class _RegisterWhenImported:
+    """A ``sys.meta_path`` finder that registers the tree core right after SGLang's
+    tree-core registry module is first imported, so that importing radixkv (which imports
+    this module) does not import SGLang and torch (seconds) for programs that never use
+    them. It finds nothing itself: it wraps the loader the other finders find."""
+
+    def find_spec(self, name: str, path: Any = None, target: Any = None) -> Any:
+        if name != _REGISTRY_MODULE:
+            return None
+        import importlib.util
+        import sys
+
+        if self in sys.meta_path:
+            sys.meta_path.remove(self)  # once; and no recursion through find_spec below
+        spec = importlib.util.find_spec(name)
+        if spec is None or spec.loader is None:
+            return spec
+        inner = spec.loader
+
+        class _Loader:
+            def create_module(self, spec: Any) -> Any:
+                return inner.create_module(spec)
+
+            def exec_module(self, module: Any) -> None:
+                inner.exec_module(module)
+                try:
+                    register_tree_core()
+                except Exception:  # never break SGLang's own import
+                    pass
+
+        spec.loader = _Loader()
+        return spec
+
+
+def _register_now_or_on_import() -> None:
+    import sys
+
+    if _REGISTRY_MODULE in sys.modules:
+        register_tree_core()
+    elif not any(isinstance(f, _RegisterWhenImported) for f in sys.meta_path):
+        sys.meta_path.insert(0, _RegisterWhenImported())
+
+
+# On import: registered now when SGLang's registry is loaded already, else as soon as it is.
+_register_now_or_on_import()

@@ -885,6 +885,32 @@ pub fn to_input64(obj: &Bound<'_, PyAny>, what: &'static str) -> PyResult<Input6
     items(&mut iter).map(Input64::Owned)
 }
 
+/// `obj` as `u64` values like [`to_input64`], but a buffer, tensor or
+/// `__array_interface__` object is read in place, not copied: for a caller that keeps the GIL
+/// from here until it drops the result and runs no Python code in between (no object made,
+/// no callback), so that no Python thread can write or free the memory meanwhile (the
+/// export, or the object, is kept alive by the result). The tree core's calls are such.
+pub fn to_input64_held(obj: &Bound<'_, PyAny>, what: &'static str) -> PyResult<Input64> {
+    if obj.is_instance_of::<PyString>()
+        || obj.is_instance_of::<PyBytes>()
+        || obj.is_instance_of::<PyByteArray>()
+    {
+        return Err(not_ints(what, obj, ""));
+    }
+    if obj.cast_exact::<PyList>().is_err() && obj.cast_exact::<PyTuple>().is_err() {
+        if let Some(b) = buffer(obj, what)? {
+            return Ok(Input64::Borrowed(b));
+        }
+        if let Some(t) = tensor(obj, what)? {
+            return Ok(Input64::Borrowed(t));
+        }
+        if let Some(a) = array_interface(obj, what)? {
+            return Ok(Input64::Borrowed(a));
+        }
+    }
+    to_input64(obj, what)
+}
+
 /// The bytes of a contiguous buffer other than `bytes` (a `bytearray`, `memoryview`, NumPy
 /// `uint8` array, ...), copied while the GIL is held; `None` when `obj` exports no buffer.
 pub fn buffer_bytes(obj: &Bound<'_, PyAny>, what: &'static str) -> PyResult<Option<Vec<u8>>> {

@@ -26,6 +26,7 @@ mod requests;
 mod router;
 mod slots;
 mod tier;
+mod tree_core;
 
 /// Registers the error classes (by status; -1 for a closed cache) and the `SlotBuffer`
 /// class the native calls create.
@@ -94,6 +95,7 @@ fn _radixkv(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<tier::NativeTier>()?;
     m.add_class::<requests::NativeRequests>()?;
     m.add_class::<router::NativeRouterIndex>()?;
+    m.add_class::<tree_core::NativeTreeCore>()?;
     m.add_class::<Borrow>()?;
     m.add_function(wrap_pyfunction!(_register, m)?)?;
     m.add_function(wrap_pyfunction!(last_error_message, m)?)?;

@@ -1,0 +1,229 @@
+"""radixkv as the tree core of SGLang 0.5.23's UnifiedRadixCache (radixkv.sglang's tree core
+``radixkv``): registration, selection, the logged fallback to SGLang's Python core, the host
+tier refused, and a differential against SGLang's Python core through the whole cache.
+Needs SGLang 0.5.23 and torch (skipped without them; scripts/sglang-treecore-check runs
+these)."""
+
+import logging
+import random
+import unittest
+from array import array
+from unittest import mock
+
+try:
+    import torch
+    from sglang.srt.mem_cache.base_prefix_cache import EvictParams, InsertParams, MatchPrefixParams
+    from sglang.srt.mem_cache.radix_cache import RadixKey
+    from sglang.srt.mem_cache.unified_cache.component_type import ComponentType
+    from sglang.srt.mem_cache.unified_cache.tree_core_registry import (
+        _TREE_CORE_REGISTRY,
+        get_tree_core_factory,
+        register_tree_core_backend,  # noqa: F401  (0.5.23's pluggable tree cores)
+    )
+    from sglang.srt.mem_cache.unified_cache.unified_tree_core import UnifiedTreeCore
+
+    import radixkv.sglang as rs
+    from radixkv._sglang_tree_core import RadixKvTreeCore
+
+    HAVE_SGLANG = True
+except ImportError:  # SGLang (0.5.23, with pluggable tree cores) is optional
+    HAVE_SGLANG = False
+
+try:  # the unified-cache test kit (fixtures that build real pools and allocators)
+    from sglang.test.kits.unified_radix_cache import fixtures as kit
+    from sglang.test.kits.unified_radix_cache.config import CacheConfig
+
+    HAVE_KIT = HAVE_SGLANG
+except Exception:
+    HAVE_KIT = False
+
+
+def build(page_size=1, components=None, backend="radixkv", kv_size=256, **kw):
+    """A UnifiedRadixCache from SGLang's kit, on the CPU, with ``backend``'s production
+    factory (the kit swaps in inspectors only for its own python and rust)."""
+    cfg = CacheConfig(page_size=page_size, kv_size=kv_size, **kw) if components is None else CacheConfig(
+        page_size=page_size, components=components, kv_size=kv_size, **kw
+    )
+    with mock.patch.object(kit, "get_device", lambda *a, **k: "cpu"), mock.patch.object(
+        kit, "UnifiedTreeCoreInspectionInterface", object
+    ):
+        cache, alloc, _ = kit.build_fixture(cfg, tree_core_backend=backend)
+    return cache, alloc
+
+
+@unittest.skipUnless(HAVE_SGLANG, "needs SGLang 0.5.23 and torch")
+class Registration(unittest.TestCase):
+    def test_registered_once_and_idempotent(self):
+        self.assertIs(get_tree_core_factory("radixkv"), rs.tree_core_factory)
+        self.assertFalse(rs.register_tree_core())  # again: no error, no second entry
+        import importlib
+
+        importlib.reload(rs)  # a re-import registers nothing twice
+        self.assertEqual(list(_TREE_CORE_REGISTRY).count("radixkv"), 1)
+
+    def test_importing_radixkv_imports_no_sglang_and_registers_once_sglang_loads(self):
+        import subprocess
+        import sys
+
+        code = (
+            "import sys, radixkv\n"
+            "assert 'torch' not in sys.modules and 'sglang' not in sys.modules, 'imported eagerly'\n"
+            "from sglang.srt.mem_cache.unified_cache.tree_core_registry import get_tree_core_factory\n"
+            "import radixkv.sglang as rs\n"
+            "assert get_tree_core_factory('radixkv') is rs.tree_core_factory\n"
+        )
+        r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+        self.assertEqual(r.returncode, 0, r.stderr[-2000:])
+
+    def test_the_plugin_entry_point_registers_the_tree_core_too(self):
+        with mock.patch.dict(_TREE_CORE_REGISTRY, clear=False):
+            _TREE_CORE_REGISTRY.pop("radixkv")
+            rs.register()
+            self.assertIsNotNone(get_tree_core_factory("radixkv"))
+
+
+@unittest.skipUnless(HAVE_KIT, "needs SGLang 0.5.23's unified-cache test kit")
+class Selection(unittest.TestCase):
+    def test_tree_core_backend_selects_radixkv(self):
+        cache, _ = build()
+        self.assertEqual(cache._tree_core_backend, "radixkv")
+        self.assertIsInstance(cache.tree_core, RadixKvTreeCore)
+
+    def test_the_environment_variable_selects_radixkv(self):
+        from sglang.srt.environ import envs
+
+        # The kit reads its own TREE_CORE_TEST_BACKEND first ("python"): off, so that the
+        # environment variable decides, as in a server.
+        with envs.SGLANG_UNIFIED_RADIX_TREE_CORE_BACKEND.override("radixkv"), mock.patch.object(
+            kit, "TREE_CORE_TEST_BACKEND", None
+        ):
+            cache, _ = build(backend=None)
+        self.assertIsInstance(cache.tree_core, RadixKvTreeCore)
+
+    def test_unsupported_configurations_fall_back_with_a_warning(self):
+        cases = {
+            "SWA": dict(components=(ComponentType.FULL, ComponentType.SWA), sliding_window_size=4),
+            "policy": dict(eviction_policy="lfu"),
+        }
+        for name, kw in cases.items():
+            with self.subTest(name), self.assertLogs("radixkv.sglang", logging.WARNING) as logs:
+                cache, _ = build(**kw)
+            self.assertIsInstance(cache.tree_core, UnifiedTreeCore)
+            self.assertIn("using SGLang's Python UnifiedTreeCore instead", logs.output[0])
+
+    def test_a_host_tier_switched_on_later_is_refused(self):
+        cache, _ = build()
+        with self.assertRaises(NotImplementedError):
+            cache.tree_core.set_hicache_enabled()
+        with self.assertRaises(NotImplementedError):
+            cache.tree_core.enable_storage = True
+        self.assertFalse(cache.tree_core.enable_storage)
+
+
+def _workload(seed, n, page_size):
+    """Requests sharing prefixes: a few system prompts, branching conversations."""
+    rng = random.Random(seed)
+    stems = [[rng.randrange(1, 50) for _ in range(rng.randrange(1, 5) * page_size)] for _ in range(4)]
+    history = []
+    out = []
+    for _ in range(n):
+        if history and rng.random() < 0.5:
+            base = list(rng.choice(history))
+            base = base[: rng.randrange(0, len(base) + 1)]
+        else:
+            base = list(rng.choice(stems))
+        toks = base + [rng.randrange(1, 50) for _ in range(rng.randrange(1, 4 * page_size))]
+        history.append(toks)
+        out.append(toks)
+    return out
+
+
+def _replay(cache, alloc, reqs):
+    """The scheduler's loop: match, lock, evict when short, alloc, insert with
+    prev_prefix_len, unlock; what every step saw."""
+    seen = []
+    for toks in reqs:
+        key = RadixKey(array("q", toks))
+        m = cache.match_prefix(MatchPrefixParams(key=key))
+        n = m.device_prefix_len
+        lock = cache.lock(m.last_device_node)
+        prefix = cache.tree_core.collect_full_device_indices(m.last_device_node, cache.root_node_handle()) if n else None
+        need = len(toks) - n
+        evicted = 0
+        if alloc.available_size() < need:
+            evicted = cache.evict(EvictParams(num_tokens=need - alloc.available_size())).num_tokens_evicted
+        new = alloc.alloc(need)
+        if new is None:  # the pool cannot hold it even after eviction: skip it
+            cache.unlock(lock)
+            seen.append((n, evicted, None))
+            continue
+        value = torch.cat([prefix[:n], new]) if n else new
+        res = cache.insert(InsertParams(key=RadixKey(array("q", toks)), value=value, prev_prefix_len=n))
+        # What the tree did not take (an unaligned tail) goes back to the pool.
+        aligned = len(toks) // cache.page_size * cache.page_size
+        if aligned < len(toks):
+            alloc.free(value[aligned:])
+        cache.unlock(lock)
+        seen.append((n, evicted, res.prefix_len, cache.evictable_size(), cache.protected_size(), alloc.available_size()))
+        cache.tree_core.sanity_check([], [])
+    return seen
+
+
+@unittest.skipUnless(HAVE_KIT, "needs SGLang 0.5.23's unified-cache test kit")
+class AgainstSGLangsPythonCore(unittest.TestCase):
+    def test_identical_hits_evictions_and_sizes_at_every_step(self):
+        for page_size in (1, 4):
+            for seed in range(3):
+                with self.subTest(page_size=page_size, seed=seed):
+                    reqs = _workload(seed, 150, page_size)
+                    got = {}
+                    for backend in ("python", "radixkv"):
+                        cache, alloc = build(page_size=page_size, backend=backend, kv_size=96)
+                        got[backend] = _replay(cache, alloc, reqs)
+                    self.assertEqual(got["python"], got["radixkv"])
+                    # The workload does evict (else this would compare little).
+                    self.assertTrue(any(s[1] for s in got["python"]))
+
+    def test_structure_reads_are_sglangs(self):
+        # Node ids differ between cores; what they describe must not.
+        reqs = _workload(3, 60, 4)
+        seen = {}
+        for backend in ("python", "radixkv"):
+            cache, alloc = build(page_size=4, backend=backend, kv_size=4096)
+            _replay(cache, alloc, reqs)
+            tc = cache.tree_core
+            nodes = [cache.match_prefix(MatchPrefixParams(key=RadixKey(array("q", t)))).last_device_node for t in reqs[:20]]
+            lock = cache.lock(nodes[3])
+            paths = [[(i.path_start, i.path_end, i.full_value_len, i.num_children) for i in p] for p in tc.collect_path_info(nodes)]
+            walks = {}
+            for unlocked_only in (False, True):
+                w = tc.walk_for_kv_canary(unlocked_only, False)
+                walks[unlocked_only] = sorted(zip(w.slot_indices.tolist(), w.positions.tolist(), w.prev_slot_indices.tolist()))
+            seen[backend] = (
+                paths,
+                walks,
+                sorted(tc.all_values_flatten().tolist()),
+                tc.total_size(),
+                (tc.evictable_size(), tc.protected_size()),
+            )
+            cache.unlock(lock)
+        self.assertEqual(seen["python"], seen["radixkv"])
+        self.assertNotEqual(seen["python"][1][False], seen["python"][1][True])  # the lock shows
+
+    def test_dfs_weight_order_is_sglangs(self):
+        # The scheduler's DFS-weight policy orders waiting requests by their match nodes;
+        # node ids differ between cores, the order of the requests must not.
+        reqs = _workload(7, 80, 1)
+        orders = {}
+        for backend in ("python", "radixkv"):
+            cache, alloc = build(backend=backend, kv_size=4096)
+            _replay(cache, alloc, reqs)
+            probes = _workload(8, 40, 1)
+            nodes = [cache.match_prefix(MatchPrefixParams(key=RadixKey(array("q", t)))).last_device_node for t in probes]
+            orders[backend] = cache.dfs_weight_order(nodes)
+        self.assertEqual(orders["python"], orders["radixkv"])
+        self.assertNotEqual(orders["python"], sorted(orders["python"]))  # not trivially in order
+
+
+if __name__ == "__main__":
+    unittest.main()
