@@ -61,6 +61,15 @@ struct Node {
     ns: u32,
     key: Vec<i64>,
     full: Comp,
+    /// SWA's value (the node's SWA pool indices; None: a tombstone) and window lock ref,
+    /// used only when the tree has a sliding window.
+    swa: Comp,
+    /// SWA's window-lock boundary stamp (SGLang's `metadata["uuid"]`; 0: none).
+    swa_uuid: u64,
+    /// The SWA LRU list's links (toward the MRU end, toward the LRU end) and membership.
+    lru_prev: u32,
+    lru_next: u32,
+    in_lru: bool,
     last_access: f64,
     /// Children in insertion order (SGLang's dict order: DFS walks follow it); a removed
     /// child leaves `NONE` behind (`dead` of them) until the list is compacted, so that a
@@ -78,6 +87,10 @@ struct Walk {
     heap: BinaryHeap<Entry>,
     last: Option<(u32, u64)>,
     open: bool,
+    /// The SWA walk's LRU cursor (slot, id) and request, when an SWA walk is open.
+    swa_cursor: Option<(u32, u64)>,
+    swa_request: u64,
+    swa_open: bool,
 }
 
 /// A heap entry: the oldest stamp first (`BinaryHeap` is a max-heap, so reversed).
@@ -108,6 +121,14 @@ struct Tree {
     protected: u64,
     leaves: HashSet<u32>,
     walk: Walk,
+    /// SGLang's `swa_retain_window` (0: no SWA component).
+    window: usize,
+    swa_evictable: u64,
+    swa_protected: u64,
+    next_uuid: u64,
+    /// The SWA LRU list's MRU and LRU ends (`NONE` when empty).
+    lru_head: u32,
+    lru_tail: u32,
     /// Key and value buffers of evicted leaves, for the next new leaf: a long request's
     /// buffers are large enough for the allocator to map and unmap them afresh each time
     /// (and fault every page in again), which costs more than the copy.
@@ -123,7 +144,7 @@ fn missing(id: u64) -> PyErr {
 }
 
 impl Tree {
-    fn new(page: usize, first_id: u64) -> Tree {
+    fn new(page: usize, first_id: u64, window: usize) -> Tree {
         let mut t = Tree {
             page,
             nodes: Vec::new(),
@@ -136,6 +157,12 @@ impl Tree {
             protected: 0,
             leaves: HashSet::new(),
             walk: Walk::default(),
+            window,
+            swa_evictable: 0,
+            swa_protected: 0,
+            next_uuid: 1,
+            lru_head: NONE,
+            lru_tail: NONE,
             spare: Vec::new(),
         };
         let root = t.alloc(NONE, 0, Vec::new(), Some(Vec::new()));
@@ -161,6 +188,11 @@ impl Tree {
             ns,
             key,
             full: Comp { value, lock_ref: 0 },
+            swa: Comp::default(),
+            swa_uuid: 0,
+            lru_prev: NONE,
+            lru_next: NONE,
+            in_lru: false,
             last_access,
             children: Vec::new(),
             dead: 0,
@@ -219,6 +251,7 @@ impl Tree {
         s != self.root
             && n.full.value.is_some()
             && n.full.lock_ref == 0
+            && n.swa.lock_ref == 0
             && self.kids(s).all(|c| self.n(c).full.value.is_none())
     }
 
@@ -255,7 +288,7 @@ impl Tree {
     /// Splits node `s` after `at` tokens: a new node takes the prefix (and `s`'s place under
     /// its parent), `s` keeps its id and the suffix. Returns the new node.
     fn split(&mut self, s: u32, at: usize) -> u32 {
-        let (parent, ns, prefix, pre_val, lock_ref) = {
+        let (parent, ns, prefix, pre_val, lock_ref, pre_swa, swa_lock, uuid) = {
             let n = self.n_mut(s);
             let suffix = n.key.split_off(at);
             let prefix = std::mem::replace(&mut n.key, suffix);
@@ -263,7 +296,14 @@ impl Tree {
                 let rest = v.split_off(at);
                 std::mem::replace(v, rest)
             });
-            (n.parent, n.ns, prefix, pre_val, n.full.lock_ref)
+            // SGLang's SWA `redistribute_on_node_split`: the prefix takes its part of the
+            // value, the lock ref, and the window boundary stamp (the node's older edge).
+            let pre_swa = n.swa.value.as_mut().map(|v| {
+                let rest = v.split_off(at);
+                std::mem::replace(v, rest)
+            });
+            let uuid = std::mem::take(&mut n.swa_uuid);
+            (n.parent, n.ns, prefix, pre_val, n.full.lock_ref, pre_swa, n.swa.lock_ref, uuid)
         };
         let first = child_key(ns, &prefix[..self.page]);
         let new = self.alloc(parent, ns, prefix, pre_val);
@@ -273,6 +313,8 @@ impl Tree {
         {
             let nn = self.n_mut(new);
             nn.full.lock_ref = lock_ref;
+            nn.swa = Comp { value: pre_swa, lock_ref: swa_lock };
+            nn.swa_uuid = uuid;
             nn.index.insert(suffix_key, s);
             nn.pos = pos;
         }
@@ -282,6 +324,10 @@ impl Tree {
             let p = self.n_mut(parent);
             p.children[pos as usize] = new;
             p.index.insert(first, new);
+        }
+        // The prefix's SWA data goes just behind the suffix in the SWA LRU.
+        if self.n(new).swa.value.is_some() {
+            self.lru_insert_after(s, new);
         }
         let t = self.tick();
         self.n_mut(s).last_access = t;
@@ -299,22 +345,42 @@ impl Tree {
         let mut off = 0;
         let mut matched = 0;
         let mut best = self.root;
+        let mut best_len = 0;
+        // SWA's validator (SGLang's `create_match_validator`, gating the prefix match): a
+        // node is a valid match end only where the run of SWA-valued nodes back from it
+        // covers the window; a tombstone restarts the run. Without SWA every node is valid.
+        let window = self.window;
+        let mut run = usize::MAX;
         while off < key.len() {
             let Some(c) = self.child(node, ns, &key[off..off + page]) else { break };
             if self.n(c).full.value.is_none() {
                 break;
             }
             let p = self.common(c, &key[off..]);
-            if p < self.n(c).key.len() {
-                node = self.split(c, p);
-                matched += p;
-                best = node;
+            let split = p < self.n(c).key.len();
+            let c = if split { self.split(c, p) } else { c };
+            matched += p;
+            node = c;
+            let valid = window == 0 || {
+                if self.n(c).swa.value.is_none() {
+                    run = 0;
+                    false
+                } else {
+                    run = run.saturating_add(self.n(c).key.len());
+                    run >= window
+                }
+            };
+            if valid {
+                best = c;
+                best_len = matched;
+            }
+            if split {
                 break;
             }
-            node = c;
-            best = c;
-            matched += p;
             off += p;
+        }
+        if window > 0 {
+            self.swa_refresh(best);
         }
         // Stamp the best node and its ancestors, the deepest newest.
         let mut t = self.tick();
@@ -325,7 +391,7 @@ impl Tree {
             t -= 0.00001;
             u = n.parent;
         }
-        (matched, best, matched, if node == self.root { NONE } else { node })
+        (best_len, best, matched, if node == self.root { NONE } else { node })
     }
 
     /// SGLang's `match_full_device_prefix`: read-only, no split, no stamp.
@@ -496,6 +562,12 @@ impl Tree {
     }
 
     fn remove_leaf(&mut self, s: u32) -> Vec<i64> {
+        // Its SWA data goes with it (the caller reads `swa_len` first to free it).
+        if self.n(s).swa.value.is_some() {
+            self.lru_remove(s);
+            let len = self.n(s).swa.value.as_ref().map_or(0, |v| v.len() as u64);
+            self.swa_evictable -= len;
+        }
         let n = self.nodes[s as usize].take().expect("live slot");
         self.free.push(s);
         self.ids.remove(&n.id);
@@ -524,7 +596,177 @@ impl Tree {
 
     fn reset(&mut self) {
         let first = self.next_id;
-        *self = Tree::new(self.page, first);
+        *self = Tree::new(self.page, first, self.window);
+    }
+
+    // ---- SWA (SGLang's `components/swa.py`) ----
+
+    fn swa_len(&self, s: u32) -> u64 {
+        self.n(s).swa.value.as_ref().map_or(0, |v| v.len() as u64)
+    }
+
+    /// Links `s` just after `prev` (toward the LRU end); `prev == NONE`: at the MRU end.
+    fn lru_insert_after(&mut self, prev: u32, s: u32) {
+        debug_assert!(!self.n(s).in_lru);
+        let next = if prev == NONE { self.lru_head } else { self.n(prev).lru_next };
+        {
+            let n = self.n_mut(s);
+            n.lru_prev = prev;
+            n.lru_next = next;
+            n.in_lru = true;
+        }
+        if prev == NONE { self.lru_head = s } else { self.n_mut(prev).lru_next = s }
+        if next == NONE { self.lru_tail = s } else { self.n_mut(next).lru_prev = s }
+    }
+
+    fn lru_remove(&mut self, s: u32) {
+        if !self.n(s).in_lru {
+            return;
+        }
+        let (prev, next) = {
+            let n = self.n_mut(s);
+            n.in_lru = false;
+            (std::mem::replace(&mut n.lru_prev, NONE), std::mem::replace(&mut n.lru_next, NONE))
+        };
+        if prev == NONE { self.lru_head = next } else { self.n_mut(prev).lru_next = next }
+        if next == NONE { self.lru_tail = prev } else { self.n_mut(next).lru_prev = prev }
+    }
+
+    /// SGLang's `reset_node_and_window_ancestors_mru`: `s` and its ancestors within the
+    /// window plus one page become the most recent, `s` first, in path order.
+    fn swa_refresh(&mut self, s: u32) {
+        let limit = self.window + self.page;
+        let (mut acc, mut prev, mut u) = (0usize, NONE, s);
+        while u != self.root && u != NONE && acc < limit {
+            if self.n(u).swa.value.is_some() {
+                self.lru_remove(u);
+                self.lru_insert_after(prev, u);
+                prev = u;
+            }
+            acc += self.n(u).key.len();
+            u = self.n(u).parent;
+        }
+    }
+
+    /// SGLang's SWA `acquire_component_lock`: every node of the segment covering the window
+    /// back from `s` (tombstones included) gains a window lock; returns the boundary's
+    /// stamp (0: the segment reached the root).
+    fn swa_lock(&mut self, s: u32) -> u64 {
+        let (mut covered, mut uuid, mut u) = (0usize, 0u64, s);
+        while u != self.root && covered < self.window {
+            let len = self.swa_len(u);
+            let n = self.n_mut(u);
+            if n.swa.lock_ref == 0 && n.swa.value.is_some() {
+                self.swa_evictable -= len;
+                self.swa_protected += len;
+            }
+            let (window, next) = (self.window, self.next_uuid);
+            let n = self.n_mut(u);
+            n.swa.lock_ref += 1;
+            covered += n.key.len();
+            if covered >= window {
+                if n.swa_uuid == 0 {
+                    n.swa_uuid = next;
+                    self.next_uuid += 1;
+                }
+                uuid = self.n(u).swa_uuid;
+            }
+            self.refresh_leaf(u);
+            u = self.n(u).parent;
+        }
+        uuid
+    }
+
+    /// The segment a window lock with stamp `uuid` holds, from `s` (up to the node stamped
+    /// `uuid`, or to the root when 0); an error, naming the node, where one is unlocked.
+    fn swa_segment(&self, s: u32, uuid: u64, what: &str) -> PyResult<Vec<u32>> {
+        let mut seg = Vec::new();
+        let mut u = s;
+        while u != self.root {
+            let n = self.n(u);
+            if n.swa.lock_ref == 0 {
+                return Err(PyValueError::new_err(format!(
+                    "{what}: node {} in the SWA window segment of node {} has no window lock                      (released more often than locked); nothing was changed",
+                    n.id,
+                    self.n(s).id
+                )));
+            }
+            seg.push(u);
+            if uuid != 0 && n.swa_uuid == uuid {
+                break;
+            }
+            u = n.parent;
+        }
+        Ok(seg)
+    }
+
+    /// SGLang's SWA `release_component_lock` (with `early`: `release_window_lock`, where an
+    /// SWA value whose last lock goes on a device leaf is evicted at once; its FULL indices
+    /// are returned to free). Checked in full before anything changes.
+    fn swa_unlock(&mut self, s: u32, uuid: u64, early: bool) -> PyResult<Vec<i64>> {
+        let seg = self.swa_segment(s, uuid, if early { "dec_swa_lock_only" } else { "dec_lock_ref" })?;
+        let mut frees = Vec::new();
+        for u in seg {
+            let len = self.swa_len(u);
+            let n = self.n_mut(u);
+            n.swa.lock_ref -= 1;
+            let freed = n.swa.lock_ref == 0;
+            if freed && n.swa.value.is_some() {
+                self.swa_evictable += len;
+                self.swa_protected -= len;
+            }
+            if freed {
+                self.refresh_leaf(u);
+                if early && self.n(u).swa.value.is_some() && self.is_leaf(u) {
+                    frees.extend_from_slice(self.n(u).full.value.as_deref().unwrap_or(&[]));
+                    self.swa_tombstone(u);
+                }
+            }
+        }
+        Ok(frees)
+    }
+
+    /// Drops node `s`'s SWA value (a tombstone: its FULL value stays).
+    fn swa_tombstone(&mut self, s: u32) -> u64 {
+        let len = self.swa_len(s);
+        self.lru_remove(s);
+        let n = self.n_mut(s);
+        n.swa.value = None;
+        if n.swa.lock_ref > 0 { self.swa_protected -= len } else { self.swa_evictable -= len }
+        self.refresh_leaf(s);
+        len
+    }
+
+    /// SGLang's `set_component_device_value` for SWA: the value becomes the most recent.
+    fn swa_set(&mut self, s: u32, value: Vec<i64>) -> PyResult<()> {
+        let n = self.n(s);
+        if s == self.root || n.swa.value.is_some() || value.len() != n.key.len() {
+            return Err(PyValueError::new_err(format!(
+                "set_component_device_value: node {} {}; nothing was changed",
+                n.id,
+                if s == self.root {
+                    "is the root".to_string()
+                } else if n.swa.value.is_some() {
+                    "already has an SWA value".to_string()
+                } else {
+                    format!("has {} tokens, the SWA value {}", n.key.len(), value.len())
+                }
+            )));
+        }
+        let len = value.len() as u64;
+        let locked = n.swa.lock_ref > 0;
+        self.n_mut(s).swa.value = Some(value);
+        self.lru_insert_after(NONE, s);
+        if locked { self.swa_protected += len } else { self.swa_evictable += len }
+        Ok(())
+    }
+
+    /// The least recent unlocked SWA value from `from` (inclusive) toward the MRU end.
+    fn lru_unlocked_from(&self, mut u: u32) -> u32 {
+        while u != NONE && self.n(u).swa.lock_ref > 0 {
+            u = self.n(u).lru_prev;
+        }
+        u
     }
 }
 
@@ -590,6 +832,17 @@ fn ints_of<'a>(
     Ok(&v[..limit.map_or(v.len(), |n| n.min(v.len()))])
 }
 
+impl Tree {
+    fn need_swa(&self, what: &str) -> PyResult<()> {
+        if self.window == 0 {
+            return Err(PyValueError::new_err(format!(
+                "{what}: this tree core has no SWA component (made with swa_window=0)"
+            )));
+        }
+        Ok(())
+    }
+}
+
 impl NativeTreeCore {
     fn t(&self) -> PyResult<std::sync::MutexGuard<'_, Tree>> {
         self.tree.lock().map_err(|_| PyRuntimeError::new_err("tree core poisoned by a panic"))
@@ -598,14 +851,168 @@ impl NativeTreeCore {
 
 #[pymethods]
 impl NativeTreeCore {
-    /// A tree core of `page_size`-token pages; node ids start at `first_id`.
+    /// A tree core of `page_size`-token pages; node ids start at `first_id`; `swa_window`
+    /// (SGLang's `swa_retain_window`, in tokens) adds the SWA component, 0 none.
     #[new]
-    #[pyo3(signature = (page_size, first_id=1))]
-    fn new(page_size: usize, first_id: u64) -> PyResult<Self> {
+    #[pyo3(signature = (page_size, first_id=1, swa_window=0))]
+    fn new(page_size: usize, first_id: u64, swa_window: usize) -> PyResult<Self> {
         if page_size == 0 {
             return Err(PyValueError::new_err("page_size must be at least 1, got 0"));
         }
-        Ok(NativeTreeCore { tree: Mutex::new(Tree::new(page_size, first_id)), page_size })
+        Ok(NativeTreeCore {
+            tree: Mutex::new(Tree::new(page_size, first_id, swa_window)),
+            page_size,
+        })
+    }
+
+    /// The SWA window in tokens (0: no SWA component).
+    fn swa_window(&self) -> PyResult<usize> {
+        Ok(self.t()?.window)
+    }
+
+    /// Takes the SWA window lock from `node` (SGLang's SWA `acquire_component_lock`);
+    /// returns the segment boundary's stamp (0: the segment reached the root).
+    fn swa_inc_lock(&self, node: u64) -> PyResult<u64> {
+        let mut t = self.t()?;
+        let s = t.slot(node)?;
+        t.need_swa("swa_inc_lock")?;
+        Ok(t.swa_lock(s))
+    }
+
+    /// Releases a window lock taken by `swa_inc_lock` with stamp `uuid`.
+    fn swa_dec_lock(&self, node: u64, uuid: u64) -> PyResult<()> {
+        let mut t = self.t()?;
+        let s = t.slot(node)?;
+        t.need_swa("swa_dec_lock")?;
+        t.swa_unlock(s, uuid, false).map(|_| ())
+    }
+
+    /// SGLang's `dec_swa_lock_only` (`release_window_lock`): releases the window lock
+    /// early; the FULL indices of the SWA values it evicted (int64 bytes; SWA frees by FULL
+    /// index).
+    fn dec_swa_lock_only<'py>(
+        &self,
+        py: Python<'py>,
+        node: u64,
+        uuid: u64,
+    ) -> PyResult<Bound<'py, PyByteArray>> {
+        let mut t = self.t()?;
+        let s = t.slot(node)?;
+        t.need_swa("dec_swa_lock_only")?;
+        let frees = t.swa_unlock(s, uuid, true)?;
+        drop(t);
+        bytes_of(py, &frees)
+    }
+
+    /// Stores the node's SWA value (the cache's `SWARebuild`: SGLang's
+    /// `set_component_device_value`), the most recent in the SWA LRU.
+    fn swa_set_value(&self, node: u64, values: &Bound<'_, PyAny>) -> PyResult<()> {
+        let input = to_input64_held(values, "values")?;
+        let mut scratch = Vec::new();
+        let v = ints_of(&input, "values", None, &mut scratch)?.to_vec();
+        let mut t = self.t()?;
+        let s = t.slot(node)?;
+        t.need_swa("set_component_device_value")?;
+        t.swa_set(s, v)
+    }
+
+    /// The node's SWA value (int64 bytes), or None (a tombstone, or no SWA component).
+    fn swa_value<'py>(&self, py: Python<'py>, node: u64) -> PyResult<Option<Bound<'py, PyByteArray>>> {
+        let t = self.t()?;
+        let n = t.n(t.slot(node)?);
+        n.swa.value.as_ref().map(|v| bytes_of(py, v)).transpose()
+    }
+
+    /// `(SWA value length or -1, SWA lock_ref, boundary stamp, in the SWA LRU)`.
+    fn swa_info(&self, node: u64) -> PyResult<(i64, u32, u64, bool)> {
+        let t = self.t()?;
+        let n = t.n(t.slot(node)?);
+        Ok((n.swa.value.as_ref().map_or(-1, |v| v.len() as i64), n.swa.lock_ref, n.swa_uuid, n.in_lru))
+    }
+
+    /// `(evictable, protected)` SWA tokens.
+    fn swa_sizes(&self) -> PyResult<(u64, u64)> {
+        let t = self.t()?;
+        Ok((t.swa_evictable, t.swa_protected))
+    }
+
+    /// The SWA LRU, most recent first (node ids).
+    fn swa_lru<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyList>> {
+        let t = self.t()?;
+        let mut out = Vec::new();
+        let mut u = t.lru_head;
+        while u != NONE {
+            out.push(t.n(u).id);
+            u = t.n(u).lru_next;
+        }
+        PyList::new(py, out)
+    }
+
+    /// Refreshes the window back from `node` in the SWA LRU (SGLang's INSERT_END refresh).
+    fn swa_refresh(&self, node: u64) -> PyResult<()> {
+        let mut t = self.t()?;
+        let s = t.slot(node)?;
+        t.need_swa("swa_refresh")?;
+        t.swa_refresh(s);
+        Ok(())
+    }
+
+    /// Starts SGLang's SWA device-eviction walk for `request` SWA tokens: from the least
+    /// recent unlocked SWA value.
+    fn swa_evict_start(&self, request: u64) -> PyResult<()> {
+        let mut t = self.t()?;
+        t.need_swa("evict_device_start(SWA)")?;
+        let c = t.lru_unlocked_from(t.lru_tail);
+        let cur = (c != NONE).then(|| (c, t.n(c).id));
+        t.walk.swa_cursor = cur;
+        t.walk.swa_request = request;
+        t.walk.swa_open = true;
+        Ok(())
+    }
+
+    /// One step of the SWA walk, `evicted` SWA tokens so far: None (done), `(leaf, None)`
+    /// (a device leaf for the controller to evict whole), or `(node, FULL indices)`: an
+    /// internal node made a tombstone (its SWA slots to free, by FULL index).
+    fn swa_evict_next<'py>(
+        &self,
+        py: Python<'py>,
+        evicted: u64,
+    ) -> PyResult<Option<(u64, Option<Bound<'py, PyByteArray>>)>> {
+        let mut t = self.t()?;
+        if !t.walk.swa_open {
+            return Err(PyRuntimeError::new_err("evict_device_next_node(SWA): no SWA walk started"));
+        }
+        let listed = |t: &Tree, c: Option<(u32, u64)>| {
+            c.is_some_and(|(s, id)| {
+                t.nodes.get(s as usize).and_then(|n| n.as_ref()).is_some_and(|n| n.id == id && n.in_lru)
+            })
+        };
+        if t.walk.swa_cursor.is_some() && !listed(&t, t.walk.swa_cursor) {
+            let c = t.lru_unlocked_from(t.lru_tail);
+            t.walk.swa_cursor = (c != NONE).then(|| (c, t.n(c).id));
+        }
+        if evicted >= t.walk.swa_request || !listed(&t, t.walk.swa_cursor) {
+            return Ok(None);
+        }
+        let (x, id) = t.walk.swa_cursor.expect("listed");
+        let p = t.n(x).lru_prev;
+        let p = if p == NONE { NONE } else { t.lru_unlocked_from(p) };
+        t.walk.swa_cursor = (p != NONE).then(|| (p, t.n(p).id));
+        if t.leaves.contains(&x) {
+            return Ok(Some((id, None)));
+        }
+        let full = t.n(x).full.value.clone().unwrap_or_default();
+        t.swa_tombstone(x);
+        drop(t);
+        Ok(Some((id, Some(bytes_of(py, &full)?))))
+    }
+
+    /// Ends the SWA walk.
+    fn swa_evict_end(&self) -> PyResult<()> {
+        let mut t = self.t()?;
+        t.walk.swa_cursor = None;
+        t.walk.swa_open = false;
+        Ok(())
     }
 
     /// Drops every node; the new root gets a fresh id.
@@ -717,7 +1124,10 @@ impl NativeTreeCore {
         let mut t = self.t()?;
         let heap: BinaryHeap<Entry> =
             t.leaves.iter().map(|&s| Entry(t.n(s).last_access, s, t.n(s).id)).collect();
-        t.walk = Walk { request, heap, last: None, open: true };
+        t.walk.request = request;
+        t.walk.heap = heap;
+        t.walk.last = None;
+        t.walk.open = true;
         Ok(())
     }
 
@@ -772,7 +1182,9 @@ impl NativeTreeCore {
     /// Ends the eviction walk.
     fn evict_end(&self) -> PyResult<()> {
         let mut t = self.t()?;
-        t.walk = Walk::default();
+        t.walk.heap = BinaryHeap::new();
+        t.walk.last = None;
+        t.walk.open = false;
         Ok(())
     }
 
@@ -880,11 +1292,22 @@ impl NativeTreeCore {
     fn check(&self) -> PyResult<Option<String>> {
         let t = self.t()?;
         let (mut ev, mut pr) = (0u64, 0u64);
+        let (mut sev, mut spr, mut listed) = (0u64, 0u64, 0usize);
         let mut stack = vec![t.root];
         let mut seen = 0usize;
         while let Some(s) = stack.pop() {
             seen += 1;
             let n = t.n(s);
+            if n.swa.value.is_some() != n.in_lru {
+                return Ok(Some(format!("node {}: SWA value and SWA LRU membership differ", n.id)));
+            }
+            if let Some(v) = n.swa.value.as_ref() {
+                if v.len() != n.key.len() {
+                    return Ok(Some(format!("node {}: SWA value length differs from key length", n.id)));
+                }
+                listed += 1;
+                if n.swa.lock_ref > 0 { spr += v.len() as u64 } else { sev += v.len() as u64 }
+            }
             if s != t.root {
                 let len = t.vlen(s);
                 if n.full.lock_ref > 0 {
@@ -921,6 +1344,25 @@ impl NativeTreeCore {
         }
         if seen != t.ids.len() {
             return Ok(Some(format!("{} nodes reachable, {} registered", seen, t.ids.len())));
+        }
+        let mut walked = 0usize;
+        let (mut u, mut prev) = (t.lru_head, NONE);
+        while u != NONE {
+            if t.n(u).lru_prev != prev || walked > listed {
+                return Ok(Some("SWA LRU links broken".to_string()));
+            }
+            walked += 1;
+            prev = u;
+            u = t.n(u).lru_next;
+        }
+        if walked != listed || t.lru_tail != prev {
+            return Ok(Some(format!("SWA LRU holds {walked} nodes, {listed} have SWA values")));
+        }
+        if (sev, spr) != (t.swa_evictable, t.swa_protected) {
+            return Ok(Some(format!(
+                "SWA sizes: counted evictable {sev} protected {spr}, kept {} {}",
+                t.swa_evictable, t.swa_protected
+            )));
         }
         if (ev, pr) != (t.evictable, t.protected) {
             return Ok(Some(format!(
