@@ -33,7 +33,12 @@ from sglang.srt.mem_cache.base_prefix_cache import (
     MatchResult,
 )
 from sglang.srt.mem_cache.events import KVCacheEventRecorder
-from sglang.srt.mem_cache.unified_cache.cache_action import FreeDeviceKV
+from sglang.srt.mem_cache.unified_cache.cache_action import (
+    FreeDeviceKV,
+    FreeDeviceKVFullOnly,
+    RecoverSWAWithLockedFull,
+    SWARebuild,
+)
 from sglang.srt.mem_cache.unified_cache.component_type import ComponentType
 from sglang.srt.mem_cache.unified_cache.unified_tree_core_interface import (
     DecSwaLockOnlyResult,
@@ -52,13 +57,15 @@ from sglang.srt.mem_cache.unified_cache.unified_tree_core_interface import (
 from ._native import ext as _ext
 
 FULL = ComponentType.FULL
+SWA = ComponentType.SWA
 
-#: The one component set this slice runs.
-SUPPORTED_COMPONENTS = (FULL,)
+#: The component sets this tree core runs.
+SUPPORTED_COMPONENTS = ((FULL,), (FULL, SWA))
 
 
-def _match_result(n: int, node: int, hit: int, last: Optional[int]) -> MatchResult:
+def _match_result(n: int, node: int, hit: int, last: Optional[int], branching=None) -> MatchResult:
     return MatchResult(
+        swa_branching_seqlen=branching,
         device_prefix_len=n,
         last_device_node=node,
         last_host_node=node,
@@ -73,9 +80,15 @@ def _match_result(n: int, node: int, hit: int, last: Optional[int]) -> MatchResu
 def unsupported_reason(params) -> Optional[str]:
     """Why this slice's tree core cannot serve ``params`` (a ``CacheInitParams``), or None."""
     components = tuple(params.tree_components or ())
-    if components != SUPPORTED_COMPONENTS:
+    if components not in SUPPORTED_COMPONENTS:
         names = ", ".join(c.name for c in components) or "none"
-        return f"the radixkv tree core runs the component set [FULL] only, not [{names}]"
+        return f"the radixkv tree core runs the component sets [FULL] and [FULL, SWA], not [{names}]"
+    if SWA in components:
+        window = params.swa_retain_window
+        if window is None or window <= 0:
+            return "SWA needs a positive sliding_window_size"
+        if not params.swa_gates_prefix_match:
+            return "SWA with swa_gates_prefix_match=False is not in the radixkv tree core yet"
     if params.enable_session_radix_cache:
         return "session-aware caching (--enable-session-radix-cache) is not in the radixkv tree core yet"
     if params.component_registry_override:
@@ -130,7 +143,10 @@ class RadixKvTreeCore(UnifiedTreeCoreInterface):
         allocator = params.token_to_kv_pool_allocator
         self.device = torch.device(allocator.device) if allocator is not None else torch.device("cpu")
         self._cpu = self.device.type == "cpu"
-        self._native = _ext.NativeTreeCore(self.page_size)
+        self._swa = SWA in tuple(params.tree_components or ())
+        self.sliding_window_size = params.swa_retain_window if self._swa else None
+        self._native = _ext.NativeTreeCore(self.page_size, swa_window=self.sliding_window_size or 0)
+        self._pending_insert: Optional[tuple] = None
         self._enable_hicache = False
         self._enable_storage = False
         self._enable_linker = False
@@ -223,14 +239,15 @@ class RadixKvTreeCore(UnifiedTreeCoreInterface):
         return t if self._cpu else t.to(self.device)
 
     def _check_component(self, component_type: ComponentType, what: str) -> None:
-        if component_type != FULL:
-            raise ValueError(f"{what}: component {component_type!r} is not in this tree core ([FULL])")
+        if component_type != FULL and not (component_type == SWA and self._swa):
+            raise ValueError(f"{what}: component {component_type!r} is not in this tree core")
 
     # ==== Tree API ====
 
     def reset(self) -> None:
         if self._ongoing_insert:
             self._ongoing_insert = False
+        self._pending_insert = None
         self._native.reset()
         self._walk_component = None
         self._root = self._native.root_id()
@@ -342,9 +359,14 @@ class RadixKvTreeCore(UnifiedTreeCoreInterface):
         skipped = tuple(skip_lock_components)
         if FULL in skipped:
             self._native.node_info(node_id)
-            return IncLockRefResult(node_id=node_id, skipped_lock_components=skipped)
-        delta = self._native.inc_lock_ref(node_id)
-        return IncLockRefResult(delta=delta, node_id=node_id, skipped_lock_components=skipped)
+            result = IncLockRefResult(node_id=node_id, skipped_lock_components=skipped)
+        else:
+            delta = self._native.inc_lock_ref(node_id)
+            result = IncLockRefResult(delta=delta, node_id=node_id, skipped_lock_components=skipped)
+        if self._swa and SWA not in skipped:
+            uuid = self._native.swa_inc_lock(node_id)
+            result.set_lock_uuid(SWA, uuid or None)
+        return result
 
     @staticmethod
     def _check_receipt(node_id: NodeId, params: DecLockRefParams) -> None:
@@ -355,6 +377,11 @@ class RadixKvTreeCore(UnifiedTreeCoreInterface):
 
     def dec_lock_ref(self, node_id: NodeId, params: DecLockRefParams, skip_swa: bool = False) -> DecLockRefResult:
         self._check_receipt(node_id, params)
+        # SGLang's order: the auxiliary components first, then FULL.
+        if self._swa and SWA not in params.skipped_lock_components and not skip_swa:
+            uuid = params.get_lock_uuid(SWA)
+            if not self._native.is_root(node_id):
+                self._native.swa_dec_lock(node_id, uuid or 0)
         if FULL not in params.skipped_lock_components:
             self._native.dec_lock_ref(node_id)
         else:
@@ -363,8 +390,15 @@ class RadixKvTreeCore(UnifiedTreeCoreInterface):
 
     def dec_swa_lock_only(self, node_id: NodeId, params: DecLockRefParams) -> DecSwaLockOnlyResult:
         self._check_receipt(node_id, params)
-        self._native.node_info(node_id)
-        return DecSwaLockOnlyResult()  # no SWA component: nothing to release early
+        result = DecSwaLockOnlyResult()
+        if not self._swa or self._native.is_root(node_id):
+            self._native.node_info(node_id)
+            return result  # no SWA component (or the root): nothing to release early
+        freed = self._native.dec_swa_lock_only(node_id, params.get_lock_uuid(SWA) or 0)
+        if len(freed):
+            result.device_frees[SWA].append(self._tensor(freed))
+        # No component below SWA's priority in [FULL, SWA]: nothing else to drop.
+        return result
 
     def inc_full_pin(self, node_id: NodeId) -> None:
         self._native.inc_lock_ref(node_id)
@@ -386,29 +420,51 @@ class RadixKvTreeCore(UnifiedTreeCoreInterface):
 
     def evict_device_start(self, component_type: ComponentType, request_cnt: int) -> None:
         self._check_component(component_type, "evict_device_start")
-        self._native.evict_start(max(0, int(request_cnt)))
+        if component_type == SWA:
+            self._native.swa_evict_start(max(0, int(request_cnt)))
+        else:
+            self._native.evict_start(max(0, int(request_cnt)))
         self._walk_component = component_type
 
     def evict_device_next_node(self, component_type: ComponentType, tracker) -> EvictDeviceNextNodeResult:
         self._check_component(component_type, "evict_device_next_node")
+        if component_type == SWA:
+            step = self._native.swa_evict_next(tracker.get(SWA, 0))
+            if step is None:
+                return EvictDeviceNextNodeResult(made_progress=False)
+            node_id, full = step
+            if full is None:  # a device leaf: the controller evicts it whole
+                return EvictDeviceNextNodeResult(node_id=node_id, made_progress=True)
+            # An internal node made an SWA tombstone: its SWA slots, freed by FULL index.
+            result = EvictDeviceNextNodeResult(made_progress=True)
+            result.device_frees[SWA].append(self._tensor(full))
+            result.tracker[SWA] = len(full) // 8
+            return result
         node_id = self._native.evict_next(tracker.get(FULL, 0))
         return EvictDeviceNextNodeResult(node_id=node_id, made_progress=node_id is not None)
 
     def evict_device_leaf(self, node_id: NodeId, is_write_back: bool) -> EvictDeviceLeafResult:
         if is_write_back:
             raise _no_host("evict_device_leaf(is_write_back=True)")
+        swa_len = self._native.swa_info(node_id)[0] if self._swa else -1
         freed = self._native.evict_leaf(node_id)
         n = len(freed) // 8
         result = EvictDeviceLeafResult(unbacked_tokens=n)
-        result.device_frees[FULL].append(self._tensor(freed))
+        full = self._tensor(freed)
+        result.device_frees[FULL].append(full)
         result.tracker[FULL] = n
+        if swa_len >= 0:  # its SWA slots go too (SGLang frees SWA by FULL index)
+            result.device_frees[SWA].append(full)
+            result.tracker[SWA] = swa_len
         return result
 
     def finish_mamba_state_eviction(self, node_id: NodeId) -> EvictDeviceNextNodeResult:
         raise ValueError("finish_mamba_state_eviction: no Mamba component in this tree core ([FULL])")
 
     def finish_swa_state_eviction(self, node_id: NodeId) -> EvictDeviceNextNodeResult:
-        raise ValueError("finish_swa_state_eviction: no SWA component in this tree core ([FULL])")
+        # The SWA walk asks for an internal backup (InternalStateBackup) only with a host
+        # SWA pool, which this core refuses: there is never a pending one to finish.
+        raise ValueError(f"finish_swa_state_eviction: no pending internal SWA eviction (node {node_id})")
 
     def drop_subtree_no_host(self, node_id: NodeId) -> DropSubtreeNoHostResult:
         raise _no_host("drop_subtree_no_host")
@@ -417,7 +473,10 @@ class RadixKvTreeCore(UnifiedTreeCoreInterface):
         raise _no_host("demote")
 
     def evict_device_end(self, component_type: ComponentType) -> None:
-        self._native.evict_end()
+        if component_type == SWA and self._swa:
+            self._native.swa_evict_end()
+        else:
+            self._native.evict_end()
         self._walk_component = None
 
     # ==== sizes ====
@@ -429,10 +488,14 @@ class RadixKvTreeCore(UnifiedTreeCoreInterface):
         return self._native.sizes()[1]
 
     def component_evictable_size(self, component_type: ComponentType) -> int:
-        return self._native.sizes()[0] if component_type == FULL else 0
+        if component_type == FULL:
+            return self._native.sizes()[0]
+        return self._native.swa_sizes()[0] if component_type == SWA else 0
 
     def component_protected_size(self, component_type: ComponentType) -> int:
-        return self._native.sizes()[1] if component_type == FULL else 0
+        if component_type == FULL:
+            return self._native.sizes()[1]
+        return self._native.swa_sizes()[1] if component_type == SWA else 0
 
     def adjust_component_size(self, node_id: NodeId, component_type: ComponentType, delta: int) -> None:
         self._native.node_info(node_id)  # KeyError for a missing node, as SGLang's
@@ -448,20 +511,21 @@ class RadixKvTreeCore(UnifiedTreeCoreInterface):
         return self._native.sizes()[1]
 
     def swa_evictable_size(self) -> int:
-        return 0
+        return self._native.swa_sizes()[0]
 
     def mamba_evictable_size(self) -> int:
         return 0
 
     def swa_protected_size(self) -> int:
-        return 0
+        return self._native.swa_sizes()[1]
 
     def mamba_protected_size(self) -> int:
         return 0
 
     def total_size(self) -> tuple[int, int]:
         e, p = self._native.sizes()
-        return e + p, 0
+        se, sp = self._native.swa_sizes()
+        return e + p, se + sp
 
     def all_values_flatten(self) -> torch.Tensor:
         native = self._native
@@ -486,6 +550,8 @@ class RadixKvTreeCore(UnifiedTreeCoreInterface):
             raw = native.value(node)
             node_slots = torch.frombuffer(raw, dtype=torch.int64).tolist() if raw else []
             emit = node != self._root and (not unlocked_only or lock_ref == 0)
+            if emit and swa_resident_only and self._swa and self._native.swa_info(node)[0] < 0:
+                emit = False
             last = parent_last
             for j, slot in enumerate(node_slots):
                 if emit:
@@ -512,7 +578,12 @@ class RadixKvTreeCore(UnifiedTreeCoreInterface):
             self._bigram(key)
         # The key's own buffer and its limit: no copy of a capped key.
         n, node, hit, last = self._native.match_prefix(self._ns_of(key), key.token_ids, key.limit)
-        return _match_result(n, node, hit, None if last < 0 else last)
+        branching = None
+        if self._swa:
+            # SGLang's SWA finalize: FULL KV past the last reusable window.
+            aligned = hit // self.page_size * self.page_size
+            branching = aligned if aligned > n else None
+        return _match_result(n, node, hit, None if last < 0 else last, branching)
 
     def match_full_device_prefix(self, key) -> tuple[int, NodeId, int]:
         if key.is_bigram:
@@ -550,6 +621,8 @@ class RadixKvTreeCore(UnifiedTreeCoreInterface):
             value = value.cpu()
         if key.is_bigram:
             self._bigram(key)
+        if self._swa:
+            return self._begin_insert_swa(params, key, value)
         self._ongoing_insert = True
         try:
             prefix_len, node, dups = self._native.insert(
@@ -570,14 +643,54 @@ class RadixKvTreeCore(UnifiedTreeCoreInterface):
         actions = [FreeDeviceKV([self._tensor(dups)])] if dups is not None else []
         return InsertStepResult(actions=actions, result=result)
 
+    def _begin_insert_swa(self, params: InsertParams, key, value) -> InsertStepResult:
+        if params.track_adopted_ranges:
+            raise ValueError("insert: track_adopted_ranges is not in the radixkv tree core's SWA insert yet")
+        swa_start = params.get_evicted_seqlen(SWA)
+        prefix_len, node, raw, refreshed = self._native.insert_swa(
+            self._ns_of(key), key.token_ids, value, params.prev_prefix_len, swa_start, key.limit
+        )
+        actions = []
+        for kind, nid, a, b in raw:
+            if kind == 0:
+                actions.append(FreeDeviceKV([self._tensor(a)]))
+            elif kind == 1:
+                actions.append(FreeDeviceKVFullOnly([self._tensor(a)]))
+            elif kind == 2:
+                actions.append(SWARebuild(nid, self._tensor(a)))
+            else:
+                actions.append(RecoverSWAWithLockedFull(nid, self._tensor(a), self._tensor(b)))
+        total = len(key) // self.page_size * self.page_size
+        result = InsertResult(
+            prefix_len=prefix_len, last_device_node=node, mamba_exist=total == 0, adopted_ranges=None
+        )
+        branching = params.swa_branching_seqlen
+        if branching is not None:
+            result.swa_branch_inserted = len(key) >= branching
+        if refreshed:
+            return InsertStepResult(actions=actions, result=result)
+        # A barrier (SGLang's SWARebuild): the cache stores the SWA values, then resumes,
+        # and the window refresh that ends the insert runs then.
+        self._pending_insert = (node, result)
+        self._ongoing_insert = True
+        return InsertStepResult(actions=actions)
+
     def resume_insert(self) -> InsertStepResult:
-        raise RuntimeError("no in-flight insert")
+        if self._pending_insert is None:
+            raise RuntimeError("no in-flight insert")
+        node, result = self._pending_insert
+        self._pending_insert = None
+        self._ongoing_insert = False
+        if not self._native.is_root(node):
+            self._native.swa_refresh(node)
+        return InsertStepResult(actions=[], result=result)
 
     def has_ongoing_insert(self) -> bool:
         return self._ongoing_insert
 
     def end_insert(self) -> list:
         self._ongoing_insert = False
+        self._pending_insert = None
         return []
 
     # ==== host tier: none in this slice ====
@@ -647,16 +760,23 @@ class RadixKvTreeCore(UnifiedTreeCoreInterface):
 
     def set_component_device_value(self, node_id, component_type, value) -> None:
         self._native.node_info(node_id)
+        if component_type == SWA and self._swa:
+            self._native.swa_set_value(node_id, value.detach().to("cpu", torch.int64).contiguous().numpy())
+            return
         raise ValueError(
             f"set_component_device_value: component {component_type!r} is not an auxiliary "
             "component of this tree core ([FULL])"
         )
 
     def get_component_device_value(self, node_id, component_type) -> Optional[torch.Tensor]:
-        raw = self._native.value(node_id)
-        if component_type != FULL or raw is None:
-            return None
-        return self._tensor(raw)
+        if component_type == SWA and self._swa:
+            raw = self._native.swa_value(node_id)
+        elif component_type == FULL:
+            raw = self._native.value(node_id)
+        else:
+            self._native.node_info(node_id)
+            raw = None
+        return None if raw is None else self._tensor(raw)
 
     def component_has_host_value_only(self, node_id, component_type) -> bool:
         self._native.node_info(node_id)

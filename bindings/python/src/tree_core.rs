@@ -81,6 +81,18 @@ struct Node {
     index: HashMap<ChildKey, u32>,
 }
 
+/// A cache action of SGLang's (`cache_action.py`) that an SWA insert emits, in order.
+enum Act {
+    /// `FreeDeviceKV`: FULL and SWA slots.
+    Free(Vec<i64>),
+    /// `FreeDeviceKVFullOnly`.
+    FreeFullOnly(Vec<i64>),
+    /// `SWARebuild(node, source FULL value)`: a barrier.
+    Rebuild(u64, Vec<i64>),
+    /// `RecoverSWAWithLockedFull(node, kept FULL, incoming FULL)`: a barrier.
+    RecoverLocked(u64, Vec<i64>, Vec<i64>),
+}
+
 #[derive(Default)]
 struct Walk {
     request: u64,
@@ -429,6 +441,25 @@ impl Tree {
         value: &[i64],
         prev_prefix_len: usize,
     ) -> (usize, u32, Vec<i64>) {
+        let mut acts = Vec::new();
+        let (p, node, frees) = self.insert_with(ns, key, value, prev_prefix_len, 0, &mut acts);
+        debug_assert!(acts.is_empty());
+        (p, node, frees)
+    }
+
+    /// The insert with the SWA rules (`swa_start`: the request's SWA-evicted prefix,
+    /// page-aligned): SWA's cache actions go to `acts`, in SGLang's order; FULL's duplicate
+    /// frees are returned when `acts` gets none of them (always without SWA).
+    fn insert_with(
+        &mut self,
+        ns: u32,
+        key: &[i64],
+        value: &[i64],
+        prev_prefix_len: usize,
+        swa_start: usize,
+        acts: &mut Vec<Act>,
+    ) -> (usize, u32, Vec<i64>) {
+        let swa = self.window > 0;
         let page = self.page;
         let len = key.len() / page * page;
         let (key, value) = (&key[..len], &value[..len]);
@@ -463,10 +494,43 @@ impl Tree {
                 self.refresh_leaf(c);
                 let par = self.n(c).parent;
                 self.refresh_leaf(par);
-            } else {
+            } else if !swa {
                 let dup_start = prev_prefix_len.saturating_sub(total);
                 if dup_start < p {
                     frees.extend_from_slice(&value[total + dup_start..total + p]);
+                }
+            } else {
+                // SGLang's SWA `update_component_on_insert_overlap`: an SWA tombstone inside
+                // the request's live window takes the request's KV back.
+                let mut consumed = p;
+                if prev_prefix_len < total + p && self.n(c).swa.value.is_none() {
+                    let live = total.max(swa_start);
+                    if live < total + p {
+                        if live > total {
+                            self.split(c, live - total);
+                        }
+                        let incoming = value[live..total + p].to_vec();
+                        let old = self.n(c).full.value.clone().unwrap_or_default();
+                        if self.n(c).full.lock_ref > 0 {
+                            acts.push(Act::RecoverLocked(self.n(c).id, old, incoming));
+                        } else {
+                            self.n_mut(c).full.value = Some(incoming.clone());
+                            acts.push(Act::FreeFullOnly(old));
+                            acts.push(Act::Rebuild(self.n(c).id, incoming));
+                        }
+                        consumed = live - total;
+                    }
+                }
+                let dup_start = prev_prefix_len.saturating_sub(total);
+                if dup_start < consumed {
+                    let dup = &value[total + dup_start..total + consumed];
+                    let gone = swa_start.saturating_sub(total + dup_start).min(dup.len());
+                    if gone > 0 {
+                        acts.push(Act::FreeFullOnly(dup[..gone].to_vec()));
+                    }
+                    if gone < dup.len() {
+                        acts.push(Act::Free(dup[gone..].to_vec()));
+                    }
                 }
             }
             node = c;
@@ -481,11 +545,42 @@ impl Tree {
             self.evictable += (len - total) as u64;
             self.refresh_leaf(new);
             self.refresh_leaf(node);
+            if swa {
+                self.swa_populate_leaf(new, total, len, swa_start, acts);
+            }
             new
         } else {
             node
         };
         (total, target, frees)
+    }
+
+    /// SGLang's SWA `commit_insert_component_data` for a new leaf spanning [start, end):
+    /// the part past `swa_start` gets SWA values (the cache's `SWARebuild`), the leaf capped
+    /// at one page-aligned window (its older part split off as a parent, published first).
+    fn swa_populate_leaf(&mut self, leaf: u32, start: usize, end: usize, swa_start: usize, acts: &mut Vec<Act>) {
+        let live = start.max(swa_start);
+        if live >= end {
+            return;
+        }
+        if live > start {
+            self.split(leaf, live - start);
+        }
+        let tail = self.window.div_ceil(self.page) * self.page;
+        let len = self.n(leaf).key.len();
+        let mut parent = NONE;
+        if self.n(leaf).swa.lock_ref == 0 && len > tail {
+            let at = len - tail;
+            if self.page == 1 || (at % self.page == 0 && len % self.page == 0) {
+                parent = self.split(leaf, at);
+            }
+        }
+        for u in [parent, leaf] {
+            if u != NONE {
+                let v = self.n(u).full.value.clone().unwrap_or_default();
+                acts.push(Act::Rebuild(self.n(u).id, v));
+            }
+        }
     }
 
     fn path_to_root(&self, s: u32) -> Vec<u32> {
@@ -1097,6 +1192,71 @@ impl NativeTreeCore {
         let id = t.n(node).id;
         drop(t);
         Ok((p, id, if frees.is_empty() { None } else { Some(bytes_of(py, &frees)?) }))
+    }
+
+    /// The insert with SWA's rules (an SWA tree core only): `(prefix_len, last_device_node,
+    /// actions)`, actions `(kind, node id or -1, int64 bytes, int64 bytes or None)` in
+    /// SGLang's order, kind 0 `FreeDeviceKV`, 1 `FreeDeviceKVFullOnly`, 2 `SWARebuild`, 3
+    /// `RecoverSWAWithLockedFull`; `swa_start` the request's SWA-evicted prefix
+    /// (page-aligned). The window refresh that ends SGLang's insert is `swa_refresh`'s
+    /// (after the cache stored the rebuilt values), or done here when no action is a
+    /// barrier (kinds 2, 3): the fifth field says which (True: done).
+    #[pyo3(signature = (ns, tokens, values, prev_prefix_len=0, swa_start=0, limit=None))]
+    #[allow(clippy::too_many_arguments, clippy::type_complexity)]
+    fn insert_swa<'py>(
+        &self,
+        py: Python<'py>,
+        ns: u32,
+        tokens: &Bound<'py, PyAny>,
+        values: &Bound<'py, PyAny>,
+        prev_prefix_len: usize,
+        swa_start: usize,
+        limit: Option<usize>,
+    ) -> PyResult<(usize, u64, Vec<(u8, i64, Bound<'py, PyByteArray>, Option<Bound<'py, PyByteArray>>)>, bool)> {
+        let key_in = to_input64_held(tokens, "tokens")?;
+        let vals_in =
+            if values.is_none() { None } else { Some(to_input64_held(values, "values")?) };
+        let (mut s1, mut s2) = (Vec::new(), Vec::new());
+        let key = ints_of(&key_in, "tokens", limit, &mut s1)?;
+        let vals = match &vals_in {
+            Some(v) => ints_of(v, "values", None, &mut s2)?,
+            None => key,
+        };
+        let aligned = key.len() / self.page_size * self.page_size;
+        if vals.len() < aligned {
+            return Err(PyValueError::new_err(format!(
+                "insert: values has {} indices for {} (page-aligned) tokens; nothing was inserted",
+                vals.len(),
+                aligned
+            )));
+        }
+        if swa_start % self.page_size != 0 {
+            return Err(PyValueError::new_err(format!(
+                "insert: the SWA-evicted prefix ({swa_start}) is not a multiple of the page size                  ({}); nothing was inserted",
+                self.page_size
+            )));
+        }
+        let mut t = self.t()?;
+        t.need_swa("insert_swa")?;
+        let mut acts = Vec::new();
+        let (p, node, frees) = t.insert_with(ns, key, vals, prev_prefix_len, swa_start, &mut acts);
+        debug_assert!(frees.is_empty());
+        let barrier = acts.iter().any(|a| matches!(a, Act::Rebuild(..) | Act::RecoverLocked(..)));
+        if !barrier && node != t.root {
+            t.swa_refresh(node);
+        }
+        let id = t.n(node).id;
+        drop(t);
+        let mut out = Vec::with_capacity(acts.len());
+        for a in acts {
+            out.push(match a {
+                Act::Free(v) => (0, -1, bytes_of(py, &v)?, None),
+                Act::FreeFullOnly(v) => (1, -1, bytes_of(py, &v)?, None),
+                Act::Rebuild(n, v) => (2, n as i64, bytes_of(py, &v)?, None),
+                Act::RecoverLocked(n, a, b) => (3, n as i64, bytes_of(py, &a)?, Some(bytes_of(py, &b)?)),
+            });
+        }
+        Ok((p, id, out, !barrier))
     }
 
     /// Locks the node's root path; returns the tokens that became protected.

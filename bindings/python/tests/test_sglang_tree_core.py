@@ -102,7 +102,10 @@ class Selection(unittest.TestCase):
 
     def test_unsupported_configurations_fall_back_with_a_warning(self):
         cases = {
-            "SWA": dict(components=(ComponentType.FULL, ComponentType.SWA), sliding_window_size=4),
+            "MAMBA": dict(components=(ComponentType.FULL, ComponentType.MAMBA)),
+            "SWA+MAMBA": dict(
+                components=(ComponentType.FULL, ComponentType.SWA, ComponentType.MAMBA), sliding_window_size=128
+            ),
             "policy": dict(eviction_policy="lfu"),
         }
         for name, kw in cases.items():
@@ -110,6 +113,12 @@ class Selection(unittest.TestCase):
                 cache, _ = build(**kw)
             self.assertIsInstance(cache.tree_core, UnifiedTreeCore)
             self.assertIn("using SGLang's Python UnifiedTreeCore instead", logs.output[0])
+
+    def test_swa_configurations_run_natively(self):
+        with self.assertNoLogs("radixkv.sglang", logging.WARNING):
+            cache, _ = build(components=(ComponentType.FULL, ComponentType.SWA), sliding_window_size=4)
+        self.assertIsInstance(cache.tree_core, RadixKvTreeCore)
+        self.assertEqual(cache.tree_core.sliding_window_size, 4)
 
     def test_a_host_tier_switched_on_later_is_refused(self):
         cache, _ = build()
@@ -167,6 +176,142 @@ def _replay(cache, alloc, reqs):
         seen.append((n, evicted, res.prefix_len, cache.evictable_size(), cache.protected_size(), alloc.available_size()))
         cache.tree_core.sanity_check([], [])
     return seen
+
+
+def _alloc_swa(alloc, need, page_size):
+    """The kit's SWA allocation for pages (SWA's alloc asserts page 1): whole pages on both
+    pools, the FULL->SWA mapping set; None when either pool is short."""
+    if page_size == 1:
+        return alloc.alloc(need)
+    if need > alloc.full_attn_allocator.available_size() or need > alloc.swa_attn_allocator.available_size():
+        return None
+    full = alloc.full_attn_allocator.alloc(need)
+    swa = alloc.swa_attn_allocator.alloc(need)
+    alloc.full_to_swa_index_mapping[full] = swa
+    return full
+
+
+def _replay_swa(cache, alloc, reqs, window):
+    """The scheduler's loop for [FULL, SWA]: as _replay, with both pools' shortfalls
+    evicted and what every step saw of SWA too (valid match, branching point, SWA sizes,
+    both free pools). Requests are cut to whole pages (paged SWA allocation). SWA is put
+    under pressure of its own, as in a server: a third of its pool is held elsewhere (so
+    SWA runs short before FULL and its walk makes tombstones), and every other request has
+    freed its SWA slots behind its window before it is inserted (its evicted seqlen: the
+    insert leaves tombstones and frees FULL only there)."""
+    ps = cache.page_size
+    tc = cache.tree_core
+    held = alloc.swa_attn_allocator.alloc(alloc.swa_attn_allocator.available_size() // 3 // ps * ps)
+    assert held is not None
+    seen = []
+    for i, toks in enumerate(reqs):
+        toks = toks[: len(toks) // ps * ps]
+        if not toks:
+            continue
+        m = cache.match_prefix(MatchPrefixParams(key=RadixKey(array("q", toks))))
+        n = m.device_prefix_len
+        lock = cache.lock(m.last_device_node)
+        prefix = tc.collect_full_device_indices(m.last_device_node, cache.root_node_handle()) if n else None
+        need = len(toks) - n
+        evicted = None
+        fa, sa = alloc.full_available_size(), alloc.swa_available_size()
+        if fa < need or sa < need:
+            r = cache.evict(EvictParams(num_tokens=max(0, need - fa), swa_num_tokens=max(0, need - sa)))
+            evicted = (r.num_tokens_evicted, r.swa_num_tokens_evicted)
+        new = _alloc_swa(alloc, need, ps) if need else torch.empty((0,), dtype=torch.int64)
+        if new is None:
+            cache.unlock(lock)
+            seen.append((n, evicted, None))
+            continue
+        value = torch.cat([prefix[:n], new]) if n else new
+        params = InsertParams(key=RadixKey(array("q", toks)), value=value, prev_prefix_len=n)
+        behind = (len(toks) - window) // ps * ps
+        if i % 2 and behind > n:
+            alloc.free_swa(value[n:behind])
+            params.set_evicted_seqlen(ComponentType.SWA, behind)
+        res = cache.insert(params)
+        cache.unlock(lock)
+        seen.append(
+            (
+                n,
+                m.full_kv_hit_length,
+                m.swa_branching_seqlen,
+                evicted,
+                res.prefix_len,
+                tc.evictable_size(),
+                tc.protected_size(),
+                tc.swa_evictable_size(),
+                tc.swa_protected_size(),
+                alloc.full_available_size(),
+                alloc.swa_available_size(),
+            )
+        )
+        tc.sanity_check([], [])
+    return seen
+
+
+def _swa_configs():
+    """The kit's [FULL, SWA] configs (page size, window, pool size)."""
+    from sglang.test.kits.unified_radix_cache.config import CONFIGS
+
+    return [
+        (c.page_size, c.sliding_window_size, c.kv_size)
+        for c in CONFIGS
+        if tuple(c.components) == (ComponentType.FULL, ComponentType.SWA)
+    ]
+
+
+@unittest.skipUnless(HAVE_KIT, "needs SGLang 0.5.23's unified-cache test kit")
+class SwaAgainstSGLangsPythonCore(unittest.TestCase):
+    def test_identical_hits_evictions_and_sizes_at_every_step(self):
+        configs = _swa_configs()
+        self.assertTrue(configs)
+        for ps, window, kv in configs:
+            for seed in range(3):
+                with self.subTest(page_size=ps, window=window, seed=seed):
+                    # A pool of about 24 pages: small enough to evict in every config.
+                    pool = min(kv, 24 * ps)
+                    reqs = _workload(seed, 150, ps)
+                    got = {}
+                    for backend in ("python", "radixkv"):
+                        cache, alloc = build(
+                            page_size=ps,
+                            components=(ComponentType.FULL, ComponentType.SWA),
+                            sliding_window_size=window,
+                            backend=backend,
+                            kv_size=pool,
+                        )
+                        self.assertEqual(isinstance(cache.tree_core, RadixKvTreeCore), backend == "radixkv")
+                        got[backend] = _replay_swa(cache, alloc, reqs, window)
+                    self.assertEqual(got["python"], got["radixkv"])
+                    self.assertTrue(any(s[1] for s in got["python"] if len(s) == 3 or s[3]))  # it evicts
+                    # SWA tombstones happen: a FULL hit past the last valid window.
+                    self.assertTrue(any(len(s) > 3 and s[2] is not None for s in got["python"]))
+
+    def test_early_window_release_and_locks_are_sglangs(self):
+        ps, window = 1, 4
+        reqs = _workload(5, 60, ps)
+        seen = {}
+        for backend in ("python", "radixkv"):
+            cache, alloc = build(
+                page_size=ps, components=(ComponentType.FULL, ComponentType.SWA), sliding_window_size=window,
+                backend=backend, kv_size=4096,
+            )
+            _replay_swa(cache, alloc, reqs, window)
+            tc = cache.tree_core
+            steps = []
+            for toks in reqs[:15]:
+                m = cache.match_prefix(MatchPrefixParams(key=RadixKey(array("q", toks))))
+                lock = cache.lock(m.last_device_node)
+                steps.append((m.device_prefix_len, tc.swa_evictable_size(), tc.swa_protected_size(), tc.evictable_size()))
+                cache.release_swa(lock)  # the request's window moved past its prefix
+                steps.append((tc.swa_evictable_size(), tc.swa_protected_size(), tc.evictable_size(), alloc.swa_available_size()))
+                cache.unlock(lock)
+                steps.append((tc.swa_evictable_size(), tc.swa_protected_size(), tc.evictable_size(), tc.protected_size()))
+                tc.sanity_check([], [])
+            seen[backend] = steps
+        self.assertEqual(seen["python"], seen["radixkv"])
+        self.assertTrue(any(s[1] for s in seen["python"][0::3]))  # windows were locked
 
 
 @unittest.skipUnless(HAVE_KIT, "needs SGLang 0.5.23's unified-cache test kit")
