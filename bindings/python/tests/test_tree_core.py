@@ -241,3 +241,175 @@ def test_children_keep_their_order_through_removals():
     assert t.check() is None
     _, again, _ = t.insert(0, q([1, 101]), q([1, 1]))
     assert t.children(root) == [nodes[4]] + nodes[16:] + [again]
+
+
+# ---- the SWA component (swa_window > 0): SGLang's components/swa.py rules ----------------
+
+FREE, FREE_FULL_ONLY, REBUILD, RECOVER_LOCKED = 0, 1, 2, 3
+
+
+def acts(raw):
+    return [(kind, node, ints(a), ints(b) if b is not None else None) for kind, node, a, b in raw]
+
+
+def swa_tree(window=4):
+    """Page 1, window 4: [1..8] -> 10..17, capped into [1..4] + [5..8], SWA values stored
+    as the cache does on SWARebuild (SWA index = FULL index + 100), the insert's window
+    refresh done. Returns (tree, parent, leaf)."""
+    t = NativeTreeCore(1, swa_window=window)
+    p, leaf, raw, refreshed = t.insert_swa(0, q(range(1, 9)), q(range(10, 18)))
+    assert (p, refreshed) == (0, False)  # SWARebuild is a barrier: the refresh waits
+    a = acts(raw)
+    parent = t.node_info(leaf)[0]
+    # The leaf is capped at one window; the older part is published first.
+    assert a == [(REBUILD, parent, [10, 11, 12, 13], None), (REBUILD, leaf, [14, 15, 16, 17], None)]
+    for _, node, full, _ in a:
+        t.swa_set_value(node, q([x + 100 for x in full]))
+    t.swa_refresh(leaf)
+    assert t.check() is None
+    return t, parent, leaf
+
+
+def test_swa_window_refresh_orders_the_lru_leaf_first():
+    t, parent, leaf = swa_tree()
+    assert t.swa_lru() == [leaf, parent]
+    assert t.swa_sizes() == (8, 0)
+    assert ints(t.swa_value(parent)) == [110, 111, 112, 113]
+
+
+def test_swa_a_match_is_valid_only_where_the_swa_run_covers_the_window():
+    t, parent, leaf = swa_tree()
+    root = t.root_id()
+    # SWA's walk: the LRU end is the parent, an internal node: it becomes a tombstone and
+    # its SWA slots are freed by FULL index.
+    t.swa_evict_start(4)
+    node, full = t.swa_evict_next(0)
+    assert (node, ints(full)) == (parent, [10, 11, 12, 13])
+    assert t.swa_evict_next(4) is None  # the request is met
+    t.swa_evict_end()
+    assert t.swa_info(parent)[0] == -1 and ints(t.value(parent)) == [10, 11, 12, 13]
+    assert t.swa_sizes() == (4, 0)
+    # The leaf's 4 SWA tokens cover the window: the whole path matches.
+    assert t.match_prefix(0, q(range(1, 9)))[:3] == (8, leaf, 8)
+    # Ending on the tombstone: FULL holds 4 tokens, no valid match.
+    assert t.match_prefix(0, q([1, 2, 3, 4]))[:3] == (0, root, 4)
+    # Ending 2 tokens past it (the leaf splits): 2 SWA tokens < the window of 4.
+    n, best, hit, _ = t.match_prefix(0, q([1, 2, 3, 4, 5, 6, 99]))
+    assert (n, best, hit) == (0, root, 6)
+    assert t.check() is None
+
+
+def test_swa_window_lock_pins_one_window_and_stamps_its_boundary():
+    t, parent, leaf = swa_tree()
+    uuid = t.swa_inc_lock(leaf)
+    assert uuid != 0 and t.swa_info(leaf)[1:3] == (1, uuid)
+    assert t.swa_info(parent)[1] == 0  # the leaf alone covers the window
+    assert t.swa_sizes() == (4, 4)
+    # A wrong stamp would walk past the segment onto unlocked nodes: refused, unchanged.
+    with pytest.raises(ValueError, match="no window lock"):
+        t.swa_dec_lock(leaf, uuid + 1)
+    assert t.swa_sizes() == (4, 4) and t.swa_info(leaf)[1] == 1
+    t.swa_dec_lock(leaf, uuid)
+    assert t.swa_sizes() == (8, 0)
+    with pytest.raises(ValueError, match="no window lock"):
+        t.swa_dec_lock(leaf, uuid)
+    assert t.check() is None
+
+
+def test_swa_early_release_evicts_a_leafs_window_and_keeps_its_full_kv():
+    t, parent, leaf = swa_tree()
+    uuid = t.swa_inc_lock(leaf)  # the window lock only (no FULL lock on the path)
+    freed = t.dec_swa_lock_only(leaf, uuid)
+    assert ints(freed) == [14, 15, 16, 17]  # a device leaf once unlocked: its SWA goes
+    assert t.swa_info(leaf)[0] == -1 and ints(t.value(leaf)) == [14, 15, 16, 17]
+    assert t.swa_sizes() == (4, 0) and t.sizes() == (8, 0)
+    # With FULL locked too, the leaf stays locked: its window is only made evictable.
+    t2, _, leaf2 = swa_tree()
+    t2.inc_lock_ref(leaf2)
+    u2 = t2.swa_inc_lock(leaf2)
+    assert ints(t2.dec_swa_lock_only(leaf2, u2)) == []
+    assert t2.swa_sizes() == (8, 0) and t2.swa_info(leaf2)[0] == 4
+    assert t.check() is None and t2.check() is None
+
+
+def test_swa_insert_behind_the_evicted_seqlen_leaves_a_tombstone_and_frees_full_only():
+    t = NativeTreeCore(1, swa_window=4)
+    _, leaf, raw, _ = t.insert_swa(0, q(range(1, 9)), q(range(10, 18)), swa_start=4)
+    prefix = t.node_info(leaf)[0]
+    assert acts(raw) == [(REBUILD, leaf, [14, 15, 16, 17], None)]
+    assert t.node_info(prefix)[1] == 4 and t.swa_info(prefix)[0] == -1
+    # The same tokens again, computed anew (prev_prefix_len 0), SWA freed behind 4: the
+    # request's copies are duplicates; below its evicted seqlen only FULL is still its own.
+    t2, parent, leaf2 = swa_tree()
+    _, _, raw, refreshed = t2.insert_swa(0, q(range(1, 9)), q(range(20, 28)), swa_start=4)
+    assert refreshed
+    assert acts(raw) == [(FREE_FULL_ONLY, -1, [20, 21, 22, 23], None), (FREE, -1, [24, 25, 26, 27], None)]
+    assert t.check() is None and t2.check() is None
+
+
+def test_swa_insert_over_a_tombstone_in_the_window_recovers_it():
+    t, parent, leaf = swa_tree()
+    t.swa_evict_start(4)
+    t.swa_evict_next(0)  # the parent becomes a tombstone
+    t.swa_evict_end()
+    _, _, raw, _ = t.insert_swa(0, q(range(1, 9)), q(range(20, 28)))
+    # The tombstone takes the request's KV: its old FULL slots are freed FULL-only, its
+    # window rebuilt from the new ones; the leaf's copies are plain duplicates.
+    assert acts(raw) == [
+        (FREE_FULL_ONLY, -1, [10, 11, 12, 13], None),
+        (REBUILD, parent, [20, 21, 22, 23], None),
+        (FREE, -1, [24, 25, 26, 27], None),
+    ]
+    assert ints(t.value(parent)) == [20, 21, 22, 23]
+    # Locked FULL: kept, the cache remaps the incoming SWA onto it.
+    t2, parent2, leaf2 = swa_tree()
+    t2.swa_evict_start(4)
+    t2.swa_evict_next(0)
+    t2.swa_evict_end()
+    t2.inc_lock_ref(leaf2)
+    _, _, raw, _ = t2.insert_swa(0, q(range(1, 9)), q(range(20, 28)))
+    assert acts(raw)[0] == (RECOVER_LOCKED, parent2, [10, 11, 12, 13], [20, 21, 22, 23])
+    assert ints(t2.value(parent2)) == [10, 11, 12, 13]
+    assert t.check() is None and t2.check() is None
+
+
+def test_swa_evicting_a_leaf_frees_its_window_too():
+    t, parent, leaf = swa_tree()
+    t.evict_start(8)
+    assert t.evict_next(0) == leaf
+    assert ints(t.evict_leaf(leaf)) == [14, 15, 16, 17]
+    assert t.swa_sizes() == (4, 0) and t.swa_lru() == [parent]
+    assert t.check() is None
+
+
+def test_swa_bad_input_is_refused_with_nothing_changed():
+    t, parent, leaf = swa_tree()
+    before = (t.dfs(), t.swa_sizes(), t.sizes(), t.swa_lru())
+    with pytest.raises(ValueError, match="already has an SWA value"):
+        t.swa_set_value(leaf, q([1, 2, 3, 4]))
+    with pytest.raises(ValueError, match="page size"):
+        NativeTreeCore(4, swa_window=4).insert_swa(0, q(range(8)), q(range(8)), swa_start=2)
+    with pytest.raises(ValueError, match="nothing was inserted"):
+        t.insert_swa(0, q(range(1, 20)), q([1, 2]))
+    with pytest.raises(KeyError):
+        t.swa_inc_lock(10**9)
+    with pytest.raises(RuntimeError, match="no SWA walk"):
+        t.swa_evict_next(0)
+    assert (t.dfs(), t.swa_sizes(), t.sizes(), t.swa_lru()) == before
+    t.swa_evict_start(4)
+    assert t.swa_evict_next(0)[0] == parent  # the parent becomes a tombstone
+    t.swa_evict_end()
+    before = (t.swa_sizes(), t.swa_lru())
+    with pytest.raises(ValueError, match="has 4 tokens, the SWA value 3"):
+        t.swa_set_value(parent, q([1, 2, 3]))
+    with pytest.raises(ValueError, match="is the root"):
+        t.swa_set_value(t.root_id(), q([]))
+    assert (t.swa_sizes(), t.swa_lru()) == before and t.swa_info(parent)[0] == -1
+    t.swa_set_value(parent, q([1, 2, 3, 4]))  # the right length: taken, most recent
+    assert t.swa_lru()[0] == parent
+    assert t.check() is None
+    plain = NativeTreeCore(1)
+    with pytest.raises(ValueError, match="no SWA component"):
+        plain.insert_swa(0, q([1]), q([1]))
+    with pytest.raises(ValueError, match="no SWA component"):
+        plain.swa_inc_lock(plain.root_id())
