@@ -15,8 +15,11 @@
         workloads through UnifiedRadixCache with the scheduler's loop (match, lock, evict
         when short, insert with prev_prefix_len, unlock) on SGLang's python and rust cores
         and on radixkv, every step's prefix length, evicted tokens, insert prefix, sizes
-        and free pool recorded; and for each of the kit's other configs (SWA, Mamba), what
-        the radixkv core does with it (falls back to SGLang's Python core, with a warning).
+        and free pool recorded; the same for each of the kit's [FULL, SWA] configs with
+        SWA's own pressure (tests/test_sglang_tree_core.py's _replay_swa: valid matches,
+        branching points, both walks' evictions, SWA sizes, both free pools); and for each
+        of the kit's other configs (Mamba), what the radixkv core does with it (falls back
+        to SGLang's Python core, with a warning).
 """
 
 from __future__ import annotations
@@ -157,11 +160,41 @@ class _Warnings(logging.Handler):
         self.lines.append(record.getMessage())
 
 
+def _swa_replay():
+    here = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "bindings", "python", "tests")
+    sys.path.insert(0, here)
+    from test_sglang_tree_core import _replay_swa, _workload
+
+    return _replay_swa, _workload
+
+
 def run_replay(out):
     _on_cpu_without_accelerator()
     report = {"full": {}, "other": {}}
     for cfg in kit_config.CONFIGS:
-        if cfg.components == (ComponentType.FULL,) and not cfg.is_eagle:
+        if cfg.components == (ComponentType.FULL, ComponentType.SWA) and not cfg.is_eagle:
+            replay_swa, swa_workload = _swa_replay()
+            cfg = kit_config.CacheConfig(**{**cfg.__dict__, "kv_size": min(cfg.kv_size, 24 * cfg.page_size)})
+            row = {}
+            for seed in range(3):
+                reqs = swa_workload(seed, 150, cfg.page_size)
+                got = {}
+                for b in BACKENDS:
+                    try:
+                        got[b] = [list(s) for s in replay_swa(*build(cfg, b), reqs, cfg.sliding_window_size)]
+                    except Exception as e:  # noqa: BLE001 - reported, never hidden
+                        got[b] = [f"{type(e).__name__}: {e}"]
+                for b in BACKENDS:
+                    r = row.setdefault(b, {"steps": 0, "hits": 0, "evicted": 0, "same_as_python": True})
+                    r["steps"] += len(got[b])
+                    r["hits"] += sum(s[0] for s in got[b] if isinstance(s, list))
+                    r["evicted"] += sum(sum(s[3]) for s in got[b] if isinstance(s, list) and len(s) > 3 and s[3])
+                    if got[b] != got["python"]:
+                        r["same_as_python"] = False
+                        first = next((i for i, (x, y) in enumerate(zip(got[b], got["python"])) if x != y), 0)
+                        r.setdefault("first_difference", f"seed {seed} step {first}: {got[b][first]} vs python {got['python'][first]}")
+            report["full"][cfg.label] = row
+        elif cfg.components == (ComponentType.FULL,) and not cfg.is_eagle:
             cfg = kit_config.CacheConfig(**{**cfg.__dict__, "kv_size": 256})
             row = {}
             for seed in range(4):
