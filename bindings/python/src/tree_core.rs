@@ -558,7 +558,14 @@ impl Tree {
     /// SGLang's SWA `commit_insert_component_data` for a new leaf spanning [start, end):
     /// the part past `swa_start` gets SWA values (the cache's `SWARebuild`), the leaf capped
     /// at one page-aligned window (its older part split off as a parent, published first).
-    fn swa_populate_leaf(&mut self, leaf: u32, start: usize, end: usize, swa_start: usize, acts: &mut Vec<Act>) {
+    fn swa_populate_leaf(
+        &mut self,
+        leaf: u32,
+        start: usize,
+        end: usize,
+        swa_start: usize,
+        acts: &mut Vec<Act>,
+    ) {
         let live = start.max(swa_start);
         if live >= end {
             return;
@@ -571,7 +578,7 @@ impl Tree {
         let mut parent = NONE;
         if self.n(leaf).swa.lock_ref == 0 && len > tail {
             let at = len - tail;
-            if self.page == 1 || (at % self.page == 0 && len % self.page == 0) {
+            if self.page == 1 || (at.is_multiple_of(self.page) && len.is_multiple_of(self.page)) {
                 parent = self.split(leaf, at);
             }
         }
@@ -710,7 +717,11 @@ impl Tree {
             n.lru_next = next;
             n.in_lru = true;
         }
-        if prev == NONE { self.lru_head = s } else { self.n_mut(prev).lru_next = s }
+        if prev == NONE {
+            self.lru_head = s
+        } else {
+            self.n_mut(prev).lru_next = s
+        }
         if next == NONE { self.lru_tail = s } else { self.n_mut(next).lru_prev = s }
     }
 
@@ -723,7 +734,11 @@ impl Tree {
             n.in_lru = false;
             (std::mem::replace(&mut n.lru_prev, NONE), std::mem::replace(&mut n.lru_next, NONE))
         };
-        if prev == NONE { self.lru_head = next } else { self.n_mut(prev).lru_next = next }
+        if prev == NONE {
+            self.lru_head = next
+        } else {
+            self.n_mut(prev).lru_next = next
+        }
         if next == NONE { self.lru_tail = prev } else { self.n_mut(next).lru_prev = prev }
     }
 
@@ -799,7 +814,8 @@ impl Tree {
     /// SWA value whose last lock goes on a device leaf is evicted at once; its FULL indices
     /// are returned to free). Checked in full before anything changes.
     fn swa_unlock(&mut self, s: u32, uuid: u64, early: bool) -> PyResult<Vec<i64>> {
-        let seg = self.swa_segment(s, uuid, if early { "dec_swa_lock_only" } else { "dec_lock_ref" })?;
+        let seg =
+            self.swa_segment(s, uuid, if early { "dec_swa_lock_only" } else { "dec_lock_ref" })?;
         let mut frees = Vec::new();
         for u in seg {
             let len = self.swa_len(u);
@@ -827,7 +843,11 @@ impl Tree {
         self.lru_remove(s);
         let n = self.n_mut(s);
         n.swa.value = None;
-        if n.swa.lock_ref > 0 { self.swa_protected -= len } else { self.swa_evictable -= len }
+        if n.swa.lock_ref > 0 {
+            self.swa_protected -= len
+        } else {
+            self.swa_evictable -= len
+        }
         self.refresh_leaf(s);
         len
     }
@@ -852,7 +872,11 @@ impl Tree {
         let locked = n.swa.lock_ref > 0;
         self.n_mut(s).swa.value = Some(value);
         self.lru_insert_after(NONE, s);
-        if locked { self.swa_protected += len } else { self.swa_evictable += len }
+        if locked {
+            self.swa_protected += len
+        } else {
+            self.swa_evictable += len
+        }
         Ok(())
     }
 
@@ -1012,7 +1036,11 @@ impl NativeTreeCore {
     }
 
     /// The node's SWA value (int64 bytes), or None (a tombstone, or no SWA component).
-    fn swa_value<'py>(&self, py: Python<'py>, node: u64) -> PyResult<Option<Bound<'py, PyByteArray>>> {
+    fn swa_value<'py>(
+        &self,
+        py: Python<'py>,
+        node: u64,
+    ) -> PyResult<Option<Bound<'py, PyByteArray>>> {
         let t = self.t()?;
         let n = t.n(t.slot(node)?);
         n.swa.value.as_ref().map(|v| bytes_of(py, v)).transpose()
@@ -1022,7 +1050,12 @@ impl NativeTreeCore {
     fn swa_info(&self, node: u64) -> PyResult<(i64, u32, u64, bool)> {
         let t = self.t()?;
         let n = t.n(t.slot(node)?);
-        Ok((n.swa.value.as_ref().map_or(-1, |v| v.len() as i64), n.swa.lock_ref, n.swa_uuid, n.in_lru))
+        Ok((
+            n.swa.value.as_ref().map_or(-1, |v| v.len() as i64),
+            n.swa.lock_ref,
+            n.swa_uuid,
+            n.in_lru,
+        ))
     }
 
     /// `(evictable, protected)` SWA tokens.
@@ -1075,11 +1108,16 @@ impl NativeTreeCore {
     ) -> PyResult<Option<(u64, Option<Bound<'py, PyByteArray>>)>> {
         let mut t = self.t()?;
         if !t.walk.swa_open {
-            return Err(PyRuntimeError::new_err("evict_device_next_node(SWA): no SWA walk started"));
+            return Err(PyRuntimeError::new_err(
+                "evict_device_next_node(SWA): no SWA walk started",
+            ));
         }
         let listed = |t: &Tree, c: Option<(u32, u64)>| {
             c.is_some_and(|(s, id)| {
-                t.nodes.get(s as usize).and_then(|n| n.as_ref()).is_some_and(|n| n.id == id && n.in_lru)
+                t.nodes
+                    .get(s as usize)
+                    .and_then(|n| n.as_ref())
+                    .is_some_and(|n| n.id == id && n.in_lru)
             })
         };
         if t.walk.swa_cursor.is_some() && !listed(&t, t.walk.swa_cursor) {
@@ -1212,7 +1250,12 @@ impl NativeTreeCore {
         prev_prefix_len: usize,
         swa_start: usize,
         limit: Option<usize>,
-    ) -> PyResult<(usize, u64, Vec<(u8, i64, Bound<'py, PyByteArray>, Option<Bound<'py, PyByteArray>>)>, bool)> {
+    ) -> PyResult<(
+        usize,
+        u64,
+        Vec<(u8, i64, Bound<'py, PyByteArray>, Option<Bound<'py, PyByteArray>>)>,
+        bool,
+    )> {
         let key_in = to_input64_held(tokens, "tokens")?;
         let vals_in =
             if values.is_none() { None } else { Some(to_input64_held(values, "values")?) };
@@ -1230,7 +1273,7 @@ impl NativeTreeCore {
                 aligned
             )));
         }
-        if swa_start % self.page_size != 0 {
+        if !swa_start.is_multiple_of(self.page_size) {
             return Err(PyValueError::new_err(format!(
                 "insert: the SWA-evicted prefix ({swa_start}) is not a multiple of the page size                  ({}); nothing was inserted",
                 self.page_size
@@ -1253,7 +1296,9 @@ impl NativeTreeCore {
                 Act::Free(v) => (0, -1, bytes_of(py, &v)?, None),
                 Act::FreeFullOnly(v) => (1, -1, bytes_of(py, &v)?, None),
                 Act::Rebuild(n, v) => (2, n as i64, bytes_of(py, &v)?, None),
-                Act::RecoverLocked(n, a, b) => (3, n as i64, bytes_of(py, &a)?, Some(bytes_of(py, &b)?)),
+                Act::RecoverLocked(n, a, b) => {
+                    (3, n as i64, bytes_of(py, &a)?, Some(bytes_of(py, &b)?))
+                }
             });
         }
         Ok((p, id, out, !barrier))
@@ -1463,7 +1508,10 @@ impl NativeTreeCore {
             }
             if let Some(v) = n.swa.value.as_ref() {
                 if v.len() != n.key.len() {
-                    return Ok(Some(format!("node {}: SWA value length differs from key length", n.id)));
+                    return Ok(Some(format!(
+                        "node {}: SWA value length differs from key length",
+                        n.id
+                    )));
                 }
                 listed += 1;
                 if n.swa.lock_ref > 0 { spr += v.len() as u64 } else { sev += v.len() as u64 }
