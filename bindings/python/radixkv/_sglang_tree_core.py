@@ -753,10 +753,22 @@ class RadixKvTreeCore(UnifiedTreeCoreInterface):
     # ==== SWA / Mamba values: no such components here ====
 
     def swa_tombstone_ranges(self, key, start, end, component_type=ComponentType.SWA):
-        raise ValueError("swa_tombstone_ranges: no SWA component in this tree core ([FULL])")
+        self._check_component(component_type, "swa_tombstone_ranges")
+        if component_type != SWA:
+            raise ValueError("swa_tombstone_ranges: component FULL has no tombstones")
+        if key.is_bigram:
+            self._bigram(key)
+        return [tuple(r) for r in self._native.swa_tombstone_ranges(self._ns_of(key), key.token_ids, start, end)]
 
     def attach_swa_window(self, key, window_start, window_end, swa_values, component_type=ComponentType.SWA):
-        raise ValueError("attach_swa_window: no SWA component in this tree core ([FULL])")
+        self._check_component(component_type, "attach_swa_window")
+        if component_type != SWA:
+            raise ValueError("attach_swa_window: component FULL is not an SWA component")
+        if key.is_bigram:
+            self._bigram(key)
+        values = swa_values.detach().to("cpu", torch.int64).contiguous().numpy()
+        self._native.attach_swa_window(self._ns_of(key), key.token_ids, window_start, window_end, values)
+        return []  # a split emits UpdatePendingBackupOnNodeSplit only with a host tier
 
     def set_component_device_value(self, node_id, component_type, value) -> None:
         self._native.node_info(node_id)

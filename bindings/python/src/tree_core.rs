@@ -880,6 +880,32 @@ impl Tree {
         Ok(())
     }
 
+    /// SGLang's `_walk_span`: `(node, position, matched tokens)` along `key` through `end`,
+    /// stopping at a FULL-evicted node or a partial match (after reporting it).
+    fn walk_span(&self, ns: u32, key: &[i64], end: usize) -> Vec<(u32, usize, usize)> {
+        let page = self.page;
+        let key = &key[..key.len() / page * page];
+        let (mut node, mut pos) = (self.root, 0);
+        let mut out = Vec::new();
+        while pos < end && pos < key.len() {
+            let Some(c) = self.child(node, ns, &key[pos..pos + page]) else { break };
+            if self.n(c).full.value.is_none() {
+                break;
+            }
+            let p = self.common(c, &key[pos..]);
+            if p == 0 {
+                break;
+            }
+            out.push((c, pos, p));
+            if p < self.n(c).key.len() {
+                break;
+            }
+            node = c;
+            pos += p;
+        }
+        out
+    }
+
     /// The least recent unlocked SWA value from `from` (inclusive) toward the MRU end.
     fn lru_unlocked_from(&self, mut u: u32) -> u32 {
         while u != NONE && self.n(u).swa.lock_ref > 0 {
@@ -1138,6 +1164,96 @@ impl NativeTreeCore {
         t.swa_tombstone(x);
         drop(t);
         Ok(Some((id, Some(bytes_of(py, &full)?))))
+    }
+
+    /// SGLang's `swa_tombstone_ranges`: the maximal SWA-tombstoned ranges of `tokens`'
+    /// path within `[start, end)`.
+    fn swa_tombstone_ranges(
+        &self,
+        ns: u32,
+        tokens: &Bound<'_, PyAny>,
+        start: usize,
+        end: usize,
+    ) -> PyResult<Vec<(usize, usize)>> {
+        let input = to_input64_held(tokens, "tokens")?;
+        let mut scratch = Vec::new();
+        let key = ints_of(&input, "tokens", None, &mut scratch)?;
+        let t = self.t()?;
+        t.need_swa("swa_tombstone_ranges")?;
+        let mut ranges: Vec<(usize, usize)> = Vec::new();
+        for (c, pos, p) in t.walk_span(ns, key, end) {
+            let seg_end = pos + p;
+            if seg_end <= start || t.n(c).swa.value.is_some() {
+                continue;
+            }
+            let (lo, hi) = (start.max(pos), end.min(seg_end));
+            match ranges.last_mut() {
+                Some(last) if last.1 == lo => last.1 = hi,
+                _ => ranges.push((lo, hi)),
+            }
+            if hi >= end {
+                break;
+            }
+        }
+        Ok(ranges)
+    }
+
+    /// SGLang's `attach_swa_window`: stores `swa_values` (SWA indices for the tokens
+    /// `[window_start, window_end)` of `tokens`' path) on that span's tombstones, splitting
+    /// the end nodes at the span's edges. Refused, with nothing changed, when the span is
+    /// not all tombstones on the tree or the values do not fit it.
+    fn attach_swa_window(
+        &self,
+        ns: u32,
+        tokens: &Bound<'_, PyAny>,
+        window_start: usize,
+        window_end: usize,
+        swa_values: &Bound<'_, PyAny>,
+    ) -> PyResult<()> {
+        let key_in = to_input64_held(tokens, "tokens")?;
+        let vals_in = to_input64_held(swa_values, "swa_values")?;
+        let (mut s1, mut s2) = (Vec::new(), Vec::new());
+        let key = ints_of(&key_in, "tokens", None, &mut s1)?;
+        let vals = ints_of(&vals_in, "swa_values", None, &mut s2)?;
+        let refuse = |why: String| {
+            Err(PyValueError::new_err(format!(
+                "attach_swa_window [{window_start}, {window_end}): {why}; nothing was changed"
+            )))
+        };
+        if window_end < window_start || vals.len() != window_end - window_start {
+            return refuse(format!("{} SWA values for the span", vals.len()));
+        }
+        let mut t = self.t()?;
+        t.need_swa("attach_swa_window")?;
+        let mut segs = Vec::new();
+        let mut covered = window_start;
+        for (c, pos, p) in t.walk_span(ns, key, window_end) {
+            let seg_end = pos + p;
+            if seg_end <= window_start {
+                continue;
+            }
+            let (lo, hi) = (pos.max(window_start), seg_end.min(window_end));
+            if t.n(c).swa.value.is_some() {
+                return refuse(format!("live SWA at [{lo}, {hi})"));
+            }
+            segs.push((c, pos, lo, hi));
+            covered = hi;
+            if covered >= window_end {
+                break;
+            }
+        }
+        if covered != window_end {
+            return refuse(format!("the tree holds the path only to {covered}"));
+        }
+        for (c, pos, lo, hi) in segs {
+            if lo > pos {
+                t.split(c, lo - pos);
+            }
+            let target = if lo + t.n(c).key.len() > hi { t.split(c, hi - lo) } else { c };
+            let v = vals[lo - window_start..hi - window_start].to_vec();
+            t.swa_set(target, v)?;
+        }
+        Ok(())
     }
 
     /// Ends the SWA walk.

@@ -314,6 +314,32 @@ class SwaAgainstSGLangsPythonCore(unittest.TestCase):
         self.assertTrue(any(s[1] for s in seen["python"][0::3]))  # windows were locked
 
 
+    def test_tombstone_ranges_and_window_attach_are_sglangs(self):
+        ps, window = 4, 4
+        reqs = _workload(2, 120, ps)
+        seen = {}
+        for backend in ("python", "radixkv"):
+            cache, alloc = build(
+                page_size=ps, components=(ComponentType.FULL, ComponentType.SWA), sliding_window_size=window,
+                backend=backend, kv_size=24 * ps,
+            )
+            _replay_swa(cache, alloc, reqs, window)
+            tc = cache.tree_core
+            keys = [RadixKey(array("q", t[: len(t) // ps * ps])) for t in reqs[-40:]]
+            ranges = [tc.swa_tombstone_ranges(k, 0, len(k)) for k in keys]
+            attached = []
+            for k, rs in zip(keys, ranges):
+                for lo, hi in tc.swa_tombstone_ranges(k, 0, len(k)):  # afresh: earlier attaches count
+                    tc.attach_swa_window(k, lo, hi, torch.arange(1000 + lo, 1000 + hi, dtype=torch.int64))
+                    attached.append((lo, hi, tc.swa_evictable_size()))
+                    break
+            after = [tc.swa_tombstone_ranges(k, 0, len(k)) for k in keys]
+            tc.sanity_check([], [])
+            seen[backend] = (ranges, attached, after)
+        self.assertEqual(seen["python"], seen["radixkv"])
+        self.assertTrue(any(seen["python"][0]) and seen["python"][1])  # tombstones were there, and filled
+
+
 @unittest.skipUnless(HAVE_KIT, "needs SGLang 0.5.23's unified-cache test kit")
 class AgainstSGLangsPythonCore(unittest.TestCase):
     def test_identical_hits_evictions_and_sizes_at_every_step(self):

@@ -413,3 +413,29 @@ def test_swa_bad_input_is_refused_with_nothing_changed():
         plain.insert_swa(0, q([1]), q([1]))
     with pytest.raises(ValueError, match="no SWA component"):
         plain.swa_inc_lock(plain.root_id())
+
+
+def test_swa_tombstone_ranges_and_attaching_a_window_onto_them():
+    t, parent, leaf = swa_tree()
+    t.swa_evict_start(4)
+    t.swa_evict_next(0)  # the parent [1..4] becomes a tombstone
+    t.swa_evict_end()
+    key = q(range(1, 9))
+    assert t.swa_tombstone_ranges(0, key, 0, 8) == [(0, 4)]
+    assert t.swa_tombstone_ranges(0, key, 2, 8) == [(2, 4)]
+    assert t.swa_tombstone_ranges(0, key, 4, 8) == []
+    before = (t.dfs(), t.swa_sizes(), t.swa_lru())
+    with pytest.raises(ValueError, match="live SWA"):
+        t.attach_swa_window(0, key, 2, 6, q([1, 2, 3, 4]))
+    with pytest.raises(ValueError, match="1 SWA values"):
+        t.attach_swa_window(0, key, 1, 3, q([1]))
+    with pytest.raises(ValueError, match="only to"):
+        t.attach_swa_window(0, q([1, 2, 3, 4, 5, 6, 7, 8, 9, 10]), 8, 10, q([1, 2]))
+    assert (t.dfs(), t.swa_sizes(), t.swa_lru()) == before
+    # [1, 3) of the tombstone: it splits at both edges, the middle takes the values.
+    t.attach_swa_window(0, key, 1, 3, q([201, 202]))
+    assert t.swa_tombstone_ranges(0, key, 0, 8) == [(0, 1), (3, 4)]
+    mid = t.swa_lru()[0]
+    assert ints(t.swa_value(mid)) == [201, 202] and ints(t.key(mid)) == [2, 3]
+    assert t.swa_sizes() == (6, 0)
+    assert t.check() is None
