@@ -1,13 +1,18 @@
 """``RadixKvTreeCore``: radixkv as the tree core of SGLang 0.5.23's ``UnifiedRadixCache``.
 
 SGLang's default cache drives its tree through ``UnifiedTreeCoreInterface`` ("the tree
-decides, the cache executes"). This class implements that interface for the component set
-``[FULL]`` over radixkv's native ``NativeTreeCore`` (``bindings/python/src/tree_core.rs``):
+decides, the cache executes"). This class implements that interface for the component sets
+``[FULL]`` and ``[FULL, SWA]`` over radixkv's native ``NativeTreeCore`` (``bindings/python/src/tree_core.rs``):
 each interface call is one native call, keys cross as the request's own int64 buffer, and
 the device indices the tree hands back (duplicates to free, evicted leaves, matched paths)
 come back as one int64 buffer each, viewed as a tensor without a copy.
 
-What this slice does not run -- SWA or Mamba components, sessions, component overrides,
+SWA follows SGLang's ``components/swa.py`` in the native tree (window-valid matches, the
+window-bounded SWA LRU, window locks with boundary stamps in the receipt, tombstones, the
+insert's SWA actions with ``SWARebuild`` as a barrier, the SWA eviction walk); see
+bindings/python/README.md.
+
+What this slice does not run -- Mamba components, sessions, component overrides,
 EAGLE bigram keys, eviction policies other than ``lru``, KV events, HiCache / storage /
 the external cache linker, logical-page KV sharding -- is refused by ``unsupported_reason``
 before construction; ``radixkv.sglang``'s factory then hands the configuration to SGLang's
@@ -129,7 +134,8 @@ def _no_host(what: str) -> NotImplementedError:
 
 
 class RadixKvTreeCore(UnifiedTreeCoreInterface):
-    """SGLang's tree core for ``[FULL]`` on radixkv's native tree (see the module docs)."""
+    """SGLang's tree core for ``[FULL]`` and ``[FULL, SWA]`` on radixkv's native tree (see
+    the module docs)."""
 
     supports_rotation_base = False
     write_back_duplicate_reclaim_digest = 0

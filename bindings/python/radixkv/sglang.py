@@ -263,7 +263,7 @@ def register() -> bool:
 
 def tree_core_factory(params: Any, components: Any) -> Any:
     """SGLang's tree-core factory for ``radixkv`` (``register_tree_core_backend``): radixkv's
-    tree core for ``[FULL]``; any configuration it cannot run goes to SGLang's Python
+    tree core for ``[FULL]`` and ``[FULL, SWA]``; any configuration it cannot run goes to SGLang's Python
     ``UnifiedTreeCore``, with a ``logging.warning`` saying why."""
     from . import _sglang_tree_core
 

@@ -1,6 +1,6 @@
 //! `radixkv._radixkv.NativeTreeCore`: the tree of SGLang's `UnifiedRadixCache` for the
-//! component set `[FULL]`, one native call per interface call (the Python adapter is
-//! `radixkv/_sglang_tree_core.py`).
+//! component sets `[FULL]` and `[FULL, SWA]` (`swa_window > 0`), one native call per
+//! interface call (the Python adapter is `radixkv/_sglang_tree_core.py`).
 //!
 //! SGLang's tree-core contract is node-shaped: the controller holds node ids across calls
 //! (a match's `last_device_node`, a lock's anchor, an eviction step's victim), a match or an
@@ -10,7 +10,11 @@
 //! names prefixes, not nodes, and holds u32 slots, so this class keeps its own
 //! single-threaded arena tree with that contract: every call runs under one mutex (SGLang's
 //! scheduler calls its tree core from one thread). The state is per component where SGLang's
-//! is (`Comp`), so that SWA and Mamba values can be added beside FULL's later.
+//! is (`Comp`): FULL's, and SWA's when the tree has a window (SGLang's `components/swa.py`:
+//! per-node SWA values and window locks, tombstones, a match valid only where the SWA run
+//! back from its end covers the window, a window-bounded SWA LRU as a linked list through
+//! the nodes, window locks whose boundary carries a stamp, the SWA eviction walk from the
+//! LRU end). Mamba is not here yet.
 //!
 //! Ordering is SGLang's: a node's `last_access` is a counter that every touch, creation and
 //! split advances by one, a match stamps its deepest valid node and each ancestor 1e-5 apart,
@@ -915,7 +919,7 @@ impl Tree {
     }
 }
 
-/// SGLang's tree core for `[FULL]` (see the module docs).
+/// SGLang's tree core for `[FULL]` and `[FULL, SWA]` (see the module docs).
 #[pyclass(frozen, module = "radixkv._radixkv")]
 pub struct NativeTreeCore {
     tree: Mutex<Tree>,
