@@ -453,3 +453,37 @@ impl ClosedBatch {
         }
     }
 }
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use super::super::{EventSink, SinkOptions};
+    use super::*;
+
+    /// Nobody takes the batches out (a drain queue that is full, so every later batch is
+    /// dropped): the flushes resolve the oldest themselves, and what waits for resolution
+    /// stays at most `BACKLOG`.
+    #[test]
+    fn what_waits_for_resolution_stays_bounded() {
+        let s = EventSink::new(SinkOptions {
+            block_size: 1,
+            max_drain_batches: 1,
+            ..Default::default()
+        })
+        .unwrap();
+        let info = s.namespace(0);
+        for i in 0..(BACKLOG as u64 + 100) {
+            let tokens = vec![i as u32];
+            s.push_pending(Pending::Stored { info: info.clone(), parent: None, first: i, tokens });
+            s.flush();
+        }
+        assert!(locked(&s.res.queue).len() <= BACKLOG, "{}", locked(&s.res.queue).len());
+        assert_eq!(s.stats().unresolved, 0);
+        // And the first batch, kept, comes out hashed.
+        let d = s.drain();
+        assert_eq!(d.len(), 1);
+        let want = s.namespace(0).hasher.block_hashes(&[0], 1);
+        assert!(
+            matches!(&d[0].1.events[0], KvEvent::BlockStored { block_hashes, .. } if *block_hashes == want)
+        );
+    }
+}
