@@ -66,7 +66,7 @@ pub(crate) const BACKLOG: usize = 1 << 17;
 pub(crate) enum Pending {
     /// An event whose hashes are known (the host tier's, `EventSink::push`'s).
     Ready(KvEvent),
-    /// A new leaf's pages: ids `first..first + tokens.len() / block_size`.
+    /// A new leaf's pages: ids `first..first + len / block_size`.
     Stored {
         /// The namespace's identity and hasher.
         info: Arc<NamespaceInfo>,
@@ -74,8 +74,11 @@ pub(crate) enum Pending {
         parent: Option<u64>,
         /// The first new page's id.
         first: u64,
-        /// The new pages' tokens.
-        tokens: Vec<u32>,
+        /// The new pages' tokens are `words[..len]`: the new leaf's edge, shared (no copy
+        /// on the inserting thread; copied into the `BlockStored` at resolution).
+        words: Arc<[u32]>,
+        /// How many tokens.
+        len: usize,
     },
     /// A leaf's pages left: ids `first..first + pages`.
     Removed {
@@ -188,7 +191,8 @@ impl Resolver {
     fn resolve_one(&mut self, p: Pending, block_size: u32, medium: Medium) -> Option<KvEvent> {
         Some(match p {
             Pending::Ready(ev) => ev,
-            Pending::Stored { info, parent, first, tokens } => {
+            Pending::Stored { info, parent, first, words, len } => {
+                let tokens = &words[..len];
                 let parent = match parent {
                     None => None,
                     Some(id) => Some(self.state_of(id)?),
@@ -197,7 +201,7 @@ impl Resolver {
                 let h = &info.hasher;
                 h.hash_pages(
                     parent.as_ref(),
-                    &tokens,
+                    tokens,
                     block_size as usize,
                     &mut states,
                     &mut hashes,
@@ -217,7 +221,7 @@ impl Resolver {
                 KvEvent::BlockStored {
                     block_hashes: hashes,
                     parent_block_hash: parent.map(|s| h.block_hash(&s)),
-                    token_ids: tokens,
+                    token_ids: tokens.to_vec(),
                     block_size,
                     lora_name: info.lora_name.clone(),
                     cache_salt: info.cache_salt.clone(),
@@ -472,8 +476,9 @@ mod tests {
         .unwrap();
         let info = s.namespace(0);
         for i in 0..(BACKLOG as u64 + 100) {
-            let tokens = vec![i as u32];
-            s.push_pending(Pending::Stored { info: info.clone(), parent: None, first: i, tokens });
+            let words: Arc<[u32]> = vec![i as u32].into();
+            let info = info.clone();
+            s.push_pending(Pending::Stored { info, parent: None, first: i, words, len: 1 });
             s.flush();
         }
         assert!(locked(&s.res.queue).len() <= BACKLOG, "{}", locked(&s.res.queue).len());

@@ -399,7 +399,9 @@ impl<'g, S: SlotSink> Insert<'_, 'g, S> {
             let parent =
                 (cur.page_id != NO_PAGE_ID).then(|| cur.page_id + (cur.len() / p) as u64 - 1);
             let info = sink.namespace(self.ns);
-            (sink, Pending::Stored { info, parent, first, tokens: self.key[pos..].to_vec() })
+            // The leaf's edge is exactly the new tokens: the store shares them.
+            let (words, len) = built.edge.shared();
+            (sink, Pending::Stored { info, parent, first, words, len })
         });
         let guard = lock(&cur.lock);
         // Relaxed: DEAD and REPLACED are set only under `cur`'s lock, which we hold.
