@@ -33,6 +33,12 @@
 //!   events out under the same lock and hands the batch over without blocking: a full
 //!   queue (drain or publisher) drops the whole batch and counts it ([`SinkStats`]),
 //!   never part of one.
+//! - **Hashing off the inserting thread.** The tree's own events name pages by id and
+//!   share the new tokens with the leaf; their hashes are computed when the batch is taken
+//!   out ([`ClosedBatch::into_batch`], [`EventSink::drain`]), on the taker's thread (the
+//!   publisher's), in sequence order whoever takes what, dropped batches included
+//!   (`src/events/resolve.rs`). What a consumer receives is unchanged. A flush hashes one
+//!   batch itself only when more than 131,072 closed batches wait (nobody takes them out).
 //! - **Namespaces.** A namespace's wire identity (LoRA name, cache salt) is fixed by
 //!   [`EventSink::set_namespace`] before its first page is hashed; a namespace given
 //!   neither is published with `cache_salt = "<decimal id>"`, except namespace 0, the base
