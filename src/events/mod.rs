@@ -415,6 +415,10 @@ impl EventSink {
     /// Locks the resolver and the sink, and resolves every closed batch of the drain queue
     /// into its `ready` part (lock order: resolver, then sink).
     fn settled_drain<R>(&self, f: impl FnOnce(&mut VecDeque<(u64, EventBatch)>) -> R) -> Option<R> {
+        if matches!(self.lock().out, Output::Publish(_)) {
+            // The publisher's batches are its thread's to hash, not this caller's.
+            return None;
+        }
         let mut view = self.res.settle();
         let mut s = self.lock();
         let Output::Drain { ready, closed } = &mut s.out else { return None };
