@@ -276,6 +276,7 @@ pub(crate) struct Resolution {
     block_size: u32,
     medium: Medium,
     /// Events left out for naming an unknown id (see the module docs).
+    /// Bit layout: all 64 bits one count (Relaxed: a statistic, read by `stats`).
     pub(crate) unresolved: AtomicU64,
 }
 
