@@ -685,6 +685,7 @@ fn stream_matches_tree(t: &RadixTree, seen: &mut Vec<(u64, radixkv::events::Even
     seen.extend(s.drain());
     let held = replay::replay(seen);
     assert_eq!(held, t.cached_page_hashes(), "the stream's pages vs the tree's");
+    assert_eq!(s.stats().unresolved, 0, "an event named a page id the sink never stored");
 }
 
 /// KV events: an insert of a child `[1,2,3]` racing the eviction of its parent leaf
@@ -836,6 +837,75 @@ fn events_pinned_insert_and_release_racing_an_eviction() {
         stream_matches_tree(&t, &mut seen);
         assert!(t.cached_page_hashes().is_empty());
         t.check_invariants().unwrap();
+    });
+}
+
+/// An outlet that keeps the closed batches' handles, for a model to resolve where it likes.
+struct Collect(Arc<loom::sync::Mutex<Vec<radixkv::events::ClosedBatch>>>);
+
+impl radixkv::events::BatchOutlet for Collect {
+    fn submit(&mut self, _seq: u64, batch: radixkv::events::ClosedBatch) {
+        self.0.lock().unwrap().push(batch);
+    }
+}
+
+/// KV events, deferred hashing (`src/events/resolve.rs`): two threads resolve (hash) the
+/// batches of one sink while a third batch closes. Batch 0 stores `[1]`, batch 1 `[2]`
+/// under it (named by page id); one thread takes batch 1, which must resolve batch 0
+/// first, while the main thread takes batch 0 and then stores `[3]` under `[2]` and closes
+/// batch 2 (the queue's push racing the other thread's pops). Whoever resolves what, each
+/// batch is resolved in sequence order: every store names its parent's hash and has the
+/// hashes a router computes from the tokens, and no id is unknown. Fails on R1 (the front
+/// batch popped before the resolver's lock is taken: batch 1 can be resolved first, its
+/// parent unknown, or its handle taken while another thread still resolves it).
+#[test]
+fn events_resolution_in_sequence_order_by_racing_consumers() {
+    use radixkv::events::KvEvent;
+    use radixkv::events::hash::{HashMode, PageHasher};
+    model(|| {
+        let t = Arc::new(events_tree());
+        let got = Arc::new(loom::sync::Mutex::new(Vec::new()));
+        t.events().unwrap().attach(Box::new(Collect(got.clone()))).unwrap();
+        let s = t.events().unwrap().clone();
+        t.insert(0, &[1], &[10]).unwrap();
+        s.flush();
+        t.insert(0, &[1, 2], &[10, 20]).unwrap();
+        s.flush();
+        let (b1, b0) = {
+            let mut g = got.lock().unwrap();
+            (g.pop().unwrap(), g.pop().unwrap())
+        };
+        assert_eq!((b0.seq(), b1.seq()), (0, 1));
+        let other = thread::spawn(move || b1.into_batch());
+        let first = b0.into_batch();
+        t.insert(0, &[1, 2, 3], &[10, 20, 30]).unwrap();
+        s.flush();
+        let second = other.join().unwrap();
+        let third = got.lock().unwrap().pop().unwrap().into_batch();
+        let want = PageHasher::new(HashMode::Xxh3, None, None).block_hashes(&[1, 2, 3], 1);
+        let stores: Vec<(Vec<u64>, Option<u64>)> = [&first, &second, &third]
+            .iter()
+            .flat_map(|b| &b.events)
+            .map(|e| match e {
+                KvEvent::BlockStored { block_hashes, parent_block_hash, .. } => {
+                    (block_hashes.clone(), *parent_block_hash)
+                }
+                e => panic!("only stores: {e:?}"),
+            })
+            .collect();
+        assert_eq!(
+            stores,
+            vec![
+                (vec![want[0]], None),
+                (vec![want[1]], Some(want[0])),
+                (vec![want[2]], Some(want[1])),
+            ],
+            "each store's hashes and parent, as a router computes them"
+        );
+        assert_eq!(s.stats().unresolved, 0, "an event named a page id the sink never stored");
+        let mut cached = want.clone();
+        cached.sort_unstable();
+        assert_eq!(t.cached_page_hashes(), cached);
     });
 }
 

@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use super::*;
 use crate::events::hash::HashMode;
-use crate::events::{EventBatch, EventSink, Medium, NamespaceMeta, SinkOptions};
+use crate::events::{EventBatch, EventSink, Medium, NamespaceMeta, Pending, SinkOptions};
 
 /// How a cache publishes its KV events ([`Cache::enable_events`]); the block size is the
 /// cache's page size.
@@ -92,17 +92,20 @@ impl Cache {
         let Some(sink) = self.tree.take_events() else {
             return self.reset(free);
         };
-        let before = self.tree.cached_page_hashes();
+        // The pages by id (the nodes keep their ids; the hashes are the sink's, resolved
+        // off this thread: `crate::events::resolve`).
+        let before = self.tree.cached_page_ids();
         let r = self.reset(free);
-        let after = self.tree.cached_page_hashes();
+        let after = self.tree.cached_page_ids();
         if after.is_empty() {
             if !before.is_empty() {
-                sink.cleared();
+                // The tree is empty: the sink's resolver forgets every page with it.
+                sink.push_pending(Pending::Cleared);
             }
         } else {
             let gone = sorted_difference(&before, &after);
             if !gone.is_empty() {
-                sink.removed(gone);
+                sink.push_pending(Pending::RemovedIds(gone));
             }
         }
         self.tree.restore_events(Some(sink));

@@ -33,12 +33,19 @@
 //!   events out under the same lock and hands the batch over without blocking: a full
 //!   queue (drain or publisher) drops the whole batch and counts it ([`SinkStats`]),
 //!   never part of one.
+//! - **Hashing off the inserting thread.** The tree's own events name pages by id and
+//!   share the new tokens with the leaf; their hashes are computed when the batch is taken
+//!   out ([`ClosedBatch::into_batch`], [`EventSink::drain`]), on the taker's thread (the
+//!   publisher's), in sequence order whoever takes what, dropped batches included
+//!   (`src/events/resolve.rs`). What a consumer receives is unchanged. A flush hashes one
+//!   batch itself only when more than 131,072 closed batches wait (nobody takes them out).
 //! - **Namespaces.** A namespace's wire identity (LoRA name, cache salt) is fixed by
 //!   [`EventSink::set_namespace`] before its first page is hashed; a namespace given
 //!   neither is published with `cache_salt = "<decimal id>"`, except namespace 0, the base
 //!   model, which has neither. Its page hashes come from [`EventSink::namespace`]'s hasher.
 
 pub mod hash;
+pub(crate) mod resolve;
 pub mod wire;
 
 use std::collections::{HashMap, VecDeque};
@@ -49,6 +56,9 @@ use crate::error::{Result, invalid};
 // The sink's lock comes from `crate::sync`, so a loom model of the tree's hooks sees it.
 use crate::sync::{Mutex, MutexGuard};
 use hash::{HashMode, PageHasher};
+pub use resolve::ClosedBatch;
+pub(crate) use resolve::Pending;
+use resolve::{BACKLOG, Resolution};
 
 /// Where the pages of an event live (vLLM's `medium`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -164,6 +174,9 @@ pub struct SinkStats {
     pub events: u64,
     /// Batches dropped because the drain queue was full (the publisher counts its own).
     pub dropped: u64,
+    /// Tree events left out at resolution because they named a page id the sink did not
+    /// know (see `resolve`): 0 unless the hooks' order is broken.
+    pub unresolved: u64,
 }
 
 /// A namespace's resolved identity and hasher.
@@ -180,20 +193,33 @@ pub struct NamespaceInfo {
 /// Where a sink's closed batches go once attached ([`EventSink::attach`]): the publisher's
 /// queue. `submit` is called under the sink's lock, once per batch, in sequence order; it
 /// must not block and must not call into the sink (it may drop a batch and count it: a gap
-/// the consumer sees in `seq`).
+/// the consumer sees in `seq`). The batch's tree events are hashed when the consumer takes
+/// it ([`ClosedBatch::into_batch`], on the consumer's thread): not in `submit`, which runs
+/// on the flushing thread.
 pub trait BatchOutlet: Send {
     /// Takes batch `seq`.
-    fn submit(&mut self, seq: u64, batch: EventBatch);
+    fn submit(&mut self, seq: u64, batch: ClosedBatch);
 }
 
 /// Where closed batches go.
 enum Output {
-    Drain(VecDeque<(u64, EventBatch)>),
+    /// The drain queue: batches already resolved (by a `drain_front` that left them), then
+    /// those not yet.
+    Drain {
+        ready: VecDeque<(u64, EventBatch)>,
+        closed: VecDeque<ClosedBatch>,
+    },
     Publish(Box<dyn BatchOutlet>),
 }
 
+impl Output {
+    fn drain() -> Output {
+        Output::Drain { ready: VecDeque::new(), closed: VecDeque::new() }
+    }
+}
+
 struct State {
-    pending: Vec<KvEvent>,
+    pending: Vec<Pending>,
     next_seq: u64,
     out: Output,
     stats: SinkStats,
@@ -203,6 +229,8 @@ struct State {
 pub struct EventSink {
     opts: SinkOptions,
     state: Mutex<State>,
+    /// The tree events' deferred hashing (`resolve`).
+    res: Arc<Resolution>,
     /// Identities set by `set_namespace`, and those resolved (set or default) once used.
     meta: RwLock<HashMap<u64, NamespaceMeta>>,
     used: RwLock<HashMap<u64, Arc<NamespaceInfo>>>,
@@ -226,13 +254,14 @@ impl EventSink {
             return Err(invalid("events: block_size (the page size) must be at least 1"));
         }
         Ok(EventSink {
-            opts,
+            opts: opts.clone(),
             state: Mutex::new(State {
                 pending: Vec::new(),
                 next_seq: 0,
-                out: Output::Drain(VecDeque::new()),
+                out: Output::drain(),
                 stats: SinkStats::default(),
             }),
+            res: Arc::new(Resolution::new(opts.block_size, opts.medium)),
             meta: RwLock::new(HashMap::new()),
             used: RwLock::new(HashMap::new()),
         })
@@ -289,17 +318,16 @@ impl EventSink {
 
     /// Appends one event to the open batch. A `BlockRemoved` right after another of the
     /// same medium is merged into it (one event listing both's pages, in order), as SGLang's
-    /// recorder does: an eviction pass removes many leaves one after the other.
+    /// recorder does: an eviction pass removes many leaves one after the other (the merge
+    /// is made when the batch is resolved, the same for the tree's removals and these).
     pub fn push(&self, ev: KvEvent) {
+        self.push_pending(Pending::Ready(ev));
+    }
+
+    /// Appends one event, ready or the tree's (hashed when its batch is resolved).
+    pub(crate) fn push_pending(&self, ev: Pending) {
         let mut s = self.lock();
         s.stats.events += 1;
-        if let KvEvent::BlockRemoved { block_hashes: more, medium: m } = &ev
-            && let Some(KvEvent::BlockRemoved { block_hashes, medium }) = s.pending.last_mut()
-            && m == medium
-        {
-            block_hashes.extend_from_slice(more);
-            return;
-        }
         s.pending.push(ev);
     }
 
@@ -359,30 +387,56 @@ impl EventSink {
         let seq = s.next_seq;
         s.next_seq += 1;
         s.stats.batches += 1;
-        let batch = EventBatch { ts: now_ts(), events: std::mem::take(&mut s.pending) };
+        // Queued for resolution under the sink's lock: the queue is in sequence order.
+        let (batch, waiting) = self.res.close(seq, now_ts(), std::mem::take(&mut s.pending));
         let max = self.opts.max_drain_batches;
         let st = &mut *s;
         match &mut st.out {
-            Output::Drain(q) => {
-                if q.len() < max {
-                    q.push_back((seq, batch));
+            Output::Drain { ready, closed } => {
+                if ready.len() + closed.len() < max {
+                    closed.push_back(batch);
                 } else {
+                    // Dropped whole; still resolved in order (its pages stay known).
                     st.stats.dropped += 1;
                 }
             }
             // Under the lock, so the publisher gets batches in sequence order.
             Output::Publish(feed) => feed.submit(seq, batch),
         }
+        drop(s);
+        if waiting > BACKLOG {
+            // Nobody takes batches out as fast as they close: resolve one here (after the
+            // sink's lock), so that what waits stays bounded (`resolve`, "Lock order").
+            self.res.help(BACKLOG);
+        }
         Some(seq)
     }
 
-    /// Takes every closed batch from the drain queue, in sequence order, with its number.
-    /// Empty while a publisher is attached (its batches go there).
-    pub fn drain(&self) -> Vec<(u64, EventBatch)> {
-        match &mut self.lock().out {
-            Output::Drain(q) => q.drain(..).collect(),
-            Output::Publish(_) => Vec::new(),
+    /// Locks the resolver and the sink, and resolves every closed batch of the drain queue
+    /// into its `ready` part (lock order: resolver, then sink).
+    fn settled_drain<R>(&self, f: impl FnOnce(&mut VecDeque<(u64, EventBatch)>) -> R) -> Option<R> {
+        if matches!(self.lock().out, Output::Publish(_)) {
+            // The publisher's batches are its thread's to hash, not this caller's.
+            return None;
         }
+        let mut view = self.res.settle();
+        let mut s = self.lock();
+        let Output::Drain { ready, closed } = &mut s.out else { return None };
+        if !closed.is_empty() {
+            // Closed after `settle` resolved the queue: resolve them too (no more come
+            // while the sink's lock is held).
+            view.settle_queued();
+        }
+        ready.extend(closed.drain(..).map(|c| (c.seq(), c.take_resolved())));
+        drop(view);
+        Some(f(ready))
+    }
+
+    /// Takes every closed batch from the drain queue, in sequence order, with its number.
+    /// Empty while a publisher is attached (its batches go there). Hashes the tree's
+    /// events of the batches taken on the calling thread.
+    pub fn drain(&self) -> Vec<(u64, EventBatch)> {
+        self.settled_drain(|q| q.drain(..).collect()).unwrap_or_default()
     }
 
     /// Takes the first `n` closed batches from the drain queue, in sequence order, where
@@ -395,18 +449,36 @@ impl EventSink {
         &self,
         count: impl FnOnce(&mut dyn Iterator<Item = &(u64, EventBatch)>) -> usize,
     ) -> Vec<(u64, EventBatch)> {
-        match &mut self.lock().out {
-            Output::Drain(q) => {
-                let n = count(&mut q.iter()).min(q.len());
-                q.drain(..n).collect()
-            }
-            Output::Publish(_) => Vec::new(),
-        }
+        self.settled_drain(|q| {
+            let n = count(&mut q.iter()).min(q.len());
+            q.drain(..n).collect()
+        })
+        .unwrap_or_default()
     }
 
     /// The counters.
     pub fn stats(&self) -> SinkStats {
-        self.lock().stats
+        let mut st = self.lock().stats;
+        // Relaxed: a counter.
+        st.unresolved = self.res.unresolved.load(crate::sync::Ordering::Relaxed);
+        st
+    }
+
+    /// The published hashes of the pages named by `ids` (the tree's cached pages, at
+    /// quiescence): resolves every closed batch and, in place, the open one's events.
+    /// Panics on an id the sink never resolved a store for.
+    pub(crate) fn hashes_of(&self, ids: impl IntoIterator<Item = u64>) -> Vec<u64> {
+        let mut view = self.res.settle();
+        let mut s = self.lock();
+        view.settle_open(&mut s.pending);
+        drop(s);
+        ids.into_iter()
+            .map(|id| {
+                view.hash_of(id).unwrap_or_else(|| {
+                    panic!("events: cached page id {id} has no hash (its store was not resolved)")
+                })
+            })
+            .collect()
     }
 
     /// Sends closed batches to `feed` from now on (what was in the drain queue first, in
@@ -417,9 +489,12 @@ impl EventSink {
             Output::Publish(_) => {
                 Err(invalid("events: a publisher is attached to this sink already"))
             }
-            Output::Drain(q) => {
-                for (seq, b) in q.drain(..) {
-                    feed.submit(seq, b);
+            Output::Drain { ready, closed } => {
+                for (seq, b) in ready.drain(..) {
+                    feed.submit(seq, self.res.resolved(seq, b));
+                }
+                for c in closed.drain(..) {
+                    feed.submit(c.seq(), c);
                 }
                 s.out = Output::Publish(feed);
                 Ok(())
@@ -429,7 +504,7 @@ impl EventSink {
 
     /// Detaches the outlet: later batches go to the drain queue again.
     pub fn detach(&self) {
-        self.lock().out = Output::Drain(VecDeque::new());
+        self.lock().out = Output::drain();
     }
 }
 
@@ -470,7 +545,7 @@ mod tests {
         assert!(matches!(d[0].1.events[1], KvEvent::BlockRemoved { .. }));
         assert_eq!(d[1].1.events, vec![KvEvent::AllBlocksCleared]);
         assert!(s.drain().is_empty());
-        assert_eq!(s.stats(), SinkStats { batches: 2, events: 3, dropped: 0 });
+        assert_eq!(s.stats(), SinkStats { batches: 2, events: 3, dropped: 0, unresolved: 0 });
     }
 
     #[test]

@@ -1,6 +1,8 @@
 //! Eviction: the pass over the eviction index and the unlink of one leaf.
 
+use super::node::NO_PAGE_ID;
 use super::*;
+use crate::events::Pending;
 use crate::sync::epoch::Shared;
 use node::Without;
 
@@ -84,10 +86,13 @@ impl RadixTree {
     /// the parent's state for the unpin/evict pair (see `try_unpin`).
     pub(super) fn evict_leaf(&self, x: &Node, g: &Guard) -> Option<(usize, *const Node)> {
         let x_ptr = x as *const Node as *mut Node;
-        // KV events (one field read; nothing else with events off): the leaf's removal is
-        // built before any lock from the hashes kept on it, and dropped if the CAS fails.
-        let mut removed =
-            self.events.as_deref().zip(x.ev.as_ref()).map(|(s, e)| (s, e.hashes.to_vec()));
+        // KV events (one field read; nothing else with events off): the leaf's removal names
+        // its pages by id (hashed when the batch is resolved: `crate::events::resolve`), and
+        // is dropped if the CAS fails.
+        let mut removed = self.events.as_deref().filter(|_| x.page_id != NO_PAGE_ID).map(|s| {
+            let pages = (x.len() / self.cfg.page_size) as u32;
+            (s, Pending::Removed { first: x.page_id, pages })
+        });
         loop {
             // Acquire: as in `split`.
             let pp = x.parent.load(Ordering::Acquire);
@@ -118,8 +123,8 @@ impl RadixTree {
             // while the DEAD `x` is there), pushes its new store after this removal; an
             // insert below `x` needed `x`'s lock and `x` live, so none pushed after this; and
             // the parent is queued only after we return, so its removal comes after ours.
-            if let Some((sink, hashes)) = removed.take() {
-                sink.removed(hashes);
+            if let Some((sink, ev)) = removed.take() {
+                sink.push_pending(ev);
             }
             // Relaxed: the parent is locked: this is its current table, ordered by the lock.
             let old = parent.children.load(Ordering::Relaxed, g);

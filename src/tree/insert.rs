@@ -1,7 +1,9 @@
 //! Insert: descend, check before any change of shape, then hang a new leaf (or finish on a
 //! cached path).
 
+use super::node::NO_PAGE_ID;
 use super::*;
+use crate::events::Pending;
 
 impl RadixTree {
     /// Caches `tokens[..n]` (n = `tokens.len()` cut to a page multiple) with `slots` (one
@@ -384,16 +386,22 @@ impl<'g, S: SlotSink> Insert<'_, 'g, S> {
         let meta = self.leaf_meta(self.key.len());
         let mut built =
             Box::new(self.slots.leaf(&self.key[pos..], pos, self.pin as u64, self.now, meta, p));
-        // KV events (one field read; nothing else with events off): hash the new pages from
-        // `cur`'s last chain state and build the `BlockStored`, all before the lock.
+        // KV events (one field read; nothing else with events off): give the new pages their
+        // ids and build the store, naming the parent page by id (`cur`'s last page; none at
+        // a root), all before the lock. Nothing is hashed here: the batch's consumer hashes
+        // the pages from the parent's chain state, in stream order
+        // (`crate::events::resolve`), which the push below makes right.
         let stored = tree.events.as_deref().map(|sink| {
+            let n = ((self.key.len() - pos) / p) as u64;
+            // Relaxed: ids need only be unique; the stream's order is the pushes'.
+            let first = tree.page_ids.fetch_add(n, Ordering::Relaxed);
+            built.page_id = first;
+            let parent =
+                (cur.page_id != NO_PAGE_ID).then(|| cur.page_id + (cur.len() / p) as u64 - 1);
             let info = sink.namespace(self.ns);
-            let parent = cur.ev.as_ref().and_then(|e| e.last_state());
-            let (mut states, mut hashes) = (Vec::new(), Vec::new());
-            info.hasher.hash_pages(parent.as_ref(), &self.key[pos..], p, &mut states, &mut hashes);
-            let parent_hash = parent.map(|s| info.hasher.block_hash(&s));
-            built.ev = Some(Box::new(events::PageHashes::new(&states, hashes.clone())));
-            (sink, sink.stored_event(&info, hashes, parent_hash, self.key[pos..].to_vec()))
+            // The leaf's edge is exactly the new tokens: the store shares them.
+            let (words, len) = built.edge.shared();
+            (sink, Pending::Stored { info, parent, first, words, len })
         });
         let guard = lock(&cur.lock);
         // Relaxed: DEAD and REPLACED are set only under `cur`'s lock, which we hold.
@@ -442,7 +450,7 @@ impl<'g, S: SlotSink> Insert<'_, 'g, S> {
         // unpin of a pinned insert) pushes its removal after; and `cur`'s own store was
         // pushed before `cur` was published, which this insert read to get here.
         if let Some((sink, ev)) = stored {
-            sink.push(ev);
+            sink.push_pending(ev);
         }
         // Release: publishes the leaf and the table to readers that Acquire-load it.
         cur.children.store(Owned::new(table), Ordering::Release);

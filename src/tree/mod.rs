@@ -332,6 +332,9 @@ pub struct RadixTree {
     /// The KV-event sink (`None`: events off). Set only through `&mut self` before the
     /// tree is shared, so the hooks read it as a plain field: no atomic, no shared write.
     events: Option<std::sync::Arc<crate::events::EventSink>>,
+    /// With events on: the next page id (`events::resolve`; a leaf of `n` pages takes `n`).
+    /// Bit layout: all 64 bits one counter (ids below it are taken); never wraps in practice.
+    page_ids: AtomicU64,
 }
 
 /// What an insert asks of its `prepare` step (see `RadixTree::insert_core`).
@@ -388,6 +391,7 @@ impl RadixTree {
             evicted: AtomicU64::new(0),
             matches: MatchCounters::new(),
             events: None,
+            page_ids: AtomicU64::new(0),
         })
     }
 

@@ -1,6 +1,5 @@
 //! A tree node (one edge) and its immutable child table.
 
-use super::events::PageHashes;
 use super::evict_index::Ticket;
 use super::slots::Edge;
 use crate::sync::epoch::{Atomic, Guard};
@@ -53,9 +52,10 @@ pub(crate) struct Node {
     /// lock; read under it, and (under `mru` only) outside it as a hint by a touch (the
     /// touch/queue pair, see `evict_index.rs`).
     pub(crate) evq: AtomicPtr<Ticket>,
-    /// The pages' event hashes (only with KV events on; see the `events` module).
+    /// With KV events on, the id of the edge's first page (its page `i` is `page_id + i`;
+    /// see `crate::events::resolve`); [`NO_PAGE_ID`] for a root or with events off.
     /// Immutable once the node is published, like `edge`.
-    pub(crate) ev: Option<Box<PageHashes>>,
+    pub(crate) page_id: u64,
     /// Under loom only: [`ALIVE`] until the node is dropped, then [`POISON`], so a model in
     /// which a node is used after it was freed fails (the loom test binary's allocator
     /// keeps freed memory unused for a while, so the poison stays readable). Plain std
@@ -68,6 +68,9 @@ pub(crate) struct Node {
 // memory tests bound bytes per token, and docs/eviction.md gives the size.
 #[cfg(all(target_os = "linux", target_pointer_width = "64", not(loom)))]
 const _: () = assert!(std::mem::size_of::<Node>() == 96);
+
+/// [`Node::page_id`] of a node without event pages.
+pub(crate) const NO_PAGE_ID: u64 = u64::MAX;
 
 /// A live node's canary (loom only).
 #[cfg(loom)]
@@ -98,7 +101,7 @@ impl Node {
             meta: AtomicU64::new(meta),
             lock: Mutex::new(()),
             evq: AtomicPtr::new(std::ptr::null_mut()),
-            ev: None,
+            page_id: NO_PAGE_ID,
             #[cfg(loom)]
             canary: std::sync::atomic::AtomicU64::new(ALIVE),
         }
@@ -131,9 +134,7 @@ impl Node {
 
     /// Heap bytes owned by this node (not counting its child table).
     pub(crate) fn heap_bytes(&self) -> usize {
-        std::mem::size_of::<Node>()
-            + self.edge.heap_bytes()
-            + self.ev.as_ref().map_or(0, |e| e.heap_bytes())
+        std::mem::size_of::<Node>() + self.edge.heap_bytes()
     }
 
     /// The child table, or `None` for a node without children.

@@ -49,12 +49,12 @@ impl RadixTree {
             debug_assert_eq!(m0 & FROZEN, 0);
             let mut ub = Box::new(Node::new(Edge::part_of(&a.edge, 0, k), 0, stamp, m0));
             let mut lb = Box::new(Node::new(Edge::part_of(&a.edge, k, a.len()), 0, stamp, m0));
-            // KV events: a split publishes nothing (no page changes); the halves take their
-            // share of A's page hashes (immutable, like the edges), so nothing is rehashed.
-            if let Some(ev) = &a.ev {
-                let (kp, np) = (k / self.cfg.page_size, a.len() / self.cfg.page_size);
-                ub.ev = Some(Box::new(ev.part(0, kp)));
-                lb.ev = Some(Box::new(ev.part(kp, np)));
+            // KV events: a split publishes nothing (no page changes); the halves keep A's
+            // page ids (U the first, L those from its page `k / page_size`), so every page
+            // keeps the id its store named (`crate::events::resolve`).
+            if a.page_id != super::node::NO_PAGE_ID {
+                ub.page_id = a.page_id;
+                lb.page_id = a.page_id + (k / self.cfg.page_size) as u64;
             }
             let u = Box::into_raw(ub);
             let l = Box::into_raw(lb);

@@ -248,3 +248,93 @@ fn events_off_and_enabling_rules() {
     assert_eq!(c.flush_events(), None);
     assert!(c.drain_events().is_empty());
 }
+
+/// The SGLang mode through the tree (the hashes are computed when the batch is taken, from
+/// the parent page's 32-byte digest, not on the inserting thread): a named namespace, an
+/// extension, a split by a divergence inside an edge, a removal; every store and removal
+/// carries what SGLang's own hashing of the tokens gives.
+#[test]
+fn sglang_mode_hashes_through_the_tree_as_the_hasher_does() {
+    let mut t = RadixTree::new(TreeConfig {
+        page_size: P,
+        policy: EvictionPolicy::Lru,
+        ..Default::default()
+    })
+    .unwrap();
+    let opts = SinkOptions {
+        block_size: P as u32,
+        hash_mode: HashMode::SglangSha256,
+        ..Default::default()
+    };
+    t.enable_events(opts).unwrap();
+    let meta = NamespaceMeta { lora_name: Some("lora".into()), cache_salt: Some("salt".into()) };
+    t.events().unwrap().set_namespace(3, meta).unwrap();
+    let h = PageHasher::new(HashMode::SglangSha256, Some("lora"), Some("salt"));
+    let a = [1, 2, 3, 4, 5, 6];
+    let b = [1, 2, 3, 4, 5, 6, 7, 8];
+    let c = [1, 2, 9, 9];
+    t.insert(3, &a, &slots(6)).unwrap();
+    t.insert(3, &b, &slots(8)).unwrap();
+    t.insert(3, &c, &slots(4)).unwrap(); // splits [1..6] after its first page
+    let ev = events(&t);
+    let (ha, hb, hc) = (h.block_hashes(&a, P), h.block_hashes(&b, P), h.block_hashes(&c, P));
+    let got: Vec<(Vec<u64>, Option<u64>)> =
+        ev.iter().map(stored).map(|(h, p, _)| (h.to_vec(), p)).collect();
+    assert_eq!(
+        got,
+        vec![(ha.clone(), None), (hb[3..].to_vec(), Some(hb[2])), (hc[1..].to_vec(), Some(hc[0]))]
+    );
+    assert_ne!(ha, hashes(&a), "not the XXH3 chain");
+    let mut want = hb.clone();
+    want.push(hc[1]);
+    assert_eq!(t.cached_page_hashes(), sorted(want.clone()));
+    t.reset(&mut |_| {});
+    let mut removed = Vec::new();
+    for e in events(&t) {
+        match e {
+            KvEvent::BlockRemoved { block_hashes, .. } => removed.extend(block_hashes),
+            e => panic!("{e:?}"),
+        }
+    }
+    assert_eq!(sorted(removed), sorted(want));
+}
+
+/// A batch dropped at a full drain queue is still hashed, in order, when a later batch is
+/// taken: a store below a page stored in a dropped batch names that page's right hash, and
+/// its removal lists the right hashes.
+#[test]
+fn a_dropped_batch_is_still_hashed_for_the_batches_after_it() {
+    let mut t = RadixTree::new(TreeConfig {
+        page_size: P,
+        policy: EvictionPolicy::Lru,
+        ..Default::default()
+    })
+    .unwrap();
+    let opts = SinkOptions { block_size: P as u32, max_drain_batches: 1, ..Default::default() };
+    t.enable_events(opts).unwrap();
+    let s = t.events().unwrap().clone();
+    let a = [1, 2, 3, 4, 5, 6];
+    t.insert(0, &a[..2], &slots(2)).unwrap();
+    s.flush(); // kept
+    t.insert(0, &a[..4], &slots(4)).unwrap();
+    s.flush(); // dropped: the queue holds one batch
+    assert_eq!(s.stats().dropped, 1);
+    let d = s.drain();
+    assert_eq!(d.len(), 1);
+    t.insert(0, &a, &slots(6)).unwrap();
+    let ev = events(&t);
+    let full = hashes(&a);
+    let (h, parent, _) = stored(&ev[0]);
+    assert_eq!((h, parent), (&full[2..], Some(full[1])), "the parent's store was dropped");
+    assert_eq!(t.cached_page_hashes(), sorted(full.clone()));
+    t.reset(&mut |_| {});
+    let removed: Vec<u64> = events(&t)
+        .into_iter()
+        .flat_map(|e| match e {
+            KvEvent::BlockRemoved { block_hashes, .. } => block_hashes,
+            e => panic!("{e:?}"),
+        })
+        .collect();
+    assert_eq!(sorted(removed), sorted(full));
+    assert_eq!(s.stats().unresolved, 0);
+}

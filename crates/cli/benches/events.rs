@@ -11,8 +11,8 @@
 //!    alone: loading the trace and the linger are outside it). One untimed warm-up round,
 //!    then `RADIXKV_BENCH_RUNS` (default 5) rounds, each running every contestant once, in
 //!    an order rotated every round (interleaved A/B); medians and [min-max].
-//!    `RADIXKV_BENCH_BASELINE=PATH` adds another `radixkv` binary (an older build) with
-//!    events off, as a contestant of the same rounds.
+//!    `RADIXKV_BENCH_BASELINE=PATH` adds another `radixkv` binary (an older build), events
+//!    off and events on with the subscriber reading, as contestants of the same rounds.
 //! 2. **Publisher throughput.** The library's sink and publisher on a loopback TCP socket
 //!    at the default limits, a libzmq subscriber receiving on its own thread (decoding one
 //!    batch in 64):
@@ -153,6 +153,7 @@ fn part1_replay() {
     ];
     if let Some(b) = &baseline {
         who.push(("baseline binary, events off", b.clone(), vec![]));
+        who.push(("baseline binary, events on, subscriber reading", b.clone(), who[1].2.clone()));
     }
     let mut times: Vec<Vec<f64>> = vec![Vec::new(); who.len()];
     let mut received = Vec::new();
@@ -168,7 +169,7 @@ fn part1_replay() {
             let extra: Vec<&str> = extra.iter().map(String::as_str).collect();
             reader.take();
             let (wall, ev) = replay(b, &trace, &extra);
-            if i == 1 {
+            if i == 1 || i == 4 {
                 // The tail arrives during the linger (the process has ended by now).
                 std::thread::sleep(Duration::from_millis(100));
                 let (msgs, events) = reader.take();

@@ -60,7 +60,7 @@ use std::time::{Duration, Instant};
 use radixkv::Error;
 use radixkv::error::Result;
 use radixkv::events::wire::{WireOptions, encode_batch};
-use radixkv::events::{BatchOutlet, EventBatch, EventSink};
+use radixkv::events::{BatchOutlet, ClosedBatch, EventSink};
 
 fn invalid(msg: impl Into<String>) -> Error {
     Error::InvalidArgument(msg.into())
@@ -151,10 +151,13 @@ impl std::fmt::Debug for PublisherCounters {
 }
 
 /// One closed batch, kept for replay; its payload is encoded once, by whoever needs it
-/// first, and the batch itself is dropped then (replay keeps only the payload).
+/// first (the publisher's thread, publishing or replaying it), and the batch itself is
+/// dropped then (replay keeps only the payload). Its pages are hashed just before
+/// ([`ClosedBatch::into_batch`], in sequence order with the sink's other batches): on the
+/// publisher's thread, not the one that pushed or flushed.
 struct Item {
     seq: u64,
-    batch: Mutex<Option<EventBatch>>,
+    batch: Mutex<Option<ClosedBatch>>,
     payload: OnceLock<Vec<u8>>,
 }
 
@@ -162,7 +165,7 @@ impl Item {
     fn payload(&self, wire: &WireOptions) -> &[u8] {
         self.payload.get_or_init(|| {
             let b = self.batch.lock().unwrap_or_else(|p| p.into_inner()).take();
-            encode_batch(&b.expect("a batch is encoded once"), wire)
+            encode_batch(&b.expect("a batch is encoded once").into_batch(), wire)
         })
     }
 }
@@ -215,7 +218,7 @@ impl BatchOutlet for Feed {
     /// Keeps the batch for replay and queues it for the thread, or drops it (counted)
     /// when the queue is full. Never blocks: the wake-up write is non-blocking, and made
     /// only when the thread is parked.
-    fn submit(&mut self, seq: u64, batch: EventBatch) {
+    fn submit(&mut self, seq: u64, batch: ClosedBatch) {
         let item = Arc::new(Item { seq, batch: Mutex::new(Some(batch)), payload: OnceLock::new() });
         if self.shared.buffer_steps > 0 {
             let mut r = self.shared.ring();

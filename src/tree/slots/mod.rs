@@ -111,12 +111,69 @@ impl SlotOut for OutBuf {
     }
 }
 
+/// The words of an edge being built: a fixed number, written once each, straight into the
+/// shared allocation the edge keeps (so an event can share the tokens without a copy:
+/// [`Edge::shared`]). The subset of `Vec`'s API the constructors use, sized once at
+/// creation; writing past that count, or finishing short of it, panics.
+struct Words {
+    arc: std::sync::Arc<[std::mem::MaybeUninit<u32>]>,
+    /// The allocation's first word (the allocation is this builder's alone until
+    /// `finish`, which `Arc::get_mut` checked when it was made).
+    base: *mut std::mem::MaybeUninit<u32>,
+    at: usize,
+}
+
+impl Words {
+    fn with_capacity(n: usize) -> Words {
+        let mut arc = std::sync::Arc::<[u32]>::new_uninit_slice(n);
+        let base = std::sync::Arc::get_mut(&mut arc).expect("just made").as_mut_ptr();
+        Words { arc, base, at: 0 }
+    }
+
+    #[inline]
+    fn push(&mut self, x: u32) {
+        assert!(self.at < self.arc.len(), "an edge's words past their count");
+        // SAFETY: `at` is in bounds (checked), and `base` points at the allocation of
+        // `arc`, which nothing else references until `finish` (see `base`).
+        unsafe { (*self.base.add(self.at)).write(x) };
+        self.at += 1;
+    }
+
+    #[inline]
+    fn extend_from_slice(&mut self, s: &[u32]) {
+        assert!(s.len() <= self.arc.len() - self.at, "an edge's words past their count");
+        // SAFETY: the `s.len()` words from `at` are in bounds (checked) of the allocation
+        // only this builder references (see `base`); `s` is another allocation (a `&[u32]`
+        // cannot point into this uninitialized one), and `MaybeUninit<u32>` has `u32`'s
+        // layout.
+        unsafe {
+            std::ptr::copy_nonoverlapping(s.as_ptr(), self.base.add(self.at).cast::<u32>(), s.len())
+        };
+        self.at += s.len();
+    }
+
+    fn extend(&mut self, it: impl IntoIterator<Item = u32>) {
+        for x in it {
+            self.push(x);
+        }
+    }
+
+    fn finish(self) -> std::sync::Arc<[u32]> {
+        assert_eq!(self.at, self.arc.len(), "an edge's words short of their count");
+        // SAFETY: every one of the `arc.len()` words was written (`at` counts them, and each
+        // write advanced it by what it wrote).
+        unsafe { self.arc.assume_init() }
+    }
+}
+
 /// An edge's tokens and their slots, immutable once built.
 pub(crate) struct Edge {
     /// `len` tokens, then their slots in one of three encodings (see [`Edge::new`]): with
     /// `runs == 0`, `len` slots, or one base slot per page; with `runs == k >= 1`, the
-    /// `k - 1` token offsets where runs 2..k begin, then the `k` runs' first slots.
-    data: Box<[u32]>,
+    /// `k - 1` token offsets where runs 2..k begin, then the `k` runs' first slots. Shared
+    /// (an `Arc`, the size of a `Box`) so that a KV event can keep the tokens without
+    /// copying them ([`Edge::shared`]); never written after it is built.
+    data: std::sync::Arc<[u32]>,
     /// Edge length in tokens.
     len: u32,
     /// How many runs of consecutive slots the edge's slots are stored as; 0 when they are
@@ -139,9 +196,8 @@ impl Edge {
         debug_assert_eq!(tokens.len(), slots.len());
         assert!(tokens.len() <= u32::MAX as usize, "edge longer than 2^32 tokens");
         let len = slots.len();
-        let mut data = Vec::new();
         if len > 1 && is_run(slots) {
-            data.reserve_exact(len + 1);
+            let mut data = Words::with_capacity(len + 1);
             data.extend_from_slice(tokens);
             data.push(slots[0]);
             return Edge::from_data(data, len, 1);
@@ -179,21 +235,23 @@ impl Edge {
         }
         if len > 0 && i == len {
             let k = starts.len();
-            data.reserve_exact(len + 2 * k - 1);
+            let mut data = Words::with_capacity(len + 2 * k - 1);
             data.extend_from_slice(tokens);
             data.extend_from_slice(&starts[1..]);
             data.extend(starts.iter().map(|&at| slots[at as usize]));
             return Edge::from_data(data, len, k as u32);
         }
-        if paged && slots.chunks_exact(page).all(is_run) {
-            data.reserve_exact(len + len / page);
+        let data = if paged && slots.chunks_exact(page).all(is_run) {
+            let mut data = Words::with_capacity(len + len / page);
             data.extend_from_slice(tokens);
             data.extend(slots.chunks_exact(page).map(|c| c[0]));
+            data
         } else {
-            data.reserve_exact(2 * len);
+            let mut data = Words::with_capacity(2 * len);
             data.extend_from_slice(tokens);
             data.extend_from_slice(slots);
-        }
+            data
+        };
         Edge::from_data(data, len, 0)
     }
 
@@ -209,7 +267,7 @@ impl Edge {
         let paged = page > 1 && len > 0 && len.is_multiple_of(page);
         let limit = if paged { len / page } else { len };
         if k > 0 && ((k == 1 && len > 1) || 2 * k <= limit) {
-            let mut data = Vec::with_capacity(len + 2 * k - 1);
+            let mut data = Words::with_capacity(len + 2 * k - 1);
             data.extend_from_slice(tokens);
             let mut at = 0u32;
             for r in &runs[..k - 1] {
@@ -235,7 +293,7 @@ impl Edge {
             let (offs, bases) = a.run_table();
             let first = offs.partition_point(|&o| o as usize <= start);
             let last = offs.partition_point(|&o| (o as usize) < end);
-            let mut data = Vec::with_capacity(end - start + 2 * (last - first) + 1);
+            let mut data = Words::with_capacity(end - start + 2 * (last - first) + 1);
             data.extend_from_slice(&a.data[start..end]);
             data.extend(offs[first..last].iter().map(|&o| o - start as u32));
             let head = start - if first == 0 { 0 } else { offs[first - 1] as usize };
@@ -246,7 +304,7 @@ impl Edge {
         let per_token = stored.len() == len;
         let stored_part =
             if per_token { end - start } else { (end - start) / (len / stored.len()) };
-        let mut data = Vec::with_capacity(end - start + stored_part);
+        let mut data = Words::with_capacity(end - start + stored_part);
         data.extend_from_slice(&a.data[start..end]);
         if per_token {
             data.extend_from_slice(&stored[start..end]);
@@ -261,8 +319,14 @@ impl Edge {
 
     /// An edge around `data` (`len` tokens, then the slots in one of [`Edge::new`]'s
     /// encodings, as `runs` runs or, with `runs == 0`, by count).
-    fn from_data(data: Vec<u32>, len: usize, runs: u32) -> Edge {
-        Edge { data: data.into_boxed_slice(), len: len as u32, runs }
+    fn from_data(data: Words, len: usize, runs: u32) -> Edge {
+        Edge { data: data.finish(), len: len as u32, runs }
+    }
+
+    /// The edge's words, shared, and its length: its tokens are `words[..len]` (a KV
+    /// event's, kept until the consumer hashes and encodes them).
+    pub(crate) fn shared(&self) -> (std::sync::Arc<[u32]>, usize) {
+        (self.data.clone(), self.len())
     }
 
     /// For an edge stored as runs: the offsets where runs 2..k begin, and the runs' first
@@ -383,8 +447,8 @@ impl Edge {
         }
     }
 
-    /// Heap bytes of the encoded tokens and slots.
+    /// Heap bytes of the encoded tokens and slots (and the `Arc`'s two counts).
     pub(crate) fn heap_bytes(&self) -> usize {
-        self.data.len() * 4
+        self.data.len() * 4 + 2 * std::mem::size_of::<usize>()
     }
 }
