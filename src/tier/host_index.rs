@@ -26,11 +26,13 @@
 //!
 //! An entry lives in a slab indexed by its host page (an [`EntryId`]: the host page's first
 //! slot is `id * page_size`), so the free list of host pages is the free list of entries and
-//! an entry never moves. The map from `(namespace, page hash)` holds only the id; it is
-//! sized for the host's capacity up front (it never rehashes below it). Callers that know an
-//! entry's id (a backup committing the pages it reserved, a load-back unpinning what it
-//! pinned, the device eviction hook reading the id the device page recorded with `BACKED`)
-//! reach it without hashing.
+//! an entry never moves (the slab reserves the host's capacity up front, touching only what
+//! is used). The map from `(namespace, page hash)` holds only the id, and grows as entries
+//! come (sizing it for the whole host up front was slower on the Mooncake replay: its
+//! inserts then land all over a table mostly empty). Callers that know an entry's id (a
+//! backup committing the pages it reserved, a load-back unpinning what it pinned, the device
+//! eviction hook reading the id the device page recorded with `BACKED`) reach it without
+//! hashing; a run of pages tries `prev + 1` before the map.
 //!
 //! # The eviction order
 //!
@@ -83,7 +85,7 @@ type Map<V> = HashMap<PageKey, V, BuildHasherDefault<KeyHasher>>;
 /// optional.
 pub(crate) const NO_PAGE: u32 = u32::MAX;
 
-/// The most entries the map and the slab are sized for up front (beyond it they grow).
+/// The most entries the slab reserves up front (beyond it, it grows).
 const PRESIZE_MAX: usize = 1 << 24;
 
 /// Eviction order key of a host entry (smaller goes first).
@@ -201,7 +203,7 @@ impl HostIndex {
             slru_threshold,
             free,
             slab: Vec::with_capacity(presize),
-            map: Map::with_capacity_and_hasher(presize, Default::default()),
+            map: Map::default(),
             orphans: Map::default(),
             order: BTreeSet::new(),
             clock: 0,
