@@ -94,6 +94,16 @@
 //!   ready, unpinned, without a host child), in one step under the mutex; a load-back pins
 //!   under the same mutex, so it either pins first (the entry is skipped) or finds the
 //!   entry gone (the page is no host hit).
+//! - **The eviction hook without a lookup.** `BACKED` and the entry id beside it
+//!   ([`DevPage::entry`]) are written together under the host lock, by whoever makes an
+//!   entry name the page (a backup's commit, an insert marking a host copy resident, a
+//!   load-back's unpin), and read by the hook under the same lock. A page without `BACKED`
+//!   has no entry naming it, so the hook leaves the host alone for it (but under
+//!   `write_back`, which looks the page up to copy it); with `BACKED`, the id is used only
+//!   if that entry is live with the page's identity (keys are unique among live entries, so
+//!   it is the entry a lookup by key would find), else the hook looks the key up as before:
+//!   an entry re-pointed at another device page meanwhile keeps its resident mark (the
+//!   hook un-names only its own page).
 //! - **The device evicting a page that is being backed up under another page identity**
 //!   cannot happen: one device page holds one `(namespace, tokens)` prefix, and its
 //!   identity is written (device page metadata) before the insert that caches it is
