@@ -95,7 +95,7 @@
 //!   under the same mutex, so it either pins first (the entry is skipped) or finds the
 //!   entry gone (the page is no host hit).
 //! - **The eviction hook without a lookup.** `BACKED` and the entry id beside it
-//!   ([`DevPage::entry`]) are written together under the host lock, by whoever makes an
+//!   (`DevPage::entry`) are written together under the host lock, by whoever makes an
 //!   entry name the page (a backup's commit, an insert marking a host copy resident, a
 //!   load-back's unpin), and read by the hook under the same lock. A page without `BACKED`
 //!   has no entry naming it, so the hook leaves the host alone for it (but under
