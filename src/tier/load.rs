@@ -10,7 +10,7 @@ impl Tiered<'_> {
         if let Err(e) = r {
             // Roll back: the slots go back to the pool, the host copies are unpinned.
             let _ = self.dev.free(&l.slots[l.device_len..]);
-            sh.host().unpin(l.ns, &l.hashes, &[]);
+            sh.host().unpin(&l.entries, &[]);
             let _ = self.dev.release(l.lock);
             bump(&sh.counters.copy_failures, 1);
             return Err(e);
@@ -28,7 +28,7 @@ impl Tiered<'_> {
             Ok((e, lk)) => (e, lk.expect("a pinning insert returns a lock")),
             Err(e) => {
                 let _ = self.dev.free(&l.slots[l.device_len..]);
-                sh.host().unpin(l.ns, &l.hashes, &[]);
+                sh.host().unpin(&l.entries, &[]);
                 let _ = self.dev.release(l.lock);
                 return Err(e);
             }
@@ -37,9 +37,12 @@ impl Tiered<'_> {
         slots[..existing].copy_from_slice(&cached[..existing]);
         let resident: Vec<u32> =
             (0..loaded / p).map(|i| slots[l.device_len + i * p] / p as u32).collect();
-        sh.host().unpin(l.ns, &l.hashes, &resident);
-        for &d in &resident {
-            sh.set_backed(d); // pinned by `lock`
+        {
+            let mut host = sh.host();
+            host.unpin(&l.entries, &resident);
+            for (&d, &id) in resident.iter().zip(&l.entries) {
+                sh.set_backed(&host, d, id); // pinned by `lock`
+            }
         }
         let _ = self.dev.release(l.lock);
         bump(&sh.counters.tokens_to_device, loaded);
@@ -82,25 +85,25 @@ impl Tiered<'_> {
         let hashes = sh.hashes(ns, tokens);
         let want = &hashes[d / p..];
         let max_pages = max_tokens / p;
-        let bases = {
+        let pinned = {
             let mut host = sh.host();
-            let found = host.peek_run(ns, want).min(max_pages);
-            if found == 0 {
+            let found = host.find_run(ns, want, max_pages);
+            if found.is_empty() {
                 drop(host);
                 return skip(lock0, prefix, LoadOutcome::NothingOnHost);
             }
-            if found * p < sh.opts.load_back_min {
+            if found.len() * p < sh.opts.load_back_min {
                 drop(host);
                 return skip(lock0, prefix, LoadOutcome::TooShort);
             }
-            host.run(ns, want, found, true)
+            host.touch_run(&found, true);
+            found
         };
-        let m = bases.len();
-        let pinned = want[..m].to_vec();
+        let m = pinned.len();
         bump(&sh.counters.host_hit_tokens, m * p);
         let mut new = Vec::new();
         if let Err(e) = self.dev.alloc(m * p, &mut new) {
-            sh.host().unpin(ns, &pinned, &[]);
+            sh.host().unpin(&pinned, &[]);
             let _ = self.dev.release(lock0);
             return Err(e);
         }
@@ -109,7 +112,8 @@ impl Tiered<'_> {
             let parent = k.checked_sub(1).map(|j| hashes[j]);
             sh.set_page(new[i * p] / p as u32, ns, hashes[k], parent, page_tokens(tokens, k, p));
         }
-        let hst: Vec<u32> = bases.iter().flat_map(|&b| (0..p as u32).map(move |j| b + j)).collect();
+        let hst: Vec<u32> =
+            pinned.iter().flat_map(|&id| (0..p as u32).map(move |j| id * p as u32 + j)).collect();
         bump(&sh.counters.copies_to_device, 1);
         let mut slots = prefix;
         slots.extend_from_slice(&new);
@@ -121,7 +125,7 @@ impl Tiered<'_> {
             slots,
             device_len: d,
             lock: lock0,
-            hashes: pinned,
+            entries: pinned,
         };
         // If the copier panics, the load-back is finished as failed (`finish`: the slots
         // freed, the host copies unpinned, the prefix released) under an id no caller holds.

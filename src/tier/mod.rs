@@ -94,6 +94,16 @@
 //!   ready, unpinned, without a host child), in one step under the mutex; a load-back pins
 //!   under the same mutex, so it either pins first (the entry is skipped) or finds the
 //!   entry gone (the page is no host hit).
+//! - **The eviction hook without a lookup.** `BACKED` and the entry id beside it
+//!   (`DevPage::entry`) are written together under the host lock, by whoever makes an
+//!   entry name the page (a backup's commit, an insert marking a host copy resident, a
+//!   load-back's unpin), and read by the hook under the same lock. A page without `BACKED`
+//!   has no entry naming it, so the hook leaves the host alone for it (but under
+//!   `write_back`, which looks the page up to copy it); with `BACKED`, the id is used only
+//!   if that entry is live with the page's identity (keys are unique among live entries, so
+//!   it is the entry a lookup by key would find), else the hook looks the key up as before:
+//!   an entry re-pointed at another device page meanwhile keeps its resident mark (the
+//!   hook un-names only its own page).
 //! - **The device evicting a page that is being backed up under another page identity**
 //!   cannot happen: one device page holds one `(namespace, tokens)` prefix, and its
 //!   identity is written (device page metadata) before the insert that caches it is
@@ -127,7 +137,7 @@ use std::sync::Arc;
 pub use copier::{CopyTicket, DeferredCopier, FailPlan, HostCopier, NullCopier, TierCopier};
 #[cfg(feature = "cuda")]
 pub use cuda::CudaTierCopier;
-use host_index::{HostIndex, NO_PAGE, PageKey, Removed};
+use host_index::{EntryId, HostIndex, NO_PAGE, PageKey, Removed, Reserved};
 
 use crate::cache::{Cache, CacheOptions, EvictHook};
 use crate::error::{Result, invalid};
@@ -157,12 +167,17 @@ struct DevPage {
     /// inserts and evictions skip the host index for it when nothing else is to be done;
     /// and a page with it has one (`check()` tests both).
     hits: AtomicU64,
+    /// The id of the host entry that named this page when `BACKED` was last set (written
+    /// with it, under the host lock): the eviction hook reaches the entry without hashing,
+    /// after checking that the id still holds this page's identity
+    /// ([`HostIndex::live_with`]); meaningless without `BACKED`.
+    entry: AtomicU32,
 }
 
 /// See [`DevPage::hits`].
 const BACKED: u64 = 1 << 63;
 #[cfg(not(loom))]
-const _: () = assert!(std::mem::size_of::<DevPage>() == 32);
+const _: () = assert!(std::mem::size_of::<DevPage>() == 40);
 
 /// [`DevPage::parent`] of a namespace's first page.
 const NO_PARENT: u64 = u64::MAX;
@@ -188,6 +203,8 @@ struct BackupPage {
     hash: u64,
     parent: Option<u64>,
     dev_page: u32,
+    /// Its reserved (writing) host entry.
+    entry: EntryId,
 }
 
 struct LoadOp {
@@ -201,8 +218,8 @@ struct LoadOp {
     device_len: usize,
     /// Pins the device prefix meanwhile.
     lock: PrefixLock,
-    /// The loaded pages' hashes (pinned on the host).
-    hashes: Vec<u64>,
+    /// The loaded pages' host entries (pinned).
+    entries: Vec<EntryId>,
 }
 
 /// What the eviction hook and the tier share.
@@ -328,11 +345,14 @@ impl Shared {
         }
     }
 
-    /// Marks device page `page` as holding a resident host copy (see [`DevPage::hits`]);
-    /// only while the page is pinned.
-    fn set_backed(&self, page: u32) {
-        // Relaxed: see `DevPage::hits`.
-        self.pages[page as usize].hits.fetch_or(BACKED, Ordering::Relaxed);
+    /// Marks device page `page` as holding a resident host copy, host entry `entry` (see
+    /// [`DevPage::hits`]); only while the page is pinned, and under the host lock (`_host`:
+    /// the eviction hook reads both fields under it).
+    fn set_backed(&self, _host: &HostIndex, page: u32, entry: EntryId) {
+        let d = &self.pages[page as usize];
+        // Relaxed: see `DevPage::hits`; the host lock orders them with the hook's reads.
+        d.entry.store(entry, Ordering::Relaxed);
+        d.hits.fetch_or(BACKED, Ordering::Relaxed);
     }
 
     /// Removes the writing entry of `key` (its copy failed or never started; `host` is the
@@ -347,8 +367,8 @@ impl Shared {
     /// holds `key` and clearing its flag touches no other page's state. An insert reading
     /// the flag just before the clear skips the host step once (a backup delayed, not a
     /// state broken); every later one sees it clear.
-    fn abort(&self, host: &mut HostIndex, key: PageKey) {
-        let d = host.abort(key);
+    fn abort(&self, host: &mut HostIndex, id: EntryId) {
+        let d = host.abort(id);
         if d != NO_PAGE {
             // Relaxed: see `DevPage::hits`; the host lock orders it with the flag's writers.
             self.pages[d as usize].hits.fetch_and(!BACKED, Ordering::Relaxed);
@@ -422,14 +442,31 @@ impl Shared {
             for r in runs {
                 for s in r.slots().step_by(p) {
                     let page = s / p as u32;
+                    let d = &self.pages[page as usize];
+                    // Relaxed: statistics-grade state of a slot no one else owns now; BACKED
+                    // and `entry` were written under the host lock, held here.
+                    let backed = d.hits.swap(0, Ordering::Relaxed) & BACKED != 0;
+                    // A page without BACKED has no entry naming it (see `DevPage::hits`):
+                    // nothing to do unless `write_back` may copy it. With BACKED, the entry
+                    // it recorded, if that id still holds this page's identity (it is then
+                    // the entry a lookup by key finds: keys are unique among live entries).
+                    if !backed && !write_back {
+                        continue;
+                    }
                     let (key, parent) = self.page_id(page);
-                    // Relaxed: statistics-grade state of a slot no one else owns now.
-                    self.pages[page as usize].hits.store(0, Ordering::Relaxed);
-                    if !host.device_evicted(key, page)
-                        && write_back
-                        && let Some(base) = host.reserve(key, parent, 0, &mut removed)
-                    {
-                        wb.push((key, parent, page, base));
+                    let id = d.entry.load(Ordering::Relaxed);
+                    let id =
+                        if backed && host.live_with(id, &key) { Some(id) } else { host.find(&key) };
+                    match id {
+                        Some(id) => host.device_evicted(id, page),
+                        None if write_back => {
+                            if let Reserved::New(id) =
+                                host.reserve(key, parent, NO_PAGE, 0, &mut removed)
+                            {
+                                wb.push((key, parent, page, id));
+                            }
+                        }
+                        None => {}
                     }
                 }
             }
@@ -440,7 +477,9 @@ impl Shared {
         }
         let dev: Vec<u32> =
             wb.iter().flat_map(|w| (0..p as u32).map(move |i| w.2 * p as u32 + i)).collect();
-        let hst: Vec<u32> = wb.iter().flat_map(|w| (0..p as u32).map(move |i| w.3 + i)).collect();
+        // A host entry's id is its host page (its first slot `id * p`).
+        let hst: Vec<u32> =
+            wb.iter().flat_map(|w| (0..p as u32).map(move |i| w.3 * p as u32 + i)).collect();
         bump(&self.counters.copies_to_host, 1);
         // A copier that panics fails the write-back: its entries go (below) before the
         // panic goes on, so no host page stays reserved by an entry writing for ever. (The
@@ -460,7 +499,7 @@ impl Shared {
         match copied {
             true => {
                 for w in &wb {
-                    host.commit(w.0, NO_PAGE);
+                    host.commit(w.3, NO_PAGE);
                 }
                 drop(host);
                 bump(&self.counters.tokens_to_host, dev.len());
@@ -478,7 +517,7 @@ impl Shared {
             }
             false => {
                 for w in &wb {
-                    self.abort(&mut host, w.0);
+                    self.abort(&mut host, w.3);
                 }
                 drop(host);
                 bump(&self.counters.copy_failures, 1);
@@ -548,6 +587,7 @@ impl Tier {
                 hash: AtomicU64::new(0),
                 parent: AtomicU64::new(NO_PARENT),
                 hits: AtomicU64::new(0),
+                entry: AtomicU32::new(NO_PAGE),
             })
             .collect();
         let host_policy = tier.host_policy.unwrap_or(device.policy);
@@ -609,7 +649,7 @@ impl<'a> Tiered<'a> {
         }
         let hashes = self.shared.hashes(ns, tokens);
         let start = device_len / p;
-        let n = self.shared.host().run(ns, &hashes[start..], usize::MAX, false).len();
+        let n = self.shared.host().run(ns, &hashes[start..]);
         n * p
     }
 
@@ -765,7 +805,7 @@ impl<'a> Tiered<'a> {
         // load-back of this very page, which set BACKED, or when the device lets it go):
         // it needs the host only if it reached the threshold now.
         let existing_pages = existing / p;
-        let mut backup: Vec<(usize, u32)> = Vec::new();
+        let mut backup: Vec<(usize, EntryId)> = Vec::new();
         let mut removed = Removed::default();
         let needs_host = |i: usize| {
             let h = hits[i];
@@ -773,18 +813,36 @@ impl<'a> Tiered<'a> {
         };
         if (0..n / p).any(needs_host) {
             let mut host = sh.host();
+            // The entry of the page before (found or reserved here): its child's reserve
+            // counts the kid without a lookup.
+            let mut prev: (usize, EntryId) = (usize::MAX, NO_PAGE);
             for i in (0..n / p).filter(|&i| needs_host(i)) {
                 let key = (ns, hashes[i]);
-                if host.get(&key).is_some() {
-                    if host.mark_resident(key, dev_page(i)) {
-                        sh.set_backed(dev_page(i));
+                let after = if prev.0.wrapping_add(1) == i { prev.1 } else { NO_PAGE };
+                // The page's entry, if any, or a new one at the threshold: one map probe at
+                // most (none when the entry follows the one before on the host).
+                let r = match host.guess_after(after, &key) {
+                    Some(id) => Reserved::Have(id),
+                    None if hits[i] & !BACKED >= threshold => {
+                        let parent = i.checked_sub(1).map(|j| hashes[j]);
+                        host.reserve(key, parent, after, opts.priority, &mut removed)
                     }
-                } else if hits[i] & !BACKED >= threshold {
-                    let parent = i.checked_sub(1).map(|j| hashes[j]);
-                    match host.reserve(key, parent, opts.priority, &mut removed) {
-                        Some(base) => backup.push((i, base)),
-                        None => break, // the host is full of pages it may not drop
+                    None => match host.find(&key) {
+                        Some(id) => Reserved::Have(id),
+                        None => continue,
+                    },
+                };
+                match r {
+                    Reserved::Have(id) => {
+                        host.mark_resident(id, dev_page(i));
+                        sh.set_backed(&host, dev_page(i), id);
+                        prev = (i, id);
                     }
+                    Reserved::New(id) => {
+                        backup.push((i, id));
+                        prev = (i, id);
+                    }
+                    Reserved::Full => break, // the host is full of pages it may not drop
                 }
             }
         }
@@ -796,14 +854,17 @@ impl<'a> Tiered<'a> {
             .iter()
             .flat_map(|&(i, _)| (0..p as u32).map(move |j| dev_page(i) * p as u32 + j))
             .collect();
-        let hst: Vec<u32> =
-            backup.iter().flat_map(|&(_, b)| (0..p as u32).map(move |j| b + j)).collect();
+        let hst: Vec<u32> = backup
+            .iter()
+            .flat_map(|&(_, id)| (0..p as u32).map(move |j| id * p as u32 + j))
+            .collect();
         let pages: Vec<BackupPage> = backup
             .iter()
-            .map(|&(i, _)| BackupPage {
+            .map(|&(i, id)| BackupPage {
                 hash: hashes[i],
                 parent: i.checked_sub(1).map(|j| hashes[j]),
                 dev_page: dev_page(i),
+                entry: id,
             })
             .collect();
         bump(&sh.counters.copies_to_host, 1);
@@ -877,10 +938,10 @@ impl<'a> Tiered<'a> {
                     let mut host = sh.host();
                     for pg in &pages {
                         if ok {
-                            host.commit((ns, pg.hash), pg.dev_page);
-                            sh.set_backed(pg.dev_page);
+                            host.commit(pg.entry, pg.dev_page);
+                            sh.set_backed(&host, pg.dev_page, pg.entry);
                         } else {
-                            sh.abort(&mut host, (ns, pg.hash));
+                            sh.abort(&mut host, pg.entry);
                         }
                     }
                 }
