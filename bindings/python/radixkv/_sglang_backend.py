@@ -418,12 +418,19 @@ class RadixKvCache(BasePrefixCache):
         row = self.req_to_token_pool.req_to_token[kv.req_pool_idx]
         old = req.lock
         old_h = 0
+        kept = None
         if old is not None:
             on = old.node
             if on.stop != on.start and on.gen == self._gen:
                 if not on._locks:
                     raise InvalidLockError("dec_lock_ref: the node is not locked", Status.INVALID_LOCK)
                 old_h = on._locks.pop()
+                # The request's key as the match (or the last checkpoint) converted it: the
+                # same append-only token array, from the same start, in the same namespace.
+                # The checkpoint takes it, so the old node reads its buffer from now on.
+                if on.kept is not None and on.tokens is token_ids and on.start == start and on.ns == ns:
+                    kept = on.kept
+                    on.kept = None
             req.lock = None
         if key_len == 0:
             if old_h:
@@ -440,7 +447,7 @@ class RadixKvCache(BasePrefixCache):
         try:
             prefix, h, n, dup, kept = self._n.span_checkpoint(
                 ns, token_ids, start, stop, values, 0, protected, old_h,
-                req.priority or 0, kv.cache_inserted_len,
+                req.priority or 0, kv.cache_inserted_len, kept,
             )
         except BaseException:
             # Refused before the old lock was released (a bad id or value): the request
