@@ -6,6 +6,7 @@ use). See ``radixkv/sglang.py`` for the overview.
 
 from __future__ import annotations
 
+import itertools
 import time
 from array import array
 from typing import Any, Dict, List, Optional, Tuple
@@ -90,6 +91,10 @@ _RECEIPT = DecLockRefParams()
 _MATCH_TAIL = tuple(MatchResult._field_defaults[f] for f in MatchResult._fields[4:])
 
 
+#: The nodes' ids, from 1 up.
+_node_ids = itertools.count(1)
+
+
 class RadixKvNode:
     """What ``match_prefix`` and ``insert`` return as ``last_device_node``: a prefix of a
     key, named by the key's token buffer and the span of it the tree holds (no copy: the
@@ -100,8 +105,6 @@ class RadixKvNode:
     and reading the node's KV indices read no key again."""
 
     __slots__ = ("cache", "ns", "tokens", "start", "stop", "key", "gen", "_locks", "kept", "id", "__weakref__")
-
-    _next_id = 1
 
     def __init__(
         self, cache: Any, ns: int, tokens: Any, start: int, stop: int, key: Any, gen: int, kept: Any = None
@@ -115,8 +118,7 @@ class RadixKvNode:
         self.gen = gen
         self._locks: List[int] = []
         self.kept = kept
-        self.id = RadixKvNode._next_id
-        RadixKvNode._next_id += 1
+        self.id = next(_node_ids)
 
     def __len__(self) -> int:
         return self.stop - self.start
@@ -367,8 +369,16 @@ class RadixKvCache(BasePrefixCache):
         return DecLockRefResult(delta=self._n.span_release(node._locks.pop()))
 
     def lock(self, node: Any) -> Optional[TreeLock]:
-        """SGLang's ``lock``: ``inc_lock_ref(node)`` behind a ``TreeLock`` for ``unlock``."""
-        self.inc_lock_ref(node)
+        """SGLang's ``lock``: ``inc_lock_ref(node)`` behind a ``TreeLock`` for ``unlock``
+        (the same, without the ``IncLockRefResult`` ``lock`` does not return)."""
+        if not (self.disable or node.stop == node.start or node.gen != self._gen):
+            if node.kept is not None:
+                h, n, _ = self._n.prefix_lock(node.kept, node.stop - node.start)
+            else:
+                h, n, _ = self._n.span_lock(node.ns, node.tokens, node.start, node.stop)
+            if n < node.stop - node.start:
+                node.stop = node.start + n  # evicted since it was matched: what is left
+            node._locks.append(h)
         return TreeLock(node, _RECEIPT)
 
     def unlock(self, lock: Optional[TreeLock]) -> None:
@@ -393,6 +403,19 @@ class RadixKvCache(BasePrefixCache):
         if kept is not None:
             return self._indices(self._n.prefix_slots_i64(kept, node.stop - node.start, not node._locks))
         return self._indices(self._n.span_match_i64(node.ns, node.tokens, node.start, node.stop))
+
+    def prefix_device_indices(self, req: Any) -> torch.Tensor:
+        """``BasePrefixCache.prefix_device_indices``: the KV indices of the request's
+        matched prefix (``req.prefix_len`` of ``req.last_node``'s), read for that length
+        only (no longer tensor cut)."""
+        node = req.last_node
+        m = req.prefix_len
+        if node.stop == node.start or node.gen != self._gen or node.kept is None:
+            path = self.path_device_indices(node)
+            assert len(path) >= m, (req.rid, len(path), m)
+            return path[:m]
+        assert node.stop - node.start >= m, (req.rid, node.stop - node.start, m)
+        return self._indices(self._n.prefix_slots_i64(node.kept, m, not node._locks))
 
     def checkpoint(self, req: Any, *, up_to: int, **kwargs: Any) -> None:
         """SGLang's ``RadixCache.checkpoint``: inserts the request's KV up to ``up_to``,
