@@ -6,6 +6,7 @@ use). See ``radixkv/sglang.py`` for the overview.
 
 from __future__ import annotations
 
+import itertools
 import time
 from array import array
 from typing import Any, Dict, List, Optional, Tuple
@@ -90,6 +91,10 @@ _RECEIPT = DecLockRefParams()
 _MATCH_TAIL = tuple(MatchResult._field_defaults[f] for f in MatchResult._fields[4:])
 
 
+#: The nodes' ids, from 1 up.
+_node_ids = itertools.count(1)
+
+
 class RadixKvNode:
     """What ``match_prefix`` and ``insert`` return as ``last_device_node``: a prefix of a
     key, named by the key's token buffer and the span of it the tree holds (no copy: the
@@ -100,8 +105,6 @@ class RadixKvNode:
     and reading the node's KV indices read no key again."""
 
     __slots__ = ("cache", "ns", "tokens", "start", "stop", "key", "gen", "_locks", "kept", "id", "__weakref__")
-
-    _next_id = 1
 
     def __init__(
         self, cache: Any, ns: int, tokens: Any, start: int, stop: int, key: Any, gen: int, kept: Any = None
@@ -115,8 +118,7 @@ class RadixKvNode:
         self.gen = gen
         self._locks: List[int] = []
         self.kept = kept
-        self.id = RadixKvNode._next_id
-        RadixKvNode._next_id += 1
+        self.id = next(_node_ids)
 
     def __len__(self) -> int:
         return self.stop - self.start
@@ -367,8 +369,16 @@ class RadixKvCache(BasePrefixCache):
         return DecLockRefResult(delta=self._n.span_release(node._locks.pop()))
 
     def lock(self, node: Any) -> Optional[TreeLock]:
-        """SGLang's ``lock``: ``inc_lock_ref(node)`` behind a ``TreeLock`` for ``unlock``."""
-        self.inc_lock_ref(node)
+        """SGLang's ``lock``: ``inc_lock_ref(node)`` behind a ``TreeLock`` for ``unlock``
+        (the same, without the ``IncLockRefResult`` ``lock`` does not return)."""
+        if not (self.disable or node.stop == node.start or node.gen != self._gen):
+            if node.kept is not None:
+                h, n, _ = self._n.prefix_lock(node.kept, node.stop - node.start)
+            else:
+                h, n, _ = self._n.span_lock(node.ns, node.tokens, node.start, node.stop)
+            if n < node.stop - node.start:
+                node.stop = node.start + n  # evicted since it was matched: what is left
+            node._locks.append(h)
         return TreeLock(node, _RECEIPT)
 
     def unlock(self, lock: Optional[TreeLock]) -> None:
@@ -394,6 +404,19 @@ class RadixKvCache(BasePrefixCache):
             return self._indices(self._n.prefix_slots_i64(kept, node.stop - node.start, not node._locks))
         return self._indices(self._n.span_match_i64(node.ns, node.tokens, node.start, node.stop))
 
+    def prefix_device_indices(self, req: Any) -> torch.Tensor:
+        """``BasePrefixCache.prefix_device_indices``: the KV indices of the request's
+        matched prefix (``req.prefix_len`` of ``req.last_node``'s), read for that length
+        only (no longer tensor cut)."""
+        node = req.last_node
+        m = req.prefix_len
+        if node.stop == node.start or node.gen != self._gen or node.kept is None:
+            path = self.path_device_indices(node)
+            assert len(path) >= m, (req.rid, len(path), m)
+            return path[:m]
+        assert node.stop - node.start >= m, (req.rid, node.stop - node.start, m)
+        return self._indices(self._n.prefix_slots_i64(node.kept, m, not node._locks))
+
     def checkpoint(self, req: Any, *, up_to: int, **kwargs: Any) -> None:
         """SGLang's ``RadixCache.checkpoint``: inserts the request's KV up to ``up_to``,
         frees the duplicates the insert exposed, repoints the request's row at the tree's
@@ -418,12 +441,19 @@ class RadixKvCache(BasePrefixCache):
         row = self.req_to_token_pool.req_to_token[kv.req_pool_idx]
         old = req.lock
         old_h = 0
+        kept = None
         if old is not None:
             on = old.node
             if on.stop != on.start and on.gen == self._gen:
                 if not on._locks:
                     raise InvalidLockError("dec_lock_ref: the node is not locked", Status.INVALID_LOCK)
                 old_h = on._locks.pop()
+                # The request's key as the match (or the last checkpoint) converted it: the
+                # same append-only token array, from the same start, in the same namespace.
+                # The checkpoint takes it, so the old node reads its buffer from now on.
+                if on.kept is not None and on.tokens is token_ids and on.start == start and on.ns == ns:
+                    kept = on.kept
+                    on.kept = None
             req.lock = None
         if key_len == 0:
             if old_h:
@@ -440,7 +470,7 @@ class RadixKvCache(BasePrefixCache):
         try:
             prefix, h, n, dup, kept = self._n.span_checkpoint(
                 ns, token_ids, start, stop, values, 0, protected, old_h,
-                req.priority or 0, kv.cache_inserted_len,
+                req.priority or 0, kv.cache_inserted_len, kept,
             )
         except BaseException:
             # Refused before the old lock was released (a bad id or value): the request

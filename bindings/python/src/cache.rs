@@ -24,7 +24,7 @@ use radixkv::{Cache, CacheOptions, EventOptions, EvictionPolicy, PrefixLock, Slo
 use crate::closable::Closable;
 use crate::errors::*;
 pub(crate) use crate::event_rows::event_rows;
-use crate::input::{Input, OutOfRange, View, to_input, to_input_span, to_runs};
+use crate::input::{Input, OutOfRange, View, to_input, to_input_span, to_input_span_held, to_runs};
 pub(crate) use crate::locks::LockTable;
 pub use crate::prefix::Prefix;
 use crate::prefix::runs_cut;
@@ -978,7 +978,9 @@ impl NativeCache {
     // -- kept prefixes (the SGLang backend's nodes: the matched tokens converted to u32 once
     // per request, and the slots of the latest match or lock of them) --
 
-    /// As `span_match_len`, and the matched prefix kept: `(length, Prefix or None)`.
+    /// As `span_match_len`, and the matched prefix kept: `(length, Prefix or None)`. The
+    /// `Prefix` keeps the whole span converted (its first `length` tokens are the match),
+    /// for the request's checkpoint to take (`span_checkpoint(kept=...)`).
     fn prefix_match(
         &self,
         py: Python<'_>,
@@ -987,7 +989,7 @@ impl NativeCache {
         start: usize,
         stop: usize,
     ) -> PyResult<(usize, Option<Prefix>)> {
-        let Input::Owned(mut toks) = to_input_span(tokens, "tokens", start, stop)? else {
+        let Input::Owned(toks) = to_input_span(tokens, "tokens", start, stop)? else {
             unreachable!("to_input_span returns its own ids")
         };
         let t = &toks;
@@ -998,8 +1000,7 @@ impl NativeCache {
         if m == 0 {
             return Ok((0, None));
         }
-        toks.truncate(m);
-        Ok((m, Some(Prefix { ns, toks, slots: Mutex::new(Some(runs)) })))
+        Ok((m, Some(Prefix::new(ns, toks, Some(runs)))))
     }
 
     /// Pins the longest cached prefix of the kept `prefix`'s first `n` tokens (no key is
@@ -1012,8 +1013,9 @@ impl NativeCache {
         n: usize,
     ) -> PyResult<(u64, usize, i64)> {
         let p = prefix.get();
+        let kept = p.toks();
+        let toks = &kept[..n.min(kept.len())];
         self.with(py, "RadixKvCache.inc_lock_ref", |c| {
-            let toks = &p.toks[..n.min(p.toks.len())];
             let before = c.tree().stats().evictable_tokens as i64;
             let mut runs: Vec<SlotRun> = Vec::new();
             let lock = c.tree().match_and_lock(p.ns, toks, &mut runs).into_raw();
@@ -1041,7 +1043,8 @@ impl NativeCache {
             let mut slots = p.slots.lock().unwrap_or_else(|e| e.into_inner());
             if rematch || slots.is_none() {
                 let mut runs: Vec<SlotRun> = Vec::new();
-                c.match_prefix(p.ns, &p.toks[..n.min(p.toks.len())], &mut runs);
+                let kept = p.toks();
+                c.match_prefix(p.ns, &kept[..n.min(kept.len())], &mut runs);
                 *slots = Some(runs);
             }
             Ok(runs_cut(slots.as_deref().unwrap_or_default(), 0, n))
@@ -1056,8 +1059,15 @@ impl NativeCache {
     /// pinned length, the tree's slots of positions [dup_from, existing) as native int64
     /// bytes, the pinned prefix kept)`: the slots the caller's row must point at instead of
     /// its duplicates.
+    ///
+    /// `kept`: the `Prefix` of the request's match (or of its last checkpoint) when it was
+    /// made from the same `tokens` object, from the same `start`, in the same namespace, and
+    /// the caller's tokens only grow (SGLang's request token arrays are append-only): its
+    /// converted tokens are taken (the `Prefix` is emptied; the caller drops it) and only
+    /// the rest of the span is converted. The values are read in place, with the GIL held
+    /// for the whole call (no copy of the row; no Python thread can write it meanwhile).
     #[allow(clippy::too_many_arguments)]
-    #[pyo3(signature = (ns, tokens, start, stop, values, vstart, dup_from, old, priority=0, inserted_len=0))]
+    #[pyo3(signature = (ns, tokens, start, stop, values, vstart, dup_from, old, priority=0, inserted_len=0, kept=None))]
     fn span_checkpoint<'py>(
         &self,
         py: Python<'py>,
@@ -1071,27 +1081,53 @@ impl NativeCache {
         old: u64,
         priority: i64,
         inserted_len: usize,
+        kept: Option<&Bound<'py, Prefix>>,
     ) -> PyResult<(usize, u64, usize, Bound<'py, PyByteArray>, Prefix)> {
         let opts = done(py, "RadixKvCache.checkpoint", options(priority, inserted_len))?;
-        let Input::Owned(mut toks) = to_input_span(tokens, "tokens", start, stop)? else {
-            unreachable!("to_input_span returns its own ids")
+        let mut toks: Vec<u32> = match kept {
+            Some(k) if k.get().ns == ns && stop > start => {
+                let mut v = std::mem::take(&mut *k.get().toks());
+                v.truncate(stop - start);
+                if v.len() < stop - start {
+                    let Input::Owned(rest) =
+                        to_input_span(tokens, "tokens", start + v.len(), stop)?
+                    else {
+                        unreachable!("to_input_span returns its own ids")
+                    };
+                    v.extend_from_slice(&rest);
+                }
+                v
+            }
+            _ => {
+                let Input::Owned(v) = to_input_span(tokens, "tokens", start, stop)? else {
+                    unreachable!("to_input_span returns its own ids")
+                };
+                v
+            }
         };
         let n = toks.len();
-        let Input::Owned(sl) = to_input_span(values, "value", vstart, vstart + n)? else {
-            unreachable!("to_input_span returns its own ids")
-        };
-        if sl.len() < n {
+        // Read in place below, with the GIL held until the call returns.
+        let vals = to_input_span_held(values, "value", vstart, vstart + n)?;
+        if vals.len() < n {
             return done(
                 py,
                 "RadixKvCache.checkpoint",
                 Err(fail(
                     INVALID_ARGUMENT,
-                    format!("{} values for {n} tokens from value[{vstart}]", sl.len() + vstart),
+                    format!("{} values for {n} tokens from value[{vstart}]", vals.len() + vstart),
                 )),
             );
         }
-        let (t, sl) = (&toks[..], &sl[..]);
-        let (e, h, locked, dup) = self.with(py, "RadixKvCache.checkpoint", |c| {
+        let mut scratch = Vec::new();
+        let sl = done(
+            py,
+            "RadixKvCache.checkpoint",
+            vals.view()
+                .get("value", &mut scratch)
+                .map_err(|e| oor(OutOfRange { index: e.index + vstart, ..e })),
+        )?;
+        let t = &toks[..];
+        let (e, h, locked, dup) = self.inner.with_held(py, "RadixKvCache.checkpoint", |c| {
             // The insert pins what it cached in the same walk.
             let (e, lock) = c
                 .insert_and_lock(ns, t, sl, opts)
@@ -1121,9 +1157,10 @@ impl NativeCache {
             }
             Ok((e, h, locked, dup))
         })?;
+        drop(vals); // the export (or reference) released, with the GIL held
         toks.truncate(locked);
         // The slots are not kept: a later read of the node's indices matches them again.
-        let prefix = Prefix { ns, toks, slots: Mutex::new(None) };
+        let prefix = Prefix::new(ns, toks, None);
         Ok((e, h, locked, i64_bytes_of_runs(py, &dup)?, prefix))
     }
 

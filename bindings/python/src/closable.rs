@@ -55,6 +55,27 @@ impl<T: Send + Sync> Closable<T> {
         done(py, function, r)
     }
 
+    /// As [`Closable::with`], but with the GIL held throughout: for a call that reads a
+    /// caller's buffer in place (no copy), so that no Python thread can write it meanwhile.
+    /// It cannot deadlock on the GIL: a call that holds the read lock without the GIL never
+    /// needs the GIL to finish, and `close` waits for the write lock with the GIL released.
+    pub(crate) fn with_held<R>(
+        &self,
+        py: Python<'_>,
+        function: &str,
+        f: impl FnOnce(&T) -> Res<R>,
+    ) -> PyResult<R> {
+        self.refuse_if_closing(py, function)?;
+        let r = {
+            let g = self.state.read().unwrap_or_else(|p| p.into_inner());
+            match g.as_ref() {
+                Some(c) => f(c),
+                None => Err(closed(self.what)),
+            }
+        };
+        done(py, function, r)
+    }
+
     /// Runs `f` on the value alone (`&mut`: under the write lock, so it waits for the
     /// calls in flight and calls that start meanwhile wait for it), with the GIL released.
     /// For the cache's exclusive operations (`Cache::clear`). A closed (or closing) object is

@@ -542,6 +542,46 @@ pub fn to_input_span(
     Ok(Input::Owned(v))
 }
 
+/// `obj[start:stop]` (clamped) as `u32` ids **read in place**: for memory (buffers, CPU
+/// tensors, `__array_interface__`), an `Input::Borrowed` naming the caller's own memory (no
+/// copy; `uint32` and non-negative `int32` data is then read as it is by [`View::get`]);
+/// anything else as [`to_input_span`]. The caller must read it (and drop it) with the GIL
+/// held, without running Python code in between: that is what keeps another Python thread
+/// from writing the memory while it is read (the argument [`settle`] makes with its copy).
+pub fn to_input_span_held(
+    obj: &Bound<'_, PyAny>,
+    what: &'static str,
+    start: usize,
+    stop: usize,
+) -> PyResult<Input> {
+    if obj.is_instance_of::<PyString>()
+        || obj.is_instance_of::<PyBytes>()
+        || obj.is_instance_of::<PyByteArray>()
+    {
+        return Err(not_ints(what, obj, ""));
+    }
+    let raw = if let Some(b) = buffer(obj, what)? {
+        b
+    } else if let Some(t) = tensor(obj, what)? {
+        t
+    } else if let Some(a) = array_interface(obj, what)? {
+        a
+    } else {
+        return to_input_span(obj, what, start, stop);
+    };
+    let Input::Borrowed(r, keep) = raw else { return Ok(raw) };
+    let stop = stop.min(r.n);
+    let start = start.min(stop);
+    let sub = Raw {
+        // Within the memory `r` names (start <= n): nothing is read here.
+        ptr: if stop > start { r.ptr.wrapping_offset(start as isize * r.stride) } else { r.ptr },
+        n: stop - start,
+        stride: r.stride,
+        kind: r.kind,
+    };
+    Ok(Input::Borrowed(sub, keep))
+}
+
 fn from_items<'py>(
     items: impl Iterator<Item = Bound<'py, PyAny>>,
     n: usize,

@@ -6,19 +6,34 @@ use pyo3::prelude::*;
 use radixkv::SlotRun;
 
 /// A matched prefix the SGLang backend's node keeps (`prefix_match`, `span_checkpoint`):
-/// its namespace, its tokens as `u32` (the request's key converted once), and the slots of
-/// its latest match or lock (None: not known, matched again when asked for).
+/// its namespace, the request's key as `u32` (the whole span the match was asked for,
+/// converted once per request: the node's prefix is its first tokens, and the request's
+/// checkpoint takes the rest instead of converting the key again), and the slots of its
+/// latest match or lock (None: not known, matched again when asked for).
 #[pyclass(frozen, module = "radixkv._radixkv")]
 pub struct Prefix {
     pub(crate) ns: u64,
-    pub(crate) toks: Vec<u32>,
+    /// Emptied when a checkpoint takes them (`span_checkpoint(kept=...)`): the backend drops
+    /// its reference to this `Prefix` then.
+    pub(crate) toks: Mutex<Vec<u32>>,
     pub(crate) slots: Mutex<Option<Vec<SlotRun>>>,
+}
+
+impl Prefix {
+    pub(crate) fn new(ns: u64, toks: Vec<u32>, slots: Option<Vec<SlotRun>>) -> Self {
+        Prefix { ns, toks: Mutex::new(toks), slots: Mutex::new(slots) }
+    }
+
+    pub(crate) fn toks(&self) -> std::sync::MutexGuard<'_, Vec<u32>> {
+        self.toks.lock().unwrap_or_else(|e| e.into_inner())
+    }
 }
 
 #[pymethods]
 impl Prefix {
+    /// The tokens it keeps (the node's prefix and the rest of the key it was matched for).
     fn __len__(&self) -> usize {
-        self.toks.len()
+        self.toks().len()
     }
 }
 

@@ -216,6 +216,76 @@ class TestRadixKvCache(unittest.TestCase):
                 self.assertEqual(seen[0], seen[1], f"page {page_size}, request {i}: {tokens.tolist()}")
             caches[1][0].sanity_check()
 
+    def test_chunked_and_copied_checkpoints_as_sglangs_radix_cache(self):
+        """The checkpoint takes the key its match converted only for the same token array
+        from the same start: two checkpoints of one request (half, then all of it: the
+        second takes the first's), and a checkpoint that sees a copy of the array (the
+        match's conversion not used) keep RadixKvCache's rows and sizes equal to SGLang's
+        RadixCache's."""
+        import random
+
+        from sglang.srt.mem_cache.cache_init_params import CacheInitParams
+        from sglang.srt.mem_cache.radix_cache import RadixCache as SgRadixCache
+
+        class Alloc(Allocator):
+            def available_size(self):
+                return 1 << 30
+
+        class Pool:
+            def __init__(self):
+                self.req_to_token = torch.zeros((1, 64), dtype=torch.int32)
+
+            def write(self, idx, values):
+                self.req_to_token[idx] = values
+
+        for mode in ("chunked", "copied"):
+            for page_size in (1, 2):
+                rng = random.Random(page_size * 7 + len(mode))
+                caches = []
+                for cls in (SgRadixCache, RadixKvCache):
+                    alloc, pool = Alloc(), Pool()
+                    params = CacheInitParams(
+                        disable=False, req_to_token_pool=pool, token_to_kv_pool_allocator=alloc, page_size=page_size
+                    )
+                    caches.append((cls(params), alloc, pool))
+                stems = [[rng.randrange(5) for _ in range(rng.randrange(1, 12))] for _ in range(4)]
+                next_index = 1000
+                for i in range(60):
+                    tokens = array("q", rng.choice(stems)[: rng.randrange(1, 13)] + [rng.randrange(5) for _ in range(rng.randrange(0, 6))])
+                    n = len(tokens)
+                    fresh = list(range(next_index, next_index + n))
+                    next_index += n
+                    seen = []
+                    for cache, alloc, pool in caches:
+                        req = SimpleNamespace(
+                            full_untruncated_fill_ids=tokens,
+                            origin_input_ids=tokens,
+                            kv=SimpleNamespace(req_pool_idx=0, cache_protected_len=0, cache_inserted_len=0, swa_evict_floor=0),
+                            extra_key=None, cache_salt=None, priority=None, lock=None, last_node=None,
+                        )
+                        r = cache.match_prefix(MatchPrefixParams(key=RadixKey(tokens, None, limit=n - 1)))
+                        m = r.device_prefix_len
+                        req.last_node = r.last_device_node
+                        req.prefix_len = req.kv.cache_protected_len = m
+                        req.lock = cache.lock(req.last_node)
+                        row = pool.req_to_token[0]
+                        row.zero_()
+                        if m:
+                            row[:m] = cache.prefix_device_indices(req)
+                        row[m:n] = torch.tensor(fresh[m:], dtype=torch.int32)
+                        steps = []
+                        if mode == "chunked":
+                            cache.checkpoint(req, up_to=(m + n + 1) // 2)
+                            steps.append((row.tolist(), req.kv.cache_protected_len, cache.protected_size()))
+                        else:
+                            req.full_untruncated_fill_ids = array("q", tokens)
+                        cache.checkpoint(req, up_to=n)
+                        steps.append((row.tolist(), req.kv.cache_protected_len, cache.protected_size()))
+                        cache.unlock(req.lock)
+                        seen.append((m, steps, cache.protected_size(), cache.total_size(), sorted(alloc.freed)))
+                    self.assertEqual(seen[0], seen[1], f"{mode}, page {page_size}, request {i}: {tokens.tolist()}")
+                caches[1][0].sanity_check()
+
     def test_a_span_names_an_out_of_range_id_by_its_index_in_the_key(self):
         c = RadixKvCache.create_simulated()
         ins(c, key([1, 2, 3]), [10, 11, 12])
