@@ -355,6 +355,14 @@ typedef struct rkv_cache rkv_cache;
 typedef struct rkv_publisher rkv_publisher;
 
 /**
+ * A request admitted by `rkv_request_admit`: an opaque object the caller owns until
+ * `rkv_request_finish` or `rkv_request_abort` (exactly one of them) consumes and frees it.
+ * Its calls are thread-safe (calls on one request run one at a time); like every call on
+ * its cache, none may run concurrently with `rkv_cache_free` of that cache.
+ */
+typedef struct rkv_request rkv_request;
+
+/**
  * A router index: an opaque object created by `rkv_router_new` (or `rkv_router_restore`)
  * and destroyed by `rkv_router_free`. Every function taking `const rkv_router *` is safe
  * to call from many threads at once (events of different workers apply in parallel, finds
@@ -618,6 +626,30 @@ typedef struct rkv_namespace_stats {
    */
   uint64_t nodes;
 } rkv_namespace_stats;
+
+/**
+ * What a request holds now (`rkv_request_info_get`): a plain value the caller owns.
+ */
+typedef struct rkv_request_info {
+  /**
+   * Tokens so far (the prompt, then whatever `rkv_request_extend` added); also the
+   * number of slots `rkv_request_slots` writes.
+   */
+  size_t len;
+  /**
+   * Tokens found cached at admission: their KV need not be computed.
+   */
+  size_t cached_len;
+  /**
+   * Tokens pinned in the tree for this request: `slots[0..locked_len]` belong to the
+   * tree, the rest to the request until it is finished or aborted.
+   */
+  size_t locked_len;
+  /**
+   * The namespace it was admitted in.
+   */
+  uint64_t ns;
+} rkv_request_info;
 
 /**
  * How a cache publishes KV events (`rkv_events_enable`); the block size is the cache's
@@ -1328,8 +1360,11 @@ enum rkv_status rkv_cache_eviction_policy(const struct rkv_cache *cache,
                                           uint32_t *out_slru_threshold);
 
 /**
- * Destroys a cache: releases its outstanding locks (their handles become invalid) and
- * frees everything it owns. Slots it held are not reported (in caller-managed mode, evict
+ * Destroys a cache: aborts its live requests (`rkv_request_admit`: their slots go back to
+ * the pool and their pins are released; each handle is then refused by every request call
+ * with `RKV_INVALID_ARGUMENT` and stays the caller's to free with `rkv_request_abort`),
+ * releases its outstanding locks (their handles become invalid) and frees everything it
+ * owns. Slots it held are not reported (in caller-managed mode, evict
  * first with a callback if you need them back). NULL is a no-op. Must not run concurrently
  * with any other call on the same cache, and the cache must not be used afterwards: any
  * call with a freed cache, `rkv_release` of one of its locks included, is undefined
@@ -1853,6 +1888,110 @@ enum rkv_status rkv_cache_namespace_stats(const struct rkv_cache *cache,
  */
 enum rkv_status rkv_namespace_count(const struct rkv_cache *cache,
                                     uint64_t *out_count);
+
+/**
+ * Admits a request (the core's `Cache::admit`): pins the longest cached prefix of
+ * `tokens[0..n_tokens]` in namespace `ns` and allocates slots (whole pages, evicting
+ * when short) for the rest, and writes the new request to `*out_req` (required). Its
+ * inserts carry eviction priority `priority` (read by `RKV_EVICT_PRIORITY`; it must fit
+ * in 32 bits). Needs a pool: `RKV_NO_POOL` on a cache with `pool_slots = 0`;
+ * `RKV_OUT_OF_SLOTS` when the pool cannot hold the uncached rest (nothing is held then).
+ * `tokens` may be NULL when `n_tokens == 0` and stays the caller's. The request is the
+ * caller's to end with exactly one of `rkv_request_finish` or `rkv_request_abort`; if the
+ * cache is freed first, `rkv_cache_free` aborts it. Thread-safe; an extension of
+ * version 1.
+ *
+ * # Safety
+ * `cache` is NULL or live; `tokens[0..n_tokens]` readable (or NULL); `out_req` NULL or
+ * writable.
+ */
+enum rkv_status rkv_request_admit(const struct rkv_cache *cache,
+                                  uint64_t ns,
+                                  const uint32_t *tokens,
+                                  size_t n_tokens,
+                                  int64_t priority,
+                                  struct rkv_request **out_req);
+
+/**
+ * Appends `tokens[0..n_tokens]` (generated tokens, or the next prefill chunk) to the
+ * request, allocating slots for them page by page; may evict. On an error
+ * (`RKV_OUT_OF_SLOTS` among them) nothing changes. `tokens` may be NULL when
+ * `n_tokens == 0` and stays the caller's. Thread-safe.
+ *
+ * # Safety
+ * `req` is NULL or a request not yet consumed; `tokens[0..n_tokens]` readable (or NULL).
+ */
+enum rkv_status rkv_request_extend(struct rkv_request *req,
+                                   const uint32_t *tokens,
+                                   size_t n_tokens);
+
+/**
+ * Makes the request's page-aligned prefix visible to other requests (chunked prefill,
+ * long decodes): inserts and pins it, swapping the request's lock. Where the same tokens
+ * were cached first, the request switches to the cached slots (its own go back to the
+ * pool). Writes the tokens that were cached already to `*out_cached_len` (required). On
+ * an error nothing changes. Thread-safe.
+ *
+ * # Safety
+ * `req` is NULL or a request not yet consumed; `out_cached_len` NULL or writable.
+ */
+enum rkv_status rkv_request_checkpoint(struct rkv_request *req,
+                                       size_t *out_cached_len);
+
+/**
+ * Finishes the request and frees its handle: caches its page-aligned tokens (prompt and
+ * output), gives back the slots that duplicate cached ones and the spare slots, releases
+ * its pin, and writes the tokens that were cached already to `*out_cached_len`. The
+ * handle is consumed whenever `req` passes its checks (non-NULL, aligned) and
+ * `out_cached_len` is not NULL: also when the insert fails (the request is aborted then)
+ * and when its cache was freed (`RKV_INVALID_ARGUMENT`). With `out_cached_len` NULL
+ * (`RKV_NULL_ARGUMENT`) nothing happens and the handle stays the caller's. Thread-safe
+ * with the other requests; no other call on `req` may run concurrently or follow.
+ *
+ * # Safety
+ * `req` is NULL or a request not yet consumed, used by no other call now or later;
+ * `out_cached_len` NULL or writable.
+ */
+enum rkv_status rkv_request_finish(struct rkv_request *req,
+                                   size_t *out_cached_len);
+
+/**
+ * Aborts the request and frees its handle: gives back every slot it holds, releases its
+ * pin, caches nothing new. NULL is a no-op; so is a request whose cache was freed (that
+ * aborted it) apart from freeing the handle. No other call on `req` may run concurrently
+ * or follow. Leaves `rkv_last_error_message()` as it is.
+ *
+ * # Safety
+ * `req` is NULL or a request not yet consumed, used by no other call now or later.
+ */
+void rkv_request_abort(struct rkv_request *req);
+
+/**
+ * Writes the request's slots, one per token (`slots[0..len]`: where each token's KV entry
+ * lives or is to be written), to `out_slots[0..*out_len]`, and their number to `*out_len`
+ * (required). `out_slots` may be NULL when `out_cap == 0`: then only `*out_len` is
+ * written and the status is `RKV_OK`. If `out_cap > 0` is smaller than the request,
+ * returns `RKV_BUFFER_TOO_SMALL` with the length in `*out_len` (nothing else written).
+ * The buffer stays the caller's. Thread-safe.
+ *
+ * # Safety
+ * `req` is NULL or a request not yet consumed; `out_slots[0..out_cap]` writable (or NULL);
+ * `out_len` NULL or writable.
+ */
+enum rkv_status rkv_request_slots(const struct rkv_request *req,
+                                  uint32_t *out_slots,
+                                  size_t out_cap,
+                                  size_t *out_len);
+
+/**
+ * Writes what the request holds now (its lengths and namespace) to `*out_info`
+ * (required, owned by the caller). Thread-safe.
+ *
+ * # Safety
+ * `req` is NULL or a request not yet consumed; `out_info` NULL or writable.
+ */
+enum rkv_status rkv_request_info_get(const struct rkv_request *req,
+                                     struct rkv_request_info *out_info);
 
 /**
  * Default event options: `RKV_HASH_XXH3`, `RKV_MEDIUM_GPU`, max_drain_batches 65536.

@@ -270,7 +270,12 @@ pub(crate) unsafe fn new_cache(
              can be (free some)",
         )
     })?;
-    let raw = Box::into_raw(Box::new(rkv_cache { cache, locks, loads: Default::default() }));
+    let raw = Box::into_raw(Box::new(rkv_cache {
+        cache,
+        locks,
+        loads: Default::default(),
+        requests: Default::default(),
+    }));
     // SAFETY: `out_cache` passed `check_out` (non-null, aligned) and the caller guarantees
     // it is writable.
     unsafe { out_cache.write(raw) };
@@ -305,8 +310,11 @@ pub unsafe extern "C" fn rkv_cache_eviction_policy(
     })
 }
 
-/// Destroys a cache: releases its outstanding locks (their handles become invalid) and
-/// frees everything it owns. Slots it held are not reported (in caller-managed mode, evict
+/// Destroys a cache: aborts its live requests (`rkv_request_admit`: their slots go back to
+/// the pool and their pins are released; each handle is then refused by every request call
+/// with `RKV_INVALID_ARGUMENT` and stays the caller's to free with `rkv_request_abort`),
+/// releases its outstanding locks (their handles become invalid) and frees everything it
+/// owns. Slots it held are not reported (in caller-managed mode, evict
 /// first with a callback if you need them back). NULL is a no-op. Must not run concurrently
 /// with any other call on the same cache, and the cache must not be used afterwards: any
 /// call with a freed cache, `rkv_release` of one of its locks included, is undefined
@@ -331,6 +339,9 @@ pub unsafe extern "C" fn rkv_cache_free(cache: *mut rkv_cache) {
         // to do without a tier).
         owned.cache.wait_all();
         owned.loads.finish(&owned.cache);
+        // The live requests: aborted (their slots back in the pool, their pins released);
+        // their handles stay the caller's to free with `rkv_request_abort`.
+        owned.requests.abort_all(&owned.cache);
         for lock in owned.locks.drain() {
             let _ = owned.cache.release(lock);
         }

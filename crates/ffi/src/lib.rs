@@ -35,6 +35,8 @@ mod pool;
 pub use pool::*;
 mod namespaces;
 pub use namespaces::*;
+mod request;
+pub use request::*;
 mod events;
 pub use events::*;
 mod handles;
@@ -48,6 +50,8 @@ pub use tier::*;
 mod error_tests;
 #[cfg(test)]
 mod host_tests;
+#[cfg(test)]
+mod request_tests;
 #[cfg(test)]
 mod tests;
 

@@ -311,6 +311,8 @@ pub struct rkv_cache {
     pub(crate) locks: LockTable<PrefixLock>,
     /// Its load-backs (`rkv_cache_load_back`; a cache made by `rkv_cache_new_host`).
     pub(crate) loads: crate::tier::Loads,
+    /// Its live requests (`rkv_request_admit`), aborted by `rkv_cache_free`.
+    pub(crate) requests: crate::request::Requests,
 }
 
 /// A lock handle: pins a matched prefix until `rkv_release`. 0 is never a valid lock. A

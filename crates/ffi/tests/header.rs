@@ -132,6 +132,21 @@ fn header_is_up_to_date() {
          cap, size_t *out_len);",
         "enum rkv_status rkv_router_restore(const struct rkv_router_options *opts, const \
          uint8_t *bytes, size_t len, struct rkv_router **out);",
+        // The request cycle (version 1 kept).
+        "typedef struct rkv_request rkv_request;",
+        "typedef struct rkv_request_info {",
+        "enum rkv_status rkv_request_admit(const struct rkv_cache *cache, uint64_t ns, const \
+         uint32_t *tokens, size_t n_tokens, int64_t priority, struct rkv_request **out_req);",
+        "enum rkv_status rkv_request_extend(struct rkv_request *req, const uint32_t *tokens, \
+         size_t n_tokens);",
+        "enum rkv_status rkv_request_checkpoint(struct rkv_request *req, size_t \
+         *out_cached_len);",
+        "enum rkv_status rkv_request_finish(struct rkv_request *req, size_t *out_cached_len);",
+        "void rkv_request_abort(struct rkv_request *req);",
+        "enum rkv_status rkv_request_slots(const struct rkv_request *req, uint32_t *out_slots, \
+         size_t out_cap, size_t *out_len);",
+        "enum rkv_status rkv_request_info_get(const struct rkv_request *req, struct \
+         rkv_request_info *out_info);",
     ] {
         assert!(flat.contains(name), "the header lacks `{name}`");
     }

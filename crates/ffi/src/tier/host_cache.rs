@@ -65,7 +65,12 @@ pub unsafe extern "C" fn rkv_cache_new_host(
                 "too many live caches and tiers: 2^20 - 1 exist in this process (free some)",
             )
         })?;
-        let raw = Box::into_raw(Box::new(rkv_cache { cache, locks, loads: Default::default() }));
+        let raw = Box::into_raw(Box::new(rkv_cache {
+            cache,
+            locks,
+            loads: Default::default(),
+            requests: Default::default(),
+        }));
         // SAFETY: `out_cache` passed `check_out` and is writable by the caller's contract.
         unsafe { out_cache.write(raw) };
         Ok(())
