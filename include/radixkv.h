@@ -1958,8 +1958,10 @@ enum rkv_status rkv_request_finish(struct rkv_request *req,
 /**
  * Aborts the request and frees its handle: gives back every slot it holds, releases its
  * pin, caches nothing new. NULL is a no-op; so is a request whose cache was freed (that
- * aborted it) apart from freeing the handle. No other call on `req` may run concurrently
- * or follow. Leaves `rkv_last_error_message()` as it is.
+ * aborted it) apart from freeing the handle. Unlike every other call, it may also run
+ * concurrently with `rkv_cache_free` of the request's cache (the free then waits for it,
+ * or it finds the request aborted): a C++ `rkv::Request` relies on this. No other call on
+ * `req` may run concurrently or follow. Leaves `rkv_last_error_message()` as it is.
  *
  * # Safety
  * `req` is NULL or a request not yet consumed, used by no other call now or later.

@@ -58,5 +58,6 @@ void lifetime_tests();  // test_lifetime.cpp
 void events_tests();    // test_events.cpp
 void tier_tests();      // test_tier.cpp
 void router_tests();    // test_router.cpp
+void request_tests();   // test_request.cpp
 
 #endif

@@ -107,10 +107,12 @@ impl rkv_request {
     /// Runs `f` on the request attached to its cache and puts it back (on an error too:
     /// the core's calls change nothing then).
     fn with<T>(&self, f: impl FnOnce(&mut Request<'_>) -> Res<T>) -> Res<T> {
+        // Held for the whole call: `rkv_cache_free` takes every live request's state before
+        // it frees anything, so it waits for this call, and a call after it finds `None`.
         let mut g = lk(&self.state);
         let d = g.take().ok_or_else(freed)?;
         // SAFETY: the state was `Some`, so its cache has not been freed (`rkv_cache_free`
-        // empties it first), and by the contract no free runs during this call.
+        // empties it first, and waits for this guard).
         let c = unsafe { &*self.cache };
         let mut r = c.cache.attach(d).map_err(|_| {
             fail(rkv_status::RKV_INTERNAL_ERROR, "a request of another cache (a bug)")
@@ -123,7 +125,10 @@ impl rkv_request {
     /// Takes the request out of its cache's table and runs `f` on it attached (it is
     /// consumed). Refused with `freed()` once the cache was freed.
     fn consume<T>(self, f: impl FnOnce(Request<'_>) -> Res<T>) -> Res<T> {
-        let d = lk(&self.state).take().ok_or_else(freed)?;
+        // Held to the end, as in `with`: an `rkv_cache_free` meanwhile (which takes every
+        // request's state before it frees anything) waits for this call.
+        let mut g = lk(&self.state);
+        let d = g.take().ok_or_else(freed)?;
         // SAFETY: as in `with`: the state was `Some`, so the cache is live.
         let c = unsafe { &*self.cache };
         lk(&c.requests.live).remove(&self.id);
@@ -257,8 +262,10 @@ pub unsafe extern "C" fn rkv_request_finish(
 
 /// Aborts the request and frees its handle: gives back every slot it holds, releases its
 /// pin, caches nothing new. NULL is a no-op; so is a request whose cache was freed (that
-/// aborted it) apart from freeing the handle. No other call on `req` may run concurrently
-/// or follow. Leaves `rkv_last_error_message()` as it is.
+/// aborted it) apart from freeing the handle. Unlike every other call, it may also run
+/// concurrently with `rkv_cache_free` of the request's cache (the free then waits for it,
+/// or it finds the request aborted): a C++ `rkv::Request` relies on this. No other call on
+/// `req` may run concurrently or follow. Leaves `rkv_last_error_message()` as it is.
 ///
 /// # Safety
 /// `req` is NULL or a request not yet consumed, used by no other call now or later.
