@@ -358,7 +358,8 @@ typedef struct rkv_publisher rkv_publisher;
  * A request admitted by `rkv_request_admit`: an opaque object the caller owns until
  * `rkv_request_finish` or `rkv_request_abort` (exactly one of them) consumes and frees it.
  * Its calls are thread-safe (calls on one request run one at a time); like every call on
- * its cache, none may run concurrently with `rkv_cache_free` of that cache.
+ * its cache, none but `rkv_request_abort` may run concurrently with `rkv_cache_free` of
+ * that cache.
  */
 typedef struct rkv_request rkv_request;
 
