@@ -3,7 +3,7 @@
 SGLang's default cache drives its tree through ``UnifiedTreeCoreInterface`` ("the tree
 decides, the cache executes"). This class implements that interface for the component sets
 ``[FULL]`` and ``[FULL, SWA]`` over radixkv's native ``NativeTreeCore``
-(``bindings/python/src/tree_core.rs``): each interface call is one native call, keys cross as the request's own int64 buffer, and
+(``bindings/python/src/tree_core/``): each interface call is one native call, keys cross as the request's own int64 buffer, and
 the device indices the tree hands back (duplicates to free, evicted leaves, matched paths)
 come back as one int64 buffer each, viewed as a tensor without a copy.
 

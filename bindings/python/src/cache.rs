@@ -28,7 +28,7 @@ use crate::input::{Input, OutOfRange, View, to_input, to_input_span, to_input_sp
 pub(crate) use crate::locks::LockTable;
 pub use crate::prefix::Prefix;
 use crate::prefix::runs_cut;
-use crate::slots::{SLOT_BUFFER, bytearray_filled, runs_list};
+use crate::slots::{SLOT_BUFFER, bytearray_filled, clear_runs, mark, mark_runs, runs_list};
 pub use crate::slots::{i64_bytes, i64_bytes_of_runs, register_slot_buffer, slot_buffer};
 
 pub(crate) fn oor(e: OutOfRange) -> Fail {
@@ -64,52 +64,6 @@ pub struct NativeCache {
     /// Caller-managed mode, when asked for: which slots the tree holds (a bitmap), kept by
     /// the inserts and evictions of this object (`cached_slots_i64`).
     tracked: Option<Mutex<Vec<u64>>>,
-}
-
-/// Sets (`on`) or clears the slots of `runs` in a bitmap, a word at a time.
-fn mark_runs(bits: &Mutex<Vec<u64>>, runs: &[SlotRun], on: bool) {
-    let mut b = bits.lock().unwrap_or_else(|p| p.into_inner());
-    for r in runs {
-        let (mut s, end) = (r.start as u64, r.start as u64 + r.len as u64);
-        if on && end.div_ceil(64) as usize > b.len() {
-            b.resize(end.div_ceil(64) as usize, 0);
-        }
-        while s < end {
-            let w = (s / 64) as usize;
-            if w >= b.len() {
-                break;
-            }
-            let lo = s % 64;
-            let hi = (end - (s - lo)).min(64);
-            let m = if hi - lo == 64 { u64::MAX } else { ((1u64 << (hi - lo)) - 1) << lo };
-            if on {
-                b[w] |= m;
-            } else {
-                b[w] &= !m;
-            }
-            s += hi - lo;
-        }
-    }
-}
-
-fn clear_runs(bits: &Mutex<Vec<u64>>, runs: &[SlotRun]) {
-    mark_runs(bits, runs, false)
-}
-
-/// Marks (`on`) or clears `slots` in a bitmap.
-fn mark(bits: &Mutex<Vec<u64>>, slots: impl Iterator<Item = u32>, on: bool) {
-    let mut b = bits.lock().unwrap_or_else(|p| p.into_inner());
-    for s in slots {
-        let (w, m) = ((s / 64) as usize, 1u64 << (s % 64));
-        if on {
-            if w >= b.len() {
-                b.resize(w + 1, 0);
-            }
-            b[w] |= m;
-        } else if w < b.len() {
-            b[w] &= !m;
-        }
-    }
 }
 
 type Stats12 = (u64, u64, u64, u64, u64, u64, u64, u64, u64, u64, u64, u64);

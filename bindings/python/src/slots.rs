@@ -4,6 +4,8 @@
 use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
 use pyo3::types::{PyByteArray, PyBytes, PyList};
+use std::sync::Mutex;
+
 use radixkv::SlotRun;
 
 /// The `SlotBuffer` class (an `array('I')` subclass), registered by `radixkv._cache`.
@@ -108,4 +110,51 @@ pub fn i64_bytes_of_runs<'py>(
 
 pub(crate) fn runs_list<'py>(py: Python<'py>, runs: &[SlotRun]) -> PyResult<Bound<'py, PyList>> {
     PyList::new(py, runs.iter().map(|r| (r.start, r.len)))
+}
+
+/// Sets (`on`) or clears the slots of `runs` in a bitmap, a word at a time.
+pub(crate) fn mark_runs(bits: &Mutex<Vec<u64>>, runs: &[SlotRun], on: bool) {
+    let mut b = bits.lock().unwrap_or_else(|p| p.into_inner());
+    for r in runs {
+        let (mut s, end) = (r.start as u64, r.start as u64 + r.len as u64);
+        if on && end.div_ceil(64) as usize > b.len() {
+            b.resize(end.div_ceil(64) as usize, 0);
+        }
+        while s < end {
+            let w = (s / 64) as usize;
+            if w >= b.len() {
+                break;
+            }
+            let lo = s % 64;
+            let hi = (end - (s - lo)).min(64);
+            let m = if hi - lo == 64 { u64::MAX } else { ((1u64 << (hi - lo)) - 1) << lo };
+            if on {
+                b[w] |= m;
+            } else {
+                b[w] &= !m;
+            }
+            s += hi - lo;
+        }
+    }
+}
+
+/// Clears the slots of `runs` in a bitmap.
+pub(crate) fn clear_runs(bits: &Mutex<Vec<u64>>, runs: &[SlotRun]) {
+    mark_runs(bits, runs, false)
+}
+
+/// Marks (`on`) or clears `slots` in a bitmap.
+pub(crate) fn mark(bits: &Mutex<Vec<u64>>, slots: impl Iterator<Item = u32>, on: bool) {
+    let mut b = bits.lock().unwrap_or_else(|p| p.into_inner());
+    for s in slots {
+        let (w, m) = ((s / 64) as usize, 1u64 << (s % 64));
+        if on {
+            if w >= b.len() {
+                b.resize(w + 1, 0);
+            }
+            b[w] |= m;
+        } else if w < b.len() {
+            b[w] &= !m;
+        }
+    }
 }

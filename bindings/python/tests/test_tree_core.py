@@ -1,5 +1,5 @@
 """The native tree core behind radixkv's SGLang tree core (``NativeTreeCore``,
-bindings/python/src/tree_core.rs), without SGLang: SGLang's node contract (a split keeps the
+bindings/python/src/tree_core/), without SGLang: SGLang's node contract (a split keeps the
 old id on the suffix), match/insert/lock/evict semantics, duplicate frees from
 ``prev_prefix_len``, LRU order, and bad input refused with nothing changed."""
 
