@@ -235,6 +235,17 @@ impl Tree {
 }
 
 impl NativeTreeCore {
+    /// Refuses an insert whose values do not cover its page-aligned tokens.
+    fn check_values(&self, key_len: usize, vals_len: usize) -> PyResult<()> {
+        let aligned = key_len / self.page_size * self.page_size;
+        if vals_len < aligned {
+            return Err(PyValueError::new_err(format!(
+                "insert: values has {vals_len} indices for {aligned} (page-aligned) tokens; nothing was inserted"
+            )));
+        }
+        Ok(())
+    }
+
     fn t(&self) -> PyResult<std::sync::MutexGuard<'_, Tree>> {
         self.tree.lock().map_err(|_| PyRuntimeError::new_err("tree core poisoned by a panic"))
     }
@@ -579,14 +590,7 @@ impl NativeTreeCore {
             Some(v) => ints_of(v, "values", None, &mut s2)?,
             None => key,
         };
-        let aligned = key.len() / self.page_size * self.page_size;
-        if vals.len() < aligned {
-            return Err(PyValueError::new_err(format!(
-                "insert: values has {} indices for {} (page-aligned) tokens; nothing was inserted",
-                vals.len(),
-                aligned
-            )));
-        }
+        self.check_values(key.len(), vals.len())?;
         let mut t = self.t()?;
         let (p, node, frees) = t.insert(ns, key, vals, prev_prefix_len);
         let id = t.n(node).id;
@@ -627,17 +631,10 @@ impl NativeTreeCore {
             Some(v) => ints_of(v, "values", None, &mut s2)?,
             None => key,
         };
-        let aligned = key.len() / self.page_size * self.page_size;
-        if vals.len() < aligned {
-            return Err(PyValueError::new_err(format!(
-                "insert: values has {} indices for {} (page-aligned) tokens; nothing was inserted",
-                vals.len(),
-                aligned
-            )));
-        }
+        self.check_values(key.len(), vals.len())?;
         if !swa_start.is_multiple_of(self.page_size) {
             return Err(PyValueError::new_err(format!(
-                "insert: the SWA-evicted prefix ({swa_start}) is not a multiple of the page size                  ({}); nothing was inserted",
+                "insert: the SWA-evicted prefix ({swa_start}) is not a multiple of the page size ({}); nothing was inserted",
                 self.page_size
             )));
         }
