@@ -57,12 +57,12 @@ pub(crate) fn fill_i64_runs(out: &mut [u8], runs: &[SlotRun]) {
     }
 }
 
-/// A `bytearray` of `n` bytes whose content `fill` writes, with the GIL released when it
-/// is large (the bytearray is new and unshared, so nothing else reads or moves it).
-pub(crate) fn bytearray_filled<'py>(
+/// A new `bytearray` of `n` bytes whose content `fill` writes, with the GIL held throughout
+/// (for callers holding a lock that GIL-holding threads wait on, such as the tree core's).
+pub(crate) fn bytearray_held<'py>(
     py: Python<'py>,
     n: usize,
-    fill: impl FnOnce(&mut [u8]) + Send,
+    fill: impl FnOnce(&mut [u8]),
 ) -> PyResult<Bound<'py, PyByteArray>> {
     // SAFETY: a NULL source makes an uninitialized bytearray of `n` bytes (or fails with a
     // Python error, turned into one here); it is filled in full below before anyone reads it.
@@ -78,19 +78,32 @@ pub(crate) fn bytearray_filled<'py>(
     let buf = unsafe {
         std::slice::from_raw_parts_mut(pyo3::ffi::PyByteArray_AsString(ba.as_ptr()).cast::<u8>(), n)
     };
-    struct Buf<'a>(&'a mut [u8]);
-    // SAFETY: the buffer is written by one thread at a time (this call) and read by no one.
-    unsafe impl Send for Buf<'_> {}
-    let b = Buf(buf);
-    if n >= 1 << 16 {
-        py.detach(move || {
-            let b = b;
-            fill(b.0)
-        });
-    } else {
-        fill(b.0);
-    }
+    fill(buf);
     Ok(ba)
+}
+
+/// A `bytearray` of `n` bytes whose content `fill` writes, with the GIL released when it
+/// is large (the bytearray is new and unshared, so nothing else reads or moves it).
+pub(crate) fn bytearray_filled<'py>(
+    py: Python<'py>,
+    n: usize,
+    fill: impl FnOnce(&mut [u8]) + Send,
+) -> PyResult<Bound<'py, PyByteArray>> {
+    bytearray_held(py, n, |buf| {
+        struct Buf<'a>(&'a mut [u8]);
+        // SAFETY: the buffer is written by one thread at a time (this call) and read by no
+        // one.
+        unsafe impl Send for Buf<'_> {}
+        let b = Buf(buf);
+        if b.0.len() >= 1 << 16 {
+            py.detach(move || {
+                let b = b;
+                fill(b.0)
+            });
+        } else {
+            fill(b.0);
+        }
+    })
 }
 
 /// `slots` as native `int64` values in a `bytearray` (for `torch.frombuffer` /

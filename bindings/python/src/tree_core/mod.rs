@@ -37,6 +37,7 @@ use pyo3::prelude::*;
 use pyo3::types::{PyByteArray, PyList};
 
 use crate::input::{Input64, to_input64_held};
+use crate::slots::bytearray_held;
 
 mod tree;
 
@@ -173,28 +174,15 @@ pub struct NativeTreeCore {
 /// held throughout: the tree's mutex is never held without it).
 fn bytes_of_parts<'py>(py: Python<'py>, parts: &[&[i64]]) -> PyResult<Bound<'py, PyByteArray>> {
     let n: usize = parts.iter().map(|p| p.len() * 8).sum();
-    // SAFETY: a NULL source makes an uninitialized bytearray of `n` bytes (or fails with a
-    // Python error, returned here); it is filled in full below before anyone reads it.
-    let ba = unsafe {
-        let p = pyo3::ffi::PyByteArray_FromStringAndSize(std::ptr::null(), n as isize);
-        Bound::from_owned_ptr_or_err(py, p)?.cast_into_unchecked::<PyByteArray>()
-    };
-    if n == 0 {
-        return Ok(ba);
-    }
-    // SAFETY: the new bytearray's buffer holds `n` bytes; nothing else refers to the object
-    // until this function returns it, so nothing reads or resizes it meanwhile.
-    let buf = unsafe {
-        std::slice::from_raw_parts_mut(pyo3::ffi::PyByteArray_AsString(ba.as_ptr()).cast::<u8>(), n)
-    };
-    let mut at = 0;
-    for p in parts {
-        for (d, x) in buf[at..at + p.len() * 8].chunks_exact_mut(8).zip(p.iter()) {
-            d.copy_from_slice(&x.to_ne_bytes());
+    bytearray_held(py, n, |buf| {
+        let mut at = 0;
+        for p in parts {
+            for (d, x) in buf[at..at + p.len() * 8].chunks_exact_mut(8).zip(p.iter()) {
+                d.copy_from_slice(&x.to_ne_bytes());
+            }
+            at += p.len() * 8;
         }
-        at += p.len() * 8;
-    }
-    Ok(ba)
+    })
 }
 
 fn bytes_of<'py>(py: Python<'py>, v: &[i64]) -> PyResult<Bound<'py, PyByteArray>> {
