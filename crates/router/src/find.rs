@@ -15,6 +15,15 @@
 //!    the worker changed at most once during the trusted reads, and that change is one
 //!    entry store, so its score is the one after a prefix of its events (`workers.rs`).
 //!    Different: the worker alone is walked again, with a fresh word, until a walk checks.
+//! 4. *one score per worker*: a worker removed and added again during the find can be met in
+//!    two slots, each reading a state it had during the find. Two candidates whose words
+//!    checked cannot name one worker (each held it from its discovery to its check, and all
+//!    discoveries come before all checks), so one of such a pair was walked again; and a
+//!    worker is met in a second slot only through an assignment the find observed, which
+//!    moves the index's assignment count (loaded, Acquire, at the start and the end). So
+//!    when the count moved and a candidate was walked again, each walked-again score whose
+//!    worker is listed already is dropped (the other, also a state of the worker during the
+//!    find, stays).
 //!
 //! A worker's clear or removal is one store of its word: a reader that met it before sees
 //! the word change and walks it again; one that meets it after sees the new parity (no old
@@ -67,6 +76,8 @@ pub struct FindScratch {
     cands: Vec<Cand>,
     /// Slots of the candidates still in (any medium).
     alive: Vec<u32>,
+    /// Positions in the output of scores walked again in the check.
+    rewalked: Vec<u32>,
     /// Per slot marks, valid when their stamp is this find's.
     per: Vec<Per>,
     /// The stamp of the find in progress.
@@ -172,6 +183,7 @@ impl RouterIndex {
             return;
         };
         let guard = self.domain.pin();
+        let assigned = self.assigned.0.load(crate::sync::Ordering::Acquire);
         let Some(b0) = self.table.get(k0, &guard) else {
             return;
         };
@@ -201,9 +213,11 @@ impl RouterIndex {
                 p.met = stamp << 3;
                 return;
             }
+            // Acquire: a newer identity (stored Release after the slot's removal) makes the
+            // check's load of the word see that removal (a changed word).
             let worker = Worker::new(
-                sl.id.load(crate::sync::Ordering::Relaxed),
-                sl.rank.load(crate::sync::Ordering::Relaxed),
+                sl.id.load(crate::sync::Ordering::Acquire),
+                sl.rank.load(crate::sync::Ordering::Acquire),
             );
             *p = Per {
                 met: stamp << 3 | COUNTING | parity(word) as u32,
@@ -297,6 +311,7 @@ impl RouterIndex {
             i += 1;
         }
         // 3. The check.
+        s.rewalked.clear();
         for c in &mut s.cands {
             if c.any == IN {
                 c.any = n as u32;
@@ -305,7 +320,8 @@ impl RouterIndex {
                 c.dev = n as u32;
             }
             let now = self.slots[c.slot as usize].word.load(crate::sync::Ordering::Acquire);
-            if now != c.word {
+            let again = now != c.word;
+            if again {
                 match self.walk_one(c.slot, &s.keys, &guard) {
                     Some((worker, dev, any)) => {
                         c.worker = worker;
@@ -316,8 +332,28 @@ impl RouterIndex {
                 }
             }
             if c.any > 0 {
+                if again {
+                    s.rewalked.push(out.len() as u32);
+                }
                 out.push(Score { worker: c.worker, device_blocks: c.dev, any_blocks: c.any });
             }
+        }
+        // 4. One score per worker.
+        if !s.rewalked.is_empty()
+            && self.assigned.0.load(crate::sync::Ordering::Acquire) != assigned
+        {
+            for &r in &s.rewalked {
+                let w = out[r as usize].worker;
+                // Dropped scores are marked `any_blocks == 0` (never a listed score).
+                let twice = out
+                    .iter()
+                    .enumerate()
+                    .any(|(j, o)| j != r as usize && o.worker == w && o.any_blocks > 0);
+                if twice {
+                    out[r as usize].any_blocks = 0;
+                }
+            }
+            out.retain(|o| o.any_blocks > 0);
         }
     }
 
@@ -330,9 +366,11 @@ impl RouterIndex {
             if !live(word) {
                 return None;
             }
+            // Acquire: a newer identity (stored Release after the slot's removal) makes the
+            // check's load of the word see that removal (a changed word).
             let worker = Worker::new(
-                sl.id.load(crate::sync::Ordering::Relaxed),
-                sl.rank.load(crate::sync::Ordering::Relaxed),
+                sl.id.load(crate::sync::Ordering::Acquire),
+                sl.rank.load(crate::sync::Ordering::Acquire),
             );
             let (mut dev, mut any) = (None, None);
             for (i, &k) in keys.iter().enumerate() {

@@ -377,6 +377,10 @@ pub fn chain_key(parent: Option<u64>, content: u64) -> u64 {
 /// Blocks of a store whose table slots are asked for together (`apply_stored`).
 const STORE_CHUNK: usize = 16;
 
+/// A value on a cache line of its own (128 bytes: two lines, for adjacent-line prefetch).
+#[repr(align(128))]
+struct Padded<T>(T);
+
 /// The router index (see the crate docs). `Send + Sync`; every method takes `&self`.
 pub struct RouterIndex {
     opts: RouterOptions,
@@ -386,6 +390,11 @@ pub struct RouterIndex {
     /// Per slot: the writer's state under its lock (apart from `slots`: see `Slot`).
     states: Box<[StateLock]>,
     registry: Registry,
+    /// Slot assignments so far (+1 before each assignment's live word, Release): a find
+    /// that sees it unchanged from its start to its end met no worker in two slots
+    /// (`find.rs`, step 4). On a line of its own: writers bump the counters below on every
+    /// event, readers read this on every find.
+    assigned: Padded<AtomicU64>,
     live_workers: AtomicU64,
     blocks: AtomicI64,
     memberships: AtomicI64,
@@ -416,6 +425,7 @@ impl RouterIndex {
             slots,
             states,
             registry: Registry::new(),
+            assigned: Padded(AtomicU64::new(0)),
             live_workers: AtomicU64::new(0),
             blocks: AtomicI64::new(0),
             memberships: AtomicI64::new(0),
@@ -492,9 +502,13 @@ impl RouterIndex {
         let state = Box::new(WorkerState::new(w, parity));
         self.bytes.fetch_add(state.bytes() as i64, Ordering::Relaxed);
         *st = Some(state);
-        // Assignment: identity first, then the live word (Release).
-        slot.id.store(w.worker_id, Ordering::Relaxed);
-        slot.rank.store(w.dp_rank, Ordering::Relaxed);
+        // Assignment: the assignment count (Release: a find whose first load of it sees this
+        // one also sees `w`'s removal from any slot it had before, which came before this
+        // under the registry shard's lock), the identity (Release: a reader that reads it
+        // sees the slot's previous removal at its check), then the live word (Release).
+        self.assigned.0.fetch_add(1, Ordering::Release);
+        slot.id.store(w.worker_id, Ordering::Release);
+        slot.rank.store(w.dp_rank, Ordering::Release);
         slot.word.store(next_word(old, true, parity), Ordering::Release);
         drop(st);
         let before = map_bytes(reg.capacity(), size_of::<(Worker, u32)>());

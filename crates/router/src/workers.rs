@@ -27,8 +27,11 @@
 //!   meet it after ignore entries of the old parity).
 //! - *removal*: the same with `live` cleared; the slot goes back to the free list only
 //!   after every entry of it left the table.
-//! - *assignment* of a free slot: the identity is stored, then the word with `live` set and
-//!   the count +1 (Release).
+//! - *assignment* of a free slot: the index's assignment count +1 (Release), the identity
+//!   (Release), then the word with `live` set and the count +1 (Release). Readers load the
+//!   identity with Acquire, so one that reads a newer identity than its first word load's
+//!   sees that word changed at its check; the assignment count lets a find tell that a
+//!   worker may have moved slots under it (`find.rs`, step 4).
 //!
 //! A reader loads the word (Acquire) when it first meets the worker, makes its trusted
 //! reads of the worker's entries after that, and loads the word again at the end: equal
@@ -143,8 +146,8 @@ pub(crate) fn map_bytes(capacity: usize, item: usize) -> usize {
 pub(crate) struct Slot {
     /// The version word (layout above).
     pub(crate) word: AtomicU64,
-    /// The worker's id and dp rank (valid while the word is live; read by readers between
-    /// their two loads of the word).
+    /// The worker's id and dp rank (valid while the word is live; read by readers, Acquire,
+    /// between their two loads of the word; stored Release before the live word).
     pub(crate) id: AtomicU64,
     pub(crate) rank: AtomicU32,
 }
