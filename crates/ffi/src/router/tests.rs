@@ -166,7 +166,7 @@ fn apply(r: *const rkv_router, id: u64, seq: u64, p: &[u8]) -> rkv_status {
 fn options_and_creation() {
     let d = rkv_router_options_default();
     assert_eq!((d.block_size, d.max_workers, d.gap_policy, d.reserved), (16, 4096, 0, 0));
-    let sentinel = 0x10 as *mut rkv_router;
+    let sentinel = std::ptr::dangling_mut::<rkv_router>();
     let mut r = sentinel;
     // SAFETY: every pointer points to a live local (or is NULL on purpose).
     unsafe {
@@ -747,7 +747,7 @@ fn dump_restores_an_equal_index() {
             &["r is NULL"],
         );
         // Bad restores: nothing created.
-        let sentinel = 0x10 as *mut rkv_router;
+        let sentinel = std::ptr::dangling_mut::<rkv_router>();
         let mut x = sentinel;
         let mut bad = |b: &[u8], o: &rkv_router_options, msg: &str| {
             check(rkv_router_restore(o, b.as_ptr(), b.len(), &mut x), RKV_INVALID_ARGUMENT, &[msg]);
