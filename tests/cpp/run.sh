@@ -3,7 +3,9 @@
 # with g++ -std=c++17 -Wall -Wextra -Werror against the static library, runs it (8 threads
 # hammering one pooled cache), runs a shorter round under valgrind, and checks that
 # packaging/radixkv.pc.in works with pkg-config against the shared library (tests/install/run.sh
-# tests the full install: scripts/install, CMake, static pkg-config).
+# tests the full install: scripts/install, CMake, static pkg-config). Also checks that each
+# piece of the header (bindings/cpp/radixkv/*.hpp) compiles alone and that radixkv.hpp
+# includes every one.
 #
 #   cargo build [--release]
 #   tests/cpp/run.sh [PROFILE_DIR]       # default: $CARGO_TARGET_DIR/release, else
@@ -44,6 +46,28 @@ build() {
     "$PROFILE_DIR/libradixkv.a" -lstdc++ -lpthread -ldl -lm \
     -o "$OUT/test_cpp"
 }
+# radixkv.hpp is the one include; its pieces (bindings/cpp/radixkv/*.hpp) each include what
+# they need: a translation unit including only one piece must compile, and the umbrella must
+# include every piece.
+pieces_alone() {
+  local piece name ok=0
+  for piece in "$ROOT"/bindings/cpp/radixkv/*.hpp; do
+    [ -f "$piece" ] || { echo "   no pieces under bindings/cpp/radixkv/"; return 1; }
+    name="${piece##*/}"
+    printf '#include "radixkv/%s"\n' "$name" >"$OUT/piece_${name%.hpp}.cpp"
+    if "$CXX" -std=c++17 -Wall -Wextra -Werror -pedantic -fsyntax-only \
+      -I "$ROOT/include" -I "$ROOT/bindings/cpp" "$OUT/piece_${name%.hpp}.cpp"; then
+      echo "   radixkv/$name compiles alone"
+    else
+      echo "   radixkv/$name does not compile alone"; ok=1
+    fi
+    if ! grep -qx "#include \"radixkv/$name\"" "$ROOT/bindings/cpp/radixkv.hpp"; then
+      echo "   radixkv.hpp does not include radixkv/$name"; ok=1
+    fi
+  done
+  return "$ok"
+}
+step "header pieces compile alone (-std=c++17 -fsyntax-only)" pieces_alone
 # A hang is a failure (a Lock outliving its Cache used to block forever): every run of the
 # test binary is bounded by `timeout` where there is one.
 TIMEOUT=()
@@ -64,12 +88,13 @@ fi
 
 pc_check() {
   local stage="$OUT/stage"
-  rm -rf "$stage" && mkdir -p "$stage/lib/pkgconfig" "$stage/include" || return 1
+  rm -rf "$stage" && mkdir -p "$stage/lib/pkgconfig" "$stage/include/radixkv" || return 1
   # The SONAME is libradixkv.so.1 (build.rs): the real file under that name, -lradixkv's link.
   cp "$PROFILE_DIR/libradixkv.so" "$stage/lib/libradixkv.so.1" &&
     ln -s libradixkv.so.1 "$stage/lib/libradixkv.so" &&
     cp "$PROFILE_DIR/libradixkv.a" "$stage/lib/" &&
-    cp "$ROOT/include/radixkv.h" "$ROOT/bindings/cpp/radixkv.hpp" "$stage/include/" || return 1
+    cp "$ROOT/include/radixkv.h" "$ROOT/bindings/cpp/radixkv.hpp" "$stage/include/" &&
+    cp "$ROOT"/bindings/cpp/radixkv/*.hpp "$stage/include/radixkv/" || return 1
   sed -e "s|@PREFIX@|$stage|" -e "s|@LIBDIR@|lib|" -e "s|@VERSION@|0.1.0|" -e "s|@ABI@|1|" \
     -e "s|@NATIVE_STATIC_LIBS@|-lpthread -ldl -lm|" "$ROOT/packaging/radixkv.pc.in" \
     > "$stage/lib/pkgconfig/radixkv.pc" || return 1

@@ -68,6 +68,11 @@ VERSION="$(sed -n '/^\[package\]/,/^\[/s/^version *= *"\([^"]*\)".*/\1/p' "$ROOT
 SONAME="libradixkv.so.$ABI"
 REAL="$SONAME.$(echo "$VERSION" | cut -d. -f2,3)"
 L="$P/lib"
+# The pieces radixkv.hpp includes (bindings/cpp/radixkv/NAME.hpp), installed in include/radixkv/.
+PIECES=()
+for f in "$ROOT"/bindings/cpp/radixkv/*.hpp; do [ -f "$f" ] && PIECES+=("${f##*/}"); done
+[ "${#PIECES[@]}" -gt 0 ] || { echo "no header pieces in $ROOT/bindings/cpp/radixkv/" >&2; echo "0 passed, 1 failed"; exit 1; }
+PIECES_CMAKE="$(printf '%s\n' "${PIECES[@]%.hpp}" | paste -sd' ')"
 echo "radixkv $VERSION, ABI $ABI: expecting $L/$REAL with SONAME $SONAME"
 
 # --- bad input -------------------------------------------------------------------------
@@ -115,9 +120,17 @@ layout() {
   local f
   for f in "$L/$REAL" "$L/libradixkv.a" "$L/.debug/$REAL.debug" "$P/include/radixkv.h" \
     "$P/include/radixkv.hpp" "$L/pkgconfig/radixkv.pc" "$L/pkgconfig/radixkv-static.pc" \
-    "$L/cmake/radixkv/radixkvConfig.cmake" "$L/cmake/radixkv/radixkvConfigVersion.cmake"; do
+    "$L/cmake/radixkv/radixkvConfig.cmake" "$L/cmake/radixkv/radixkvConfigVersion.cmake" \
+    "${PIECES[@]/#/$P/include/radixkv/}"; do
     [ -f "$f" ] && [ ! -L "$f" ] || { bad "missing (or not a plain file): $f"; return 1; }
   done
+  # Exactly the source tree's pieces, each named in radixkvConfig.cmake's file check.
+  local installed
+  installed="$(cd "$P/include/radixkv" && ls)"
+  [ "$installed" = "$(printf '%s\n' "${PIECES[@]}")" ] ||
+    { bad "include/radixkv/ holds '${installed//$'\n'/ }', expected '${PIECES[*]}'"; return 1; }
+  grep -q "^foreach(_radixkv_piece ${PIECES_CMAKE})$" "$L/cmake/radixkv/radixkvConfig.cmake" ||
+    { bad "radixkvConfig.cmake does not check the pieces ${PIECES_CMAKE}"; return 1; }
   [ "$(readlink "$L/$SONAME")" = "$REAL" ] || { bad "$L/$SONAME is not a symlink to $REAL"; return 1; }
   [ "$(readlink "$L/libradixkv.so")" = "$SONAME" ] || { bad "$L/libradixkv.so is not a symlink to $SONAME"; return 1; }
   local s
@@ -179,7 +192,21 @@ headers() {
   run_log header-c "$CC" -std=c99 -Wall -Wextra -Werror -pedantic -fsyntax-only -I "$P/include" "$OUT/h.c" &&
     run_log header-cpp "$CXX" -std=c++17 -Wall -Wextra -Werror -pedantic -fsyntax-only -I "$P/include" "$OUT/h.cpp" &&
     cmp -s "$P/include/radixkv.h" "$ROOT/include/radixkv.h" &&
-    cmp -s "$P/include/radixkv.hpp" "$ROOT/bindings/cpp/radixkv.hpp"
+    cmp -s "$P/include/radixkv.hpp" "$ROOT/bindings/cpp/radixkv.hpp" || return 1
+  # radixkv.hpp finds radixkv.h and its pieces beside it: included by its path, no -I.
+  printf '#include "%s"\nint main() { return rkv::abi_version() == RKV_ABI_VERSION ? 0 : 1; }\n' \
+    "$P/include/radixkv.hpp" >"$OUT/h-path.cpp"
+  run_log header-cpp-path "$CXX" -std=c++17 -Wall -Wextra -Werror -pedantic -fsyntax-only "$OUT/h-path.cpp" ||
+    return 1
+  # Each piece of radixkv.hpp is the source's, and compiles alone from the include folder.
+  local piece
+  for piece in "${PIECES[@]}"; do
+    cmp -s "$P/include/radixkv/$piece" "$ROOT/bindings/cpp/radixkv/$piece" ||
+      { bad "installed include/radixkv/$piece differs from bindings/cpp/radixkv/$piece"; return 1; }
+    printf '#include <radixkv/%s>\nint main() { return 0; }\n' "$piece" >"$OUT/h-$piece.cpp"
+    run_log "header-${piece%.hpp}" "$CXX" -std=c++17 -Wall -Wextra -Werror -pedantic -fsyntax-only \
+      -I "$P/include" "$OUT/h-$piece.cpp" || return 1
+  done
 }
 step "headers compile from the one include folder (C99, C++17)" headers
 
