@@ -28,7 +28,9 @@
 //!   records and overflow arrays asked for ahead) and intersect holders, with no lock and
 //!   no store to shared memory. Per-worker consistency comes from each worker's version
 //!   word (`workers.rs`): read when the reader first meets the worker and again at the end;
-//!   a worker that changed more than once in between is walked again on its own.
+//!   a worker that changed more than once in between is walked again on its own. A worker
+//!   removed and added back into another slot during a find is listed once (the index's
+//!   assignment count, read at both ends, says when to look).
 //! - **Reclamation** is crossbeam-epoch: records, overflow arrays and tables are retired
 //!   when unlinked, so the index returns to its empty size once every worker is gone.
 //!
