@@ -283,8 +283,8 @@ def test_swa_a_match_is_valid_only_where_the_swa_run_covers_the_window():
     # SWA's walk: the LRU end is the parent, an internal node: it becomes a tombstone and
     # its SWA slots are freed by FULL index.
     t.swa_evict_start(4)
-    node, full = t.swa_evict_next(0)
-    assert (node, ints(full)) == (parent, [10, 11, 12, 13])
+    node, full, state = t.swa_evict_next(0)
+    assert (node, ints(full), state) == (parent, [10, 11, 12, 13], None)  # no Mamba: no state
     assert t.swa_evict_next(4) is None  # the request is met
     t.swa_evict_end()
     assert t.swa_info(parent)[0] == -1 and ints(t.value(parent)) == [10, 11, 12, 13]
