@@ -350,24 +350,27 @@ class SwaAgainstSGLangsPythonCore(unittest.TestCase):
         self.assertTrue(any(seen["python"][0]) and seen["python"][1])  # tombstones were there, and filled
 
 
-def _replay_mamba(cache, alloc, reqs, free_states, window=None, release_every=0):
+def _replay_mamba(cache, alloc, reqs, free_states, window=None, release_every=0, inflight=3):
     """The scheduler's loop for [FULL, MAMBA] and [FULL, SWA, MAMBA]: as _replay (and
     _replay_swa's SWA pressure when ``window``), each request also holding a Mamba state
     slot of its own, handed to the tree at insert (freed again when the tree kept the state
     it had: ``mamba_exist``). The Mamba pool is starved: all but ``free_states`` slots are
     held elsewhere, so the tree's states are evicted (the Mamba walk: leaves whole, other
     nodes made Mamba tombstones) all the time. Every ``release_every``-th request releases
-    its window early (SWA's and Mamba's locks) before it is cached. What every step saw,
-    Mamba's too (branching point, ``mamba_exist``, Mamba sizes and free slots)."""
+    its window early (SWA's and Mamba's locks) before it is cached. A request keeps its lock
+    until ``inflight`` later requests have been served (a batch in flight: the walks meet
+    locked states and paths). What every step saw, Mamba's too (branching point,
+    ``mamba_exist``, Mamba sizes and free slots)."""
     ps = cache.page_size
     tc = cache.tree_core
     ma = cache.req_to_token_pool.mamba_allocator
     held_states = ma.alloc(ma.available_size() - free_states)
     assert held_states is not None
-    if window is not None:
-        held = alloc.swa_attn_allocator.alloc(alloc.swa_attn_allocator.available_size() // 3 // ps * ps)
+    if window is not None:  # half the SWA pool held elsewhere: SWA runs short first
+        held = alloc.swa_attn_allocator.alloc(alloc.swa_attn_allocator.available_size() // 2 // ps * ps)
         assert held is not None
     seen = []
+    locks = []
     for i, toks in enumerate(reqs):
         toks = toks[: len(toks) // ps * ps]
         if not toks:
@@ -375,6 +378,9 @@ def _replay_mamba(cache, alloc, reqs, free_states, window=None, release_every=0)
         m = cache.match_prefix(MatchPrefixParams(key=RadixKey(array("q", toks))))
         n = m.device_prefix_len
         lock = cache.lock(m.last_device_node)
+        locks.append(lock)
+        if len(locks) > inflight:
+            cache.unlock(locks.pop(0))
         prefix = tc.collect_full_device_indices(m.last_device_node, cache.root_node_handle()) if n else None
         need = len(toks) - n
         evicted = None
@@ -390,7 +396,6 @@ def _replay_mamba(cache, alloc, reqs, free_states, window=None, release_every=0)
                 evicted = (r.num_tokens_evicted, r.swa_num_tokens_evicted, r.mamba_num_evicted)
             new = _alloc_swa(alloc, need, ps) if need else torch.empty((0,), dtype=torch.int64)
         if new is None:
-            cache.unlock(lock)
             seen.append((n, evicted, None))
             continue
         state = ma.alloc(1)
@@ -400,8 +405,7 @@ def _replay_mamba(cache, alloc, reqs, free_states, window=None, release_every=0)
             mamba_evicted = (r.num_tokens_evicted, r.mamba_num_evicted)
             state = ma.alloc(1)
         if state is None:
-            alloc.free(new) if window is None else alloc.free(new)
-            cache.unlock(lock)
+            alloc.free(new)
             seen.append((n, evicted, mamba_evicted, None))
             continue
         value = torch.cat([prefix[:n], new]) if n else new
@@ -416,7 +420,6 @@ def _replay_mamba(cache, alloc, reqs, free_states, window=None, release_every=0)
         res = cache.insert(params)
         if res.mamba_exist:
             ma.free(state)
-        cache.unlock(lock)
         step = [
             n,
             m.full_kv_hit_length,
@@ -444,9 +447,29 @@ def _replay_mamba(cache, alloc, reqs, free_states, window=None, release_every=0)
             ]
         seen.append(tuple(step))
         tc.sanity_check([], [])
+    for lock in locks:
+        cache.unlock(lock)
+    seen.append((tc.evictable_size(), tc.protected_size(), tc.mamba_evictable_size(), tc.mamba_protected_size()))
+    tc.sanity_check([], [])
     seen.append(sorted(tc.all_mamba_values_flatten().tolist()))
     seen.append(sorted(tc.all_values_flatten().tolist()))
     return seen
+
+
+def _mamba_workload(seed, n, ps):
+    """_workload's requests, a fifth of them coming again (the tree keeps its state:
+    ``mamba_exist``) and three in ten a conversation's next turn (a whole earlier request,
+    extended: chains of nodes each holding a state, for the path cap)."""
+    reqs = _workload(seed, n, ps)
+    rng = random.Random(seed + 100)
+    for i in range(1, len(reqs)):
+        r = rng.random()
+        if r < 0.2:
+            reqs[i] = reqs[rng.randrange(i)]
+        elif r < 0.5:
+            prev = reqs[rng.randrange(max(0, i - 8), i)]
+            reqs[i] = prev[: len(prev) // ps * ps] + [rng.randrange(1, 50) for _ in range(rng.randrange(1, 3) * ps)]
+    return reqs
 
 
 def _mamba_configs():
@@ -490,15 +513,7 @@ class MambaAgainstSGLangsPythonCore(unittest.TestCase):
     def _run(self, cfg, seed, n=150, cap=None, release_every=0, free_states=4):
         ps = cfg.page_size
         window = cfg.sliding_window_size if ComponentType.SWA in cfg.components else None
-        reqs = _workload(seed, n, ps)
-        rng = random.Random(seed + 100)
-        for i in range(1, len(reqs)):
-            r = rng.random()
-            if r < 0.2:  # a request comes again
-                reqs[i] = reqs[rng.randrange(i)]
-            elif r < 0.5:  # a conversation's next turn: a whole earlier request, extended
-                prev = reqs[rng.randrange(max(0, i - 8), i)]
-                reqs[i] = prev[: len(prev) // ps * ps] + [rng.randrange(1, 50) for _ in range(rng.randrange(1, 3) * ps)]
+        reqs = _mamba_workload(seed, n, ps)
         got, counts = {}, None
         for backend in ("python", "radixkv"):
             cache, alloc = build(
@@ -530,7 +545,7 @@ class MambaAgainstSGLangsPythonCore(unittest.TestCase):
                 with self.subTest(cfg=cfg.label, seed=seed):
                     got, c = self._run(cfg, seed)
                     self.assertEqual(got["python"], got["radixkv"])
-                    steps += [s for s in got["python"][:-2] if len(s) > 4]
+                    steps += [s for s in got["python"][:-3] if len(s) > 4]
                     for k in total:
                         total[k] += getattr(c, k)
             with self.subTest(cfg=cfg.label, what="the workload exercises Mamba"):
