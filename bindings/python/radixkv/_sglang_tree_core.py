@@ -111,7 +111,7 @@ def unsupported_reason(params) -> Optional[str]:
         return "session-aware caching (--enable-session-radix-cache) is not in the radixkv tree core yet"
     if params.component_registry_override:
         return "custom components (component_registry_override) need SGLang's Python tree core"
-    if params.is_eagle:
+    if params.is_eagle and MAMBA not in components:  # with Mamba, SGLang keys by tokens too
         return "EAGLE bigram keys are not in the radixkv tree core yet"
     policy = (params.eviction_policy or "lru").lower()
     if policy != "lru":

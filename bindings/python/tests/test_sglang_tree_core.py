@@ -124,11 +124,15 @@ class Selection(unittest.TestCase):
             "SWA+MAMBA": dict(
                 components=(ComponentType.FULL, ComponentType.SWA, ComponentType.MAMBA), sliding_window_size=128
             ),
+            # SGLang's core keys a Mamba tree by tokens even under EAGLE (no bigram keys).
+            "MAMBA+EAGLE": dict(components=(ComponentType.FULL, ComponentType.MAMBA), is_eagle=True),
         }
         for name, kw in cases.items():
             with self.subTest(name), self.assertNoLogs("radixkv.sglang", logging.WARNING):
                 cache, _ = build(**kw)
                 self.assertIsInstance(cache.tree_core, RadixKvTreeCore)
+                py, _ = build(backend="python", **kw)
+                self.assertFalse(py.tree_core.is_eagle)
 
     def test_a_host_tier_switched_on_later_is_refused(self):
         cache, _ = build()
