@@ -600,7 +600,9 @@ impl NativeTreeCore {
         }
         let full = t.n(x).full.value.clone().unwrap_or_default();
         t.swa_tombstone(x);
-        // SGLang's cascade: Mamba (internal priority 0) goes with SWA (1) on the node.
+        // SGLang's cascade: Mamba (internal priority 0) goes with SWA (1) on the node. A
+        // Mamba-locked state stays (SGLang asserts there is none: an SWA walk meets only
+        // nodes without a window lock, and a request's lock takes both or releases both).
         let m = t.n(x).mamba.value.is_some() && t.n(x).mamba.lock_ref == 0;
         let mamba = if m { Some(t.mamba_take(x)) } else { None };
         drop(t);
