@@ -17,9 +17,12 @@
         and on radixkv, every step's prefix length, evicted tokens, insert prefix, sizes
         and free pool recorded; the same for each of the kit's [FULL, SWA] configs with
         SWA's own pressure (tests/test_sglang_tree_core.py's _replay_swa: valid matches,
-        branching points, both walks' evictions, SWA sizes, both free pools); and for each
-        of the kit's other configs (Mamba), what the radixkv core does with it (falls back
-        to SGLang's Python core, with a warning).
+        branching points, both walks' evictions, SWA sizes, both free pools); the same for
+        each of the kit's Mamba configs ([FULL, MAMBA], [FULL, SWA, MAMBA]) with a starved
+        Mamba pool and requests in flight (tests/test_sglang_tree_core.py's _replay_mamba:
+        Mamba branching points, mamba_exist, the Mamba walk's leaves and tombstones, Mamba
+        sizes and free slots, all_mamba_values_flatten); and for each of the kit's other
+        configs (none in 0.5.23's kit), what the radixkv core does with it.
 """
 
 from __future__ import annotations
@@ -92,7 +95,7 @@ def run_tests(backend, path, out):
 # ---- the differential -------------------------------------------------------------------
 
 
-def build(cfg, backend):
+def build(cfg, backend, mamba_chunk=None):
     """A kit cache on ``backend``. The replay reads no white-box state, so SGLang's Rust core
     runs as its production class: the wheel ships no inspection build of it (the kit's
     ``RustUnifiedTreeCoreInspector`` builds one from SGLang's sources)."""
@@ -105,7 +108,7 @@ def build(cfg, backend):
     with mock.patch.dict(_TREE_CORE_REGISTRY, {"radixkv": rs.tree_core_inspector_factory}), mock.patch.dict(
         sys.modules, {"sglang.test.kits.unified_radix_cache.rust_unified_tree_core_inspector": fake}
     ), mock.patch.object(kit, "UnifiedTreeCoreInspectionInterface", object):
-        cache, alloc, _ = kit.build_fixture(cfg, tree_core_backend=backend)
+        cache, alloc, _ = kit.build_fixture(cfg, tree_core_backend=backend, mamba_cache_chunk_size=mamba_chunk)
     return cache, alloc
 
 
@@ -168,11 +171,54 @@ def _swa_replay():
     return _replay_swa, _workload
 
 
+def _mamba_replay():
+    here = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "bindings", "python", "tests")
+    sys.path.insert(0, here)
+    from test_sglang_tree_core import _mamba_workload, _replay_mamba
+
+    return _replay_mamba, _mamba_workload
+
+
+def _compare(row, got, seed, evicted_of, trailing=0):
+    """Folds one seed's runs into ``row``: steps, hit tokens, evictions per backend, and
+    whether each is python's (every step and the ``trailing`` end-of-run entries)."""
+    for b in BACKENDS:
+        r = row.setdefault(b, {"steps": 0, "hits": 0, "evicted": 0, "same_as_python": True})
+        steps = [s for s in got[b][: len(got[b]) - trailing] if isinstance(s, list)]
+        r["steps"] += len(steps)
+        r["hits"] += sum(s[0] for s in steps)
+        r["evicted"] += sum(evicted_of(s) for s in steps)
+        if got[b] != got["python"]:
+            r["same_as_python"] = False
+            first = next((i for i, (x, y) in enumerate(zip(got[b], got["python"])) if x != y), 0)
+            r.setdefault("first_difference", f"seed {seed} step {first}: {got[b][first]} vs python {got['python'][first]}")
+
+
 def run_replay(out):
     _on_cpu_without_accelerator()
     report = {"full": {}, "other": {}}
     for cfg in kit_config.CONFIGS:
-        if cfg.components == (ComponentType.FULL, ComponentType.SWA) and not cfg.is_eagle:
+        if ComponentType.MAMBA in cfg.components and not cfg.is_eagle:
+            replay_mamba, mamba_workload = _mamba_replay()
+            window = cfg.sliding_window_size if ComponentType.SWA in cfg.components else None
+            cfg = kit_config.CacheConfig(**{**cfg.__dict__, "kv_size": min(cfg.kv_size, 24 * cfg.page_size)})
+            row = {}
+            for seed in range(3):
+                reqs = mamba_workload(seed, 150, cfg.page_size)
+                got = {}
+                for b in BACKENDS:
+                    try:
+                        cache, alloc = build(cfg, b, mamba_chunk=2 * cfg.page_size)
+                        got[b] = [list(s) for s in replay_mamba(cache, alloc, reqs, 4, window)]
+                    except Exception as e:  # noqa: BLE001 - reported, never hidden
+                        got[b] = [f"{type(e).__name__}: {e}"]
+
+                def evicted_of(s):  # FULL (and SWA) tokens evicted for KV, Mamba states for a slot
+                    return sum(s[3] or ()) + sum(s[4] or ()) if len(s) > 4 else sum(s[1] or ())
+
+                _compare(row, got, seed, evicted_of, trailing=3)
+            report["full"][cfg.label] = row
+        elif cfg.components == (ComponentType.FULL, ComponentType.SWA) and not cfg.is_eagle:
             replay_swa, swa_workload = _swa_replay()
             cfg = kit_config.CacheConfig(**{**cfg.__dict__, "kv_size": min(cfg.kv_size, 24 * cfg.page_size)})
             row = {}

@@ -2,17 +2,22 @@
 
 SGLang's default cache drives its tree through ``UnifiedTreeCoreInterface`` ("the tree
 decides, the cache executes"). This class implements that interface for the component sets
-``[FULL]`` and ``[FULL, SWA]`` over radixkv's native ``NativeTreeCore``
+``[FULL]``, ``[FULL, SWA]``, ``[FULL, MAMBA]`` and ``[FULL, SWA, MAMBA]`` over radixkv's
+native ``NativeTreeCore``
 (``bindings/python/src/tree_core/``): each interface call is one native call, keys cross as the request's own int64 buffer, and
 the device indices the tree hands back (duplicates to free, evicted leaves, matched paths)
 come back as one int64 buffer each, viewed as a tensor without a copy.
 
 SWA follows SGLang's ``components/swa.py`` in the native tree (window-valid matches, the
 window-bounded SWA LRU, window locks with boundary stamps in the receipt, tombstones, the
-insert's SWA actions with ``SWARebuild`` as a barrier, the SWA eviction walk); see
+insert's SWA actions with ``SWARebuild`` as a barrier, the SWA eviction walk), and Mamba
+its ``components/mamba.py`` (one state per node where a sequence ended, left on the suffix
+by a split, a lock on the node alone, Mamba tombstones, the Mamba LRU refreshed by a match's
+chosen node, the Mamba eviction walk, an SWA tombstone taking the node's state with it, the
+per-path state cap as its ``MambaEvictExcessPathStates`` barrier); see
 bindings/python/README.md.
 
-What this slice does not run -- Mamba components, sessions, component overrides,
+What this slice does not run -- sessions, component overrides,
 EAGLE bigram keys, eviction policies other than ``lru``, KV events, HiCache / storage /
 the external cache linker, logical-page KV sharding -- is refused by ``unsupported_reason``
 before construction; ``radixkv.sglang``'s factory then hands the configuration to SGLang's
@@ -41,6 +46,7 @@ from sglang.srt.mem_cache.events import KVCacheEventRecorder
 from sglang.srt.mem_cache.unified_cache.cache_action import (
     FreeDeviceKV,
     FreeDeviceKVFullOnly,
+    MambaEvictExcessPathStates,
     RecoverSWAWithLockedFull,
     SWARebuild,
 )
@@ -63,14 +69,18 @@ from ._native import ext as _ext
 
 FULL = ComponentType.FULL
 SWA = ComponentType.SWA
+MAMBA = ComponentType.MAMBA
 
 #: The component sets this tree core runs.
-SUPPORTED_COMPONENTS = ((FULL,), (FULL, SWA))
+SUPPORTED_COMPONENTS = ((FULL,), (FULL, SWA), (FULL, MAMBA), (FULL, SWA, MAMBA))
 
 
-def _match_result(n: int, node: int, hit: int, last: Optional[int], branching=None) -> MatchResult:
+def _match_result(
+    n: int, node: int, hit: int, last: Optional[int], branching=None, mamba_branching=None
+) -> MatchResult:
     return MatchResult(
         swa_branching_seqlen=branching,
+        mamba_branching_seqlen=mamba_branching,
         device_prefix_len=n,
         last_device_node=node,
         last_host_node=node,
@@ -87,7 +97,10 @@ def unsupported_reason(params) -> Optional[str]:
     components = tuple(params.tree_components or ())
     if components not in SUPPORTED_COMPONENTS:
         names = ", ".join(c.name for c in components) or "none"
-        return f"the radixkv tree core runs the component sets [FULL] and [FULL, SWA], not [{names}]"
+        return (
+            "the radixkv tree core runs the component sets [FULL], [FULL, SWA], [FULL, MAMBA] "
+            f"and [FULL, SWA, MAMBA], not [{names}]"
+        )
     if SWA in components:
         window = params.swa_retain_window
         if window is None or window <= 0:
@@ -98,7 +111,7 @@ def unsupported_reason(params) -> Optional[str]:
         return "session-aware caching (--enable-session-radix-cache) is not in the radixkv tree core yet"
     if params.component_registry_override:
         return "custom components (component_registry_override) need SGLang's Python tree core"
-    if params.is_eagle:
+    if params.is_eagle and MAMBA not in components:  # with Mamba, SGLang keys by tokens too
         return "EAGLE bigram keys are not in the radixkv tree core yet"
     policy = (params.eviction_policy or "lru").lower()
     if policy != "lru":
@@ -134,8 +147,8 @@ def _no_host(what: str) -> NotImplementedError:
 
 
 class RadixKvTreeCore(UnifiedTreeCoreInterface):
-    """SGLang's tree core for ``[FULL]`` and ``[FULL, SWA]`` on radixkv's native tree (see
-    the module docs)."""
+    """SGLang's tree core for ``[FULL]``, ``[FULL, SWA]``, ``[FULL, MAMBA]`` and
+    ``[FULL, SWA, MAMBA]`` on radixkv's native tree (see the module docs)."""
 
     supports_rotation_base = False
     write_back_duplicate_reclaim_digest = 0
@@ -151,7 +164,20 @@ class RadixKvTreeCore(UnifiedTreeCoreInterface):
         self._cpu = self.device.type == "cpu"
         self._swa = SWA in tuple(params.tree_components or ())
         self.sliding_window_size = params.swa_retain_window if self._swa else None
-        self._native = _ext.NativeTreeCore(self.page_size, swa_window=self.sliding_window_size or 0)
+        self._mamba = MAMBA in tuple(params.tree_components or ())
+        # Mamba's component (the cache's): its checkpoint grid and per-path state cap are
+        # read from it, as SGLang's tree core reads them, so that a change to one is seen
+        # by both cores.
+        self._mamba_component = (components or {}).get(MAMBA) if self._mamba else None
+        self._mamba_grid = None
+        if self._mamba and self._mamba_component is None:
+            from sglang.srt.runtime_context import mamba_checkpoint_grid
+
+            self._mamba_grid = mamba_checkpoint_grid(params.page_size)
+        self._mamba_dtype = torch.int64
+        self._native = _ext.NativeTreeCore(
+            self.page_size, swa_window=self.sliding_window_size or 0, mamba=self._mamba
+        )
         self._pending_insert: Optional[tuple] = None
         self._enable_hicache = False
         self._enable_storage = False
@@ -244,7 +270,40 @@ class RadixKvTreeCore(UnifiedTreeCoreInterface):
         t = torch.frombuffer(buf, dtype=torch.int64) if len(buf) else self._empty_cpu
         return t if self._cpu else t.to(self.device)
 
+    def _mtensor(self, buf) -> torch.Tensor:
+        """A Mamba state (int64 bytes) as the tensor it came in as (dtype, device)."""
+        t = torch.frombuffer(buf, dtype=torch.int64) if len(buf) else self._empty_cpu
+        if self._mamba_dtype != torch.int64:
+            t = t.to(self._mamba_dtype)
+        return t if self._cpu else t.to(self.device)
+
+    def _mamba_state(self, value) -> "object":
+        """A Mamba state for the native tree (int64, on the CPU); refused unless 1-D."""
+        if value is None:
+            raise ValueError("insert: a Mamba tree core needs InsertParams.mamba_value; nothing was inserted")
+        if not isinstance(value, torch.Tensor) or value.dim() != 1 or value.numel() == 0:
+            raise ValueError(
+                f"insert: mamba_value must be a non-empty 1-D tensor of state slots, got {value!r}; "
+                "nothing was inserted"
+            )
+        self._mamba_dtype = value.dtype
+        return value.detach().to("cpu", torch.int64).contiguous().numpy()
+
+    def _grid(self) -> int:
+        comp = self._mamba_component
+        return comp.mamba_checkpoint_grid if comp is not None else self._mamba_grid
+
+    def _mamba_cap(self) -> int:
+        comp = self._mamba_component
+        if comp is not None:
+            return comp.mamba_max_states_per_path
+        from sglang.srt.runtime_context import get_exec
+
+        return get_exec().mamba.mamba_max_states_per_path
+
     def _check_component(self, component_type: ComponentType, what: str) -> None:
+        if component_type == MAMBA and self._mamba:
+            return
         if component_type != FULL and not (component_type == SWA and self._swa):
             raise ValueError(f"{what}: component {component_type!r} is not in this tree core")
 
@@ -372,6 +431,8 @@ class RadixKvTreeCore(UnifiedTreeCoreInterface):
         if self._swa and SWA not in skipped:
             uuid = self._native.swa_inc_lock(node_id)
             result.set_lock_uuid(SWA, uuid or None)
+        if self._mamba and MAMBA not in skipped:
+            self._native.mamba_inc_lock(node_id)  # the node alone
         return result
 
     @staticmethod
@@ -383,7 +444,10 @@ class RadixKvTreeCore(UnifiedTreeCoreInterface):
 
     def dec_lock_ref(self, node_id: NodeId, params: DecLockRefParams, skip_swa: bool = False) -> DecLockRefResult:
         self._check_receipt(node_id, params)
-        # SGLang's order: the auxiliary components first, then FULL.
+        # SGLang's order: the auxiliary components first (the last first), then FULL. After
+        # an early SWA release, SWA and Mamba (a lower priority) are already released.
+        if self._mamba and MAMBA not in params.skipped_lock_components and not (skip_swa and self._swa):
+            self._native.mamba_dec_lock(node_id)
         if self._swa and SWA not in params.skipped_lock_components and not skip_swa:
             uuid = params.get_lock_uuid(SWA)
             if not self._native.is_root(node_id):
@@ -403,7 +467,9 @@ class RadixKvTreeCore(UnifiedTreeCoreInterface):
         freed = self._native.dec_swa_lock_only(node_id, params.get_lock_uuid(SWA) or 0)
         if len(freed):
             result.device_frees[SWA].append(self._tensor(freed))
-        # No component below SWA's priority in [FULL, SWA]: nothing else to drop.
+        # The locks of a lower priority than SWA's go too: Mamba's, where the lock took it.
+        if self._mamba and MAMBA not in params.skipped_lock_components:
+            self._native.mamba_dec_lock(node_id)
         return result
 
     def inc_full_pin(self, node_id: NodeId) -> None:
@@ -428,6 +494,8 @@ class RadixKvTreeCore(UnifiedTreeCoreInterface):
         self._check_component(component_type, "evict_device_start")
         if component_type == SWA:
             self._native.swa_evict_start(max(0, int(request_cnt)))
+        elif component_type == MAMBA:
+            self._native.mamba_evict_start(max(0, int(request_cnt)))
         else:
             self._native.evict_start(max(0, int(request_cnt)))
         self._walk_component = component_type
@@ -438,13 +506,29 @@ class RadixKvTreeCore(UnifiedTreeCoreInterface):
             step = self._native.swa_evict_next(tracker.get(SWA, 0))
             if step is None:
                 return EvictDeviceNextNodeResult(made_progress=False)
-            node_id, full = step
+            node_id, full, state = step
             if full is None:  # a device leaf: the controller evicts it whole
                 return EvictDeviceNextNodeResult(node_id=node_id, made_progress=True)
-            # An internal node made an SWA tombstone: its SWA slots, freed by FULL index.
+            # An internal node made an SWA tombstone: its SWA slots, freed by FULL index,
+            # and its Mamba state with them (SGLang's cascade).
             result = EvictDeviceNextNodeResult(made_progress=True)
             result.device_frees[SWA].append(self._tensor(full))
             result.tracker[SWA] = len(full) // 8
+            if state is not None:
+                result.device_frees[MAMBA].append(self._mtensor(state))
+                result.tracker[MAMBA] = len(state) // 8
+            return result
+        if component_type == MAMBA:
+            step = self._native.mamba_evict_next(tracker.get(MAMBA, 0))
+            if step is None:
+                return EvictDeviceNextNodeResult(made_progress=False)
+            node_id, state = step
+            if state is None:  # a device leaf: the controller evicts it whole
+                return EvictDeviceNextNodeResult(node_id=node_id, made_progress=True)
+            # A Mamba tombstone: the state goes, the node's KV stays.
+            result = EvictDeviceNextNodeResult(made_progress=True)
+            result.device_frees[MAMBA].append(self._mtensor(state))
+            result.tracker[MAMBA] = len(state) // 8
             return result
         node_id = self._native.evict_next(tracker.get(FULL, 0))
         return EvictDeviceNextNodeResult(node_id=node_id, made_progress=node_id is not None)
@@ -453,6 +537,7 @@ class RadixKvTreeCore(UnifiedTreeCoreInterface):
         if is_write_back:
             raise _no_host("evict_device_leaf(is_write_back=True)")
         swa_len = self._native.swa_info(node_id)[0] if self._swa else -1
+        state = self._native.mamba_value(node_id) if self._mamba else None
         freed = self._native.evict_leaf(node_id)
         n = len(freed) // 8
         result = EvictDeviceLeafResult(unbacked_tokens=n)
@@ -462,10 +547,17 @@ class RadixKvTreeCore(UnifiedTreeCoreInterface):
         if swa_len >= 0:  # its SWA slots go too (SGLang frees SWA by FULL index)
             result.device_frees[SWA].append(full)
             result.tracker[SWA] = swa_len
+        if state is not None:  # and its Mamba state
+            result.device_frees[MAMBA].append(self._mtensor(state))
+            result.tracker[MAMBA] = len(state) // 8
         return result
 
     def finish_mamba_state_eviction(self, node_id: NodeId) -> EvictDeviceNextNodeResult:
-        raise ValueError("finish_mamba_state_eviction: no Mamba component in this tree core ([FULL])")
+        # The Mamba walk asks for an internal backup (InternalStateBackup) only with a
+        # write-back host tier, which this core refuses: there is never a pending one.
+        if not self._mamba:
+            raise ValueError("finish_mamba_state_eviction: no Mamba component in this tree core")
+        raise ValueError(f"finish_mamba_state_eviction: no pending internal Mamba eviction (node {node_id})")
 
     def finish_swa_state_eviction(self, node_id: NodeId) -> EvictDeviceNextNodeResult:
         # The SWA walk asks for an internal backup (InternalStateBackup) only with a host
@@ -481,6 +573,8 @@ class RadixKvTreeCore(UnifiedTreeCoreInterface):
     def evict_device_end(self, component_type: ComponentType) -> None:
         if component_type == SWA and self._swa:
             self._native.swa_evict_end()
+        elif component_type == MAMBA and self._mamba:
+            self._native.mamba_evict_end()
         else:
             self._native.evict_end()
         self._walk_component = None
@@ -496,11 +590,15 @@ class RadixKvTreeCore(UnifiedTreeCoreInterface):
     def component_evictable_size(self, component_type: ComponentType) -> int:
         if component_type == FULL:
             return self._native.sizes()[0]
+        if component_type == MAMBA:
+            return self._native.mamba_sizes()[0]
         return self._native.swa_sizes()[0] if component_type == SWA else 0
 
     def component_protected_size(self, component_type: ComponentType) -> int:
         if component_type == FULL:
             return self._native.sizes()[1]
+        if component_type == MAMBA:
+            return self._native.mamba_sizes()[1]
         return self._native.swa_sizes()[1] if component_type == SWA else 0
 
     def adjust_component_size(self, node_id: NodeId, component_type: ComponentType, delta: int) -> None:
@@ -520,18 +618,19 @@ class RadixKvTreeCore(UnifiedTreeCoreInterface):
         return self._native.swa_sizes()[0]
 
     def mamba_evictable_size(self) -> int:
-        return 0
+        return self._native.mamba_sizes()[0]
 
     def swa_protected_size(self) -> int:
         return self._native.swa_sizes()[1]
 
     def mamba_protected_size(self) -> int:
-        return 0
+        return self._native.mamba_sizes()[1]
 
     def total_size(self) -> tuple[int, int]:
         e, p = self._native.sizes()
         se, sp = self._native.swa_sizes()
-        return e + p, se + sp
+        me, mp = self._native.mamba_sizes()
+        return e + p, se + sp + me + mp
 
     def all_values_flatten(self) -> torch.Tensor:
         native = self._native
@@ -542,7 +641,12 @@ class RadixKvTreeCore(UnifiedTreeCoreInterface):
         return self._tensor(bytearray(b"".join(values)))
 
     def all_mamba_values_flatten(self) -> torch.Tensor:
-        return self._empty_device
+        native = self._native
+        values = [native.mamba_value(n) for n in native.dfs()] if self._mamba else []
+        values = [v for v in values if v is not None]
+        if not values:
+            return self._empty_device
+        return self._mtensor(bytearray(b"".join(values)))
 
     def walk_for_kv_canary(self, unlocked_only: bool, swa_resident_only: bool) -> RadixCacheWalkResult:
         native = self._native
@@ -584,12 +688,18 @@ class RadixKvTreeCore(UnifiedTreeCoreInterface):
             self._bigram(key)
         # The key's own buffer and its limit: no copy of a capped key.
         n, node, hit, last = self._native.match_prefix(self._ns_of(key), key.token_ids, key.limit)
-        branching = None
+        branching = mamba_branching = None
         if self._swa:
             # SGLang's SWA finalize: FULL KV past the last reusable window.
             aligned = hit // self.page_size * self.page_size
             branching = aligned if aligned > n else None
-        return _match_result(n, node, hit, None if last < 0 else last, branching)
+        if self._mamba:
+            # SGLang's Mamba finalize: FULL KV past the last reusable state, on the
+            # checkpoint grid.
+            grid = self._grid()
+            aligned = hit // grid * grid
+            mamba_branching = aligned if aligned > n else None
+        return _match_result(n, node, hit, None if last < 0 else last, branching, mamba_branching)
 
     def match_full_device_prefix(self, key) -> tuple[int, NodeId, int]:
         if key.is_bigram:
@@ -627,8 +737,11 @@ class RadixKvTreeCore(UnifiedTreeCoreInterface):
             value = value.cpu()
         if key.is_bigram:
             self._bigram(key)
+        total = len(key) // self.page_size * self.page_size
+        # Checked before anything changes (SGLang asserts it in the commit).
+        state = self._mamba_state(params.mamba_value) if self._mamba and total else None
         if self._swa:
-            return self._begin_insert_swa(params, key, value)
+            return self._begin_insert_swa(params, key, value, total, state)
         self._ongoing_insert = True
         try:
             prefix_len, node, dups = self._native.insert(
@@ -636,7 +749,6 @@ class RadixKvTreeCore(UnifiedTreeCoreInterface):
             )
         finally:
             self._ongoing_insert = False
-        total = len(key) // self.page_size * self.page_size
         adopted = None
         if params.track_adopted_ranges:
             adopted = {FULL: [(prefix_len, total)]} if total > prefix_len else {}
@@ -647,9 +759,25 @@ class RadixKvTreeCore(UnifiedTreeCoreInterface):
             adopted_ranges=adopted,
         )
         actions = [FreeDeviceKV([self._tensor(dups)])] if dups is not None else []
-        return InsertStepResult(actions=actions, result=result)
+        return self._commit_mamba(node, prefix_len < total, state, result, actions, refreshed=True)
 
-    def _begin_insert_swa(self, params: InsertParams, key, value) -> InsertStepResult:
+    def _commit_mamba(self, node, new_leaf, state, result, actions, refreshed) -> InsertStepResult:
+        """SGLang's Mamba commit (after FULL's and SWA's), then the insert's end: at once,
+        or at a barrier (an SWARebuild, the path cap's MambaEvictExcessPathStates) after
+        which the cache resumes it."""
+        barrier = not refreshed
+        if state is not None:
+            result.mamba_exist = self._native.mamba_commit(node, new_leaf, state)
+            if not result.mamba_exist and self._mamba_cap() >= 0:
+                actions.append(MambaEvictExcessPathStates(node))
+                barrier = True
+        if not barrier:
+            return InsertStepResult(actions=actions, result=result)
+        self._pending_insert = (node, result, refreshed)
+        self._ongoing_insert = True
+        return InsertStepResult(actions=actions)
+
+    def _begin_insert_swa(self, params: InsertParams, key, value, total, state) -> InsertStepResult:
         if params.track_adopted_ranges:
             raise ValueError("insert: track_adopted_ranges is not in the radixkv tree core's SWA insert yet")
         swa_start = params.get_evicted_seqlen(SWA)
@@ -666,28 +794,23 @@ class RadixKvTreeCore(UnifiedTreeCoreInterface):
                 actions.append(SWARebuild(nid, self._tensor(a)))
             else:
                 actions.append(RecoverSWAWithLockedFull(nid, self._tensor(a), self._tensor(b)))
-        total = len(key) // self.page_size * self.page_size
         result = InsertResult(
             prefix_len=prefix_len, last_device_node=node, mamba_exist=total == 0, adopted_ranges=None
         )
         branching = params.swa_branching_seqlen
         if branching is not None:
             result.swa_branch_inserted = len(key) >= branching
-        if refreshed:
-            return InsertStepResult(actions=actions, result=result)
-        # A barrier (SGLang's SWARebuild): the cache stores the SWA values, then resumes,
-        # and the window refresh that ends the insert runs then.
-        self._pending_insert = (node, result)
-        self._ongoing_insert = True
-        return InsertStepResult(actions=actions)
+        # Not refreshed: a barrier (SGLang's SWARebuild): the cache stores the SWA values,
+        # then resumes, and the window refresh that ends the insert runs then.
+        return self._commit_mamba(node, prefix_len < total, state, result, actions, refreshed)
 
     def resume_insert(self) -> InsertStepResult:
         if self._pending_insert is None:
             raise RuntimeError("no in-flight insert")
-        node, result = self._pending_insert
+        node, result, refreshed = self._pending_insert
         self._pending_insert = None
         self._ongoing_insert = False
-        if not self._native.is_root(node):
+        if self._swa and not refreshed and not self._native.is_root(node):
             self._native.swa_refresh(node)
         return InsertStepResult(actions=[], result=result)
 
@@ -705,7 +828,14 @@ class RadixKvTreeCore(UnifiedTreeCoreInterface):
         return DriveHostEvictionResult()  # no host values to evict
 
     def evict_excess_path_states(self, tail_node_id, device_frees, host_frees, cache_actions) -> None:
-        return None  # no Mamba states on any path
+        if not self._mamba:
+            raise ValueError("evict_excess_path_states: no Mamba component in this tree core")
+        cap = self._mamba_cap()
+        if cap < 0:
+            self._native.node_info(tail_node_id)  # KeyError for a missing node
+            return None  # no cap
+        for state in self._native.mamba_evict_excess(tail_node_id, cap):
+            device_frees[MAMBA].append(self._mtensor(state))
 
     def insert_host(self, node_id, key, host_value, hash_value):
         raise _no_host("insert_host")
@@ -756,7 +886,7 @@ class RadixKvTreeCore(UnifiedTreeCoreInterface):
     def finish_write_through(self, node_ids, ack_id):
         raise _no_host("finish_write_through")
 
-    # ==== SWA / Mamba values: no such components here ====
+    # ==== the auxiliary components' values ====
 
     def swa_tombstone_ranges(self, key, start, end, component_type=ComponentType.SWA):
         self._check_component(component_type, "swa_tombstone_ranges")
@@ -781,14 +911,26 @@ class RadixKvTreeCore(UnifiedTreeCoreInterface):
         if component_type == SWA and self._swa:
             self._native.swa_set_value(node_id, value.detach().to("cpu", torch.int64).contiguous().numpy())
             return
+        if component_type == MAMBA and self._mamba:
+            if value is None or value.dim() != 1:
+                raise ValueError(
+                    f"set_component_device_value: a Mamba state is a 1-D tensor, got {value!r}; nothing was changed"
+                )
+            state = value.detach().to("cpu", torch.int64).contiguous().numpy()
+            self._native.mamba_set_value(node_id, state)
+            self._mamba_dtype = value.dtype
+            return
         raise ValueError(
             f"set_component_device_value: component {component_type!r} is not an auxiliary "
-            "component of this tree core ([FULL])"
+            "component of this tree core"
         )
 
     def get_component_device_value(self, node_id, component_type) -> Optional[torch.Tensor]:
         if component_type == SWA and self._swa:
             raw = self._native.swa_value(node_id)
+        elif component_type == MAMBA and self._mamba:
+            raw = self._native.mamba_value(node_id)
+            return None if raw is None else self._mtensor(raw)
         elif component_type == FULL:
             raw = self._native.value(node_id)
         else:

@@ -17,7 +17,7 @@ from sglang.test.kits.unified_radix_cache.unified_tree_core_inspection_interface
     UnifiedTreeCoreInspectionInterface,
 )
 
-from ._sglang_tree_core import FULL, RadixKvTreeCore
+from ._sglang_tree_core import FULL, MAMBA, RadixKvTreeCore
 
 
 def _white_box(what: str) -> NotImplementedError:
@@ -59,6 +59,8 @@ class RadixKvTreeCoreInspector(RadixKvTreeCore, UnifiedTreeCoreInspectionInterfa
         info = self._native.node_info(node_id)
         if component_type == ComponentType.SWA and self._swa:
             return self._native.swa_info(node_id)[1]
+        if component_type == MAMBA and self._mamba:
+            return self._native.mamba_info(node_id)[1]
         return info[3] if component_type == FULL else 0
 
     def get_component_host_lock_ref(self, node_id, component_type) -> int:
@@ -80,6 +82,8 @@ class RadixKvTreeCoreInspector(RadixKvTreeCore, UnifiedTreeCoreInspectionInterfa
     def is_node_in_device_lru(self, node_id, component_type) -> bool:
         if component_type == ComponentType.SWA and self._swa:
             return self._native.swa_info(node_id)[3]
+        if component_type == MAMBA and self._mamba:
+            return self._native.mamba_info(node_id)[2]
         if component_type != FULL:
             return False
         return not self.is_root(node_id) and not self.is_full_device_evicted(node_id)
@@ -91,6 +95,8 @@ class RadixKvTreeCoreInspector(RadixKvTreeCore, UnifiedTreeCoreInspectionInterfa
     def get_component_device_lru_node_ids(self, component_type) -> list[int]:
         if component_type == ComponentType.SWA and self._swa:
             return list(self._native.swa_lru())  # most recent first, as SGLang's
+        if component_type == MAMBA and self._mamba:
+            return list(self._native.mamba_lru())
         if component_type != FULL:
             return []
         nodes = [n for n in self._native.dfs() if n != self._root and not self.is_full_device_evicted(n)]
@@ -102,6 +108,8 @@ class RadixKvTreeCoreInspector(RadixKvTreeCore, UnifiedTreeCoreInspectionInterfa
         if parent < 0 or vlen < 0 or lock_ref > 0:
             return False
         if self._swa and self._native.swa_info(node_id)[1] > 0:  # a window lock pins it too
+            return False
+        if self._mamba and self._native.mamba_info(node_id)[1] > 0:  # so does a Mamba lock
             return False
         return all(self._native.node_info(c)[2] < 0 for c in self._native.children(node_id))
 

@@ -38,16 +38,17 @@ except Exception:
     HAVE_KIT = False
 
 
-def build(page_size=1, components=None, backend="radixkv", kv_size=256, **kw):
+def build(page_size=1, components=None, backend="radixkv", kv_size=256, mamba_chunk=None, **kw):
     """A UnifiedRadixCache from SGLang's kit, on the CPU, with ``backend``'s production
-    factory (the kit swaps in inspectors only for its own python and rust)."""
+    factory (the kit swaps in inspectors only for its own python and rust); ``mamba_chunk``:
+    the Mamba cache chunk (the kit's default: 64 tokens, or the page)."""
     cfg = CacheConfig(page_size=page_size, kv_size=kv_size, **kw) if components is None else CacheConfig(
         page_size=page_size, components=components, kv_size=kv_size, **kw
     )
     with mock.patch.object(kit, "get_device", lambda *a, **k: "cpu"), mock.patch.object(
         kit, "UnifiedTreeCoreInspectionInterface", object
     ):
-        cache, alloc, _ = kit.build_fixture(cfg, tree_core_backend=backend)
+        cache, alloc, _ = kit.build_fixture(cfg, tree_core_backend=backend, mamba_cache_chunk_size=mamba_chunk)
     return cache, alloc
 
 
@@ -102,11 +103,8 @@ class Selection(unittest.TestCase):
 
     def test_unsupported_configurations_fall_back_with_a_warning(self):
         cases = {
-            "MAMBA": dict(components=(ComponentType.FULL, ComponentType.MAMBA)),
-            "SWA+MAMBA": dict(
-                components=(ComponentType.FULL, ComponentType.SWA, ComponentType.MAMBA), sliding_window_size=128
-            ),
             "policy": dict(eviction_policy="lfu"),
+            "MAMBA+policy": dict(components=(ComponentType.FULL, ComponentType.MAMBA), eviction_policy="lfu"),
         }
         for name, kw in cases.items():
             with self.subTest(name), self.assertLogs("radixkv.sglang", logging.WARNING) as logs:
@@ -119,6 +117,22 @@ class Selection(unittest.TestCase):
             cache, _ = build(components=(ComponentType.FULL, ComponentType.SWA), sliding_window_size=4)
         self.assertIsInstance(cache.tree_core, RadixKvTreeCore)
         self.assertEqual(cache.tree_core.sliding_window_size, 4)
+
+    def test_mamba_configurations_run_natively(self):
+        cases = {
+            "MAMBA": dict(components=(ComponentType.FULL, ComponentType.MAMBA)),
+            "SWA+MAMBA": dict(
+                components=(ComponentType.FULL, ComponentType.SWA, ComponentType.MAMBA), sliding_window_size=128
+            ),
+            # SGLang's core keys a Mamba tree by tokens even under EAGLE (no bigram keys).
+            "MAMBA+EAGLE": dict(components=(ComponentType.FULL, ComponentType.MAMBA), is_eagle=True),
+        }
+        for name, kw in cases.items():
+            with self.subTest(name), self.assertNoLogs("radixkv.sglang", logging.WARNING):
+                cache, _ = build(**kw)
+                self.assertIsInstance(cache.tree_core, RadixKvTreeCore)
+                py, _ = build(backend="python", **kw)
+                self.assertFalse(py.tree_core.is_eagle)
 
     def test_a_host_tier_switched_on_later_is_refused(self):
         cache, _ = build()
@@ -338,6 +352,228 @@ class SwaAgainstSGLangsPythonCore(unittest.TestCase):
             seen[backend] = (ranges, attached, after)
         self.assertEqual(seen["python"], seen["radixkv"])
         self.assertTrue(any(seen["python"][0]) and seen["python"][1])  # tombstones were there, and filled
+
+
+def _replay_mamba(cache, alloc, reqs, free_states, window=None, release_every=0, inflight=3):
+    """The scheduler's loop for [FULL, MAMBA] and [FULL, SWA, MAMBA]: as _replay (and
+    _replay_swa's SWA pressure when ``window``), each request also holding a Mamba state
+    slot of its own, handed to the tree at insert (freed again when the tree kept the state
+    it had: ``mamba_exist``). The Mamba pool is starved: all but ``free_states`` slots are
+    held elsewhere, so the tree's states are evicted (the Mamba walk: leaves whole, other
+    nodes made Mamba tombstones) all the time. Every ``release_every``-th request releases
+    its window early (SWA's and Mamba's locks) before it is cached. A request keeps its lock
+    until ``inflight`` later requests have been served (a batch in flight: the walks meet
+    locked states and paths). What every step saw, Mamba's too (branching point,
+    ``mamba_exist``, Mamba sizes and free slots)."""
+    ps = cache.page_size
+    tc = cache.tree_core
+    ma = cache.req_to_token_pool.mamba_allocator
+    held_states = ma.alloc(ma.available_size() - free_states)
+    assert held_states is not None
+    if window is not None:  # half the SWA pool held elsewhere: SWA runs short first
+        held = alloc.swa_attn_allocator.alloc(alloc.swa_attn_allocator.available_size() // 2 // ps * ps)
+        assert held is not None
+    seen = []
+    locks = []
+    for i, toks in enumerate(reqs):
+        toks = toks[: len(toks) // ps * ps]
+        if not toks:
+            continue
+        m = cache.match_prefix(MatchPrefixParams(key=RadixKey(array("q", toks))))
+        n = m.device_prefix_len
+        lock = cache.lock(m.last_device_node)
+        locks.append(lock)
+        if len(locks) > inflight:
+            cache.unlock(locks.pop(0))
+        prefix = tc.collect_full_device_indices(m.last_device_node, cache.root_node_handle()) if n else None
+        need = len(toks) - n
+        evicted = None
+        if window is None:
+            if alloc.available_size() < need:
+                r = cache.evict(EvictParams(num_tokens=need - alloc.available_size()))
+                evicted = (r.num_tokens_evicted, r.mamba_num_evicted)
+            new = alloc.alloc(need) if need else torch.empty((0,), dtype=torch.int64)
+        else:
+            fa, sa = alloc.full_available_size(), alloc.swa_available_size()
+            if fa < need or sa < need:
+                r = cache.evict(EvictParams(num_tokens=max(0, need - fa), swa_num_tokens=max(0, need - sa)))
+                evicted = (r.num_tokens_evicted, r.swa_num_tokens_evicted, r.mamba_num_evicted)
+            new = _alloc_swa(alloc, need, ps) if need else torch.empty((0,), dtype=torch.int64)
+        if new is None:
+            seen.append((n, evicted, None))
+            continue
+        state = ma.alloc(1)
+        mamba_evicted = None
+        if state is None:  # the request's own state slot: evict a cached one for it
+            r = cache.evict(EvictParams(mamba_num=1))
+            mamba_evicted = (r.num_tokens_evicted, r.mamba_num_evicted)
+            state = ma.alloc(1)
+        if state is None:
+            alloc.free(new)
+            seen.append((n, evicted, mamba_evicted, None))
+            continue
+        value = torch.cat([prefix[:n], new]) if n else new
+        params = InsertParams(key=RadixKey(array("q", toks)), value=value, prev_prefix_len=n, mamba_value=state)
+        if window is not None:
+            behind = (len(toks) - window) // ps * ps
+            if i % 2 and behind > n:
+                alloc.free_swa(value[n:behind])
+                params.set_evicted_seqlen(ComponentType.SWA, behind)
+        if release_every and i % release_every == 0:
+            cache.release_swa(lock)
+        res = cache.insert(params)
+        if res.mamba_exist:
+            ma.free(state)
+        step = [
+            n,
+            m.full_kv_hit_length,
+            m.mamba_branching_seqlen,
+            evicted,
+            mamba_evicted,
+            res.prefix_len,
+            res.mamba_exist,
+            tc.evictable_size(),
+            tc.protected_size(),
+            tc.mamba_evictable_size(),
+            tc.mamba_protected_size(),
+            ma.available_size(),
+            tc.total_size(),
+        ]
+        if window is None:
+            step.append(alloc.available_size())
+        else:
+            step += [
+                m.swa_branching_seqlen,
+                tc.swa_evictable_size(),
+                tc.swa_protected_size(),
+                alloc.full_available_size(),
+                alloc.swa_available_size(),
+            ]
+        seen.append(tuple(step))
+        tc.sanity_check([], [])
+    for lock in locks:
+        cache.unlock(lock)
+    seen.append((tc.evictable_size(), tc.protected_size(), tc.mamba_evictable_size(), tc.mamba_protected_size()))
+    tc.sanity_check([], [])
+    seen.append(sorted(tc.all_mamba_values_flatten().tolist()))
+    seen.append(sorted(tc.all_values_flatten().tolist()))
+    return seen
+
+
+def _mamba_workload(seed, n, ps):
+    """_workload's requests, a fifth of them coming again (the tree keeps its state:
+    ``mamba_exist``) and three in ten a conversation's next turn (a whole earlier request,
+    extended: chains of nodes each holding a state, for the path cap)."""
+    reqs = _workload(seed, n, ps)
+    rng = random.Random(seed + 100)
+    for i in range(1, len(reqs)):
+        r = rng.random()
+        if r < 0.2:
+            reqs[i] = reqs[rng.randrange(i)]
+        elif r < 0.5:
+            prev = reqs[rng.randrange(max(0, i - 8), i)]
+            reqs[i] = prev[: len(prev) // ps * ps] + [rng.randrange(1, 50) for _ in range(rng.randrange(1, 3) * ps)]
+    return reqs
+
+
+def _mamba_configs():
+    """The kit's Mamba configs (components, page size, window, pool size)."""
+    from sglang.test.kits.unified_radix_cache.config import CONFIGS
+
+    return [c for c in CONFIGS if ComponentType.MAMBA in tuple(c.components)]
+
+
+class _Counts:
+    """What the radixkv core's walks did in a replay (the same as SGLang's core did, as
+    every step is compared): Mamba walk leaves and Mamba tombstones, SWA tombstones that
+    took a Mamba state with them, states the path cap evicted."""
+
+    def __init__(self, tc):
+        self.mamba_leaves = self.mamba_tombstones = self.swa_cascades = self.capped = 0
+        next_node, excess = tc.evict_device_next_node, tc.evict_excess_path_states
+
+        def counted_next(component_type, tracker):
+            r = next_node(component_type, tracker)
+            if component_type == ComponentType.MAMBA:
+                if r.node_id is not None:
+                    self.mamba_leaves += 1
+                elif r.device_frees.get(ComponentType.MAMBA):
+                    self.mamba_tombstones += 1
+            elif component_type == ComponentType.SWA and r.node_id is None and r.device_frees.get(ComponentType.MAMBA):
+                self.swa_cascades += 1
+            return r
+
+        def counted_excess(tail, device_frees, host_frees, cache_actions):
+            before = len(device_frees[ComponentType.MAMBA])
+            excess(tail, device_frees, host_frees, cache_actions)
+            self.capped += len(device_frees[ComponentType.MAMBA]) - before
+
+        tc.evict_device_next_node = counted_next
+        tc.evict_excess_path_states = counted_excess
+
+
+@unittest.skipUnless(HAVE_KIT, "needs SGLang 0.5.23's unified-cache test kit")
+class MambaAgainstSGLangsPythonCore(unittest.TestCase):
+    def _run(self, cfg, seed, n=150, cap=None, release_every=0, free_states=4):
+        ps = cfg.page_size
+        window = cfg.sliding_window_size if ComponentType.SWA in cfg.components else None
+        reqs = _mamba_workload(seed, n, ps)
+        got, counts = {}, None
+        for backend in ("python", "radixkv"):
+            cache, alloc = build(
+                page_size=ps,
+                components=tuple(cfg.components),
+                sliding_window_size=cfg.sliding_window_size,
+                enable_mamba_extra_buffer=cfg.enable_mamba_extra_buffer,
+                backend=backend,
+                kv_size=min(cfg.kv_size, 24 * ps),
+                max_context_len=cfg.max_context_len,
+                # A checkpoint grid of two pages: the workload's prefixes reach it.
+                mamba_chunk=2 * ps,
+            )
+            self.assertEqual(isinstance(cache.tree_core, RadixKvTreeCore), backend == "radixkv")
+            if cap is not None:
+                cache.components[ComponentType.MAMBA].mamba_max_states_per_path = cap
+            if backend == "radixkv":
+                counts = _Counts(cache.tree_core)
+            got[backend] = _replay_mamba(cache, alloc, reqs, free_states, window, release_every)
+        return got, counts
+
+    def test_identical_hits_evictions_and_sizes_at_every_step(self):
+        configs = _mamba_configs()
+        self.assertEqual(len(configs), 6)
+        for cfg in configs:
+            total = dict(mamba_leaves=0, mamba_tombstones=0, swa_cascades=0, capped=0)
+            steps = []
+            for seed in range(3):
+                with self.subTest(cfg=cfg.label, seed=seed):
+                    got, c = self._run(cfg, seed)
+                    self.assertEqual(got["python"], got["radixkv"])
+                    steps += [s for s in got["python"][:-3] if len(s) > 4]
+                    for k in total:
+                        total[k] += getattr(c, k)
+            with self.subTest(cfg=cfg.label, what="the workload exercises Mamba"):
+                # The walks ran: Mamba leaves and tombstones, FULL evictions; matches
+                # stopped short of the FULL hit at a Mamba tombstone (a branching point),
+                # and requests found their state already cached.
+                self.assertTrue(total["mamba_leaves"] and total["mamba_tombstones"], total)
+                self.assertTrue(any(s[3] for s in steps), "no FULL eviction")
+                self.assertTrue(any(s[2] is not None for s in steps), "no Mamba branching point")
+                self.assertTrue(any(s[6] for s in steps), "no mamba_exist")
+                if ComponentType.SWA in cfg.components:
+                    self.assertTrue(total["swa_cascades"], total)
+
+    def test_the_path_cap_and_early_window_release_are_sglangs(self):
+        for cfg in _mamba_configs():
+            swa = ComponentType.SWA in cfg.components
+            capped = 0
+            for seed in range(2):
+                with self.subTest(cfg=cfg.label, seed=seed):
+                    got, c = self._run(cfg, seed, n=120, cap=2, release_every=3 if swa else 0, free_states=16)
+                    self.assertEqual(got["python"], got["radixkv"])
+                    capped += c.capped
+            with self.subTest(cfg=cfg.label, what="the cap evicts"):
+                self.assertTrue(capped)
 
 
 @unittest.skipUnless(HAVE_KIT, "needs SGLang 0.5.23's unified-cache test kit")

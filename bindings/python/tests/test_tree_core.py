@@ -283,8 +283,8 @@ def test_swa_a_match_is_valid_only_where_the_swa_run_covers_the_window():
     # SWA's walk: the LRU end is the parent, an internal node: it becomes a tombstone and
     # its SWA slots are freed by FULL index.
     t.swa_evict_start(4)
-    node, full = t.swa_evict_next(0)
-    assert (node, ints(full)) == (parent, [10, 11, 12, 13])
+    node, full, state = t.swa_evict_next(0)
+    assert (node, ints(full), state) == (parent, [10, 11, 12, 13], None)  # no Mamba: no state
     assert t.swa_evict_next(4) is None  # the request is met
     t.swa_evict_end()
     assert t.swa_info(parent)[0] == -1 and ints(t.value(parent)) == [10, 11, 12, 13]
@@ -441,3 +441,182 @@ def test_swa_tombstone_ranges_and_attaching_a_window_onto_them():
     assert ints(t.swa_value(mid)) == [201, 202] and ints(t.key(mid)) == [2, 3]
     assert t.swa_sizes() == (6, 0)
     assert t.check() is None
+
+
+# ---- Mamba (SGLang's components/mamba.py) -------------------------------------------------
+
+
+def mamba_tree():
+    """[FULL, MAMBA], page 1: [1..4] -> state 100, then [1..6] -> state 101 (a chain: the
+    first request's node is internal, holding its state)."""
+    t = NativeTreeCore(1, mamba=True)
+    _, a, _ = t.insert(0, q([1, 2, 3, 4]), q([10, 11, 12, 13]))
+    assert t.mamba_commit(a, True, q([100])) is False
+    p, b, dups = t.insert(0, q([1, 2, 3, 4, 5, 6]), q([10, 11, 12, 13, 14, 15]), 4)
+    assert (p, dups) == (4, None)
+    assert t.mamba_commit(b, True, q([101])) is False
+    return t, a, b
+
+
+def test_mamba_states_sit_where_sequences_end_and_a_match_ends_on_one():
+    t, a, b = mamba_tree()
+    assert t.has_mamba() and not NativeTreeCore(1).has_mamba()
+    assert t.mamba_sizes() == (2, 0)
+    assert t.mamba_lru() == [b, a]  # most recent first
+    # A match inside b splits it: the prefix has no state, so the match ends on a.
+    n, best, hit, visited = t.match_prefix(0, q([1, 2, 3, 4, 5, 9]))
+    assert (n, best, hit) == (4, a, 5) and visited not in (a, b)
+    assert t.children(a) == [visited] and t.children(visited) == [b]
+    assert t.mamba_info(visited) == (-1, 0, False)  # the split left the state on the suffix
+    assert ints(t.mamba_value(b)) == [101]
+    assert t.mamba_lru() == [a, b]  # the match refreshed the state it handed out, only it
+    assert t.check() is None
+
+
+def test_mamba_commit_on_an_existing_node_keeps_its_state():
+    t, a, b = mamba_tree()
+    p, node, dups = t.insert(0, q([1, 2, 3, 4]), q([20, 21, 22, 23]))
+    assert (p, node, ints(dups)) == (4, a, [20, 21, 22, 23])
+    assert t.mamba_commit(a, False, q([102])) is True  # mamba_exist: the request keeps 102
+    assert ints(t.mamba_value(a)) == [100] and t.mamba_sizes() == (2, 0)
+    assert t.mamba_lru() == [a, b]
+    assert t.check() is None
+
+
+def test_mamba_lock_is_on_the_node_alone():
+    t, a, b = mamba_tree()
+    t.inc_lock_ref(b)
+    t.mamba_inc_lock(b)
+    assert t.mamba_sizes() == (1, 1) and t.mamba_info(a)[1] == 0 and t.mamba_info(b)[1] == 1
+    t.mamba_dec_lock(b)
+    t.dec_lock_ref(b)
+    assert t.mamba_sizes() == (2, 0)
+    assert t.check() is None
+
+
+def test_mamba_walk_makes_internal_tombstones_and_hands_leaves_over():
+    t, a, b = mamba_tree()
+    t.match_prefix(0, q([1, 2, 3, 4, 5, 6]))  # b the most recent: a at the LRU end
+    t.mamba_evict_start(2)
+    node, state = t.mamba_evict_next(0)
+    assert (node, ints(state)) == (a, [100])  # a has a child: a Mamba tombstone
+    assert t.mamba_info(a) == (-1, 0, False) and ints(t.value(a)) == [10, 11, 12, 13]
+    assert t.mamba_evict_next(1) == (b, None)  # a device leaf: the controller evicts it
+    assert t.mamba_evict_next(1) is None  # the LRU is walked
+    t.mamba_evict_end()
+    # A match no longer ends on a (no state there): nothing reusable.
+    assert t.match_prefix(0, q([1, 2, 3, 4]))[0] == 0
+    assert t.mamba_sizes() == (1, 0)
+    assert t.check() is None
+
+
+def test_mamba_walk_skips_locked_states_and_leaves_are_pinned_by_a_mamba_lock():
+    t, a, b = mamba_tree()
+    t.mamba_inc_lock(b)
+    t.mamba_evict_start(5)
+    assert t.mamba_evict_next(0)[0] == a
+    assert t.mamba_evict_next(1) is None  # b is locked
+    t.mamba_evict_end()
+    t.evict_start(6)
+    assert t.evict_next(0) is None  # the Mamba lock keeps b off the FULL leaves too
+    t.evict_end()
+    t.mamba_dec_lock(b)
+    assert t.check() is None
+
+
+def test_mamba_path_cap_tombstones_the_shallowest_single_child_states():
+    t, a, b = mamba_tree()
+    _, c, _ = t.insert(0, q([1, 2, 3, 4, 5, 6, 7]), q([10, 11, 12, 13, 14, 15, 16]), 6)
+    t.mamba_commit(c, True, q([103]))
+    assert [ints(s) for s in t.mamba_evict_excess(c, 2)] == [[100]]
+    assert t.mamba_info(a)[0] == -1 and ints(t.mamba_value(b)) == [101]
+    assert t.mamba_evict_excess(c, 1) != []  # b next; never the tail
+    assert ints(t.mamba_value(c)) == [103]
+    assert t.check() is None
+
+
+def test_mamba_path_cap_spares_forks_and_locked_states():
+    t, a, b = mamba_tree()
+    _, c, _ = t.insert(0, q([1, 2, 3, 4, 5, 6, 7]), q([10, 11, 12, 13, 14, 15, 16]), 6)
+    t.mamba_commit(c, True, q([103]))
+    _, d, _ = t.insert(0, q([1, 2, 3, 4, 9]), q([10, 11, 12, 13, 17]), 4)  # a fork at a
+    t.mamba_commit(d, True, q([104]))
+    t.mamba_inc_lock(b)
+    assert t.mamba_evict_excess(c, 1) == []  # a has two children, b is locked, c the tail
+    t.mamba_dec_lock(b)
+    assert [ints(s) for s in t.mamba_evict_excess(c, 1)] == [[101]]
+    assert ints(t.mamba_value(a)) == [100] and ints(t.mamba_value(c)) == [103]
+    assert t.check() is None
+
+
+def _swa_insert(t, toks, vals, prev=0):
+    """An SWA insert as the cache runs it: the rebuilt SWA values stored, then the refresh."""
+    _, node, raw, refreshed = t.insert_swa(0, q(toks), q(vals), prev)
+    for kind, nid, a, _ in raw:
+        if kind == 2:  # SWARebuild: the SWA slots, here numbered as the FULL ones
+            t.swa_set_value(nid, q(ints(a)))
+    if not refreshed:
+        t.swa_refresh(node)
+    return node
+
+
+def test_mamba_state_goes_with_an_swa_tombstone():
+    t = NativeTreeCore(1, swa_window=2, mamba=True)
+    a = _swa_insert(t, [1, 2, 3, 4], [10, 11, 12, 13])  # the leaf capped at the window: [3, 4]
+    t.mamba_commit(a, True, q([100]))
+    b = _swa_insert(t, [1, 2, 3, 4, 5, 6], [10, 11, 12, 13, 14, 15], 4)
+    t.mamba_commit(b, True, q([101]))
+    (prefix,) = t.children(t.root_id())
+    t.swa_evict_start(4)
+    assert t.swa_evict_next(0) == (prefix, bytearray(q([10, 11])), None)  # no state there
+    node, full, state = t.swa_evict_next(2)
+    assert (node, ints(full), ints(state)) == (a, [12, 13], [100])  # the state goes too
+    t.swa_evict_end()
+    assert t.mamba_sizes() == (1, 0) and t.mamba_info(a)[0] == -1 and ints(t.mamba_value(b)) == [101]
+    assert t.check() is None
+
+
+def test_mamba_evicting_a_leaf_takes_its_state():
+    t, a, b = mamba_tree()
+    assert ints(t.evict_leaf(b)) == [14, 15]
+    assert t.mamba_sizes() == (1, 0) and t.mamba_lru() == [a]
+    assert t.check() is None
+
+
+def test_mamba_bad_input_is_refused_with_nothing_changed():
+    t, a, b = mamba_tree()
+    root = t.root_id()
+    before = (t.mamba_sizes(), t.mamba_lru(), t.dfs())
+    with pytest.raises(ValueError, match="root"):
+        t.mamba_commit(root, False, q([7]))
+    with pytest.raises(ValueError, match="empty"):
+        t.mamba_commit(a, False, q([]))
+    with pytest.raises(ValueError, match="not a new leaf"):
+        t.mamba_commit(a, True, q([7]))
+    with pytest.raises(ValueError, match="already has a Mamba state"):
+        t.mamba_set_value(a, q([7]))
+    with pytest.raises(ValueError, match="Mamba lock_ref 0"):
+        t.mamba_dec_lock(a)
+    with pytest.raises(ValueError, match="at least 1"):
+        t.mamba_evict_excess(b, 0)
+    with pytest.raises(RuntimeError, match="no Mamba walk"):
+        t.mamba_evict_next(0)
+    with pytest.raises(KeyError):
+        t.mamba_inc_lock(999_999)
+    with pytest.raises(TypeError):
+        t.mamba_commit(a, False, "abc")
+    assert (t.mamba_sizes(), t.mamba_lru(), t.dfs()) == before
+    assert ints(t.mamba_value(a)) == [100]
+    # A tree without Mamba refuses every Mamba call.
+    plain = NativeTreeCore(1)
+    _, n, _ = plain.insert(0, q([1, 2]), q([1, 2]))
+    for call in (
+        lambda: plain.mamba_commit(n, True, q([1])),
+        lambda: plain.mamba_set_value(n, q([1])),
+        lambda: plain.mamba_inc_lock(n),
+        lambda: plain.mamba_evict_start(1),
+        lambda: plain.mamba_evict_excess(n, 1),
+    ):
+        with pytest.raises(ValueError, match="no Mamba component"):
+            call()
+    assert plain.mamba_sizes() == (0, 0) and plain.check() is None

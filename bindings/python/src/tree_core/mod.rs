@@ -1,5 +1,6 @@
 //! `radixkv._radixkv.NativeTreeCore`: the tree of SGLang's `UnifiedRadixCache` for the
-//! component sets `[FULL]` and `[FULL, SWA]` (`swa_window > 0`), one native call per
+//! component sets `[FULL]`, `[FULL, SWA]` (`swa_window > 0`), `[FULL, MAMBA]` and
+//! `[FULL, SWA, MAMBA]` (`mamba=True`), one native call per
 //! interface call (the Python adapter is `radixkv/_sglang_tree_core.py`).
 //!
 //! SGLang's tree-core contract is node-shaped: the controller holds node ids across calls
@@ -14,7 +15,9 @@
 //! per-node SWA values and window locks, tombstones, a match valid only where the SWA run
 //! back from its end covers the window, a window-bounded SWA LRU as a linked list through
 //! the nodes, window locks whose boundary carries a stamp, the SWA eviction walk from the
-//! LRU end). Mamba is not here yet.
+//! LRU end), and Mamba's when the tree has one (SGLang's `components/mamba.py`: one state
+//! per node where a sequence ended, a lock on the node alone, Mamba tombstones, an LRU and
+//! eviction walk of its own, the per-path state cap; `tree_core/mamba.rs`).
 //!
 //! Ordering is SGLang's: a node's `last_access` is a counter that every touch, creation and
 //! split advances by one, a match stamps its deepest valid node and each ancestor 1e-5 apart,
@@ -39,6 +42,7 @@ use pyo3::types::{PyByteArray, PyList};
 use crate::input::{Input64, to_input64_held};
 use crate::slots::bytearray_held;
 
+mod mamba;
 mod tree;
 
 const NONE: u32 = u32::MAX;
@@ -77,6 +81,12 @@ struct Node {
     lru_prev: u32,
     lru_next: u32,
     in_lru: bool,
+    /// Mamba's state (the node's Mamba pool slot; None: none, or a tombstone) and lock ref,
+    /// used only when the tree has a Mamba component; its LRU links and membership.
+    mamba: Comp,
+    mlru_prev: u32,
+    mlru_next: u32,
+    in_mlru: bool,
     last_access: f64,
     /// Children in insertion order (SGLang's dict order: DFS walks follow it); a removed
     /// child leaves `NONE` behind (`dead` of them) until the list is compacted, so that a
@@ -110,6 +120,10 @@ struct Walk {
     swa_cursor: Option<(u32, u64)>,
     swa_request: u64,
     swa_open: bool,
+    /// The Mamba walk's LRU cursor (slot, id) and request, when a Mamba walk is open.
+    mamba_cursor: Option<(u32, u64)>,
+    mamba_request: u64,
+    mamba_open: bool,
 }
 
 /// A heap entry: the oldest stamp first (`BinaryHeap` is a max-heap, so reversed).
@@ -148,6 +162,13 @@ struct Tree {
     /// The SWA LRU list's MRU and LRU ends (`NONE` when empty).
     lru_head: u32,
     lru_tail: u32,
+    /// Whether the tree has a Mamba component, its `(evictable, protected)` states, and its
+    /// LRU list's MRU and LRU ends.
+    mamba: bool,
+    mamba_evictable: u64,
+    mamba_protected: u64,
+    mlru_head: u32,
+    mlru_tail: u32,
     /// Key and value buffers of evicted leaves, for the next new leaf: a long request's
     /// buffers are large enough for the allocator to map and unmap them afresh each time
     /// (and fault every page in again), which costs more than the copy.
@@ -243,16 +264,185 @@ impl NativeTreeCore {
 impl NativeTreeCore {
     /// A tree core of `page_size`-token pages; node ids start at `first_id`; `swa_window`
     /// (SGLang's `swa_retain_window`, in tokens) adds the SWA component, 0 none.
+    /// `mamba` adds the Mamba component (one recurrent state per node).
     #[new]
-    #[pyo3(signature = (page_size, first_id=1, swa_window=0))]
-    fn new(page_size: usize, first_id: u64, swa_window: usize) -> PyResult<Self> {
+    #[pyo3(signature = (page_size, first_id=1, swa_window=0, mamba=false))]
+    fn new(page_size: usize, first_id: u64, swa_window: usize, mamba: bool) -> PyResult<Self> {
         if page_size == 0 {
             return Err(PyValueError::new_err("page_size must be at least 1, got 0"));
         }
         Ok(NativeTreeCore {
-            tree: Mutex::new(Tree::new(page_size, first_id, swa_window)),
+            tree: Mutex::new(Tree::new(page_size, first_id, swa_window, mamba)),
             page_size,
         })
+    }
+
+    /// Whether the tree has a Mamba component.
+    fn has_mamba(&self) -> PyResult<bool> {
+        Ok(self.t()?.mamba)
+    }
+
+    /// SGLang's Mamba commit on an insert's target `node` (`new_leaf`: the insert made it),
+    /// `values` the request's state: returns SGLang's `mamba_exist` (True: the node kept the
+    /// state it had; the request keeps its own).
+    fn mamba_commit(&self, node: u64, new_leaf: bool, values: &Bound<'_, PyAny>) -> PyResult<bool> {
+        let input = to_input64_held(values, "mamba_value")?;
+        let mut scratch = Vec::new();
+        let v = ints_of(&input, "mamba_value", None, &mut scratch)?;
+        let mut t = self.t()?;
+        let s = t.slot(node)?;
+        t.need_mamba("insert(mamba_value)")?;
+        let why = if s == t.root {
+            Some(format!("node {node} is the root"))
+        } else if v.is_empty() {
+            Some("the Mamba state is empty".to_string())
+        } else if new_leaf && t.n(s).mamba.value.is_some() {
+            Some(format!("node {node} is not a new leaf: it has a Mamba state"))
+        } else {
+            None
+        };
+        if let Some(why) = why {
+            return Err(PyValueError::new_err(format!(
+                "insert: {why}; the Mamba state was not stored"
+            )));
+        }
+        Ok(t.mamba_commit(s, new_leaf, v))
+    }
+
+    /// Stores the node's Mamba state (SGLang's `set_component_device_value` for Mamba).
+    fn mamba_set_value(&self, node: u64, values: &Bound<'_, PyAny>) -> PyResult<()> {
+        let input = to_input64_held(values, "values")?;
+        let mut scratch = Vec::new();
+        let v = ints_of(&input, "values", None, &mut scratch)?.to_vec();
+        let mut t = self.t()?;
+        let s = t.slot(node)?;
+        t.need_mamba("set_component_device_value")?;
+        if let Some(why) = t.mamba_refusal(s, &v) {
+            return Err(PyValueError::new_err(format!(
+                "set_component_device_value: {why}; nothing was changed"
+            )));
+        }
+        t.mamba_put(s, v);
+        Ok(())
+    }
+
+    /// The node's Mamba state (int64 bytes), or None.
+    fn mamba_value<'py>(
+        &self,
+        py: Python<'py>,
+        node: u64,
+    ) -> PyResult<Option<Bound<'py, PyByteArray>>> {
+        let t = self.t()?;
+        let n = t.n(t.slot(node)?);
+        n.mamba.value.as_ref().map(|v| bytes_of(py, v)).transpose()
+    }
+
+    /// `(Mamba state length or -1, Mamba lock_ref, in the Mamba LRU)`.
+    fn mamba_info(&self, node: u64) -> PyResult<(i64, u32, bool)> {
+        let t = self.t()?;
+        let n = t.n(t.slot(node)?);
+        Ok((n.mamba.value.as_ref().map_or(-1, |v| v.len() as i64), n.mamba.lock_ref, n.in_mlru))
+    }
+
+    /// `(evictable, protected)` Mamba state slots.
+    fn mamba_sizes(&self) -> PyResult<(u64, u64)> {
+        let t = self.t()?;
+        Ok((t.mamba_evictable, t.mamba_protected))
+    }
+
+    /// The Mamba LRU, most recent first (node ids).
+    fn mamba_lru<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyList>> {
+        let t = self.t()?;
+        let mut out = Vec::new();
+        let mut u = t.mlru_head;
+        while u != NONE {
+            out.push(t.n(u).id);
+            u = t.n(u).mlru_next;
+        }
+        PyList::new(py, out)
+    }
+
+    /// Takes the Mamba lock on `node` alone (SGLang's Mamba `acquire_component_lock`).
+    fn mamba_inc_lock(&self, node: u64) -> PyResult<()> {
+        let mut t = self.t()?;
+        let s = t.slot(node)?;
+        t.need_mamba("mamba_inc_lock")?;
+        t.mamba_lock(s);
+        Ok(())
+    }
+
+    /// Releases a lock taken by `mamba_inc_lock`.
+    fn mamba_dec_lock(&self, node: u64) -> PyResult<()> {
+        let mut t = self.t()?;
+        let s = t.slot(node)?;
+        t.need_mamba("mamba_dec_lock")?;
+        t.mamba_unlock(s)
+    }
+
+    /// Starts SGLang's Mamba device-eviction walk for `request` states: from the least
+    /// recent unlocked state.
+    fn mamba_evict_start(&self, request: u64) -> PyResult<()> {
+        let mut t = self.t()?;
+        t.need_mamba("evict_device_start(MAMBA)")?;
+        let c = t.mlru_unlocked_from(t.mlru_tail);
+        let cur = (c != NONE).then(|| (c, t.n(c).id));
+        t.walk.mamba_cursor = cur;
+        t.walk.mamba_request = request;
+        t.walk.mamba_open = true;
+        Ok(())
+    }
+
+    /// One step of the Mamba walk, `evicted` states so far: None (done), `(leaf, None)` (a
+    /// device leaf for the controller to evict whole), or `(node, state)`: a node made a
+    /// Mamba tombstone (its state, int64 bytes, to free).
+    fn mamba_evict_next<'py>(
+        &self,
+        py: Python<'py>,
+        evicted: u64,
+    ) -> PyResult<Option<(u64, Option<Bound<'py, PyByteArray>>)>> {
+        let mut t = self.t()?;
+        if !t.walk.mamba_open {
+            return Err(PyRuntimeError::new_err(
+                "evict_device_next_node(MAMBA): no Mamba walk started",
+            ));
+        }
+        let step = t.mamba_walk_next(evicted);
+        drop(t);
+        match step {
+            None => Ok(None),
+            Some((id, None)) => Ok(Some((id, None))),
+            Some((id, Some(v))) => Ok(Some((id, Some(bytes_of(py, &v)?)))),
+        }
+    }
+
+    /// Ends the Mamba walk.
+    fn mamba_evict_end(&self) -> PyResult<()> {
+        let mut t = self.t()?;
+        t.walk.mamba_cursor = None;
+        t.walk.mamba_open = false;
+        Ok(())
+    }
+
+    /// SGLang's `evict_excess_path_states` with the path cap `cap` (at least 1): the states
+    /// made tombstones on `node`'s root path (int64 bytes each), shallowest first.
+    fn mamba_evict_excess<'py>(
+        &self,
+        py: Python<'py>,
+        node: u64,
+        cap: usize,
+    ) -> PyResult<Vec<Bound<'py, PyByteArray>>> {
+        let mut t = self.t()?;
+        let s = t.slot(node)?;
+        t.need_mamba("evict_excess_path_states")?;
+        if cap == 0 {
+            return Err(PyValueError::new_err(
+                "evict_excess_path_states: the path cap must be at least 1 (SGLang's \
+                 mamba_max_states_per_path: -1 or a positive integer); nothing was changed",
+            ));
+        }
+        let out = t.mamba_evict_excess(s, cap);
+        drop(t);
+        out.iter().map(|v| bytes_of(py, v)).collect()
     }
 
     /// The SWA window in tokens (0: no SWA component).
@@ -369,14 +559,17 @@ impl NativeTreeCore {
         Ok(())
     }
 
-    /// One step of the SWA walk, `evicted` SWA tokens so far: None (done), `(leaf, None)`
-    /// (a device leaf for the controller to evict whole), or `(node, FULL indices)`: an
-    /// internal node made a tombstone (its SWA slots to free, by FULL index).
+    /// One step of the SWA walk, `evicted` SWA tokens so far: None (done), `(leaf, None,
+    /// None)` (a device leaf for the controller to evict whole), or `(node, FULL indices,
+    /// Mamba state or None)`: an internal node made a tombstone (its SWA slots to free, by
+    /// FULL index, and the Mamba state that went with them).
+    #[allow(clippy::type_complexity)]
     fn swa_evict_next<'py>(
         &self,
         py: Python<'py>,
         evicted: u64,
-    ) -> PyResult<Option<(u64, Option<Bound<'py, PyByteArray>>)>> {
+    ) -> PyResult<Option<(u64, Option<Bound<'py, PyByteArray>>, Option<Bound<'py, PyByteArray>>)>>
+    {
         let mut t = self.t()?;
         if !t.walk.swa_open {
             return Err(PyRuntimeError::new_err(
@@ -403,12 +596,18 @@ impl NativeTreeCore {
         let p = if p == NONE { NONE } else { t.lru_unlocked_from(p) };
         t.walk.swa_cursor = (p != NONE).then(|| (p, t.n(p).id));
         if t.leaves.contains(&x) {
-            return Ok(Some((id, None)));
+            return Ok(Some((id, None, None)));
         }
         let full = t.n(x).full.value.clone().unwrap_or_default();
         t.swa_tombstone(x);
+        // SGLang's cascade: Mamba (internal priority 0) goes with SWA (1) on the node. A
+        // Mamba-locked state stays (SGLang asserts there is none: an SWA walk meets only
+        // nodes without a window lock, and a request's lock takes both or releases both).
+        let m = t.n(x).mamba.value.is_some() && t.n(x).mamba.lock_ref == 0;
+        let mamba = if m { Some(t.mamba_take(x)) } else { None };
         drop(t);
-        Ok(Some((id, Some(bytes_of(py, &full)?))))
+        let mamba = mamba.map(|v| bytes_of(py, &v)).transpose()?;
+        Ok(Some((id, Some(bytes_of(py, &full)?), mamba)))
     }
 
     /// SGLang's `swa_tombstone_ranges`: the maximal SWA-tombstoned ranges of `tokens`'
@@ -845,11 +1044,22 @@ impl NativeTreeCore {
         let t = self.t()?;
         let (mut ev, mut pr) = (0u64, 0u64);
         let (mut sev, mut spr, mut listed) = (0u64, 0u64, 0usize);
+        let (mut mev, mut mpr, mut mlisted) = (0u64, 0u64, 0usize);
         let mut stack = vec![t.root];
         let mut seen = 0usize;
         while let Some(s) = stack.pop() {
             seen += 1;
             let n = t.n(s);
+            if n.mamba.value.is_some() != n.in_mlru {
+                return Ok(Some(format!(
+                    "node {}: Mamba state and Mamba LRU membership differ",
+                    n.id
+                )));
+            }
+            if let Some(v) = n.mamba.value.as_ref() {
+                mlisted += 1;
+                if n.mamba.lock_ref > 0 { mpr += v.len() as u64 } else { mev += v.len() as u64 }
+            }
             if n.swa.value.is_some() != n.in_lru {
                 return Ok(Some(format!("node {}: SWA value and SWA LRU membership differ", n.id)));
             }
@@ -912,6 +1122,24 @@ impl NativeTreeCore {
         }
         if walked != listed || t.lru_tail != prev {
             return Ok(Some(format!("SWA LRU holds {walked} nodes, {listed} have SWA values")));
+        }
+        let (mut walked, mut u, mut prev) = (0usize, t.mlru_head, NONE);
+        while u != NONE {
+            if t.n(u).mlru_prev != prev || walked > mlisted {
+                return Ok(Some("Mamba LRU links broken".to_string()));
+            }
+            walked += 1;
+            prev = u;
+            u = t.n(u).mlru_next;
+        }
+        if walked != mlisted || t.mlru_tail != prev {
+            return Ok(Some(format!("Mamba LRU holds {walked} nodes, {mlisted} have states")));
+        }
+        if (mev, mpr) != (t.mamba_evictable, t.mamba_protected) {
+            return Ok(Some(format!(
+                "Mamba sizes: counted evictable {mev} protected {mpr}, kept {} {}",
+                t.mamba_evictable, t.mamba_protected
+            )));
         }
         if (sev, spr) != (t.swa_evictable, t.swa_protected) {
             return Ok(Some(format!(

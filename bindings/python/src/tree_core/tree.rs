@@ -4,7 +4,7 @@
 use super::*;
 
 impl Tree {
-    pub(super) fn new(page: usize, first_id: u64, window: usize) -> Tree {
+    pub(super) fn new(page: usize, first_id: u64, window: usize, mamba: bool) -> Tree {
         let mut t = Tree {
             page,
             nodes: Vec::new(),
@@ -23,6 +23,11 @@ impl Tree {
             next_uuid: 1,
             lru_head: NONE,
             lru_tail: NONE,
+            mamba,
+            mamba_evictable: 0,
+            mamba_protected: 0,
+            mlru_head: NONE,
+            mlru_tail: NONE,
             spare: Vec::new(),
         };
         let root = t.alloc(NONE, 0, Vec::new(), Some(Vec::new()));
@@ -59,6 +64,10 @@ impl Tree {
             lru_prev: NONE,
             lru_next: NONE,
             in_lru: false,
+            mamba: Comp::default(),
+            mlru_prev: NONE,
+            mlru_next: NONE,
+            in_mlru: false,
             last_access,
             children: Vec::new(),
             dead: 0,
@@ -118,6 +127,7 @@ impl Tree {
             && n.full.value.is_some()
             && n.full.lock_ref == 0
             && n.swa.lock_ref == 0
+            && n.mamba.lock_ref == 0
             && self.kids(s).all(|c| self.n(c).full.value.is_none())
     }
 
@@ -227,7 +237,7 @@ impl Tree {
             let c = if split { self.split(c, p) } else { c };
             matched += p;
             node = c;
-            let valid = window == 0 || {
+            let swa_ok = window == 0 || {
                 if self.n(c).swa.value.is_none() {
                     run = 0;
                     false
@@ -236,6 +246,8 @@ impl Tree {
                     run >= window
                 }
             };
+            // Mamba's validator: a match may end only on a node holding a state.
+            let valid = swa_ok && (!self.mamba || self.n(c).mamba.value.is_some());
             if valid {
                 best = c;
                 best_len = matched;
@@ -247,6 +259,10 @@ impl Tree {
         }
         if window > 0 {
             self.swa_refresh(best);
+        }
+        // Mamba's MATCH_END refresh: only the state the match hands out.
+        if self.mamba && best != self.root {
+            self.mlru_touch(best);
         }
         // Stamp the best node and its ancestors, the deepest newest.
         let mut t = self.tick();
@@ -524,6 +540,11 @@ impl Tree {
             let len = self.n(s).swa.value.as_ref().map_or(0, |v| v.len() as u64);
             self.swa_evictable -= len;
         }
+        // Its Mamba state too (the caller reads it first to free it).
+        if self.n(s).mamba.value.is_some() {
+            self.mlru_remove(s);
+            self.mamba_evictable -= self.mamba_len(s);
+        }
         let n = self.nodes[s as usize].take().expect("live slot");
         self.free.push(s);
         self.ids.remove(&n.id);
@@ -552,7 +573,7 @@ impl Tree {
 
     pub(super) fn reset(&mut self) {
         let first = self.next_id;
-        *self = Tree::new(self.page, first, self.window);
+        *self = Tree::new(self.page, first, self.window, self.mamba);
     }
 
     // ---- SWA (SGLang's `components/swa.py`) ----
