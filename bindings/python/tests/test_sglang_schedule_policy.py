@@ -5,7 +5,9 @@ in-batch prefix check and sorts; then the head of the queue is admitted as the s
 would (lock its match, insert its tokens with ``prev_prefix_len``, unlock), a batch of three
 a round while four arrive, the rest waits.
 The order, every request's match (``prefix_len``, ``num_matched_prefix_tokens``, the
-deprioritized set) and the cache's sizes must be the same for both cores at every round.
+deprioritized set) and the cache's sizes (Mamba's too) must be the same for both cores at
+every round. With Mamba each admitted request hands the tree a state slot of its own (a
+cached state evicted for it when the kit's 20-state pool is dry).
 Needs SGLang 0.5.23 and torch (skipped without them; scripts/sglang-treecore-check runs it)."""
 
 import random
@@ -54,9 +56,10 @@ def make_req(rid, tokens):
     return r
 
 
-def workload(seed, n):
+def workload(seed, n, bare=0.0):
     """Prompts over a few shared system prefixes (most above the in-batch check's 32
-    tokens), so the queue has long cached matches, short ones and in-batch sharing."""
+    tokens), so the queue has long cached matches, short ones and in-batch sharing; a
+    ``bare`` share of them the system prefix alone (where a Mamba state can then sit)."""
     rng = random.Random(seed)
     systems = [[rng.randrange(1, 500) for _ in range(rng.choice((24, 48, 80, 128)))] for _ in range(4)]
     out = []
@@ -64,6 +67,8 @@ def workload(seed, n):
         s = rng.choice(systems)
         cut = len(s) if rng.random() < 0.6 else rng.randrange(0, len(s) + 1)
         tail = [rng.randrange(1, 500) for _ in range(rng.randrange(1, 48))]
+        if rng.random() < bare:
+            cut, tail = len(s), []
         out.append((f"r{i}", s[:cut] + tail))
     return out
 
@@ -78,6 +83,7 @@ class Side:
         self.page = page_size
         self.deprioritized = set()
         self.evicted = 0
+        self.mamba_evicted = 0
         self._capture()
 
     def round(self):
@@ -119,24 +125,45 @@ class Side:
         if need > 0 and fresh is None:
             self.cache.unlock(lock)
             return
+        state = None
+        if self.cache.supports_mamba():
+            # The request's own Mamba state slot (a cached one evicted for it when the pool
+            # is dry), handed to the tree at the insert; freed when the tree kept its own.
+            ma = self.cache.req_to_token_pool.mamba_allocator
+            state = ma.alloc(1)
+            if state is None:
+                self.mamba_evicted += self.cache.evict(EvictParams(mamba_num=1)).mamba_num_evicted
+                state = ma.alloc(1)
+            if state is None:
+                if fresh is not None:
+                    self.alloc.free(fresh)
+                self.cache.unlock(lock)
+                return
         tc = self.cache.tree_core
         hit = tc.collect_full_device_indices(r.last_node, self.cache.root_node_handle()) if prefix else None
         value = fresh if not prefix else (torch.cat([hit[:prefix], fresh]) if fresh is not None else hit[:n])
-        self.cache.insert(
-            InsertParams(key=RadixKey(array("q", tokens[:n])), value=value, prev_prefix_len=prefix)
-        )
+        params = InsertParams(key=RadixKey(array("q", tokens[:n])), value=value, prev_prefix_len=prefix)
+        if state is not None:
+            params.mamba_value = state
+        res = self.cache.insert(params)
+        if state is not None and res.mamba_exist:
+            self.cache.req_to_token_pool.mamba_allocator.free(state)
         self.cache.unlock(lock)
 
     def sizes(self):
-        return (self.cache.evictable_size(), self.cache.protected_size(), self.alloc.available_size())
+        out = (self.cache.evictable_size(), self.cache.protected_size(), self.alloc.available_size())
+        if self.cache.supports_mamba():
+            ma = self.cache.req_to_token_pool.mamba_allocator
+            out += (self.cache.mamba_evictable_size(), self.cache.mamba_protected_size(), ma.available_size())
+        return out
 
 
 @unittest.skipUnless(HAVE_SGLANG, "needs SGLang 0.5.23, torch and its unified-cache kit")
 class SchedulePolicyOverTheTreeCore(unittest.TestCase):
-    def check(self, page_size, components, kv_size, policy, seed):
+    def check(self, page_size, components, kv_size, policy, seed, bare=0.0):
         sides = [Side(b, page_size, components, kv_size, policy) for b in ("python", "radixkv")]
         self.assertEqual(type(sides[1].cache.tree_core).__name__, "RadixKvTreeCore")
-        reqs = workload(seed, 80)
+        reqs = workload(seed, 80, bare)
         long_hits = deprio = 0
         for i, (rid, toks) in enumerate(reqs):
             for s in sides:
@@ -151,7 +178,9 @@ class SchedulePolicyOverTheTreeCore(unittest.TestCase):
             got = [s.round() for s in sides]
             self.assertEqual(got[0], got[1])
         self.assertEqual(sides[0].evicted, sides[1].evicted)
+        self.assertEqual(sides[0].mamba_evicted, sides[1].mamba_evicted)
         self.evicted = sides[0].evicted
+        self.mamba_evicted = sides[0].mamba_evicted
         return long_hits, deprio
 
     def test_lpm_full(self):
@@ -171,6 +200,13 @@ class SchedulePolicyOverTheTreeCore(unittest.TestCase):
     def test_dfs_weight_full(self):
         long_hits, _ = self.check(1, None, 4096, "dfs-weight", 4)
         self.assertGreater(long_hits, 0)
+
+    def test_lpm_mamba(self):
+        # The kit's Mamba pool (20 states) runs dry: cached states are evicted for new ones.
+        long_hits, deprio = self.check(1, (ComponentType.FULL, ComponentType.MAMBA), 4096, "lpm", 6, bare=0.3)
+        self.assertGreater(long_hits, 0)
+        self.assertGreater(deprio, 0)
+        self.assertGreater(self.mamba_evicted, 0)
 
     def test_lpm_swa(self):
         long_hits, deprio = self.check(1, (ComponentType.FULL, ComponentType.SWA), 4096, "lpm", 5)
