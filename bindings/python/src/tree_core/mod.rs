@@ -232,7 +232,49 @@ fn ints_of<'a>(
     Ok(&v[..limit.map_or(v.len(), |n| n.min(v.len()))])
 }
 
+/// An argument's integers as an owned `Vec<i64>` (a value the tree keeps): [`ints_of`]
+/// over the whole argument, copied once.
+fn owned_ints(values: &Bound<'_, PyAny>, what: &'static str) -> PyResult<Vec<i64>> {
+    let input = to_input64_held(values, what)?;
+    let mut scratch = Vec::new();
+    Ok(ints_of(&input, what, None, &mut scratch)?.to_vec())
+}
+
 impl Tree {
+    /// Walks an LRU list from `head` checking its back links (`links`: a node's `(prev,
+    /// next)`): `Err` for a broken link, `Ok(Some(walked))` when it does not hold `listed`
+    /// nodes or does not end at `tail`, `Ok(None)` when sound.
+    fn list_walk(
+        &self,
+        head: u32,
+        tail: u32,
+        listed: usize,
+        links: impl Fn(&Node) -> (u32, u32),
+    ) -> Result<Option<usize>, ()> {
+        let (mut walked, mut u, mut prev) = (0usize, head, NONE);
+        while u != NONE {
+            let (p, next) = links(self.n(u));
+            if p != prev || walked > listed {
+                return Err(());
+            }
+            walked += 1;
+            prev = u;
+            u = next;
+        }
+        Ok((walked != listed || tail != prev).then_some(walked))
+    }
+
+    /// The node ids of an LRU list from `head`, following `next` (most recent first).
+    fn list_ids(&self, head: u32, next: impl Fn(&Node) -> u32) -> Vec<u64> {
+        let mut out = Vec::new();
+        let mut u = head;
+        while u != NONE {
+            out.push(self.n(u).id);
+            u = next(self.n(u));
+        }
+        out
+    }
+
     fn need_swa(&self, what: &str) -> PyResult<()> {
         if self.window == 0 {
             return Err(PyValueError::new_err(format!(
@@ -311,9 +353,7 @@ impl NativeTreeCore {
 
     /// Stores the node's Mamba state (SGLang's `set_component_device_value` for Mamba).
     fn mamba_set_value(&self, node: u64, values: &Bound<'_, PyAny>) -> PyResult<()> {
-        let input = to_input64_held(values, "values")?;
-        let mut scratch = Vec::new();
-        let v = ints_of(&input, "values", None, &mut scratch)?.to_vec();
+        let v = owned_ints(values, "values")?;
         let mut t = self.t()?;
         let s = t.slot(node)?;
         t.need_mamba("set_component_device_value")?;
@@ -353,13 +393,7 @@ impl NativeTreeCore {
     /// The Mamba LRU, most recent first (node ids).
     fn mamba_lru<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyList>> {
         let t = self.t()?;
-        let mut out = Vec::new();
-        let mut u = t.mlru_head;
-        while u != NONE {
-            out.push(t.n(u).id);
-            u = t.n(u).mlru_next;
-        }
-        PyList::new(py, out)
+        PyList::new(py, t.list_ids(t.mlru_head, |n| n.mlru_next))
     }
 
     /// Takes the Mamba lock on `node` alone (SGLang's Mamba `acquire_component_lock`).
@@ -487,9 +521,7 @@ impl NativeTreeCore {
     /// Stores the node's SWA value (the cache's `SWARebuild`: SGLang's
     /// `set_component_device_value`), the most recent in the SWA LRU.
     fn swa_set_value(&self, node: u64, values: &Bound<'_, PyAny>) -> PyResult<()> {
-        let input = to_input64_held(values, "values")?;
-        let mut scratch = Vec::new();
-        let v = ints_of(&input, "values", None, &mut scratch)?.to_vec();
+        let v = owned_ints(values, "values")?;
         let mut t = self.t()?;
         let s = t.slot(node)?;
         t.need_swa("set_component_device_value")?;
@@ -528,13 +560,7 @@ impl NativeTreeCore {
     /// The SWA LRU, most recent first (node ids).
     fn swa_lru<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyList>> {
         let t = self.t()?;
-        let mut out = Vec::new();
-        let mut u = t.lru_head;
-        while u != NONE {
-            out.push(t.n(u).id);
-            u = t.n(u).lru_next;
-        }
-        PyList::new(py, out)
+        PyList::new(py, t.list_ids(t.lru_head, |n| n.lru_next))
     }
 
     /// Refreshes the window back from `node` in the SWA LRU (SGLang's INSERT_END refresh).
@@ -1110,30 +1136,18 @@ impl NativeTreeCore {
         if seen != t.ids.len() {
             return Ok(Some(format!("{} nodes reachable, {} registered", seen, t.ids.len())));
         }
-        let mut walked = 0usize;
-        let (mut u, mut prev) = (t.lru_head, NONE);
-        while u != NONE {
-            if t.n(u).lru_prev != prev || walked > listed {
-                return Ok(Some("SWA LRU links broken".to_string()));
+        let swa = t.list_walk(t.lru_head, t.lru_tail, listed, |n| (n.lru_prev, n.lru_next));
+        let mamba = t.list_walk(t.mlru_head, t.mlru_tail, mlisted, |n| (n.mlru_prev, n.mlru_next));
+        for (name, n, what, walk) in
+            [("SWA", listed, "have SWA values", swa), ("Mamba", mlisted, "have states", mamba)]
+        {
+            match walk {
+                Err(()) => return Ok(Some(format!("{name} LRU links broken"))),
+                Ok(Some(walked)) => {
+                    return Ok(Some(format!("{name} LRU holds {walked} nodes, {n} {what}")));
+                }
+                Ok(None) => {}
             }
-            walked += 1;
-            prev = u;
-            u = t.n(u).lru_next;
-        }
-        if walked != listed || t.lru_tail != prev {
-            return Ok(Some(format!("SWA LRU holds {walked} nodes, {listed} have SWA values")));
-        }
-        let (mut walked, mut u, mut prev) = (0usize, t.mlru_head, NONE);
-        while u != NONE {
-            if t.n(u).mlru_prev != prev || walked > mlisted {
-                return Ok(Some("Mamba LRU links broken".to_string()));
-            }
-            walked += 1;
-            prev = u;
-            u = t.n(u).mlru_next;
-        }
-        if walked != mlisted || t.mlru_tail != prev {
-            return Ok(Some(format!("Mamba LRU holds {walked} nodes, {mlisted} have states")));
         }
         if (mev, mpr) != (t.mamba_evictable, t.mamba_protected) {
             return Ok(Some(format!(
