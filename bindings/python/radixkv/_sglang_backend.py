@@ -104,7 +104,7 @@ class RadixKvNode:
     once when the node was made, and the slots of its latest match or lock, so that locking
     and reading the node's KV indices read no key again."""
 
-    __slots__ = ("cache", "ns", "tokens", "start", "stop", "key", "gen", "_locks", "kept", "id", "__weakref__")
+    __slots__ = ("cache", "ns", "tokens", "start", "stop", "_key", "gen", "_locks", "kept", "id", "__weakref__")
 
     def __init__(
         self, cache: Any, ns: int, tokens: Any, start: int, stop: int, key: Any, gen: int, kept: Any = None
@@ -114,7 +114,7 @@ class RadixKvNode:
         self.tokens = tokens
         self.start = start
         self.stop = stop
-        self.key = key
+        self._key = key
         self.gen = gen
         self._locks: List[int] = []
         self.kept = kept
@@ -122,6 +122,15 @@ class RadixKvNode:
 
     def __len__(self) -> int:
         return self.stop - self.start
+
+    @property
+    def key(self) -> Any:
+        """The ``RadixKey`` the node was made for (built when first read, for a node whose
+        maker did not build one: a plain key of ``tokens`` up to ``stop``)."""
+        if self._key is None:
+            extra_key, cache_salt = self.cache._ns_key.get(self.ns, (None, None))
+            self._key = RadixKey(self.tokens, extra_key, limit=self.stop, cache_salt=cache_salt)
+        return self._key
 
     @property
     def lock_ref(self) -> int:
@@ -432,9 +441,23 @@ class RadixKvCache(BasePrefixCache):
         if swa_evict_floor > 0:  # SGLang's key cut to that many (page-aligned) units
             units = ceil_align(swa_evict_floor, self.page_size)
             limit = min(limit, units + 1 if self.is_eagle else units)
-        key = RadixKey(token_ids, req.extra_key, is_bigram=self.is_eagle, limit=limit, cache_salt=req.cache_salt)
-        # The key, page-aligned (a bigram key of n raw tokens spans n - 1 bigrams).
-        ns, start, stop = self._span(key)
+        extra_key, cache_salt = req.extra_key, req.cache_salt
+        if self.is_eagle:
+            key = RadixKey(token_ids, extra_key, is_bigram=True, limit=limit, cache_salt=cache_salt)
+            # The key, page-aligned (a bigram key of n raw tokens spans n - 1 bigrams).
+            ns, start, stop = self._span(key)
+        else:
+            # `_span` of RadixKey(token_ids, extra_key, limit=limit, cache_salt=cache_salt),
+            # without building the key (the node keeps none: see RadixKvNode.key).
+            ps = self.page_size
+            start, stop = 0, (limit // ps * ps if ps > 1 else limit)
+            if stop <= 0:
+                ns = stop = 0
+            elif extra_key is None and cache_salt is None:
+                ns = 0
+            else:
+                ns = self._namespace(extra_key, cache_salt)
+            key = None
         key_len = stop - start
         kv = req.kv
         protected = kv.cache_protected_len
@@ -464,9 +487,9 @@ class RadixKvCache(BasePrefixCache):
             return
         # The row's entry i is the value of key position i (a bigram key's position i is the
         # bigram (t[i], t[i + 1]): the row's entry i too, as SGLang's view of the values).
-        values = row[:key_len]
-        if not values.is_cpu:  # the tree reads host memory (one copy, as SGLang's .to())
-            values = values.cpu()
+        # The tree reads host memory, the row's first key_len values in place (a device
+        # row: one copy of them, as SGLang's .to()).
+        values = row if row.is_cpu else row[:key_len].cpu()
         try:
             prefix, h, n, dup, kept = self._n.span_checkpoint(
                 ns, token_ids, start, stop, values, 0, protected, old_h,

@@ -198,6 +198,9 @@ impl OutOfRange {
     }
 }
 
+/// Room left past a converted int64 key (see [`View::get`]): a page of 16 ids, or more.
+const SPARE_IDS: usize = 64;
+
 impl<'a> View<'a> {
     /// The elements `start..stop` (clamped to the view).
     pub fn narrow(self, start: usize, stop: usize) -> View<'a> {
@@ -258,15 +261,22 @@ impl<'a> View<'a> {
                 }
                 (8, signed) => {
                     let s: &[u64] = typed!(u64);
-                    // One pass: narrow each value and gather its high bits (vectorized);
-                    // look for the culprit only when some value was out of range.
+                    // One pass: narrow each value into the scratch's spare room (not zeroed
+                    // first: one write per id) and gather the high bits (vectorized); look
+                    // for the culprit only when some value was out of range. A little room
+                    // is left past the ids, so a caller that appends the key's next tokens
+                    // (the checkpoint after a match one token short) does not reallocate.
                     scratch.clear();
-                    scratch.resize(s.len(), 0);
+                    scratch.reserve(s.len() + SPARE_IDS);
                     let mut high = 0u64;
-                    for (d, &x) in scratch.iter_mut().zip(s) {
-                        *d = x as u32;
+                    for (d, &x) in scratch.spare_capacity_mut().iter_mut().zip(s) {
+                        d.write(x as u32);
                         high |= x;
                     }
+                    // SAFETY: the loop wrote the first `s.len()` elements of the spare
+                    // capacity (reserved above: at least `s.len()` of it), so they are
+                    // initialized `u32`s.
+                    unsafe { scratch.set_len(s.len()) };
                     if high >> 32 != 0 {
                         let i = s.iter().position(|&x| x >> 32 != 0).unwrap_or(0);
                         let v = if signed { s[i] as i64 as i128 } else { s[i] as i128 };
