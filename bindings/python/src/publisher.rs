@@ -50,6 +50,7 @@ pub fn start(sink: &Arc<EventSink>, o: Opts) -> Res<NativePublisher> {
         encoding,
         signed_hashes: sink.options().hash_mode.signed_on_wire(),
         data_parallel_rank: o.data_parallel_rank,
+        ..Default::default()
     };
     let p = Publisher::start(
         sink,

@@ -318,6 +318,7 @@ mod imp {
             encoding: o.encoding,
             signed_hashes: sink.options().hash_mode.signed_on_wire(),
             data_parallel_rank: o.data_parallel_rank,
+            ..Default::default()
         };
         let p = Publisher::start(
             sink,
