@@ -336,6 +336,55 @@ typedef enum rkv_gap_policy {
 } rkv_gap_policy;
 
 /**
+ * A KV cache group's kind, vLLM's `KVCacheSpecKind` (the `spec_kind` field of
+ * `rkv_kv_group`, a `uint32_t`: other values are `RKV_INVALID_ARGUMENT`). Published as
+ * `kv_cache_spec_kind` in every `BlockStored`, as the string each value names. A plain
+ * value.
+ */
+typedef enum rkv_kv_cache_spec_kind {
+  /**
+   * `"full_attention"` (the default).
+   */
+  RKV_KV_FULL_ATTENTION = 0,
+  /**
+   * `"mla_attention"`.
+   */
+  RKV_KV_MLA_ATTENTION = 1,
+  /**
+   * `"sliding_window"` (needs `sliding_window`).
+   */
+  RKV_KV_SLIDING_WINDOW = 2,
+  /**
+   * `"sliding_window_mla"` (needs `sliding_window`).
+   */
+  RKV_KV_SLIDING_WINDOW_MLA = 3,
+  /**
+   * `"mamba"`.
+   */
+  RKV_KV_MAMBA = 4,
+  /**
+   * `"chunked_local_attention"`.
+   */
+  RKV_KV_CHUNKED_LOCAL_ATTENTION = 5,
+  /**
+   * `"sink_full_attention"`.
+   */
+  RKV_KV_SINK_FULL_ATTENTION = 6,
+  /**
+   * `"encoder_only_attention"`.
+   */
+  RKV_KV_ENCODER_ONLY_ATTENTION = 7,
+  /**
+   * `"cross_attention"`.
+   */
+  RKV_KV_CROSS_ATTENTION = 8,
+  /**
+   * `"unknown"`.
+   */
+  RKV_KV_UNKNOWN = 9,
+} rkv_kv_cache_spec_kind;
+
+/**
  * A cache: an opaque object created by `rkv_cache_new` and destroyed by `rkv_cache_free`.
  * Every function taking `const rkv_cache *` is safe to call from many threads at once;
  * `rkv_cache_free`, `rkv_cache_clear` and `rkv_events_enable` (which take `rkv_cache *`) must
@@ -875,6 +924,39 @@ typedef struct rkv_events_drain_info {
    */
   size_t batches_left;
 } rkv_events_drain_info;
+
+/**
+ * The KV cache group a cache's events belong to (`rkv_events_publish_ex`): a hybrid
+ * model keeps one cache per KV cache group, and each cache's publisher sends its group's
+ * `group_idx` in every `BlockStored` and `BlockRemoved`, and its kind and sliding window
+ * in every `BlockStored`. Get the defaults from `rkv_kv_group_default()` (group 0,
+ * `RKV_KV_FULL_ATTENTION`, no window: what `rkv_events_publish` sends) and change fields.
+ * A plain value: the caller owns it, and the call only reads it.
+ *
+ * Versioned by `size`, as `rkv_insert_options`: it must be `sizeof(rkv_kv_group)` of this
+ * header (16), which `rkv_kv_group_default()` sets; any other value is
+ * `RKV_INVALID_ARGUMENT`.
+ */
+typedef struct rkv_kv_group {
+  /**
+   * `sizeof(rkv_kv_group)`: 16.
+   */
+  uint32_t size;
+  /**
+   * The group's index, vLLM's `group_idx` (default 0). Any value.
+   */
+  uint32_t group_idx;
+  /**
+   * An `rkv_kv_cache_spec_kind` value (default `RKV_KV_FULL_ATTENTION`).
+   */
+  uint32_t spec_kind;
+  /**
+   * The window in tokens, `kv_cache_spec_sliding_window`: required (>= 1) with
+   * `RKV_KV_SLIDING_WINDOW` and `RKV_KV_SLIDING_WINDOW_MLA`, and 0 (none, sent as nil)
+   * with every other kind; else `RKV_INVALID_ARGUMENT`. Default 0.
+   */
+  uint32_t sliding_window;
+} rkv_kv_group;
 
 /**
  * Options of a new router index. Get the defaults from `rkv_router_options_default()` and
@@ -2190,6 +2272,30 @@ enum rkv_status rkv_events_drain(const struct rkv_cache *cache,
                                  char *out_strings,
                                  size_t strings_cap,
                                  struct rkv_events_drain_info *out_info);
+
+/**
+ * The default KV group: `size` set, group 0, `RKV_KV_FULL_ATTENTION`, no window (what
+ * `rkv_events_publish` publishes). Returns a plain value. Thread-safe.
+ */
+struct rkv_kv_group rkv_kv_group_default(void);
+
+/**
+ * `rkv_events_publish` for a cache of KV cache group `*group` (NULL: the default group,
+ * which makes this `rkv_events_publish`); an extension of version 1. Every `BlockStored`
+ * the publisher sends carries the group's `group_idx`, `kv_cache_spec_kind` and
+ * `kv_cache_spec_sliding_window`, every `BlockRemoved` its `group_idx`. `group` is only
+ * read during the call. Besides `rkv_events_publish`'s refusals, `RKV_INVALID_ARGUMENT`
+ * for a `group->size` other than `sizeof(rkv_kv_group)`, an unknown `spec_kind`, a
+ * sliding kind without a window or another kind with one; nothing changed then.
+ * Everything else as `rkv_events_publish`. Thread-safe.
+ *
+ * # Safety
+ * As `rkv_events_publish`; `group` NULL or a readable `rkv_kv_group`.
+ */
+enum rkv_status rkv_events_publish_ex(const struct rkv_cache *cache,
+                                      const struct rkv_publisher_options *opts,
+                                      const struct rkv_kv_group *group,
+                                      struct rkv_publisher **out_publisher);
 
 /**
  * Default router options: block_size 16, max_workers 4096, `RKV_GAP_CLEAR`, reserved 0.

@@ -1,7 +1,8 @@
 //! KV-cache events: what cluster routers see of a cache (`docs/contract/KV_EVENTS.md`).
 //!
 //! This module is the standalone layer the cache's hooks feed: typed events, their page
-//! hashes ([`hash`]) and vLLM's msgpack wire ([`wire`]); the ZMQ publisher is the crate
+//! hashes ([`hash`]), the KV cache group a cache publishes as ([`group`]) and vLLM's
+//! msgpack wire ([`wire`]); the ZMQ publisher is the crate
 //! `radixkv-publisher`, attached to a sink as a [`BatchOutlet`]. The hooks that push into
 //! it are in the tree (`Insert::hang`,
 //! `RadixTree::evict_leaf`; enabled with `Cache::enable_events`); where they push relative
@@ -44,6 +45,7 @@
 //!   neither is published with `cache_salt = "<decimal id>"`, except namespace 0, the base
 //!   model, which has neither. Its page hashes come from [`EventSink::namespace`]'s hasher.
 
+pub mod group;
 pub mod hash;
 pub(crate) mod resolve;
 pub mod wire;

@@ -15,8 +15,11 @@
 //! present), or as maps with `"type"` first and the fields whose value is their default
 //! left out ([`Encoding::VllmMap`]: msgspec `tag=True, omit_defaults=True`; the fields
 //! without a default, `lora_id`, `medium`, `lora_name`, `parent_block_hash`, are always
-//! there). radixkv sends `lora_id` nil, `group_idx` 0, `kv_cache_spec_kind`
-//! `"full_attention"`, `kv_cache_spec_sliding_window` nil.
+//! there). radixkv sends `lora_id` nil, and the cache's KV group ([`WireOptions::group`],
+//! [`KvGroup`]) in every `BlockStored` (`group_idx`, `kv_cache_spec_kind`,
+//! `kv_cache_spec_sliding_window`) and `BlockRemoved` (`group_idx`); the default group is
+//! `group_idx` 0, `kv_cache_spec_kind` `"full_attention"`, `kv_cache_spec_sliding_window`
+//! nil (left out of a map).
 //!
 //! vLLM has no `cache_salt` field: it folds the salt into the first block's `extra_keys`.
 //! A salted `BlockStored` therefore carries `extra_keys = [["dynamo-cache-salt:<salt>"],
@@ -32,6 +35,7 @@ use std::sync::Arc;
 use serde::Deserialize;
 use serde::de::{self, Deserializer, MapAccess, SeqAccess, Visitor};
 
+pub use super::group::{EventGroup, KvCacheSpecKind, KvGroup};
 use super::{EventBatch, KvEvent, Medium};
 use crate::error::{Result, invalid};
 
@@ -39,7 +43,7 @@ use crate::error::{Result, invalid};
 /// (`dynamo_kv_router::zmq_wire::DYNAMO_CACHE_SALT_PREFIX`).
 pub const CACHE_SALT_PREFIX: &str = "dynamo-cache-salt:";
 
-/// The `kv_cache_spec_kind` radixkv publishes.
+/// The `kv_cache_spec_kind` of the default group ([`KvGroup::default`]).
 pub const KV_CACHE_SPEC_KIND: &str = "full_attention";
 
 /// How events are laid out in a payload.
@@ -81,6 +85,9 @@ pub struct WireOptions {
     pub signed_hashes: bool,
     /// The payload's `data_parallel_rank`.
     pub data_parallel_rank: i64,
+    /// The KV cache group the cache's events belong to (default: group 0,
+    /// `"full_attention"`, no window: the bytes radixkv always sent).
+    pub group: KvGroup,
 }
 
 /// Encodes one batch as a payload.
@@ -242,8 +249,10 @@ impl Mp {
                         w.str(k);
                     }
                 };
+                let group = &opts.group;
+                let window = group.sliding_window();
                 if map {
-                    self.map(10 + cache_salt.is_some() as usize);
+                    self.map(10 + cache_salt.is_some() as usize + window.is_some() as usize);
                 } else {
                     self.arr(12);
                 }
@@ -275,11 +284,16 @@ impl Mp {
                     (None, true) => {}
                 }
                 key(self, "group_idx");
-                self.uint(0);
+                self.uint(u64::from(group.idx()));
                 key(self, "kv_cache_spec_kind");
-                self.str(KV_CACHE_SPEC_KIND);
-                if !map {
-                    self.nil();
+                self.str(group.kind().as_str());
+                match window {
+                    Some(w) => {
+                        key(self, "kv_cache_spec_sliding_window");
+                        self.uint(u64::from(w));
+                    }
+                    None if !map => self.nil(),
+                    None => {}
                 }
             }
             KvEvent::BlockRemoved { block_hashes, medium } => {
@@ -298,7 +312,7 @@ impl Mp {
                     self.hashes(block_hashes, signed);
                     self.str(medium.as_str());
                 }
-                self.uint(0);
+                self.uint(u64::from(opts.group.idx()));
             }
             KvEvent::AllBlocksCleared => {
                 if map {
@@ -320,6 +334,8 @@ pub struct DecodedBatch {
     pub batch: EventBatch,
     /// Its `data_parallel_rank` (`None` when nil or absent).
     pub data_parallel_rank: Option<i64>,
+    /// The group fields of each event (one per event of `batch.events`, in order).
+    pub groups: Vec<EventGroup>,
 }
 
 /// Decodes a payload in either encoding (and either hash signedness: a signed hash comes
@@ -345,8 +361,8 @@ pub fn decode_batch(payload: &[u8]) -> Result<DecodedBatch> {
         None | Some(Val::Nil) => None,
         Some(v) => Some(v.int().ok_or_else(|| invalid("KV-event payload: data_parallel_rank"))?),
     };
-    let events = evs.iter().map(decode_event).collect::<Result<Vec<_>>>()?;
-    Ok(DecodedBatch { batch: EventBatch { ts, events }, data_parallel_rank })
+    let (events, groups) = evs.iter().map(decode_event).collect::<Result<(Vec<_>, Vec<_>)>>()?;
+    Ok(DecodedBatch { batch: EventBatch { ts, events }, data_parallel_rank, groups })
 }
 
 /// The fields of an event, by name, whichever the encoding.
@@ -432,8 +448,48 @@ fn medium(v: Option<&Val>) -> Result<Medium> {
     }
 }
 
-fn decode_event(v: &Val) -> Result<KvEvent> {
+/// An optional `u32` field (absent or nil: `None`).
+fn opt_u32(v: Option<&Val>, name: &str) -> Result<Option<u32>> {
+    match v {
+        None | Some(Val::Nil) => Ok(None),
+        Some(v) => v
+            .int()
+            .and_then(|i| u32::try_from(i).ok())
+            .map(Some)
+            .ok_or_else(|| invalid(format!("KV event: {name} is not a u32"))),
+    }
+}
+
+/// The group fields of an event.
+fn event_group(f: &Fields<'_>) -> Result<EventGroup> {
+    let kind = match f.get("kv_cache_spec_kind") {
+        None | Some(Val::Nil) => None,
+        Some(Val::Str(s)) => {
+            Some(KvCacheSpecKind::from_name(s).unwrap_or(KvCacheSpecKind::Unknown))
+        }
+        Some(_) => return Err(invalid("KV event: kv_cache_spec_kind is not a string")),
+    };
+    Ok(EventGroup {
+        group_idx: opt_u32(f.get("group_idx"), "group_idx")?,
+        kind,
+        sliding_window: opt_u32(
+            f.get("kv_cache_spec_sliding_window"),
+            "kv_cache_spec_sliding_window",
+        )?,
+    })
+}
+
+fn decode_event(v: &Val) -> Result<(KvEvent, EventGroup)> {
     let (tag, f) = fields(v)?;
+    let event = decode_fields(tag, &f)?;
+    let group = match event {
+        KvEvent::AllBlocksCleared => EventGroup::default(),
+        _ => event_group(&f)?,
+    };
+    Ok((event, group))
+}
+
+fn decode_fields(tag: &str, f: &Fields<'_>) -> Result<KvEvent> {
     let get = |k| f.get(k);
     match tag {
         "BlockStored" => {
@@ -590,7 +646,7 @@ mod reference {
     use serde::Serialize;
     use serde::ser::{SerializeMap, SerializeSeq, SerializeTuple, Serializer};
 
-    use super::{CACHE_SALT_PREFIX, Encoding, KV_CACHE_SPEC_KIND, WireOptions};
+    use super::{CACHE_SALT_PREFIX, Encoding, WireOptions};
     use crate::events::{EventBatch, KvEvent};
 
     /// The payload as `rmp-serde` writes it.
@@ -685,8 +741,10 @@ mod reference {
                     let hashes = Hashes(block_hashes, signed);
                     let parent = parent_block_hash.map(|h| Hash(h, signed));
                     let extra = cache_salt.as_deref().map(|c| ExtraKeys(c, block_hashes.len()));
+                    let group = &self.opts.group;
+                    let window = group.sliding_window();
                     if map {
-                        let n = 10 + extra.is_some() as usize;
+                        let n = 10 + extra.is_some() as usize + window.is_some() as usize;
                         let mut m = s.serialize_map(Some(n))?;
                         m.serialize_entry("type", "BlockStored")?;
                         m.serialize_entry("block_hashes", &hashes)?;
@@ -699,8 +757,11 @@ mod reference {
                         if let Some(x) = &extra {
                             m.serialize_entry("extra_keys", x)?;
                         }
-                        m.serialize_entry("group_idx", &0u32)?;
-                        m.serialize_entry("kv_cache_spec_kind", KV_CACHE_SPEC_KIND)?;
+                        m.serialize_entry("group_idx", &group.idx())?;
+                        m.serialize_entry("kv_cache_spec_kind", group.kind().as_str())?;
+                        if let Some(w) = window {
+                            m.serialize_entry("kv_cache_spec_sliding_window", &w)?;
+                        }
                         m.end()
                     } else {
                         let mut t = s.serialize_tuple(12)?;
@@ -713,9 +774,9 @@ mod reference {
                         t.serialize_element(medium.as_str())?;
                         t.serialize_element(&lora_name.as_deref())?;
                         t.serialize_element(&extra)?;
-                        t.serialize_element(&0u32)?;
-                        t.serialize_element(KV_CACHE_SPEC_KIND)?;
-                        t.serialize_element(&Option::<()>::None)?;
+                        t.serialize_element(&group.idx())?;
+                        t.serialize_element(group.kind().as_str())?;
+                        t.serialize_element(&window)?;
                         t.end()
                     }
                 }
@@ -726,14 +787,14 @@ mod reference {
                         m.serialize_entry("type", "BlockRemoved")?;
                         m.serialize_entry("block_hashes", &hashes)?;
                         m.serialize_entry("medium", medium.as_str())?;
-                        m.serialize_entry("group_idx", &0u32)?;
+                        m.serialize_entry("group_idx", &self.opts.group.idx())?;
                         m.end()
                     } else {
                         let mut t = s.serialize_tuple(4)?;
                         t.serialize_element("BlockRemoved")?;
                         t.serialize_element(&hashes)?;
                         t.serialize_element(medium.as_str())?;
-                        t.serialize_element(&0u32)?;
+                        t.serialize_element(&self.opts.group.idx())?;
                         t.end()
                     }
                 }
@@ -776,16 +837,76 @@ mod tests {
         }
     }
 
+    /// Groups that cross the encodings' choices: the default, a window (one more map
+    /// entry), a large index and every kind.
+    fn groups() -> Vec<KvGroup> {
+        let mut g = vec![
+            KvGroup::default(),
+            KvGroup::new(1, KvCacheSpecKind::SlidingWindow, Some(4096)).unwrap(),
+            KvGroup::new(u32::MAX, KvCacheSpecKind::SlidingWindowMla, Some(u32::MAX)).unwrap(),
+            KvGroup::new(300, KvCacheSpecKind::SlidingWindow, Some(1)).unwrap(),
+        ];
+        for (i, k) in KvCacheSpecKind::ALL.into_iter().enumerate() {
+            if !k.has_window() {
+                g.push(KvGroup::new(i as u32 * 40, k, None).unwrap());
+            }
+        }
+        g
+    }
+
     #[test]
     fn round_trips_in_both_encodings_and_signedness() {
         for encoding in [Encoding::VllmArray, Encoding::VllmMap] {
             for signed_hashes in [false, true] {
-                let o = WireOptions { encoding, signed_hashes, data_parallel_rank: 3 };
-                let d = decode_batch(&encode_batch(&sample(), &o)).unwrap();
-                assert_eq!(d.batch, sample());
-                assert_eq!(d.data_parallel_rank, Some(3));
+                for group in groups() {
+                    let o = WireOptions { encoding, signed_hashes, data_parallel_rank: 3, group };
+                    let d = decode_batch(&encode_batch(&sample(), &o)).unwrap();
+                    assert_eq!(d.batch, sample());
+                    assert_eq!(d.data_parallel_rank, Some(3));
+                    let sent = EventGroup {
+                        group_idx: Some(group.idx()),
+                        kind: Some(group.kind()),
+                        sliding_window: group.sliding_window(),
+                    };
+                    let removed = EventGroup { group_idx: Some(group.idx()), ..sent };
+                    let removed = EventGroup { kind: None, sliding_window: None, ..removed };
+                    assert_eq!(d.groups, vec![sent, removed, EventGroup::default()], "{o:?}");
+                }
             }
         }
+    }
+
+    /// What vLLM sends and radixkv does not (an unknown kind, fields absent) decodes; a
+    /// group field of the wrong type is refused.
+    #[test]
+    fn group_fields_decode_leniently_and_refuse_wrong_types() {
+        use serde::Serialize;
+        fn stored(
+            idx: impl Serialize,
+            kind: impl Serialize,
+            w: impl Serialize,
+        ) -> Result<DecodedBatch> {
+            let nil = Option::<()>::None;
+            let ev =
+                ("BlockStored", [1u64], nil, [1u32, 2], 2u32, nil, "GPU", nil, nil, idx, kind, w);
+            decode_batch(&rmp_serde::to_vec(&(0.0f64, [ev], 0u32)).unwrap())
+        }
+        let nil = Option::<()>::None;
+        let g = stored(nil, "linear_attention", nil).unwrap().groups[0];
+        assert_eq!(
+            g,
+            EventGroup {
+                group_idx: None,
+                kind: Some(KvCacheSpecKind::Unknown),
+                sliding_window: None
+            }
+        );
+        let g = stored(7u32, "mamba", nil).unwrap().groups[0];
+        assert_eq!((g.group_idx, g.kind), (Some(7), Some(KvCacheSpecKind::Mamba)));
+        assert!(stored(-1i64, nil, nil).is_err(), "group_idx -1");
+        assert!(stored(1u64 << 32, nil, nil).is_err(), "group_idx past u32");
+        assert!(stored(0u32, 5u32, nil).is_err(), "kind not a string");
+        assert!(stored(0u32, nil, "x").is_err(), "window not an integer");
     }
 
     /// The direct encoder writes exactly the bytes `rmp-serde` wrote through serde (which
@@ -878,7 +999,17 @@ mod tests {
             for encoding in [Encoding::VllmArray, Encoding::VllmMap] {
                 for signed_hashes in [false, true] {
                     for data_parallel_rank in [0, 5, -1, -40, 1 << 40, i64::MIN] {
-                        let o = WireOptions { encoding, signed_hashes, data_parallel_rank };
+                        let o = WireOptions {
+                            encoding,
+                            signed_hashes,
+                            data_parallel_rank,
+                            ..Default::default()
+                        };
+                        assert_eq!(encode_batch(b, &o), reference::encode(b, &o), "{o:?}");
+                    }
+                    for group in groups() {
+                        let o =
+                            WireOptions { encoding, signed_hashes, data_parallel_rank: 1, group };
                         assert_eq!(encode_batch(b, &o), reference::encode(b, &o), "{o:?}");
                     }
                 }

@@ -255,9 +255,43 @@ void clearing() {
   CHECK(moved.stats().cached_tokens == 0);
 }
 
+// The publisher's KV group (rkv_events_publish_ex): a bad one refused with nothing
+// attached, good ones started.
+void kv_groups() {
+  rkv::Cache c(rkv::Options{16, rkv::Policy::lru, 256});
+  c.enable_events();
+  rkv::PublisherOptions o = quick();
+  o.kv_cache_spec_kind = rkv::KvCacheSpecKind::sliding_window;
+  CHECK_WHAT(c.publish(o), RKV_INVALID_ARGUMENT, "spec kind sliding_window needs its window");
+  o.sliding_window = 0;
+  CHECK_WHAT(c.publish(o), RKV_INVALID_ARGUMENT, "sliding_window = 0");
+  o = quick();
+  o.sliding_window = 128;
+  CHECK_WHAT(c.publish(o), RKV_INVALID_ARGUMENT, "a sliding window (128) only goes with");
+  o.kv_cache_spec_kind = static_cast<rkv::KvCacheSpecKind>(10);
+  CHECK_WHAT(c.publish(o), RKV_INVALID_ARGUMENT, "group->spec_kind = 10");
+  insert(c, 0, range(1, 16));
+  CHECK(c.flush_events() == std::optional<std::uint64_t>(0));
+  CHECK(c.drain_events().size() == 1);  // nothing was attached
+  o = quick();
+  o.group_idx = 3;
+  o.kv_cache_spec_kind = rkv::KvCacheSpecKind::sliding_window_mla;
+  o.sliding_window = 4096;
+  {
+    rkv::Publisher p = c.publish(o);
+    CHECK(p);
+    p.stop();
+  }
+  o.kv_cache_spec_kind = rkv::KvCacheSpecKind::mamba;
+  o.sliding_window.reset();
+  rkv::Publisher p = c.publish(o);
+  CHECK(p);
+}
+
 }  // namespace
 
 void events_tests() {
+  kv_groups();
   enabling_and_draining();
   clearing();
   publishing();

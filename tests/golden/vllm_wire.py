@@ -15,7 +15,9 @@ The batch is `array_like=True` in both: `[ts, events, data_parallel_rank]`.
 
 Run: python3 -m venv /tmp/msgspec-venv && /tmp/msgspec-venv/bin/pip install msgspec
      /tmp/msgspec-venv/bin/python tests/golden/vllm_wire.py
-It prints the Rust constants kept in tests/events_wire.rs (made with msgspec 0.23.0).
+It prints the Rust constants kept in tests/dynamo-consumer/tests/dynamo/wire.rs (made
+with msgspec 0.23.0): the default group's batches, then (GROUP_*) the same events
+published by a cache of a sliding-window KV group (group_idx 3, window 4096).
 """
 
 from typing import Any
@@ -92,7 +94,11 @@ class AllBlocksClearedM(KVCacheEventM, tag="AllBlocksCleared"):
 SALT = "dynamo-cache-salt:tenant-a"
 
 
-def events(stored, removed, cleared, signed):
+def events(stored, removed, cleared, signed, group=(0, "full_attention", None)):
+    idx, kind, window = group
+    spec = dict(group_idx=idx, kv_cache_spec_kind=kind)
+    if window is not None:
+        spec["kv_cache_spec_sliding_window"] = window
     if signed:
         h = [-3488128144981237669, 5674439469042975057]
         parent = -1307369107475853156
@@ -108,8 +114,7 @@ def events(stored, removed, cleared, signed):
             lora_id=None,
             medium="GPU",
             lora_name=None,
-            group_idx=0,
-            kv_cache_spec_kind="full_attention",
+            **spec,
         ),
         stored(
             block_hashes=[1, h[1]],
@@ -120,10 +125,9 @@ def events(stored, removed, cleared, signed):
             medium="GPU",
             lora_name="adapter-a",
             extra_keys=[(SALT,), None],
-            group_idx=0,
-            kv_cache_spec_kind="full_attention",
+            **spec,
         ),
-        removed(block_hashes=[5, h[0]], medium="CPU_PINNED", group_idx=0),
+        removed(block_hashes=[5, h[0]], medium="CPU_PINNED", group_idx=idx),
         cleared(),
     ]
 
@@ -137,3 +141,10 @@ for name, kinds in [
         b = EventBatch(ts=1700000000.25, events=events(*kinds, signed), data_parallel_rank=3 if signed else 0)
         tag = name + ("_SIGNED" if signed else "")
         print(f'const {tag}: &str = "{enc.encode(b).hex()}";')
+    # A cache publishing a hybrid model's sliding-window group (KvGroup 3, window 4096).
+    b = EventBatch(
+        ts=1700000000.25,
+        events=events(*kinds, False, group=(3, "sliding_window", 4096)),
+        data_parallel_rank=0,
+    )
+    print(f'const GROUP_{name}: &str = "{enc.encode(b).hex()}";')

@@ -491,9 +491,10 @@ class Cache {
     return s;
   }
 
-  /// Starts a ZMQ publisher of this cache's events (rkv_events_publish): a bad endpoint is
-  /// Error(RKV_INVALID_ARGUMENT), an address in use Error(RKV_IO_ERROR), and then nothing
-  /// changed. The Publisher stops itself when destroyed, and may outlive this Cache.
+  /// Starts a ZMQ publisher of this cache's events (rkv_events_publish_ex, with the options'
+  /// KV group): a bad endpoint or group is Error(RKV_INVALID_ARGUMENT), an address in use
+  /// Error(RKV_IO_ERROR), and then nothing changed. The Publisher stops itself when
+  /// destroyed, and may outlive this Cache.
   Publisher publish(const PublisherOptions &o = PublisherOptions{}) const {
     rkv_publisher_options opts = rkv_publisher_options_default();
     opts.endpoint = o.endpoint.c_str();
@@ -505,8 +506,17 @@ class Cache {
     opts.auto_flush_ms = o.auto_flush.count() > 0 ? static_cast<std::uint64_t>(o.auto_flush.count()) : 0;
     opts.linger_ms = o.linger.count() > 0 ? static_cast<std::uint64_t>(o.linger.count()) : 0;
     opts.data_parallel_rank = o.data_parallel_rank;
+    // 0 is "no window" in the C struct: a window of 0 given here is refused as such.
+    if (o.sliding_window && *o.sliding_window == 0) {
+      throw Error(RKV_INVALID_ARGUMENT,
+                  std::string("Cache::publish: sliding_window = 0: a window is >= 1 token"));
+    }
+    rkv_kv_group group = rkv_kv_group_default();
+    group.group_idx = o.group_idx;
+    group.spec_kind = static_cast<std::uint32_t>(o.kv_cache_spec_kind);
+    group.sliding_window = o.sliding_window.value_or(0);
     rkv_publisher *p = nullptr;
-    detail::check(rkv_events_publish(cache_, &opts, &p), "rkv_events_publish");
+    detail::check(rkv_events_publish_ex(cache_, &opts, &group, &p), "rkv_events_publish_ex");
     return Publisher(p);
   }
 

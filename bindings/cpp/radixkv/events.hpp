@@ -1,5 +1,6 @@
 // radixkv C++17 bindings, one piece of radixkv.hpp (include that one, not this): KV events:
-// HashMode, Medium, EventKind, Encoding, EventOptions, Event, PublisherOptions and the RAII
+// HashMode, Medium, EventKind, Encoding, KvCacheSpecKind, EventOptions, Event, PublisherOptions
+// and the RAII
 // rkv::Publisher (Cache::enable_events, drain_events, publish).
 // It includes what it needs, so it also compiles alone.
 //
@@ -38,6 +39,21 @@ enum class EventKind : std::uint32_t {
 enum class Encoding : std::uint32_t {
   vllm_array = RKV_ENCODING_VLLM_ARRAY,  ///< Tagged arrays, every field (the default).
   vllm_map = RKV_ENCODING_VLLM_MAP       ///< Tagged maps, default fields omitted.
+};
+
+/// A KV cache group's kind, vLLM's KVCacheSpecKind (rkv_kv_cache_spec_kind): published as
+/// kv_cache_spec_kind in every BlockStored ("full_attention", "sliding_window", ...).
+enum class KvCacheSpecKind : std::uint32_t {
+  full_attention = RKV_KV_FULL_ATTENTION,  ///< The default.
+  mla_attention = RKV_KV_MLA_ATTENTION,
+  sliding_window = RKV_KV_SLIDING_WINDOW,          ///< Needs PublisherOptions::sliding_window.
+  sliding_window_mla = RKV_KV_SLIDING_WINDOW_MLA,  ///< Needs PublisherOptions::sliding_window.
+  mamba = RKV_KV_MAMBA,
+  chunked_local_attention = RKV_KV_CHUNKED_LOCAL_ATTENTION,
+  sink_full_attention = RKV_KV_SINK_FULL_ATTENTION,
+  encoder_only_attention = RKV_KV_ENCODER_ONLY_ATTENTION,
+  cross_attention = RKV_KV_CROSS_ATTENTION,
+  unknown = RKV_KV_UNKNOWN
 };
 
 /// How a cache records KV events (see rkv_events_options and Cache::enable_events).
@@ -79,6 +95,14 @@ struct PublisherOptions {
   std::chrono::milliseconds auto_flush{10};  ///< 0: only flush_events closes batches.
   std::chrono::milliseconds linger{1000};    ///< Sockets kept open after stop().
   std::int64_t data_parallel_rank = 0;
+  /// The KV cache group this cache holds (rkv_kv_group; a hybrid model keeps one cache per
+  /// group): group_idx in every BlockStored and BlockRemoved, the kind and window in every
+  /// BlockStored. The window (tokens, >= 1) is required with the two sliding kinds and
+  /// refused with the others (Error(RKV_INVALID_ARGUMENT), nothing started). The defaults
+  /// publish what rkv_events_publish does: group 0, full_attention, no window.
+  std::uint32_t group_idx = 0;
+  KvCacheSpecKind kv_cache_spec_kind = KvCacheSpecKind::full_attention;
+  std::optional<std::uint32_t> sliding_window;
 };
 
 /// A running ZMQ publisher of one cache's KV events (Cache::publish): move-only, stops and

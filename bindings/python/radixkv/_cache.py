@@ -16,6 +16,7 @@ _ext = _native.ext
 
 SIZE_MAX = (1 << 64) - 1
 U64_MAX = (1 << 64) - 1
+U32_MAX = (1 << 32) - 1
 #: Integer namespaces are ``0 <= ns < 2**63``; ``str`` and ``bytes`` namespaces are interned
 #: to ids from ``2**63`` up, so they never collide with an integer namespace.
 INTERNED_BASE = 1 << 63
@@ -858,13 +859,25 @@ class Cache(_Unique):
         buffer_steps: int = 10_000,
         max_queue: int = 100_000,
         data_parallel_rank: int = 0,
+        group_idx: int = 0,
+        kv_cache_spec_kind: str = "full_attention",
+        sliding_window: Optional[int] = None,
     ) -> Publisher:
         """Starts a ZMQ publisher of this cache's events: vLLM's stream on ``endpoint``
         (bound when it has a ``*`` or is ``ipc://``, else connected), replay on
         ``replay_endpoint``, ``encoding`` ``"vllm-array"`` or ``"vllm-map"``, an auto-flush
         every ``auto_flush_ms`` (0: only :meth:`flush_events`). A bad endpoint raises
         :class:`InvalidArgumentError`, an address in use :class:`IoError`, and then nothing
-        changed. Use the :class:`Publisher` as a context manager (closing stops it)."""
+        changed. Use the :class:`Publisher` as a context manager (closing stops it).
+
+        ``group_idx``, ``kv_cache_spec_kind`` and ``sliding_window`` name the KV cache group
+        this cache holds (a hybrid model keeps one cache per group): every ``BlockStored``
+        carries all three, every ``BlockRemoved`` the ``group_idx``. The kinds are vLLM's
+        ``KVCacheSpecKind`` strings (``"full_attention"``, ``"mla_attention"``,
+        ``"sliding_window"``, ``"sliding_window_mla"``, ``"mamba"``, ...); a window (tokens,
+        >= 1) is required with the two sliding kinds and refused with the others
+        (:class:`InvalidArgumentError`, nothing started). The defaults publish what the
+        cache always did: group 0, ``"full_attention"``, no window."""
         ep = _opt_str(endpoint, "endpoint")
         replay = _opt_str(replay_endpoint, "replay_endpoint")
         top = _opt_str(topic, "topic")
@@ -886,7 +899,19 @@ class Cache(_Unique):
         if not -(1 << 63) <= rank < 1 << 63:
             raise InvalidArgumentError("data_parallel_rank must fit an int64", Status.INVALID_ARGUMENT)
         bs, mq, af, lg = counts
-        return Publisher(self._n.publish(ep, replay, top or "", enc, bs, mq, af, lg, rank))
+        group = _size(group_idx, "group_idx")
+        if group > U32_MAX:
+            raise InvalidArgumentError("group_idx must be below 2**32", Status.INVALID_ARGUMENT)
+        if not isinstance(kv_cache_spec_kind, str):
+            raise TypeError(f"kv_cache_spec_kind must be a str, not {type(kv_cache_spec_kind).__name__}")
+        window = None
+        if sliding_window is not None:
+            window = _size(sliding_window, "sliding_window")
+            if window > U32_MAX:
+                raise InvalidArgumentError("sliding_window must be below 2**32", Status.INVALID_ARGUMENT)
+        return Publisher(
+            self._n.publish(ep, replay, top or "", enc, bs, mq, af, lg, rank, group, kv_cache_spec_kind, window)
+        )
 
     # -- the request cycle --
 

@@ -466,10 +466,12 @@ class RouterIndex(_Unique):
         """Counters and sizes (each read on its own: a snapshot only at quiescence):
         ``workers``, ``blocks`` (distinct), ``memberships`` ((block, worker, medium)
         holdings), ``bytes`` (the index's heap), ``events``, ``batches``, ``gaps``,
-        ``restarts``, ``refused`` (all refusals) and ``refused_by`` (by reason:
+        ``restarts``, ``other_groups`` (events of a KV cache group other than full
+        attention, a hybrid model's sliding-window or Mamba groups: skipped, not refused),
+        ``refused`` (all refusals) and ``refused_by`` (by reason:
         ``malformed``, ``unknown_parent``, ``unknown_removal``, ``unaligned``, ``empty``,
         ``too_many_workers``, ``sequence_gap``)."""
-        w, b, m, by, ev, ba, g, rs, refused = self._n.stats()
+        w, b, m, by, ev, ba, g, rs, og, refused = self._n.stats()
         refused_by = dict(refused)
         return {
             "workers": w,
@@ -480,6 +482,7 @@ class RouterIndex(_Unique):
             "batches": ba,
             "gaps": g,
             "restarts": rs,
+            "other_groups": og,
             "refused": sum(refused_by.values()),
             "refused_by": refused_by,
         }

@@ -1145,7 +1145,7 @@ impl NativeCache {
 
     /// Starts a ZMQ publisher of this cache's events.
     #[allow(clippy::too_many_arguments)]
-    #[pyo3(signature = (endpoint, replay_endpoint, topic, encoding, buffer_steps, max_queue, auto_flush_ms, linger_ms, data_parallel_rank))]
+    #[pyo3(signature = (endpoint, replay_endpoint, topic, encoding, buffer_steps, max_queue, auto_flush_ms, linger_ms, data_parallel_rank, group_idx, kv_cache_spec_kind, sliding_window))]
     fn publish(
         &self,
         py: Python<'_>,
@@ -1158,6 +1158,9 @@ impl NativeCache {
         auto_flush_ms: u64,
         linger_ms: u64,
         data_parallel_rank: i64,
+        group_idx: u32,
+        kv_cache_spec_kind: String,
+        sliding_window: Option<u32>,
     ) -> PyResult<crate::publisher::NativePublisher> {
         self.with(py, "Cache.publish", |c| {
             let sink = c.events().ok_or_else(|| no_events("Cache.publish"))?;
@@ -1173,6 +1176,9 @@ impl NativeCache {
                     auto_flush_ms,
                     linger_ms,
                     data_parallel_rank,
+                    group_idx,
+                    kv_cache_spec_kind,
+                    sliding_window,
                 },
             )
         })

@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use pyo3::prelude::*;
 use radixkv::events::EventSink;
-use radixkv::events::wire::{Encoding, WireOptions};
+use radixkv::events::wire::{Encoding, KvCacheSpecKind, KvGroup, WireOptions};
 use radixkv_publisher::{Publisher, PublisherCounters, PublisherOptions};
 
 use crate::errors::*;
@@ -20,6 +20,9 @@ pub struct Opts {
     pub auto_flush_ms: u64,
     pub linger_ms: u64,
     pub data_parallel_rank: i64,
+    pub group_idx: u32,
+    pub kv_cache_spec_kind: String,
+    pub sliding_window: Option<u32>,
 }
 
 pub fn start(sink: &Arc<EventSink>, o: Opts) -> Res<NativePublisher> {
@@ -45,11 +48,16 @@ pub fn start(sink: &Arc<EventSink>, o: Opts) -> Res<NativePublisher> {
             return bad(format!("{name} holds a NUL character"));
         }
     }
+    // The KV group this cache holds: vLLM's kind strings, a window only with a sliding kind.
+    let group = KvCacheSpecKind::from_name(&o.kv_cache_spec_kind)
+        .and_then(|k| KvGroup::new(o.group_idx, k, o.sliding_window))
+        .map_err(st)?;
     let size = |v: u64| usize::try_from(v).unwrap_or(usize::MAX);
     let wire = WireOptions {
         encoding,
         signed_hashes: sink.options().hash_mode.signed_on_wire(),
         data_parallel_rank: o.data_parallel_rank,
+        group,
     };
     let p = Publisher::start(
         sink,

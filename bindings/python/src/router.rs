@@ -164,8 +164,9 @@ fn scores_list<'py>(py: Python<'py>, scores: &[Score]) -> PyResult<Bound<'py, Py
 /// A router call's own result (its error becomes a registered class, see [`router_err`]).
 type Got<T> = Result<T, RouterError>;
 
-/// `(workers, blocks, memberships, bytes, events, batches, gaps, restarts, refused_by)`.
-type Stats9 = (u64, u64, u64, u64, u64, u64, u64, u64, Vec<(&'static str, u64)>);
+/// `(workers, blocks, memberships, bytes, events, batches, gaps, restarts, other_groups,
+/// refused_by)`.
+type Stats10 = (u64, u64, u64, u64, u64, u64, u64, u64, u64, Vec<(&'static str, u64)>);
 
 /// A router index (see the module docs).
 #[pyclass(frozen, module = "radixkv._radixkv")]
@@ -459,9 +460,9 @@ impl NativeRouterIndex {
         scores_list(py, &out)
     }
 
-    /// `(workers, blocks, memberships, bytes, events, batches, gaps, restarts, refused_by)`,
-    /// `refused_by` a list of `(reason, count)` in the core's order.
-    fn stats(&self, py: Python<'_>) -> PyResult<Stats9> {
+    /// `(workers, blocks, memberships, bytes, events, batches, gaps, restarts, other_groups,
+    /// refused_by)`, `refused_by` a list of `(reason, count)` in the core's order.
+    fn stats(&self, py: Python<'_>) -> PyResult<Stats10> {
         self.call(py, "RouterIndex.stats", |r| {
             let s = r.stats();
             let by = Refusal::ALL.iter().map(|&x| (refusal_name(x), s.refused(x))).collect();
@@ -474,6 +475,7 @@ impl NativeRouterIndex {
                 s.batches,
                 s.gaps,
                 s.restarts,
+                s.other_groups,
                 by,
             )))
         })

@@ -312,3 +312,68 @@ def test_clear_waits_for_calls_in_flight_and_leaves_no_insert_behind_its_event()
         ev = list(c.events())
         # Whatever interleaved, the last event is the clear that left the cache empty.
         assert ev and type(ev[-1]) is AllBlocksCleared
+
+
+def test_publish_refuses_a_bad_kv_group_and_leaves_the_cache_alone():
+    with Cache(page_size=16, pool_slots=64, events=True) as c:
+        with pytest.raises(radixkv.InvalidArgumentError, match="unknown kv_cache_spec_kind \"linear\""):
+            quick(c, kv_cache_spec_kind="linear")
+        with pytest.raises(radixkv.InvalidArgumentError, match="sliding_window needs its sliding window"):
+            quick(c, kv_cache_spec_kind="sliding_window")
+        with pytest.raises(radixkv.InvalidArgumentError, match="only goes with"):
+            quick(c, sliding_window=128)
+        with pytest.raises(radixkv.InvalidArgumentError, match="not mamba"):
+            quick(c, kv_cache_spec_kind="mamba", sliding_window=4)
+        with pytest.raises(radixkv.InvalidArgumentError, match="0 tokens"):
+            quick(c, kv_cache_spec_kind="sliding_window", sliding_window=0)
+        with pytest.raises(radixkv.InvalidArgumentError, match="group_idx must be below 2"):
+            quick(c, group_idx=1 << 32)
+        with pytest.raises(ValueError, match="group_idx must be >= 0"):
+            quick(c, group_idx=-1)
+        with pytest.raises(TypeError, match="kv_cache_spec_kind must be a str"):
+            quick(c, kv_cache_spec_kind=None)
+        with pytest.raises(TypeError, match="sliding_window must be an int"):
+            quick(c, kv_cache_spec_kind="sliding_window", sliding_window=1.5)
+        # Nothing attached: events still drain.
+        fill(c, list(range(1, 17)))
+        assert c.flush_events() == 0
+        assert len(list(c.events())) == 1
+
+
+def test_a_publisher_sends_its_kv_group_in_every_store_and_removal():
+    """Read back through replay and decoded by msgspec (vLLM's decoder), when installed."""
+    zmq = pytest.importorskip("zmq")
+    msgspec = pytest.importorskip("msgspec")
+    with Cache(page_size=16, pool_slots=64, events=True) as c:
+        fill(c, list(range(1, 17)))
+        c.evict(10**9)
+        assert c.flush_events() == 0
+        with quick(
+            c,
+            replay_endpoint="tcp://127.0.0.1:*",
+            encoding="vllm-map",
+            group_idx=3,
+            kv_cache_spec_kind="sliding_window",
+            sliding_window=4096,
+        ) as p:
+            for _ in range(1000):
+                if p.stats().published == 1:
+                    break
+                threading.Event().wait(0.005)
+            assert p.stats().published == 1
+            ctx = zmq.Context()
+            s = ctx.socket(zmq.DEALER)
+            s.setsockopt(zmq.RCVTIMEO, 5000)
+            s.connect(p.replay_endpoint)
+            try:
+                s.send_multipart([b"", (0).to_bytes(8, "big")])
+                _, seq, payload = s.recv_multipart()
+                assert int.from_bytes(seq, "big") == 0
+            finally:
+                s.close(linger=0)
+                ctx.term()
+    ts, events, rank = msgspec.msgpack.decode(payload)
+    stored, removed = events
+    assert (stored["type"], stored["group_idx"], stored["kv_cache_spec_kind"]) == ("BlockStored", 3, "sliding_window")
+    assert stored["kv_cache_spec_sliding_window"] == 4096 and stored["block_hashes"] == [PAGE_1]
+    assert (removed["type"], removed["group_idx"], removed["block_hashes"]) == ("BlockRemoved", 3, [PAGE_1])

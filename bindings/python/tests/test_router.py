@@ -68,16 +68,17 @@ def mp(v):
     raise TypeError(type(v))
 
 
-def ev_stored(hashes, tokens, parent=None, medium="GPU", lora_name=None, cache_salt=None, block_size=BS):
+def ev_stored(hashes, tokens, parent=None, medium="GPU", lora_name=None, cache_salt=None, block_size=BS,
+              group=(0, "full_attention", None)):
     extra = None
     if cache_salt is not None:
         extra = [["dynamo-cache-salt:" + cache_salt]] + [None] * (len(hashes) - 1)
-    return ["BlockStored", list(hashes), parent, list(tokens), block_size, None, medium, lora_name, extra, 0,
-            "full_attention", None]
+    return ["BlockStored", list(hashes), parent, list(tokens), block_size, None, medium, lora_name, extra,
+            *group]
 
 
-def ev_removed(hashes, medium="GPU"):
-    return ["BlockRemoved", list(hashes), medium, 0]
+def ev_removed(hashes, medium="GPU", group_idx=0):
+    return ["BlockRemoved", list(hashes), medium, group_idx]
 
 
 def ev_cleared():
@@ -205,6 +206,24 @@ def test_cleared_keeps_the_cursor_and_remove_worker_forgets():
 
 
 # ---- batches --------------------------------------------------------------------------
+
+
+def test_apply_batch_skips_a_hybrid_models_other_kv_groups():
+    """vLLM's stream of a sliding-window model: group 1's store and removals (of hashes the
+    full-attention group holds, too) are skipped and counted, and change nothing."""
+    r = RouterIndex(block_size=BS)
+    t = toks(2)
+    assert r.apply_batch(7, 0, batch(ev_stored([11, 12], t))) == BatchReport(1, 0, False)
+    sliding = (1, "sliding_window", 4 * BS)
+    p = batch(ev_stored([91, 92], t, group=sliding), ev_removed([91, 11, 12], group_idx=1),
+              ev_stored([93], t[:BS], group=(2, "mamba", None)))
+    assert r.apply_batch(7, 1, p) == BatchReport(3, 0, False)
+    assert scores(r, t) == {(7, 0): (2, 2)}
+    s = r.stats()
+    assert (s["other_groups"], s["refused"], s["blocks"]) == (3, 0, 2)
+    # The full group's own removal applies.
+    r.apply_batch(7, 2, batch(ev_removed([12])))
+    assert scores(r, t) == {(7, 0): (1, 1)}
 
 
 def test_apply_batch_vllm_msgpack():

@@ -278,6 +278,7 @@ async fn metrics(AxState(state): St) -> Response {
         tot.bytes += s.bytes;
         tot.gaps += s.gaps;
         tot.restarts += s.restarts;
+        tot.other_groups += s.other_groups;
         for (a, b) in tot.refused_by.iter_mut().zip(s.refused_by) {
             *a += b;
         }
@@ -347,6 +348,13 @@ async fn metrics(AxState(state): St) -> Response {
         "counter",
         "Restarts the indexes saw.",
         tot.restarts,
+    );
+    metric(
+        &mut out,
+        "radixkv_indexer_other_group_events_total",
+        "counter",
+        "Events of a KV cache group other than full attention (sliding window, Mamba), skipped.",
+        tot.other_groups,
     );
     out.push_str(
         "# HELP radixkv_indexer_refused_total Events and batches the indexes refused, by reason.\n",

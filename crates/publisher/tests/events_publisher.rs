@@ -5,7 +5,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use radixkv::Error;
-use radixkv::events::wire::{Encoding, WireOptions, decode_batch};
+use radixkv::events::wire::{
+    Encoding, EventGroup, KvCacheSpecKind, KvGroup, WireOptions, decode_batch,
+};
 use radixkv::events::{EventSink, KvEvent, NamespaceMeta, SinkOptions};
 use radixkv_publisher::{Publisher, PublisherOptions, REPLAY_END};
 
@@ -170,6 +172,49 @@ fn replay_through_a_router_socket() {
     assert_eq!(ask(10), Vec::<u64>::new());
     let st = p.stop();
     assert_eq!((st.replayed, st.replay_requests), (8, 3));
+}
+
+/// A publisher of a hybrid model's group (one cache per KV group) sends its group in every
+/// `BlockStored` and `BlockRemoved`, in both encodings (read back through replay).
+#[test]
+fn a_caches_kv_group_rides_on_every_store_and_removal() {
+    for (encoding, group) in [
+        (Encoding::VllmArray, KvGroup::new(2, KvCacheSpecKind::SlidingWindow, Some(512)).unwrap()),
+        (Encoding::VllmMap, KvGroup::new(1, KvCacheSpecKind::Mamba, None).unwrap()),
+    ] {
+        let s = sink(2);
+        let mut o = opts(encoding);
+        o.replay_endpoint = Some("tcp://127.0.0.1:*".into());
+        o.wire.group = group;
+        let p = Publisher::start(&s, o).unwrap();
+        s.stored(0, vec![11], None, vec![1, 2]);
+        s.removed(vec![11]);
+        s.flush();
+        for _ in 0..1000 {
+            if p.stats().published == 1 {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        assert_eq!(p.stats().published, 1);
+        let ctx = zmq::Context::new();
+        let client = ctx.socket(zmq::DEALER).unwrap();
+        client.set_rcvtimeo(5000).unwrap();
+        client.connect(p.replay_endpoint().unwrap()).unwrap();
+        client.send_multipart([&b""[..], &0u64.to_be_bytes()], 0).unwrap();
+        let m = client.recv_multipart(0).expect("a replay answer");
+        let d = decode_batch(&m[2]).unwrap();
+        let stored = EventGroup {
+            group_idx: Some(group.idx()),
+            kind: Some(group.kind()),
+            sliding_window: group.sliding_window(),
+        };
+        let removed = EventGroup { group_idx: Some(group.idx()), kind: None, sliding_window: None };
+        assert_eq!(d.groups, vec![stored, removed], "{encoding:?}");
+        let end = client.recv_multipart(0).expect("the end marker");
+        assert_eq!(u64::from_be_bytes(end[1][..].try_into().unwrap()), REPLAY_END);
+        p.stop();
+    }
 }
 
 #[test]

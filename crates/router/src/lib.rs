@@ -46,6 +46,14 @@
 //! - A batch's events apply one by one; an event refused for its content (unknown parent,
 //!   unaligned or empty blocks, a block size other than the index's) is counted and skipped,
 //!   the others apply. A payload that does not decode is refused whole.
+//! - **KV cache groups** (a hybrid model's sliding-window or Mamba groups; vLLM's
+//!   `group_idx` and `kv_cache_spec_kind`): the index holds prefixes, so it takes the
+//!   events of full-attention groups only, as Dynamo's router does. A store or removal of
+//!   another kind (sliding window, Mamba, an unknown one), or a removal of a group a store
+//!   taught is of such a kind, or of a group other than 0 no store has named yet, is
+//!   skipped and counted ([`RouterStats::other_groups`]), not refused: it changes nothing.
+//!   Events without group fields (SGLang's) are taken. What stores taught is kept per
+//!   worker (not in a dump). The cursor counts every batch: one stream per worker.
 
 #![deny(unsafe_op_in_unsafe_fn, missing_docs)]
 
@@ -297,6 +305,8 @@ pub struct RouterStats {
     pub gaps: u64,
     /// Restarts seen (a seq below the cursor).
     pub restarts: u64,
+    /// Events skipped for their KV cache group (not full attention; see the crate docs).
+    pub other_groups: u64,
     /// Refusals by reason, in [`Refusal::ALL`] order (see [`RouterStats::refused`]).
     pub refused_by: [u64; REFUSALS],
 }
@@ -319,6 +329,8 @@ pub struct BatchReport {
     pub events: usize,
     /// Events refused (counted by reason in the stats).
     pub refused: usize,
+    /// Events skipped for their KV cache group ([`RouterStats::other_groups`]).
+    pub other_groups: usize,
     /// The worker was cleared first (a restart, or a gap under [`GapPolicy::Clear`]).
     pub cleared_first: bool,
 }
@@ -405,6 +417,7 @@ pub struct RouterIndex {
     batches: AtomicU64,
     gaps: AtomicU64,
     restarts: AtomicU64,
+    other_groups: AtomicU64,
     refused: [AtomicU64; REFUSALS],
 }
 
@@ -436,6 +449,7 @@ impl RouterIndex {
             batches: AtomicU64::new(0),
             gaps: AtomicU64::new(0),
             restarts: AtomicU64::new(0),
+            other_groups: AtomicU64::new(0),
             refused: std::array::from_fn(|_| AtomicU64::new(0)),
         };
         idx.bytes.store(idx.empty_bytes() as i64, Ordering::Relaxed);
@@ -930,7 +944,8 @@ impl RouterIndex {
     /// worker is cleared, then the batch applies); a `seq` above it is a gap, handled by
     /// the [`GapPolicy`]. A payload that does not decode is refused whole
     /// ([`RouterError::Malformed`]); events refused for their content are counted and
-    /// skipped ([`BatchReport::refused`]).
+    /// skipped ([`BatchReport::refused`]), and so are events of a KV cache group the index
+    /// does not hold, without a refusal ([`BatchReport::other_groups`], crate docs).
     pub fn apply_batch(
         &self,
         worker_id: u64,
@@ -962,7 +977,7 @@ impl RouterIndex {
             },
         };
         let w = Worker::new(worker_id, dp_rank);
-        let events = decoded.batch.events;
+        let (events, groups) = (decoded.batch.events, decoded.groups);
         let gap_policy = self.opts.gap_policy;
         self.with_worker(w, true, |me, st, slot, g| {
             let mut report = BatchReport { events: events.len(), ..Default::default() };
@@ -993,7 +1008,11 @@ impl RouterIndex {
             }
             st.next_seq = Some(seq.wrapping_add(1));
             me.events.fetch_add(events.len() as u64, Ordering::Relaxed);
-            for ev in &events {
+            for (ev, group) in events.iter().zip(&groups) {
+                if !st.takes(matches!(ev, KvEvent::BlockStored { .. }), group) {
+                    report.other_groups += 1;
+                    continue;
+                }
                 let r = match ev {
                     KvEvent::BlockStored {
                         block_hashes,
@@ -1032,6 +1051,7 @@ impl RouterIndex {
                     report.refused += 1;
                 }
             }
+            me.other_groups.fetch_add(report.other_groups as u64, Ordering::Relaxed);
             Ok(report)
         })?
         .expect("created")
@@ -1050,6 +1070,7 @@ impl RouterIndex {
             batches: self.batches.load(Ordering::Relaxed),
             gaps: self.gaps.load(Ordering::Relaxed),
             restarts: self.restarts.load(Ordering::Relaxed),
+            other_groups: self.other_groups.load(Ordering::Relaxed),
             refused_by: std::array::from_fn(|i| self.refused[i].load(Ordering::Relaxed)),
         }
     }

@@ -47,6 +47,7 @@ use std::mem::size_of;
 
 use crate::Worker;
 use crate::sync::{AtomicU32, AtomicU64, Mutex};
+use radixkv::events::wire::EventGroup;
 
 pub(crate) const LIVE: u64 = 1 << 63;
 pub(crate) const PARITY: u64 = 1 << 62;
@@ -104,6 +105,10 @@ pub(crate) struct WorkerState {
     /// Second (third, ...) engine names of one (chain key, medium) this worker holds: how
     /// many more names than one. Empty unless an engine names a block twice.
     pub(crate) twins: HashMap<(u64, u32), u32, Mix>,
+    /// KV cache groups whose kind this worker's stores taught (`group_idx`, indexed), only
+    /// where that differs from the default for a group never seen (group 0 indexed, others
+    /// not): empty for a stream of one full-attention group 0.
+    pub(crate) groups: Vec<(u32, bool)>,
 }
 
 impl WorkerState {
@@ -114,6 +119,35 @@ impl WorkerState {
             parity,
             held: HeldMap::default(),
             twins: HashMap::default(),
+            groups: Vec::new(),
+        }
+    }
+
+    /// Whether the prefix index takes an event (a store when `stored`) with group fields
+    /// `g`, Dynamo's rule (`dynamo_kv_router::zmq_wire::ZmqEventNormalizer`): a store's
+    /// kind is learned for its `group_idx` first; an event with a kind is taken when the
+    /// kind is main attention (full, MLA, sink-full); one without a kind (a removal) by its
+    /// group's learned kind, else when it names no group or group 0.
+    pub(crate) fn takes(&mut self, stored: bool, g: &EventGroup) -> bool {
+        let unlearned = |idx: u32| idx == 0;
+        if let (true, Some(idx), Some(kind)) = (stored, g.group_idx, g.kind) {
+            let main = kind.is_main_attention();
+            let at = self.groups.iter().position(|e| e.0 == idx);
+            match (at, main == unlearned(idx)) {
+                (Some(i), true) => {
+                    self.groups.swap_remove(i);
+                }
+                (Some(i), false) => self.groups[i].1 = main,
+                (None, false) => self.groups.push((idx, main)),
+                (None, true) => {}
+            }
+        }
+        if let Some(kind) = g.kind {
+            return kind.is_main_attention();
+        }
+        match g.group_idx {
+            None => true,
+            Some(idx) => self.groups.iter().find(|e| e.0 == idx).map_or(unlearned(idx), |e| e.1),
         }
     }
 
@@ -122,6 +156,7 @@ impl WorkerState {
         size_of::<WorkerState>()
             + self.held.bytes()
             + map_bytes(self.twins.capacity(), size_of::<((u64, u32), u32)>())
+            + self.groups.capacity() * size_of::<(u32, bool)>()
     }
 }
 

@@ -27,7 +27,7 @@ use clap::{Args, Parser, Subcommand, ValueEnum};
 use kv::{Capacity, KvArgs, KvSize, parse_capacity};
 use radixkv::EvictionPolicy;
 use radixkv::events::hash::HashMode;
-use radixkv::events::wire::{Encoding, WireOptions};
+use radixkv::events::wire::{Encoding, KvCacheSpecKind, KvGroup, WireOptions};
 use radixkv::tier::WritePolicy;
 use radixkv_publisher::PublisherOptions;
 use radixkv_trace::{Format, Trace, TraceOptions, synthetic};
@@ -236,6 +236,29 @@ struct EventArgs {
         requires = "kv_events"
     )]
     kv_events_linger_ms: u64,
+    /// The KV cache group the replay's cache publishes as, vLLM's group_idx (a hybrid
+    /// model keeps one cache per group; sent in every store and removal).
+    #[arg(long, default_value_t = 0, value_name = "N", requires = "kv_events")]
+    kv_events_group_idx: u32,
+    /// The group's kind, vLLM's kv_cache_spec_kind: full_attention, mla_attention,
+    /// sliding_window, sliding_window_mla, mamba, chunked_local_attention,
+    /// sink_full_attention, encoder_only_attention, cross_attention or unknown.
+    #[arg(
+        long,
+        default_value = "full_attention",
+        value_name = "KIND",
+        value_parser = parse_spec_kind,
+        requires = "kv_events"
+    )]
+    kv_events_spec_kind: KvCacheSpecKind,
+    /// The group's sliding window in tokens (kv_cache_spec_sliding_window): required with
+    /// sliding_window and sliding_window_mla, refused with the other kinds.
+    #[arg(long, value_name = "TOKENS", requires = "kv_events")]
+    kv_events_sliding_window: Option<u32>,
+}
+
+fn parse_spec_kind(s: &str) -> Result<KvCacheSpecKind, String> {
+    KvCacheSpecKind::from_name(s).map_err(|e| e.to_string().replace("invalid argument: ", ""))
 }
 
 #[derive(ValueEnum, Debug, Clone, Copy, PartialEq, Eq)]
@@ -251,6 +274,23 @@ enum EventHashArg {
 }
 
 impl EventArgs {
+    /// The KV cache group of `--kv-events-group-idx`, `--kv-events-spec-kind` and
+    /// `--kv-events-sliding-window`, or why they do not go together.
+    fn group(&self) -> Result<KvGroup, String> {
+        let (idx, kind, window) =
+            (self.kv_events_group_idx, self.kv_events_spec_kind, self.kv_events_sliding_window);
+        KvGroup::new(idx, kind, window).map_err(|_| match (kind.has_window(), window) {
+            (true, None) => {
+                format!("--kv-events-spec-kind {kind} needs --kv-events-sliding-window")
+            }
+            (true, _) => "--kv-events-sliding-window 0: a window is at least 1 token".into(),
+            (false, _) => format!(
+                "--kv-events-sliding-window goes with --kv-events-spec-kind sliding_window or \
+                 sliding_window_mla, not {kind}"
+            ),
+        })
+    }
+
     /// The replay's event settings, `None` without `--kv-events`.
     fn events(&self) -> Option<replay::Events> {
         let endpoint = self.kv_events.clone()?;
@@ -271,6 +311,8 @@ impl EventArgs {
                 wire: WireOptions {
                     encoding,
                     signed_hashes: hash_mode.signed_on_wire(),
+                    // Checked in `main`.
+                    group: self.group().unwrap_or_default(),
                     ..Default::default()
                 },
                 // One batch per request, closed by the replay itself, as an engine's
@@ -974,6 +1016,11 @@ pub fn main() -> i32 {
                 "--host-capacity does not go with --kv-events, --compare-schedules or --compare-policies",
             );
         }
+    }
+    if let Command::Replay(a) = &cli.command
+        && let Err(e) = a.events.group()
+    {
+        usage_error(&e);
     }
     let r = match &cli.command {
         Command::Replay(a) => run_replay(a),

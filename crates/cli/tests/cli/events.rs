@@ -366,6 +366,64 @@ fn sglang_hashes_and_namespaces() {
     r.finish();
 }
 
+/// `--kv-events-group-idx`, `--kv-events-spec-kind` and `--kv-events-sliding-window`: every
+/// store and removal of the stream carries the group (read back through replay).
+#[test]
+fn the_kv_group_flags_reach_every_store_and_removal() {
+    use radixkv::events::wire::{EventGroup, KvCacheSpecKind};
+    let mut s = Subscriber::new();
+    let ep = s.bind();
+    let mut r = Replay::spawn(&[
+        "--page-size",
+        "16",
+        "--capacity",
+        "20000",
+        "--kv-events",
+        &ep,
+        "--kv-events-replay",
+        "tcp://127.0.0.1:*",
+        "--kv-events-format",
+        "vllm-map",
+        "--kv-events-group-idx",
+        "2",
+        "--kv-events-spec-kind",
+        "sliding_window",
+        "--kv-events-sliding-window",
+        "4096",
+        "--kv-events-linger-ms",
+        LINGER_MS,
+    ]);
+    let (_, replay_ep) = r.endpoints();
+    s.connect_replay(&replay_ep.unwrap());
+    let _ = s.collect(&mut r);
+    let stored = EventGroup {
+        group_idx: Some(2),
+        kind: Some(KvCacheSpecKind::SlidingWindow),
+        sliding_window: Some(4096),
+    };
+    let removed = EventGroup { group_idx: Some(2), kind: None, sliding_window: None };
+    let (mut n_stored, mut n_removed) = (0, 0);
+    for p in s.got.values() {
+        let d = decode_batch(p).unwrap();
+        for (e, g) in d.batch.events.iter().zip(&d.groups) {
+            let want = match e {
+                KvEvent::BlockStored { .. } => {
+                    n_stored += 1;
+                    stored
+                }
+                KvEvent::BlockRemoved { .. } => {
+                    n_removed += 1;
+                    removed
+                }
+                KvEvent::AllBlocksCleared => EventGroup::default(),
+            };
+            assert_eq!(*g, want);
+        }
+    }
+    assert!(n_stored > 0 && n_removed > 0, "{n_stored} stores, {n_removed} removals");
+    r.finish();
+}
+
 /// The text report has the events line; with no subscriber, nothing waits for one.
 #[test]
 fn the_text_report_has_an_events_line() {
@@ -430,6 +488,29 @@ fn bad_event_flags_are_usage_errors() {
         (&["replay", "--kv-events-replay", "tcp://*:0"], "--kv-events <ENDPOINT>"),
         (&["replay", "--kv-events-topic", "t"], "--kv-events <ENDPOINT>"),
         (&["replay", "--kv-events", "tcp://*:0", "--compare-schedules"], "cannot be used"),
+        (&["replay", "--kv-events", "tcp://*:0", "--kv-events-spec-kind", "swa"], "mamba"),
+        (
+            &["replay", "--kv-events", "tcp://*:0", "--kv-events-spec-kind", "sliding_window"],
+            "--kv-events-spec-kind sliding_window needs --kv-events-sliding-window",
+        ),
+        (
+            &["replay", "--kv-events", "tcp://*:0", "--kv-events-sliding-window", "128"],
+            "--kv-events-sliding-window goes with --kv-events-spec-kind sliding_window",
+        ),
+        (
+            &[
+                "replay",
+                "--kv-events",
+                "tcp://*:0",
+                "--kv-events-spec-kind",
+                "sliding_window_mla",
+                "--kv-events-sliding-window",
+                "0",
+            ],
+            "at least 1 token",
+        ),
+        (&["replay", "--kv-events-group-idx", "1"], "--kv-events <ENDPOINT>"),
+        (&["replay", "--kv-events", "tcp://*:0", "--kv-events-group-idx", "x"], "group-idx"),
     ] {
         let out = run(args);
         let err = String::from_utf8_lossy(&out.stderr);

@@ -18,7 +18,7 @@ use super::{
 };
 use radixkv_core::cache::EventOptions;
 use radixkv_core::events::hash::HashMode;
-use radixkv_core::events::wire::Encoding;
+use radixkv_core::events::wire::{Encoding, KvGroup};
 use radixkv_core::events::{EventBatch, EventSink, KvEvent, Medium, NamespaceMeta};
 
 /// What `rkv_events_flush` writes to `*out_seq` when there was nothing to close: no batch,
@@ -292,6 +292,7 @@ struct PublishOpts {
     auto_flush: Option<Duration>,
     linger: Duration,
     data_parallel_rank: i64,
+    group: KvGroup,
 }
 
 // The publisher proper (the crate radixkv-publisher).
@@ -318,6 +319,7 @@ mod imp {
             encoding: o.encoding,
             signed_hashes: sink.options().hash_mode.signed_on_wire(),
             data_parallel_rank: o.data_parallel_rank,
+            group: o.group,
         };
         let p = Publisher::start(
             sink,
@@ -635,61 +637,78 @@ pub unsafe extern "C" fn rkv_events_publish(
     out_publisher: *mut *mut rkv_publisher,
 ) -> rkv_status {
     boundary("rkv_events_publish", || {
-        // SAFETY: the caller passes NULL or a live cache that is not being freed.
-        let c = unsafe { cache_ref(cache) }?;
-        // SAFETY: the caller passes NULL or a readable `rkv_publisher_options` (plain data:
-        // its pointers are read as values here and checked below).
-        let o = unsafe { read_opts(opts, "opts") }?;
-        check_out(out_publisher, "out_publisher")?;
-        // SAFETY: the caller guarantees each string field is NULL or NUL-terminated.
-        let (endpoint, replay_endpoint, topic) = unsafe {
-            (
-                opt_str(o.endpoint, "opts->endpoint")?,
-                opt_str(o.replay_endpoint, "opts->replay_endpoint")?,
-                opt_str(o.topic, "opts->topic")?,
-            )
-        };
-        let Some(endpoint) = endpoint else {
-            return Err(fail(
-                rkv_status::RKV_NULL_ARGUMENT,
-                "opts->endpoint is NULL (give the PUB endpoint, e.g. \"tcp://*:5557\")",
-            ));
-        };
-        let bad = |m: String| Err(fail(rkv_status::RKV_INVALID_ARGUMENT, m));
-        let encoding = match o.encoding {
-            0 => Encoding::VllmArray,
-            1 => Encoding::VllmMap,
-            e => {
-                return bad(format!(
-                    "opts->encoding = {e} is not an rkv_encoding (0 = RKV_ENCODING_VLLM_ARRAY, \
-                     1 = RKV_ENCODING_VLLM_MAP)"
-                ));
-            }
-        };
-        if o.max_queue == 0 {
-            return bad("opts->max_queue = 0: the publisher's queue needs room for at least \
-                        one batch"
-                .into());
-        }
-        let opts = PublishOpts {
-            endpoint: endpoint.to_owned(),
-            replay_endpoint: replay_endpoint.map(str::to_owned),
-            topic: topic.unwrap_or("").to_owned(),
-            encoding,
-            buffer_steps: to_usize(o.buffer_steps, "opts->buffer_steps")?,
-            max_queue: to_usize(o.max_queue, "opts->max_queue")?,
-            auto_flush: (o.auto_flush_ms > 0).then(|| Duration::from_millis(o.auto_flush_ms)),
-            linger: Duration::from_millis(o.linger_ms),
-            data_parallel_rank: o.data_parallel_rank,
-        };
-        let s = sink(c)?;
-        let inner = imp::start(s, opts).map_err(st)?;
-        let raw = Box::into_raw(Box::new(rkv_publisher { inner }));
-        // SAFETY: `out_publisher` passed `check_out` (non-null, aligned) and the caller
-        // guarantees it is writable.
-        unsafe { out_publisher.write(raw) };
-        Ok(())
+        // SAFETY: the caller's contract is `publish_body`'s; a NULL group is the default.
+        unsafe { publish_body(cache, opts, std::ptr::null(), out_publisher) }
     })
+}
+
+/// `rkv_events_publish`'s body, with the KV group `group` (NULL: the default).
+///
+/// # Safety
+/// As `rkv_events_publish_ex`.
+unsafe fn publish_body(
+    cache: *const rkv_cache,
+    opts: *const rkv_publisher_options,
+    group: *const rkv_kv_group,
+    out_publisher: *mut *mut rkv_publisher,
+) -> Res<()> {
+    // SAFETY: the caller passes NULL or a live cache that is not being freed.
+    let c = unsafe { cache_ref(cache) }?;
+    // SAFETY: the caller passes NULL or a readable `rkv_publisher_options` (plain data:
+    // its pointers are read as values here and checked below).
+    let o = unsafe { read_opts(opts, "opts") }?;
+    // SAFETY: the caller passes NULL or a readable `rkv_kv_group`.
+    let group = unsafe { group::kv_group(group) }?;
+    check_out(out_publisher, "out_publisher")?;
+    // SAFETY: the caller guarantees each string field is NULL or NUL-terminated.
+    let (endpoint, replay_endpoint, topic) = unsafe {
+        (
+            opt_str(o.endpoint, "opts->endpoint")?,
+            opt_str(o.replay_endpoint, "opts->replay_endpoint")?,
+            opt_str(o.topic, "opts->topic")?,
+        )
+    };
+    let Some(endpoint) = endpoint else {
+        return Err(fail(
+            rkv_status::RKV_NULL_ARGUMENT,
+            "opts->endpoint is NULL (give the PUB endpoint, e.g. \"tcp://*:5557\")",
+        ));
+    };
+    let bad = |m: String| Err(fail(rkv_status::RKV_INVALID_ARGUMENT, m));
+    let encoding = match o.encoding {
+        0 => Encoding::VllmArray,
+        1 => Encoding::VllmMap,
+        e => {
+            return bad(format!(
+                "opts->encoding = {e} is not an rkv_encoding (0 = RKV_ENCODING_VLLM_ARRAY, \
+                 1 = RKV_ENCODING_VLLM_MAP)"
+            ));
+        }
+    };
+    if o.max_queue == 0 {
+        return bad("opts->max_queue = 0: the publisher's queue needs room for at least \
+                    one batch"
+            .into());
+    }
+    let opts = PublishOpts {
+        endpoint: endpoint.to_owned(),
+        replay_endpoint: replay_endpoint.map(str::to_owned),
+        topic: topic.unwrap_or("").to_owned(),
+        encoding,
+        buffer_steps: to_usize(o.buffer_steps, "opts->buffer_steps")?,
+        max_queue: to_usize(o.max_queue, "opts->max_queue")?,
+        auto_flush: (o.auto_flush_ms > 0).then(|| Duration::from_millis(o.auto_flush_ms)),
+        linger: Duration::from_millis(o.linger_ms),
+        data_parallel_rank: o.data_parallel_rank,
+        group,
+    };
+    let s = sink(c)?;
+    let inner = imp::start(s, opts).map_err(st)?;
+    let raw = Box::into_raw(Box::new(rkv_publisher { inner }));
+    // SAFETY: `out_publisher` passed `check_out` (non-null, aligned) and the caller
+    // guarantees it is writable.
+    unsafe { out_publisher.write(raw) };
+    Ok(())
 }
 
 /// Writes the publisher's endpoints (an extension of version 1): `*out_endpoint` (required)
@@ -791,6 +810,8 @@ pub unsafe extern "C" fn rkv_publisher_free(publisher: *mut rkv_publisher) {
 
 mod drain;
 pub use drain::*;
+mod group;
+pub use group::*;
 
 #[cfg(test)]
 mod tests;

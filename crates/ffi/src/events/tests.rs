@@ -755,3 +755,146 @@ fn stopping_detaches_so_the_cache_drains_again() {
     // SAFETY: `c` is live and no longer used.
     unsafe { rkv_cache_free(c) };
 }
+
+/// `rkv_events_publish_ex` with `group`; the publisher on success.
+fn publish_ex(c: *const rkv_cache, group: *const rkv_kv_group) -> (rkv_status, *mut rkv_publisher) {
+    let sentinel = std::ptr::dangling_mut::<rkv_publisher>();
+    let mut p = sentinel;
+    let o = rkv_publisher_options { replay_endpoint: c"tcp://127.0.0.1:*".as_ptr(), ..quick() };
+    // SAFETY: `c` is live; `o`'s strings are NULL or NUL-terminated; `group` NULL or a
+    // live local; `p` a live local.
+    let st = unsafe { rkv_events_publish_ex(c, &o, group, &mut p) };
+    if st != rkv_status::RKV_OK {
+        assert_eq!(p, sentinel, "no output on failure");
+    }
+    (st, p)
+}
+
+#[test]
+fn kv_group_defaults_are_the_plain_publishers() {
+    let d = rkv_kv_group_default();
+    assert_eq!(
+        (d.size, d.group_idx, d.spec_kind, d.sliding_window),
+        (16, 0, rkv_kv_cache_spec_kind::RKV_KV_FULL_ATTENTION as u32, 0)
+    );
+}
+
+#[test]
+fn publish_ex_refuses_a_bad_group_and_leaves_the_cache_alone() {
+    let c = events_cache(16, 256);
+    let g = rkv_kv_group_default;
+    let sliding = rkv_kv_cache_spec_kind::RKV_KV_SLIDING_WINDOW as u32;
+    let cases: [(rkv_kv_group, &str); 6] = [
+        (rkv_kv_group { size: 12, ..g() }, "group->size = 12 is not the size of an rkv_kv_group"),
+        (
+            rkv_kv_group { spec_kind: 10, ..g() },
+            "group->spec_kind = 10 is not an rkv_kv_cache_spec_kind",
+        ),
+        (
+            rkv_kv_group { spec_kind: sliding, ..g() },
+            "group->sliding_window = 0: spec kind sliding_window needs its window",
+        ),
+        (
+            rkv_kv_group {
+                spec_kind: rkv_kv_cache_spec_kind::RKV_KV_SLIDING_WINDOW_MLA as u32,
+                ..g()
+            },
+            "sliding_window_mla needs its window",
+        ),
+        (rkv_kv_group { sliding_window: 128, ..g() }, "a sliding window (128) only goes with"),
+        (
+            rkv_kv_group {
+                spec_kind: rkv_kv_cache_spec_kind::RKV_KV_MAMBA as u32,
+                sliding_window: 4,
+                ..g()
+            },
+            "not mamba",
+        ),
+    ];
+    for (group, needle) in cases {
+        let (st, _) = publish_ex(c, &group);
+        check(st, rkv_status::RKV_INVALID_ARGUMENT, &["rkv_events_publish_ex: ", needle]);
+    }
+    let mut out = null_mut();
+    // SAFETY: the pointers are NULL or live locals.
+    unsafe {
+        check(
+            rkv_events_publish_ex(null(), &quick(), &g(), &mut out),
+            rkv_status::RKV_NULL_ARGUMENT,
+            &["rkv_events_publish_ex: cache is NULL"],
+        );
+        check(
+            rkv_events_publish_ex(c, &quick(), &g(), null_mut()),
+            rkv_status::RKV_NULL_ARGUMENT,
+            &["rkv_events_publish_ex: out_publisher is NULL"],
+        );
+    }
+    // Nothing was attached: events still drain, and a NULL group publishes the default.
+    insert(c, 0, &(1..=16).collect::<Vec<_>>());
+    assert_eq!(flush(c), 0);
+    assert_eq!(drain_all(c).len(), 1);
+    let (st, p) = publish_ex(c, null());
+    ok(st);
+    // SAFETY: `p` and `c` are live and no longer used afterwards.
+    unsafe {
+        rkv_publisher_free(p);
+        rkv_cache_free(c);
+    }
+}
+
+/// The group `rkv_events_publish_ex` was given is in the batches it sends (read back
+/// through its replay socket and decoded).
+#[test]
+fn publish_ex_sends_the_group_in_every_store_and_removal() {
+    use radixkv_core::events::wire::{EventGroup, KvCacheSpecKind, decode_batch};
+    let c = events_cache(16, 16);
+    let group = rkv_kv_group {
+        group_idx: 3,
+        spec_kind: rkv_kv_cache_spec_kind::RKV_KV_SLIDING_WINDOW as u32,
+        sliding_window: 4096,
+        ..rkv_kv_group_default()
+    };
+    let (st, p) = publish_ex(c, &group);
+    ok(st);
+    insert(c, 0, &(1..=16).collect::<Vec<_>>());
+    let mut n = 0;
+    // SAFETY: `c` is live; `n` a live local.
+    ok(unsafe { rkv_evict(c, 16, None, null_mut(), &mut n) });
+    assert_eq!(n, 16);
+    assert_eq!(flush(c), 0);
+    let (mut ep, mut replay) = (null(), null());
+    let mut s = rkv_publisher_stats::default();
+    // SAFETY: `p` is live; the outputs are live locals; the replay endpoint string is owned
+    // by `p` and copied before it is freed.
+    let replay = unsafe {
+        ok(rkv_publisher_endpoint(p, &mut ep, &mut replay));
+        for _ in 0..1000 {
+            ok(rkv_publisher_counters(p, &mut s));
+            if s.published == 1 {
+                break;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(5));
+        }
+        CStr::from_ptr(replay).to_str().unwrap().to_owned()
+    };
+    assert_eq!(s.published, 1);
+    let ctx = zmq::Context::new();
+    let client = ctx.socket(zmq::DEALER).unwrap();
+    client.set_rcvtimeo(5000).unwrap();
+    client.connect(&replay).unwrap();
+    client.send_multipart([&b""[..], &0u64.to_be_bytes()], 0).unwrap();
+    let m = client.recv_multipart(0).expect("a replay answer");
+    let d = decode_batch(&m[2]).unwrap();
+    let stored = EventGroup {
+        group_idx: Some(3),
+        kind: Some(KvCacheSpecKind::SlidingWindow),
+        sliding_window: Some(4096),
+    };
+    let removed = EventGroup { group_idx: Some(3), kind: None, sliding_window: None };
+    assert_eq!(d.groups, vec![stored, removed]);
+    // SAFETY: `p` and `c` are live and no longer used afterwards.
+    unsafe {
+        rkv_publisher_free(p);
+        rkv_cache_free(c);
+    }
+}

@@ -10,7 +10,7 @@ use std::sync::mpsc::{Receiver, Sender, channel};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use radixkv::events::wire::{WireOptions, encode_batch};
+use radixkv::events::wire::{KvGroup, WireOptions, encode_batch};
 use radixkv::events::{EventBatch, EventSink, KvEvent, SinkOptions};
 use radixkv_indexer::client::{Response, get, post_json};
 use radixkv_indexer::{Config, Indexer};
@@ -408,8 +408,13 @@ impl FakePublisher {
 
     /// Keeps `events` as batch `seq` for replay and, when `live`, sends it on PUB.
     pub fn batch(&self, seq: u64, events: &[KvEvent], live: bool) {
-        let payload =
-            encode_batch(&EventBatch { ts: 0.0, events: events.to_vec() }, &WireOptions::default());
+        self.batch_of(seq, events, live, KvGroup::default());
+    }
+
+    /// `batch` as a cache of KV cache group `group` publishes it.
+    pub fn batch_of(&self, seq: u64, events: &[KvEvent], live: bool, group: KvGroup) {
+        let o = WireOptions { group, ..Default::default() };
+        let payload = encode_batch(&EventBatch { ts: 0.0, events: events.to_vec() }, &o);
         self.tx.send(Cmd::Batch { seq, payload, live }).unwrap();
     }
 

@@ -136,6 +136,50 @@ fn gap_on_pub_is_repaired_by_replay() {
     svc.shutdown().unwrap();
 }
 
+/// A hybrid model's stream: the full-attention group's batches index as ever; a
+/// sliding-window group's (a store under the same engine hashes, then removals of every
+/// page the full group stored) are skipped and counted, and take nothing away.
+#[test]
+fn a_sliding_window_groups_events_are_skipped() {
+    use radixkv::events::wire::{KvCacheSpecKind, KvGroup};
+    use radixkv::events::{KvEvent, Medium};
+    let svc = start(config());
+    let reference = Reference::new();
+    let ps = prompts(16, 6);
+    let fp = FakePublisher::start();
+    let id = 8;
+    register(&svc, id, &fp.endpoint, Some(&fp.replay));
+    let mut engine = MockEngine::new(8);
+    let mut seq = join(&svc, &fp, id, &mut engine, &ps, &reference);
+    let sliding = KvGroup::new(1, KvCacheSpecKind::SlidingWindow, Some(8)).unwrap();
+    let mut skipped = 0;
+    for _ in 0..40 {
+        let ev = engine.step(&ps);
+        fp.batch(seq, &ev, true);
+        reference.apply(id, seq, &ev);
+        seq += 1;
+        let mut window: Vec<KvEvent> =
+            ev.iter().filter(|e| matches!(e, KvEvent::BlockStored { .. })).cloned().collect();
+        window.extend(ev.iter().filter_map(|e| match e {
+            KvEvent::BlockStored { block_hashes, .. } => Some(KvEvent::BlockRemoved {
+                block_hashes: block_hashes.clone(),
+                medium: Medium::Gpu,
+            }),
+            _ => None,
+        }));
+        skipped += window.len() as u64;
+        fp.batch_of(seq, &window, true, sliding);
+        reference.apply(id, seq, &[]); // the cursor moves; nothing else
+        seq += 1;
+    }
+    wait_for("the stream", 30, || cursor(&svc, id) == Some(seq));
+    check_exact(&svc, &ps, &reference);
+    assert!(skipped > 0);
+    assert_eq!(metric(&svc, "radixkv_indexer_other_group_events_total"), skipped);
+    assert_eq!(metric(&svc, "radixkv_indexer_gap_clears_total"), 0);
+    svc.shutdown().unwrap();
+}
+
 #[test]
 fn restarted_publisher_is_never_credited_its_old_blocks() {
     let svc = start(config());

@@ -6,6 +6,7 @@
 mod alloc_free;
 mod bad_input;
 mod basic;
+mod groups;
 mod peers;
 mod prop;
 pub mod reference;

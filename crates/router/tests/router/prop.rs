@@ -154,6 +154,7 @@ impl Harness {
             encoding,
             signed_hashes: self.n.is_multiple_of(3),
             data_parallel_rank: w.dp_rank as i64,
+            ..Default::default()
         };
         let payload = encode_batch(&EventBatch { ts: 1.5, events: vec![ev] }, &opts);
         let outcome = self.reference.batch_seq(w, seq, self.refuse_gaps);
