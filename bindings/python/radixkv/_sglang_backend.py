@@ -234,6 +234,8 @@ class RadixKvCache(BasePrefixCache):
         self._ns_key: Dict[int, Tuple[Any, Any]] = {0: (None, None)}
         self.root_node = _Root(self, 0, array("q"), 0, 0, RadixKey(token_ids=array("q"), extra_key=None), self._gen)
         self._empty_device_indices = torch.empty((0,), dtype=torch.int64, device=self.device)
+        self._rows_of: Any = None  # the pool table `_rows` holds views of
+        self._rows: Dict[int, torch.Tensor] = {}
         self._empty_match_result = RadixKvMatchResult(
             device_prefix_len=0,
             last_device_node=self.root_node,
@@ -306,6 +308,14 @@ class RadixKvCache(BasePrefixCache):
             return self._empty_match_result
         m, kept = self._n.prefix_match(ns, key.token_ids, start, stop)
         if m == 0:
+            req = params.req
+            if req is not None and kept is not None:
+                # A miss: the request's checkpoint takes the converted key from the request
+                # (there is no node to keep it), instead of converting the key again.
+                try:
+                    req._radixkv_kept = (key.token_ids, start, ns, self._gen, kept)
+                except AttributeError:  # a request type that takes no new attributes
+                    pass
             return self._empty_match_result
         node = RadixKvNode(self, ns, key.token_ids, start, start + m, key, self._gen, kept)
         # device_prefix_len, last_device_node, last_host_node, best_match_node, the rest.
@@ -461,7 +471,14 @@ class RadixKvCache(BasePrefixCache):
         key_len = stop - start
         kv = req.kv
         protected = kv.cache_protected_len
-        row = self.req_to_token_pool.req_to_token[kv.req_pool_idx]
+        # The request's row of the pool (a view, made once per pool row: torch's indexing
+        # costs as much as the rest of this method's Python).
+        table = self.req_to_token_pool.req_to_token
+        if table is not self._rows_of:
+            self._rows_of, self._rows = table, {}
+        row = self._rows.get(kv.req_pool_idx)
+        if row is None:
+            row = self._rows[kv.req_pool_idx] = table[kv.req_pool_idx]
         old = req.lock
         old_h = 0
         kept = None
@@ -478,6 +495,13 @@ class RadixKvCache(BasePrefixCache):
                     kept = on.kept
                     on.kept = None
             req.lock = None
+        if kept is None:
+            # The key a missed match converted (see match_prefix), on the same terms.
+            miss = getattr(req, "_radixkv_kept", None)
+            if miss is not None:
+                req._radixkv_kept = None
+                if miss[0] is token_ids and miss[1] == start and miss[2] == ns and miss[3] == self._gen:
+                    kept = miss[4]
         if key_len == 0:
             if old_h:
                 self._n.span_release(old_h)

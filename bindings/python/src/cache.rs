@@ -934,7 +934,8 @@ impl NativeCache {
 
     /// As `span_match_len`, and the matched prefix kept: `(length, Prefix or None)`. The
     /// `Prefix` keeps the whole span converted (its first `length` tokens are the match),
-    /// for the request's checkpoint to take (`span_checkpoint(kept=...)`).
+    /// for the request's checkpoint to take (`span_checkpoint(kept=...)`); on a miss too
+    /// (length 0), None only for an empty span.
     fn prefix_match(
         &self,
         py: Python<'_>,
@@ -951,9 +952,10 @@ impl NativeCache {
             let mut runs: Vec<SlotRun> = Vec::new();
             Ok((c.match_prefix(ns, t, &mut runs), runs))
         })?;
-        if m == 0 {
+        if toks.is_empty() {
             return Ok((0, None));
         }
+        // Kept on a miss too: the request's checkpoint takes the converted key.
         Ok((m, Some(Prefix::new(ns, toks, Some(runs)))))
     }
 

@@ -198,7 +198,7 @@ class TestRadixKvCache(unittest.TestCase):
                         kv=SimpleNamespace(req_pool_idx=0, cache_protected_len=0, cache_inserted_len=0, swa_evict_floor=0),
                         extra_key=None, cache_salt=None, priority=None, lock=None, last_node=None,
                     )
-                    r = cache.match_prefix(MatchPrefixParams(key=RadixKey(tokens, None, limit=n - 1)))
+                    r = cache.match_prefix(MatchPrefixParams(key=RadixKey(tokens, None, limit=n - 1), req=req))
                     m = r.device_prefix_len
                     req.last_node = r.last_device_node
                     req.prefix_len = req.kv.cache_protected_len = m
@@ -263,7 +263,7 @@ class TestRadixKvCache(unittest.TestCase):
                             kv=SimpleNamespace(req_pool_idx=0, cache_protected_len=0, cache_inserted_len=0, swa_evict_floor=0),
                             extra_key=None, cache_salt=None, priority=None, lock=None, last_node=None,
                         )
-                        r = cache.match_prefix(MatchPrefixParams(key=RadixKey(tokens, None, limit=n - 1)))
+                        r = cache.match_prefix(MatchPrefixParams(key=RadixKey(tokens, None, limit=n - 1), req=req))
                         m = r.device_prefix_len
                         req.last_node = r.last_device_node
                         req.prefix_len = req.kv.cache_protected_len = m
@@ -285,6 +285,47 @@ class TestRadixKvCache(unittest.TestCase):
                         seen.append((m, steps, cache.protected_size(), cache.total_size(), sorted(alloc.freed)))
                     self.assertEqual(seen[0], seen[1], f"{mode}, page {page_size}, request {i}: {tokens.tolist()}")
                 caches[1][0].sanity_check()
+
+    def test_a_missed_match_hands_its_key_to_the_requests_checkpoint_only(self):
+        """A miss keeps the converted key on the request for its checkpoint (there is no node
+        to keep it); the checkpoint takes it only for the same token array, and drops it."""
+        alloc = Allocator()
+        c = RadixKvCache.create_simulated(mock_allocator=alloc)
+
+        class Pool:
+            req_to_token = torch.tensor([[70, 71, 72, 73]], dtype=torch.int32)
+
+        c.req_to_token_pool = Pool()
+        for replaced in (False, True):
+            c.reset()
+            a = array("q", [1, 2, 3, 4])
+            req = SimpleNamespace(
+                full_untruncated_fill_ids=a,
+                kv=SimpleNamespace(req_pool_idx=0, cache_protected_len=0, cache_inserted_len=0, swa_evict_floor=0),
+                extra_key=None, cache_salt=None, priority=None, lock=None, last_node=None,
+            )
+            r = c.match_prefix(MatchPrefixParams(key=RadixKey(a, None, limit=3), req=req))
+            self.assertEqual(r.device_prefix_len, 0)
+            self.assertIs(r.last_device_node, c.root_node)
+            self.assertIsNotNone(req._radixkv_kept)
+            req.lock = c.lock(r.last_device_node)
+            if replaced:  # another array, other tokens: the miss's conversion is not theirs
+                req.full_untruncated_fill_ids = array("q", [9, 8, 7, 6])
+            c.checkpoint(req, up_to=4)
+            self.assertIsNone(req._radixkv_kept)
+            cached = [9, 8, 7, 6] if replaced else [1, 2, 3, 4]
+            other = [1, 2, 3, 4] if replaced else [9, 8, 7, 6]
+            self.assertEqual(match(c, key(cached)).device_prefix_len, 4)
+            self.assertEqual(match(c, key(other)).device_prefix_len, 0)
+            c.unlock(req.lock)
+        # A request that takes no new attributes still works (nothing kept on it).
+        class Slotted:
+            __slots__ = ("full_untruncated_fill_ids",)
+
+        s = Slotted()
+        s.full_untruncated_fill_ids = array("q", [5, 5, 5])
+        r = c.match_prefix(MatchPrefixParams(key=RadixKey(s.full_untruncated_fill_ids, None), req=s))
+        self.assertEqual(r.device_prefix_len, 0)
 
     def test_a_span_names_an_out_of_range_id_by_its_index_in_the_key(self):
         c = RadixKvCache.create_simulated()
