@@ -40,8 +40,9 @@ use crate::pool::SlotPool;
 use crate::slot_run::{SlotRun, Slots, run_len};
 use crate::sync::{AtomicU64, AtomicUsize, Ordering, yield_now};
 use crate::tree::{
-    DEFAULT_SLRU_THRESHOLD, EvictionPolicy, InsertOptions, LockGuard, NamespaceStats, PrefixLock,
-    RadixTree, SlotSink, SlotSource, Stage, TreeConfig, TreeStats, cut_runs, push_differing,
+    DEFAULT_SLRU_THRESHOLD, EvictionPolicy, InsertOptions, Key, LockGuard, NamespaceStats,
+    PrefixLock, RadixTree, SlotSink, SlotSource, Stage, TreeConfig, TreeStats, cut_runs,
+    push_differing,
 };
 
 /// How many times [`Cache::alloc`] tries again, at most, when it found nothing to evict
@@ -289,15 +290,16 @@ impl Cache {
     /// [`Cache::release`]. See [`RadixTree::match_and_lock`]. With a host tier, as
     /// [`Cache::lookup_and_lock`].
     #[inline]
-    pub fn match_and_lock<S: SlotSink>(
+    pub fn match_and_lock<'k, S: SlotSink>(
         &self,
         ns: u64,
-        tokens: &[u32],
+        tokens: impl Into<Key<'k>>,
         out: &mut S,
     ) -> LockGuard<'_> {
+        let key = tokens.into();
         match self.tiered() {
-            None => self.tree.match_and_lock(ns, tokens, out),
-            Some(t) => t.match_and_lock(ns, tokens, out).0,
+            None => self.tree.match_and_lock(ns, key, out),
+            Some(t) => t.match_and_lock(ns, key.tokens(), out).0,
         }
     }
 
@@ -337,11 +339,13 @@ impl Cache {
 
     /// [`Cache::insert_with`] that also pins `tokens[..n]` atomically with the insert
     /// (chunked prefill; a request that keeps running: release its old lock afterwards).
-    /// The guard unpins when dropped; [`LockGuard::into_raw`] detaches it.
-    pub fn insert_and_lock<'s>(
+    /// The guard unpins when dropped; [`LockGuard::into_raw`] detaches it. `tokens`: a
+    /// slice, or a shared buffer ([`crate::tree::Key`]) the lock then references instead of
+    /// copying.
+    pub fn insert_and_lock<'s, 'k>(
         &self,
         ns: u64,
-        tokens: &[u32],
+        tokens: impl Into<Key<'k>>,
         slots: impl Into<Slots<'s>>,
         opts: InsertOptions,
     ) -> Result<(usize, LockGuard<'_>)> {
@@ -350,38 +354,41 @@ impl Cache {
     }
 
     /// The insert behind [`Cache::insert_with`] and [`Cache::insert_and_lock`].
-    pub(crate) fn insert_slots(
+    pub(crate) fn insert_slots<'k>(
         &self,
         ns: u64,
-        tokens: &[u32],
+        tokens: impl Into<Key<'k>>,
         slots: Slots<'_>,
         pin: bool,
         opts: InsertOptions,
     ) -> Result<(usize, Option<PrefixLock>)> {
+        let key = tokens.into();
         if let Some(t) = self.tiered() {
-            return t.insert_slots(ns, tokens, slots, pin, opts);
+            return t.insert_slots(ns, key.tokens(), slots, pin, opts);
         }
         match slots {
-            Slots::List(s) => self.insert_impl(ns, tokens, s, pin, opts, None),
-            Slots::Runs(r) => self.insert_runs_impl(ns, tokens, r, pin, opts),
+            Slots::List(s) => self.insert_impl(ns, key, s, pin, opts, None),
+            Slots::Runs(r) => self.insert_runs_impl(ns, key, r, pin, opts),
         }
     }
 
     /// The insert behind the public variants; `cached` (if given) receives the cached slots
     /// of `tokens[..existing]`.
-    pub(crate) fn insert_impl(
+    pub(crate) fn insert_impl<'k>(
         &self,
         ns: u64,
-        tokens: &[u32],
+        tokens: impl Into<Key<'k>>,
         slots: &[u32],
         pin: bool,
         opts: InsertOptions,
         cached: Option<&mut Vec<u32>>,
     ) -> Result<(usize, Option<PrefixLock>)> {
+        let key = tokens.into();
+        let tokens = key.tokens();
         let Some(pool) = &self.pool else {
             let src = SlotSource::List(slots);
             let ok = &mut |_: usize, _: &Vec<u32>, _| Ok(());
-            return self.tree.insert_core(ns, tokens, src, pin, opts, cached, ok);
+            return self.tree.insert_core(ns, key, src, pin, opts, cached, ok);
         };
         if tokens.len() != slots.len() {
             return Err(invalid(format!(
@@ -404,25 +411,26 @@ impl Cache {
                 i += len;
             }
             if i == slots.len() {
-                return self.insert_runs_impl(ns, tokens, &runs, pin, opts);
+                return self.insert_runs_impl(ns, key, &runs, pin, opts);
             }
         }
-        self.insert_list(ns, tokens, slots, pin, opts, cached, pool)
+        self.insert_list(ns, key, slots, pin, opts, cached, pool)
     }
 
     /// The pool-mode insert of a slot list, slot by slot.
     #[allow(clippy::too_many_arguments)]
-    pub(crate) fn insert_list(
+    pub(crate) fn insert_list<'k>(
         &self,
         ns: u64,
-        tokens: &[u32],
+        tokens: impl Into<Key<'k>>,
         slots: &[u32],
         pin: bool,
         opts: InsertOptions,
         cached: Option<&mut Vec<u32>>,
         pool: &SlotPool,
     ) -> Result<(usize, Option<PrefixLock>)> {
-        let n = self.tree.aligned(tokens.len());
+        let key = tokens.into();
+        let n = self.tree.aligned(key.tokens().len());
         let mut scratch = Vec::new();
         let cached = cached.unwrap_or(&mut scratch);
         let mut release = Vec::new();
@@ -444,22 +452,23 @@ impl Cache {
             }
         };
         let src = SlotSource::List(slots);
-        self.tree.insert_core(ns, tokens, src, pin, opts, Some(cached), &mut prepare)
+        self.tree.insert_core(ns, key, src, pin, opts, Some(cached), &mut prepare)
     }
 
     fn insert_runs_impl(
         &self,
         ns: u64,
-        tokens: &[u32],
+        key: Key<'_>,
         runs: &[SlotRun],
         pin: bool,
         opts: InsertOptions,
     ) -> Result<(usize, Option<PrefixLock>)> {
+        let tokens = key.tokens();
         let src = SlotSource::runs(runs, tokens.len())?;
         let Some(pool) = &self.pool else {
             return self.tree.insert_core::<Vec<u32>>(
                 ns,
-                tokens,
+                key,
                 src,
                 pin,
                 opts,
@@ -481,7 +490,7 @@ impl Cache {
                 Stage::Commit => pool.settle_runs(&adopt, &release),
             }
         };
-        self.tree.insert_core(ns, tokens, src, pin, opts, Some(&mut cached), &mut prepare)
+        self.tree.insert_core(ns, key, src, pin, opts, Some(&mut cached), &mut prepare)
     }
 
     /// Unpins a detached lock. `InvalidLock` for another cache's lock.

@@ -31,21 +31,23 @@ impl RadixTree {
         opts: InsertOptions,
     ) -> Result<usize> {
         let src = SlotSource::of(slots.into(), tokens.len())?;
-        self.insert_plain(ns, tokens, src, false, opts).map(|(e, _)| e)
+        self.insert_plain(ns, Key::Borrowed(tokens), src, false, opts).map(|(e, _)| e)
     }
 
     /// Insert and pin `tokens[..n]` atomically (chunked prefill, or a request that keeps
     /// running: release its old lock afterwards). The guard releases the pin when dropped;
-    /// [`LockGuard::into_raw`] detaches it as a [`PrefixLock`] value.
-    pub fn insert_and_lock<'s>(
+    /// [`LockGuard::into_raw`] detaches it as a [`PrefixLock`] value. `tokens`: a slice, or a
+    /// shared buffer ([`Key`]) the lock then references instead of copying.
+    pub fn insert_and_lock<'s, 'k>(
         &self,
         ns: u64,
-        tokens: &[u32],
+        tokens: impl Into<Key<'k>>,
         slots: impl Into<Slots<'s>>,
         opts: InsertOptions,
     ) -> Result<(usize, LockGuard<'_>)> {
-        let src = SlotSource::of(slots.into(), tokens.len())?;
-        let (e, l) = self.insert_plain(ns, tokens, src, true, opts)?;
+        let key = tokens.into();
+        let src = SlotSource::of(slots.into(), key.tokens().len())?;
+        let (e, l) = self.insert_plain(ns, key, src, true, opts)?;
         Ok((e, self.guard(l.expect("a pinning insert returns a lock"))))
     }
 
@@ -53,12 +55,12 @@ impl RadixTree {
     pub(super) fn insert_plain(
         &self,
         ns: u64,
-        tokens: &[u32],
+        key: Key<'_>,
         slots: SlotSource<'_>,
         pin: bool,
         opts: InsertOptions,
     ) -> Result<(usize, Option<PrefixLock>)> {
-        self.insert_core::<Vec<u32>>(ns, tokens, slots, pin, opts, None, &mut |_, _, _| Ok(()))
+        self.insert_core::<Vec<u32>>(ns, key, slots, pin, opts, None, &mut |_, _, _| Ok(()))
     }
 
     /// The insert behind every public variant. `prepare(existing, cached, Stage::Commit)`
@@ -92,13 +94,14 @@ impl RadixTree {
     pub(crate) fn insert_core<S: SlotSink + Default>(
         &self,
         ns: u64,
-        tokens: &[u32],
+        whole: Key<'_>,
         slots: SlotSource<'_>,
         pin: bool,
         opts: InsertOptions,
         mut collect: Option<&mut S>,
         prepare: &mut dyn FnMut(usize, &S, Stage) -> Result<()>,
     ) -> Result<(usize, Option<PrefixLock>)> {
+        let tokens = whole.tokens();
         if tokens.len() != slots.len() {
             return Err(invalid(format!(
                 "{} tokens but {} slots (one slot per token)",
@@ -120,7 +123,7 @@ impl RadixTree {
             None if key.is_empty() => {
                 // Nothing to cache in a namespace that has nothing: no root for it.
                 prepare(0, &*cached, Stage::Commit)?;
-                return Ok((0, pin.then(|| self.lock_of(ns, &[]))));
+                return Ok((0, pin.then(|| self.lock_of(ns, whole, 0))));
             }
             None => {
                 // A new namespace: nothing of the key is cached.
@@ -132,6 +135,7 @@ impl RadixTree {
             tree: self,
             ns,
             key,
+            whole,
             slots,
             pin,
             opts,
@@ -161,6 +165,8 @@ struct Insert<'a, 'g, S> {
     ns: u64,
     /// The key, cut to a page multiple.
     key: &'a [u32],
+    /// The whole key as given (what a lock keeps a share of, when shared).
+    whole: Key<'a>,
     slots: SlotSource<'a>,
     pin: bool,
     opts: InsertOptions,
@@ -241,7 +247,8 @@ impl<'g, S: SlotSink> Insert<'_, 'g, S> {
                         self.tree.touch(x, self.now);
                         self.bump(x, end);
                     }
-                    let lock = self.pin.then(|| self.tree.lock_of(self.ns, self.key));
+                    let lock =
+                        self.pin.then(|| self.tree.lock_of(self.ns, self.whole, self.key.len()));
                     return Ok((existing, lock));
                 }
             }

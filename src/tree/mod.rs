@@ -159,6 +159,7 @@ mod evict;
 mod evict_index;
 mod insert;
 mod invariants;
+mod key;
 mod memory;
 mod namespace;
 mod node;
@@ -173,6 +174,8 @@ use std::fmt;
 
 use evict_index::{EvictIndex, Evicted};
 pub use invariants::TreeCensus;
+pub use key::Key;
+pub(crate) use key::LockTokens;
 pub use namespace::NamespaceStats;
 use namespace::Root;
 use node::{ChildTable, DEAD, Node, PIN_MASK, REPLACED, node_ref};
@@ -249,7 +252,7 @@ pub struct TreeStats {
 pub struct PrefixLock {
     pub(crate) tree_id: u64,
     pub(crate) ns: u64,
-    pub(crate) tokens: Box<[u32]>,
+    pub(crate) tokens: LockTokens,
 }
 
 impl PrefixLock {

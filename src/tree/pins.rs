@@ -121,25 +121,23 @@ impl RadixTree {
     /// boundary. A lock on an empty match is valid too.
     /// `out` is any [`SlotSink`], as in [`RadixTree::match_prefix`];
     /// [`LockGuard::into_raw`] detaches the lock as a [`PrefixLock`] value.
-    pub fn match_and_lock<S: SlotSink>(
+    ///
+    /// `tokens`: a slice, or a shared buffer ([`Key`]) the lock then keeps a reference to
+    /// instead of a copy of what it pinned.
+    pub fn match_and_lock<'k, S: SlotSink>(
         &self,
         ns: u64,
-        tokens: &[u32],
+        tokens: impl Into<Key<'k>>,
         out: &mut S,
     ) -> LockGuard<'_> {
-        let lock = self.lock_into(ns, tokens, out);
+        let lock = self.lock_into(ns, tokens.into(), out);
         self.guard(lock)
     }
 
     /// The match and pin behind [`RadixTree::match_and_lock`], returning the lock as a value.
-    pub(crate) fn lock_into<S: SlotSink>(
-        &self,
-        ns: u64,
-        tokens: &[u32],
-        out: &mut S,
-    ) -> PrefixLock {
-        let lock = self.lock_unrecorded(ns, tokens, out);
-        self.matches.record(tokens.len(), lock.len());
+    pub(crate) fn lock_into<S: SlotSink>(&self, ns: u64, key: Key<'_>, out: &mut S) -> PrefixLock {
+        let lock = self.lock_unrecorded(ns, key, out);
+        self.matches.record(key.tokens().len(), lock.len());
         lock
     }
 
@@ -147,12 +145,14 @@ impl RadixTree {
     /// a second lock over pages its own insert has just pinned, no match of the caller's);
     /// otherwise [`RadixTree::lock_into`], access stamps included.
     #[inline]
-    pub(crate) fn lock_unrecorded<S: SlotSink>(
+    pub(crate) fn lock_unrecorded<'k, S: SlotSink>(
         &self,
         ns: u64,
-        tokens: &[u32],
+        key: impl Into<Key<'k>>,
         out: &mut S,
     ) -> PrefixLock {
+        let key = key.into();
+        let tokens = key.tokens();
         out.clear();
         let n = self.aligned(tokens.len());
         let g = self.domain.pin();
@@ -160,7 +160,7 @@ impl RadixTree {
             None => 0,
             Some(root) => self.pin_descend(root, &tokens[..n], out, &g),
         };
-        PrefixLock { tree_id: self.id, ns, tokens: tokens[..m].into() }
+        PrefixLock { tree_id: self.id, ns, tokens: key.lock_tokens(m) }
     }
 
     /// Pins the longest cached prefix of `key`, splitting at its end; returns its length.
@@ -212,9 +212,9 @@ impl RadixTree {
         LockGuard { tree: self, lock: Some(lock) }
     }
 
-    /// A lock on `key` of `ns`.
-    pub(super) fn lock_of(&self, ns: u64, key: &[u32]) -> PrefixLock {
-        PrefixLock { tree_id: self.id, ns, tokens: key.into() }
+    /// A lock on the first `n` tokens of `key` in `ns`.
+    pub(super) fn lock_of(&self, ns: u64, key: Key<'_>, n: usize) -> PrefixLock {
+        PrefixLock { tree_id: self.id, ns, tokens: key.lock_tokens(n) }
     }
 
     /// Unpins what `lock` pinned. `InvalidLock` for a lock of another tree.

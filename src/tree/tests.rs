@@ -93,7 +93,7 @@ fn inserts_that_cache_nothing_leave_no_namespace_behind() {
     // A refused insert (its prepare step fails) that created the root reclaims it.
     let r = t.insert_core::<Vec<u32>>(
         9,
-        &[1, 2, 3, 4],
+        Key::Borrowed(&[1, 2, 3, 4]),
         SlotSource::List(&[1, 2, 3, 4]),
         false,
         InsertOptions::default(),

@@ -306,7 +306,7 @@ class RadixKvCache(BasePrefixCache):
         ns, start, stop = self._span(key)
         if stop == start:
             return self._empty_match_result
-        m, kept = self._n.prefix_match(ns, key.token_ids, start, stop)
+        m, kept = self._n.prefix_match(ns, key.token_ids, start, stop, len(key.token_ids))
         if m == 0:
             req = params.req
             if req is not None and kept is not None:

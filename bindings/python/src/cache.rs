@@ -18,13 +18,15 @@ use pyo3::types::{PyByteArray, PyList};
 use radixkv::events::hash::HashMode;
 use radixkv::events::{Medium, NamespaceMeta};
 use radixkv::tier::HostCopier;
-use radixkv::tree::{DEFAULT_SLRU_THRESHOLD, InsertOptions, checked_priority};
+use radixkv::tree::{DEFAULT_SLRU_THRESHOLD, InsertOptions, Key, checked_priority};
 use radixkv::{Cache, CacheOptions, EventOptions, EvictionPolicy, PrefixLock, SlotRun};
 
 use crate::closable::Closable;
 use crate::errors::*;
 pub(crate) use crate::event_rows::event_rows;
-use crate::input::{Input, OutOfRange, View, to_input, to_input_span, to_input_span_held, to_runs};
+use crate::input::{
+    Input, OutOfRange, View, to_input, to_input_span_held, to_runs, to_shared_span,
+};
 pub(crate) use crate::locks::LockTable;
 pub use crate::prefix::Prefix;
 use crate::prefix::runs_cut;
@@ -933,9 +935,11 @@ impl NativeCache {
     // per request, and the slots of the latest match or lock of them) --
 
     /// As `span_match_len`, and the matched prefix kept: `(length, Prefix or None)`. The
-    /// `Prefix` keeps the whole span converted (its first `length` tokens are the match),
-    /// for the request's checkpoint to take (`span_checkpoint(kept=...)`); on a miss too
-    /// (length 0), None only for an empty span.
+    /// `Prefix` keeps `tokens[start:max(stop, keep_to)]` converted (its first `length`
+    /// tokens are the match; `keep_to` past `stop`: the rest of the request's key, which its
+    /// checkpoint then takes without converting), on a miss too (length 0); None only for
+    /// an empty span.
+    #[pyo3(signature = (ns, tokens, start, stop, keep_to=0))]
     fn prefix_match(
         &self,
         py: Python<'_>,
@@ -943,11 +947,16 @@ impl NativeCache {
         tokens: &Bound<'_, PyAny>,
         start: usize,
         stop: usize,
+        keep_to: usize,
     ) -> PyResult<(usize, Option<Prefix>)> {
-        let Input::Owned(toks) = to_input_span(tokens, "tokens", start, stop)? else {
-            unreachable!("to_input_span returns its own ids")
+        let toks = match to_shared_span(tokens, "tokens", start, stop.max(keep_to)) {
+            Ok(t) => t,
+            // Something past the match's span is not an id: not the match's to refuse (its
+            // span converted alone raises what is wrong within it, if anything).
+            Err(_) if keep_to > stop => to_shared_span(tokens, "tokens", start, stop)?,
+            Err(e) => return Err(e),
         };
-        let t = &toks;
+        let t = &toks[..toks.len().min(stop.saturating_sub(start))];
         let (m, runs) = self.with(py, "RadixKvCache.match_prefix", |c| {
             let mut runs: Vec<SlotRun> = Vec::new();
             Ok((c.match_prefix(ns, t, &mut runs), runs))
@@ -969,12 +978,12 @@ impl NativeCache {
         n: usize,
     ) -> PyResult<(u64, usize, i64)> {
         let p = prefix.get();
-        let kept = p.toks();
-        let toks = &kept[..n.min(kept.len())];
+        // The lock keeps a share of the prefix's buffer, not a copy of its tokens.
+        let key = Key::Shared(&p.toks, n.min(p.toks.len()));
         self.with(py, "RadixKvCache.inc_lock_ref", |c| {
             let before = c.tree().stats().evictable_tokens as i64;
             let mut runs: Vec<SlotRun> = Vec::new();
-            let lock = c.tree().match_and_lock(p.ns, toks, &mut runs).into_raw();
+            let lock = c.tree().match_and_lock(p.ns, key, &mut runs).into_raw();
             let delta = c.tree().stats().evictable_tokens as i64 - before;
             *p.slots.lock().unwrap_or_else(|e| e.into_inner()) = Some(runs);
             let (h, n) = self.hold(lock);
@@ -999,8 +1008,7 @@ impl NativeCache {
             let mut slots = p.slots.lock().unwrap_or_else(|e| e.into_inner());
             if rematch || slots.is_none() {
                 let mut runs: Vec<SlotRun> = Vec::new();
-                let kept = p.toks();
-                c.match_prefix(p.ns, &kept[..n.min(kept.len())], &mut runs);
+                c.match_prefix(p.ns, &p.toks[..n.min(p.toks.len())], &mut runs);
                 *slots = Some(runs);
             }
             Ok(runs_cut(slots.as_deref().unwrap_or_default(), 0, n))
@@ -1019,9 +1027,10 @@ impl NativeCache {
     /// `kept`: the `Prefix` of the request's match (or of its last checkpoint) when it was
     /// made from the same `tokens` object, from the same `start`, in the same namespace, and
     /// the caller's tokens only grow (SGLang's request token arrays are append-only): its
-    /// converted tokens are taken (the `Prefix` is emptied; the caller drops it) and only
-    /// the rest of the span is converted. The values are read in place, with the GIL held
-    /// for the whole call (no copy of the row; no Python thread can write it meanwhile).
+    /// converted tokens are used (shared: the new lock and the returned `Prefix` keep a
+    /// reference to the same buffer), and only a part of the span past them is converted
+    /// (then into a new buffer). The values are read in place, with the GIL held for the
+    /// whole call (no copy of the row; no Python thread can write it meanwhile).
     #[allow(clippy::too_many_arguments)]
     #[pyo3(signature = (ns, tokens, start, stop, values, vstart, dup_from, old, priority=0, inserted_len=0, kept=None))]
     fn span_checkpoint<'py>(
@@ -1040,28 +1049,19 @@ impl NativeCache {
         kept: Option<&Bound<'py, Prefix>>,
     ) -> PyResult<(usize, u64, usize, Bound<'py, PyByteArray>, Prefix)> {
         let opts = done(py, "RadixKvCache.checkpoint", options(priority, inserted_len))?;
-        let mut toks: Vec<u32> = match kept {
+        let toks: Arc<[u32]> = match kept {
             Some(k) if k.get().ns == ns && stop > start => {
-                let mut v = std::mem::take(&mut *k.get().toks());
-                v.truncate(stop - start);
-                if v.len() < stop - start {
-                    let Input::Owned(rest) =
-                        to_input_span(tokens, "tokens", start + v.len(), stop)?
-                    else {
-                        unreachable!("to_input_span returns its own ids")
-                    };
-                    v.extend_from_slice(&rest);
+                let have = &k.get().toks;
+                if have.len() >= stop - start {
+                    Arc::clone(have)
+                } else {
+                    let rest = to_shared_span(tokens, "tokens", start + have.len(), stop)?;
+                    have.iter().chain(rest.iter()).copied().collect()
                 }
-                v
             }
-            _ => {
-                let Input::Owned(v) = to_input_span(tokens, "tokens", start, stop)? else {
-                    unreachable!("to_input_span returns its own ids")
-                };
-                v
-            }
+            _ => to_shared_span(tokens, "tokens", start, stop)?,
         };
-        let n = toks.len();
+        let n = (stop - start).min(toks.len());
         // Read in place below, with the GIL held until the call returns.
         let vals = to_input_span_held(values, "value", vstart, vstart + n)?;
         if vals.len() < n {
@@ -1082,11 +1082,12 @@ impl NativeCache {
                 .get("value", &mut scratch)
                 .map_err(|e| oor(OutOfRange { index: e.index + vstart, ..e })),
         )?;
-        let t = &toks[..];
+        let t = &toks[..n];
         let (e, h, locked, dup) = self.inner.with_held(py, "RadixKvCache.checkpoint", |c| {
-            // The insert pins what it cached in the same walk.
+            // The insert pins what it cached in the same walk; the lock keeps a share of the
+            // buffer, not a copy.
             let (e, lock) = c
-                .insert_and_lock(ns, t, sl, opts)
+                .insert_and_lock(ns, Key::Shared(&toks, n), sl, opts)
                 .map(|(e, l)| (e, l.into_raw()))
                 .map_err(|e| slot_refusal(e, Given::Slots(sl), c.pool()))?;
             let aligned = t.len() / c.page_size() * c.page_size();
@@ -1114,7 +1115,6 @@ impl NativeCache {
             Ok((e, h, locked, dup))
         })?;
         drop(vals); // the export (or reference) released, with the GIL held
-        toks.truncate(locked);
         // The slots are not kept: a later read of the node's indices matches them again.
         let prefix = Prefix::new(ns, toks, None);
         Ok((e, h, locked, i64_bytes_of_runs(py, &dup)?, prefix))

@@ -22,6 +22,7 @@
 
 use std::ffi::{CStr, c_char, c_int, c_void};
 use std::marker::PhantomData;
+use std::sync::Arc;
 
 use pyo3::exceptions::{PyOverflowError, PyTypeError, PyValueError};
 use pyo3::ffi;
@@ -198,9 +199,6 @@ impl OutOfRange {
     }
 }
 
-/// Room left past a converted int64 key (see [`View::get`]): a page of 16 ids, or more.
-const SPARE_IDS: usize = 64;
-
 impl<'a> View<'a> {
     /// The elements `start..stop` (clamped to the view).
     pub fn narrow(self, start: usize, stop: usize) -> View<'a> {
@@ -263,11 +261,9 @@ impl<'a> View<'a> {
                     let s: &[u64] = typed!(u64);
                     // One pass: narrow each value into the scratch's spare room (not zeroed
                     // first: one write per id) and gather the high bits (vectorized); look
-                    // for the culprit only when some value was out of range. A little room
-                    // is left past the ids, so a caller that appends the key's next tokens
-                    // (the checkpoint after a match one token short) does not reallocate.
+                    // for the culprit only when some value was out of range.
                     scratch.clear();
-                    scratch.reserve(s.len() + SPARE_IDS);
+                    scratch.reserve(s.len());
                     let mut high = 0u64;
                     for (d, &x) in scratch.spare_capacity_mut().iter_mut().zip(s) {
                         d.write(x as u32);
@@ -492,6 +488,65 @@ pub fn to_input_span(
     start: usize,
     stop: usize,
 ) -> PyResult<Input> {
+    let (sub, keep, start) = match span_memory(obj, what, start, stop)? {
+        Spanned::Ids(v) => return Ok(Input::Owned(v)),
+        Spanned::Memory { sub, keep, start } => (sub, keep, start),
+    };
+    read_memory(sub, keep, start, what).map(Input::Owned)
+}
+
+/// [`to_input_span`] into a shared, immutable buffer (what a radixkv lock can keep a
+/// reference to instead of a copy: [`radixkv::tree::Key`]). Contiguous, aligned int64 or
+/// uint64 memory in this machine's byte order (an `array('q')`, a CPU tensor, a NumPy
+/// array) is narrowed straight into the buffer, one write per id; anything else is
+/// converted as [`to_input_span`] converts it, then moved in (one copy).
+pub fn to_shared_span(
+    obj: &Bound<'_, PyAny>,
+    what: &'static str,
+    start: usize,
+    stop: usize,
+) -> PyResult<Arc<[u32]>> {
+    let (sub, keep, start) = match span_memory(obj, what, start, stop)? {
+        Spanned::Ids(v) => return Ok(v.into()),
+        Spanned::Memory { sub, keep, start } => (sub, keep, start),
+    };
+    let k = sub.kind;
+    let direct = k.size == 8
+        && !k.swapped
+        && (sub.stride == 8 || sub.n <= 1)
+        && (sub.ptr as usize).is_multiple_of(8);
+    if !direct || sub.n == 0 {
+        return read_memory(sub, keep, start, what).map(Arc::from);
+    }
+    // SAFETY: `sub` names `n` readable, aligned, contiguous 8-byte elements of the caller's
+    // memory (checked above), which `keep` keeps alive until it is dropped below; the GIL is
+    // held throughout, so no Python thread writes them meanwhile. Every bit pattern is a
+    // `u64`.
+    let s: &[u64] = unsafe { std::slice::from_raw_parts(sub.ptr.cast::<u64>(), sub.n) };
+    let mut buf = Arc::<[u32]>::new_uninit_slice(s.len());
+    let dst = Arc::get_mut(&mut buf).expect("a new buffer has one owner");
+    let mut high = 0u64;
+    for (d, &x) in dst.iter_mut().zip(s) {
+        d.write(x as u32);
+        high |= x;
+    }
+    if high >> 32 != 0 {
+        let i = s.iter().position(|&x| x >> 32 != 0).unwrap_or(0);
+        let v = if k.signed { s[i] as i64 as i128 } else { s[i] as i128 };
+        return Err(OutOfRange { what, index: i + start, value: v }.into_err());
+    }
+    drop(keep);
+    // SAFETY: the loop above wrote every element (`dst` and `s` have the same length).
+    Ok(unsafe { buf.assume_init() })
+}
+
+/// `obj[start:stop]`'s memory or ids (see [`to_input_span`]).
+fn span_memory(
+    obj: &Bound<'_, PyAny>,
+    what: &'static str,
+    start: usize,
+    stop: usize,
+) -> PyResult<Spanned> {
     if obj.is_instance_of::<PyString>()
         || obj.is_instance_of::<PyBytes>()
         || obj.is_instance_of::<PyByteArray>()
@@ -517,9 +572,9 @@ pub fn to_input_span(
         let stop = stop.min(v.len());
         v.truncate(stop);
         v.drain(..start.min(stop));
-        return Ok(Input::Owned(v));
+        return Ok(Spanned::Ids(v));
     };
-    let Input::Borrowed(r, keep) = raw else { return Ok(raw) };
+    let Input::Borrowed(r, keep) = raw else { unreachable!("memory is borrowed") };
     let stop = stop.min(r.n);
     let start = start.min(stop);
     // The span's first element: `start < n` elements in when the span is not empty, so
@@ -530,6 +585,18 @@ pub fn to_input_span(
         stride: r.stride,
         kind: r.kind,
     };
+    Ok(Spanned::Memory { sub, keep, start })
+}
+
+/// The span of `obj` a conversion reads: ids already read off a sequence, or the caller's
+/// memory (`sub`, kept alive by `keep`; `start`: the span's first index in `obj`).
+enum Spanned {
+    Ids(Vec<u32>),
+    Memory { sub: Raw, keep: Keep, start: usize },
+}
+
+/// Reads a [`Spanned::Memory`] span into ids of its own (with the GIL held).
+fn read_memory(sub: Raw, keep: Keep, start: usize, what: &'static str) -> PyResult<Vec<u32>> {
     let mut sc = Vec::new();
     // The view reads the caller's memory (kept alive by `keep`, dropped below) with the GIL
     // held, as `settle` copies it: no Python thread writes it meanwhile.
@@ -549,7 +616,7 @@ pub fn to_input_span(
         unsafe { std::slice::from_raw_parts(p, n) }.to_vec()
     };
     drop(keep);
-    Ok(Input::Owned(v))
+    Ok(v)
 }
 
 /// `obj[start:stop]` (clamped) as `u32` ids **read in place**: for memory (buffers, CPU

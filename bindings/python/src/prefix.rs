@@ -1,31 +1,26 @@
 //! `radixkv._radixkv.Prefix`: the matched prefix an SGLang backend node keeps.
 
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 
 use pyo3::prelude::*;
 use radixkv::SlotRun;
 
 /// A matched prefix the SGLang backend's node keeps (`prefix_match`, `span_checkpoint`):
-/// its namespace, the request's key as `u32` (the whole span the match was asked for,
-/// converted once per request: the node's prefix is its first tokens, and the request's
-/// checkpoint takes the rest instead of converting the key again), and the slots of its
-/// latest match or lock (None: not known, matched again when asked for).
+/// its namespace, the request's key as `u32` in a shared buffer (the whole token array
+/// from the span's start, converted once per request: the node's prefix is its first
+/// tokens, the request's checkpoint takes the rest instead of converting the key again, and
+/// the locks of it keep a reference to the buffer, not a copy), and the slots of its latest
+/// match or lock (None: not known, matched again when asked for).
 #[pyclass(frozen, module = "radixkv._radixkv")]
 pub struct Prefix {
     pub(crate) ns: u64,
-    /// Emptied when a checkpoint takes them (`span_checkpoint(kept=...)`): the backend drops
-    /// its reference to this `Prefix` then.
-    pub(crate) toks: Mutex<Vec<u32>>,
+    pub(crate) toks: Arc<[u32]>,
     pub(crate) slots: Mutex<Option<Vec<SlotRun>>>,
 }
 
 impl Prefix {
-    pub(crate) fn new(ns: u64, toks: Vec<u32>, slots: Option<Vec<SlotRun>>) -> Self {
-        Prefix { ns, toks: Mutex::new(toks), slots: Mutex::new(slots) }
-    }
-
-    pub(crate) fn toks(&self) -> std::sync::MutexGuard<'_, Vec<u32>> {
-        self.toks.lock().unwrap_or_else(|e| e.into_inner())
+    pub(crate) fn new(ns: u64, toks: Arc<[u32]>, slots: Option<Vec<SlotRun>>) -> Self {
+        Prefix { ns, toks, slots: Mutex::new(slots) }
     }
 }
 
@@ -33,7 +28,7 @@ impl Prefix {
 impl Prefix {
     /// The tokens it keeps (the node's prefix and the rest of the key it was matched for).
     fn __len__(&self) -> usize {
-        self.toks().len()
+        self.toks.len()
     }
 }
 
