@@ -363,7 +363,7 @@ impl Cache {
         }
         match slots {
             Slots::List(s) => self.insert_impl(ns, tokens, s, pin, opts, None),
-            Slots::Runs(r) => self.insert_runs_impl(ns, tokens, r, pin, opts),
+            Slots::Runs(r) => self.insert_runs_impl(ns, tokens, r, pin, opts, None),
         }
     }
 
@@ -404,7 +404,7 @@ impl Cache {
                 i += len;
             }
             if i == slots.len() {
-                return self.insert_runs_impl(ns, tokens, &runs, pin, opts);
+                return self.insert_runs_impl(ns, tokens, &runs, pin, opts, None);
             }
         }
         self.insert_list(ns, tokens, slots, pin, opts, cached, pool)
@@ -447,13 +447,16 @@ impl Cache {
         self.tree.insert_core(ns, tokens, src, pin, opts, Some(cached), &mut prepare)
     }
 
-    fn insert_runs_impl(
+    /// The insert of slot runs; `cached_out` (if given) receives the runs of the cached
+    /// slots of `tokens[..existing]`.
+    pub(crate) fn insert_runs_impl(
         &self,
         ns: u64,
         tokens: &[u32],
         runs: &[SlotRun],
         pin: bool,
         opts: InsertOptions,
+        cached_out: Option<&mut Vec<SlotRun>>,
     ) -> Result<(usize, Option<PrefixLock>)> {
         let src = SlotSource::runs(runs, tokens.len())?;
         let Some(pool) = &self.pool else {
@@ -468,7 +471,8 @@ impl Cache {
             );
         };
         let n = self.tree.aligned(tokens.len());
-        let mut cached: Vec<SlotRun> = Vec::new();
+        let mut own: Vec<SlotRun> = Vec::new();
+        let cached = cached_out.unwrap_or(&mut own);
         let (mut adopt, mut release) = (Vec::new(), Vec::new());
         let mut prepare = |existing: usize, have: &Vec<SlotRun>, stage: Stage| -> Result<()> {
             adopt.clear();
@@ -481,7 +485,7 @@ impl Cache {
                 Stage::Commit => pool.settle_runs(&adopt, &release),
             }
         };
-        self.tree.insert_core(ns, tokens, src, pin, opts, Some(&mut cached), &mut prepare)
+        self.tree.insert_core(ns, tokens, src, pin, opts, Some(cached), &mut prepare)
     }
 
     /// Unpins a detached lock. `InvalidLock` for another cache's lock.
