@@ -127,6 +127,8 @@ pub mod copier;
 pub mod cuda;
 pub(crate) mod host_index;
 mod load;
+#[cfg(not(loom))]
+mod memo;
 mod pages;
 mod types;
 pub use compat::TieredCache;
@@ -312,6 +314,7 @@ fn bump(c: &StatU64, n: usize) {
 }
 
 impl Shared {
+    #[cfg(loom)]
     fn hasher(&self, ns: u64) -> PageHasher {
         match self.events.get() {
             Some(s) => s.namespace(ns).hasher.clone(),
@@ -319,10 +322,19 @@ impl Shared {
         }
     }
 
-    /// The page hashes of `tokens` (whole pages) in namespace `ns`.
+    /// The page hashes of `tokens` (whole pages) in namespace `ns` (the thread's memo
+    /// hashes a request's prompt once for its lookup, load-back and insert: `memo.rs`).
     fn hashes(&self, ns: u64, tokens: &[u32]) -> Vec<u64> {
-        let n = tokens.len() / self.page_size * self.page_size;
-        self.hasher(ns).block_hashes(&tokens[..n], self.page_size)
+        let p = self.page_size;
+        let n = tokens.len() / p * p;
+        #[cfg(not(loom))]
+        {
+            let info = self.events.get().map(|s| s.namespace(ns));
+            let hasher = info.as_ref().map_or(&self.default_hasher, |i| &i.hasher).clone();
+            memo::hashes(ns, p, info, &hasher, &tokens[..n])
+        }
+        #[cfg(loom)]
+        self.hasher(ns).block_hashes(&tokens[..n], p)
     }
 
     fn host(&self) -> crate::sync::MutexGuard<'_, HostIndex> {
