@@ -160,8 +160,9 @@ struct DevPage {
     hash: AtomicU64,
     /// Parent page's hash, or [`NO_PARENT`].
     parent: AtomicU64,
-    /// `[63] BACKED | [62..0]` inserts that reached it since it was cached
-    /// (`write_through_selective`). `BACKED`: a host entry names this page as resident; set
+    /// `[63] BACKED | [62..0]` inserts that reached it since it was cached (counted only
+    /// under `write_through_selective`, the one policy that compares the count with a
+    /// threshold above 1; the others only read the word, for `BACKED`). `BACKED`: a host entry names this page as resident; set
     /// only while the page is pinned (a backup's commit, an insert finding the host copy, a
     /// load-back), cleared with the count when the page leaves the device (the eviction
     /// hook) or is reused (`set_page`), and cleared alone when the entry that named it goes
@@ -821,10 +822,19 @@ impl<'a> Tiered<'a> {
             WritePolicy::WriteThroughSelective => sh.opts.write_threshold as u64,
             WritePolicy::WriteBack => u64::MAX,
         };
+        // Only `write_through_selective` compares the count with a threshold above 1: the
+        // other policies read the word (for `BACKED`) without counting.
+        let count = sh.opts.write_policy == WritePolicy::WriteThroughSelective;
         let mut hits = Vec::with_capacity(n / p);
         for i in 0..n / p {
-            // Relaxed: a counter; its races only shift when a backup starts.
-            hits.push(sh.pages[dev_page(i) as usize].hits.fetch_add(1, Ordering::Relaxed) + 1);
+            let d = &sh.pages[dev_page(i) as usize].hits;
+            // Relaxed: a counter; its races only shift when a backup starts. A read of
+            // `BACKED` that misses a racing change takes the host step needlessly (under the
+            // host lock it finds the entry) or skips it once (a backup delayed), as a read
+            // just before the change would (see `Shared::abort`).
+            let h =
+                if count { d.fetch_add(1, Ordering::Relaxed) } else { d.load(Ordering::Relaxed) };
+            hits.push(h + 1);
         }
         // Host step: pages with a host copy are resident again; pages at the threshold
         // without one get a writing entry. A page that was on the device before this insert
