@@ -169,7 +169,7 @@ impl Cache {
     ) -> Result<(usize, Option<PrefixLock>)> {
         match self.tiered() {
             None => self.insert_impl(ns, tokens, slots, true, opts, Some(cached)),
-            Some(t) => t.insert_inner(ns, tokens, slots, opts, true, Some(cached)),
+            Some(t) => t.insert_inner(ns, tokens, Slots::List(slots), opts, true, Some(cached)),
         }
     }
 }

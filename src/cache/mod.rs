@@ -368,7 +368,7 @@ impl Cache {
         }
         match slots {
             Slots::List(s) => self.insert_impl(ns, key, s, pin, opts, None),
-            Slots::Runs(r) => self.insert_runs_impl(ns, key, r, pin, opts),
+            Slots::Runs(r) => self.insert_runs_impl(ns, key, r, pin, opts, None),
         }
     }
 
@@ -411,7 +411,7 @@ impl Cache {
                 i += len;
             }
             if i == slots.len() {
-                return self.insert_runs_impl(ns, key, &runs, pin, opts);
+                return self.insert_runs_impl(ns, key, &runs, pin, opts, None);
             }
         }
         self.insert_list(ns, key, slots, pin, opts, cached, pool)
@@ -455,14 +455,18 @@ impl Cache {
         self.tree.insert_core(ns, key, src, pin, opts, Some(cached), &mut prepare)
     }
 
-    fn insert_runs_impl(
+    /// The insert of slot runs; `cached_out` (if given) receives the runs of the cached
+    /// slots of `tokens[..existing]`.
+    pub(crate) fn insert_runs_impl<'k>(
         &self,
         ns: u64,
-        key: Key<'_>,
+        tokens: impl Into<Key<'k>>,
         runs: &[SlotRun],
         pin: bool,
         opts: InsertOptions,
+        cached_out: Option<&mut Vec<SlotRun>>,
     ) -> Result<(usize, Option<PrefixLock>)> {
+        let key = tokens.into();
         let tokens = key.tokens();
         let src = SlotSource::runs(runs, tokens.len())?;
         let Some(pool) = &self.pool else {
@@ -477,7 +481,8 @@ impl Cache {
             );
         };
         let n = self.tree.aligned(tokens.len());
-        let mut cached: Vec<SlotRun> = Vec::new();
+        let mut own: Vec<SlotRun> = Vec::new();
+        let cached = cached_out.unwrap_or(&mut own);
         let (mut adopt, mut release) = (Vec::new(), Vec::new());
         let mut prepare = |existing: usize, have: &Vec<SlotRun>, stage: Stage| -> Result<()> {
             adopt.clear();
@@ -490,7 +495,7 @@ impl Cache {
                 Stage::Commit => pool.settle_runs(&adopt, &release),
             }
         };
-        self.tree.insert_core(ns, key, src, pin, opts, Some(&mut cached), &mut prepare)
+        self.tree.insert_core(ns, key, src, pin, opts, Some(cached), &mut prepare)
     }
 
     /// Unpins a detached lock. `InvalidLock` for another cache's lock.

@@ -429,6 +429,28 @@ impl SlotPool {
         Some(SlotState::from_u8(v))
     }
 
+    /// [`SlotPool::state`] of each of `slots` (each inside the pool), in order, into `out`:
+    /// one stripe lock at a time, taken once for each stretch of slots in that stripe.
+    pub(crate) fn states(&self, slots: &[u32], out: &mut Vec<SlotState>) {
+        out.clear();
+        let mut held: Option<usize> = None;
+        for &slot in slots {
+            let s = slot as usize;
+            let stripe = self.stripe_of(s);
+            if held != Some(stripe) {
+                if let Some(h) = held {
+                    self.unlock_stripe(h);
+                }
+                self.lock_stripe(stripe);
+                held = Some(stripe);
+            }
+            out.push(SlotState::from_u8(self.load_state(s, Ordering::Acquire)));
+        }
+        if let Some(h) = held {
+            self.unlock_stripe(h);
+        }
+    }
+
     /// Hands Held slots over to the tree (`Held -> Cached`).
     ///
     /// Refused whole, changing nothing, with [`Error::Slot`] if any slot is outside the

@@ -112,8 +112,10 @@ impl Tiered<'_> {
             let parent = k.checked_sub(1).map(|j| hashes[j]);
             sh.set_page(new[i * p] / p as u32, ns, hashes[k], parent, page_tokens(tokens, k, p));
         }
-        let hst: Vec<u32> =
-            pinned.iter().flat_map(|&id| (0..p as u32).map(move |j| id * p as u32 + j)).collect();
+        let mut hst: Vec<u32> = Vec::with_capacity(m * p);
+        for &id in &pinned {
+            hst.extend(id * p as u32..(id + 1) * p as u32);
+        }
         bump(&sh.counters.copies_to_device, 1);
         let mut slots = prefix;
         slots.extend_from_slice(&new);

@@ -127,6 +127,9 @@ pub mod copier;
 pub mod cuda;
 pub(crate) mod host_index;
 mod load;
+#[cfg(not(loom))]
+mod memo;
+mod pages;
 mod types;
 pub use compat::TieredCache;
 pub use types::{LoadOutcome, LoadTicket, Loaded, TierMatch, TierOptions, TierStats, WritePolicy};
@@ -157,8 +160,9 @@ struct DevPage {
     hash: AtomicU64,
     /// Parent page's hash, or [`NO_PARENT`].
     parent: AtomicU64,
-    /// `[63] BACKED | [62..0]` inserts that reached it since it was cached
-    /// (`write_through_selective`). `BACKED`: a host entry names this page as resident; set
+    /// `[63] BACKED | [62..0]` inserts that reached it since it was cached (counted only
+    /// under `write_through_selective`, the one policy that compares the count with a
+    /// threshold above 1; the others only read the word, for `BACKED`). `BACKED`: a host entry names this page as resident; set
     /// only while the page is pinned (a backup's commit, an insert finding the host copy, a
     /// load-back), cleared with the count when the page leaves the device (the eviction
     /// hook) or is reused (`set_page`), and cleared alone when the entry that named it goes
@@ -311,6 +315,7 @@ fn bump(c: &StatU64, n: usize) {
 }
 
 impl Shared {
+    #[cfg(loom)]
     fn hasher(&self, ns: u64) -> PageHasher {
         match self.events.get() {
             Some(s) => s.namespace(ns).hasher.clone(),
@@ -318,10 +323,19 @@ impl Shared {
         }
     }
 
-    /// The page hashes of `tokens` (whole pages) in namespace `ns`.
+    /// The page hashes of `tokens` (whole pages) in namespace `ns` (the thread's memo
+    /// hashes a request's prompt once for its lookup, load-back and insert: `memo.rs`).
     fn hashes(&self, ns: u64, tokens: &[u32]) -> Vec<u64> {
-        let n = tokens.len() / self.page_size * self.page_size;
-        self.hasher(ns).block_hashes(&tokens[..n], self.page_size)
+        let p = self.page_size;
+        let n = tokens.len() / p * p;
+        #[cfg(not(loom))]
+        {
+            let info = self.events.get().map(|s| s.namespace(ns));
+            let hasher = info.as_ref().map_or(&self.default_hasher, |i| &i.hasher).clone();
+            memo::hashes(ns, p, info, &hasher, &tokens[..n])
+        }
+        #[cfg(loom)]
+        self.hasher(ns).block_hashes(&tokens[..n], p)
     }
 
     fn host(&self) -> crate::sync::MutexGuard<'_, HostIndex> {
@@ -711,14 +725,6 @@ impl<'a> Tiered<'a> {
         pin: bool,
         opts: InsertOptions,
     ) -> Result<(usize, Option<PrefixLock>)> {
-        let list;
-        let slots = match slots {
-            Slots::List(s) => s,
-            Slots::Runs(r) => {
-                list = r.iter().flat_map(|r| r.slots()).collect::<Vec<u32>>();
-                &list[..]
-            }
-        };
         let (existing, lock) = self.insert_inner(ns, tokens, slots, opts, pin, None)?;
         match (pin, lock) {
             (false, Some(l)) => {
@@ -738,7 +744,7 @@ impl<'a> Tiered<'a> {
         &self,
         ns: u64,
         tokens: &[u32],
-        slots: &[u32],
+        slots: Slots<'_>,
         opts: InsertOptions,
         keep: bool,
         cached_out: Option<&mut Vec<u32>>,
@@ -746,58 +752,89 @@ impl<'a> Tiered<'a> {
         self.poll();
         let sh = &*self.shared;
         let p = sh.page_size;
-        if tokens.len() != slots.len() {
+        let count = pages::slot_count(slots);
+        if tokens.len() != count {
             return Err(invalid(format!(
-                "{} tokens but {} slots (one slot per token)",
+                "{} tokens but {count} slots (one slot per token)",
                 tokens.len(),
-                slots.len()
             )));
         }
         let n = self.dev.tree().aligned(tokens.len());
         let pool = self.dev.pool().expect("a tiered cache has a device pool");
-        for (i, page) in slots[..n].chunks_exact(p).enumerate() {
-            let b = page[0];
-            if !(b as usize).is_multiple_of(p)
-                || page.iter().enumerate().any(|(j, &s)| s != b.wrapping_add(j as u32))
-            {
-                return Err(invalid(format!(
-                    "page {i}'s slots {page:?} are not one whole pool page (with a host tier, \
-                     each page's slots are the {p} consecutive slots of one pool page)"
-                )));
-            }
-            if b as usize >= pool.capacity() {
-                return Err(invalid(format!("slot {b} is outside the device pool")));
-            }
+        // Each page's first slot (the pages are whole pool pages, checked): O(pages + runs).
+        let mut bases = Vec::new();
+        if let Err(i) = pages::page_bases(slots, n, p, &mut bases) {
+            let page = pages::page_slots(slots, i, p);
+            return Err(invalid(format!(
+                "page {i}'s slots {page:?} are not one whole pool page (with a host tier, \
+                 each page's slots are the {p} consecutive slots of one pool page)"
+            )));
+        }
+        if let Some(&b) = bases.iter().find(|&&b| b as usize >= pool.capacity()) {
+            return Err(invalid(format!("slot {b} is outside the device pool")));
         }
         let hashes = sh.hashes(ns, &tokens[..n]);
         // Identity of the pages this insert may adopt (the caller's held slots), before the
         // insert publishes them.
-        for (i, page) in slots[..n].chunks_exact(p).enumerate() {
-            if pool.state(page[0]) == Some(SlotState::Held) {
+        let mut states = Vec::new();
+        pool.states(&bases, &mut states);
+        for (i, &b) in bases.iter().enumerate() {
+            if states[i] == SlotState::Held {
                 let parent = i.checked_sub(1).map(|j| hashes[j]);
-                sh.set_page(page[0] / p as u32, ns, hashes[i], parent, page_tokens(tokens, i, p));
+                sh.set_page(b / p as u32, ns, hashes[i], parent, page_tokens(tokens, i, p));
             }
         }
-        let mut cached = Vec::new();
-        let (existing, lock) =
-            self.dev.insert_impl(ns, tokens, slots, true, opts, Some(&mut cached))?;
-        let lock = lock.expect("a pinning insert returns a lock");
-        if let Some(out) = cached_out {
-            out.clone_from(&cached);
-        }
-        let dev_page = |i: usize| -> u32 {
-            let s = if i * p < existing { cached[i * p] } else { slots[i * p] };
-            s / p as u32
+        // The insert; the cached pages of `tokens[..existing]` replace the given ones in
+        // `bases` (a list's cached slots, or the runs the runs' insert hands back).
+        let (existing, lock) = match slots {
+            Slots::List(list) => {
+                let mut cached = Vec::new();
+                let r = self.dev.insert_impl(ns, tokens, list, true, opts, Some(&mut cached))?;
+                for (i, b) in bases.iter_mut().enumerate().take(r.0 / p) {
+                    *b = cached[i * p];
+                }
+                if let Some(out) = cached_out {
+                    *out = cached;
+                }
+                r
+            }
+            Slots::Runs(runs) => {
+                let mut cached = Vec::new();
+                let r =
+                    self.dev.insert_runs_impl(ns, tokens, runs, true, opts, Some(&mut cached))?;
+                let mut have = Vec::new();
+                if pages::page_bases(Slots::Runs(&cached), r.0, p, &mut have).is_err() {
+                    unreachable!("the cached pages are whole pool pages");
+                }
+                debug_assert_eq!(have.len(), r.0 / p, "the cached runs cover the existing pages");
+                bases[..have.len()].copy_from_slice(&have);
+                if let Some(out) = cached_out {
+                    out.clear();
+                    out.extend(cached.iter().flat_map(|r| r.slots()));
+                }
+                r
+            }
         };
+        let lock = lock.expect("a pinning insert returns a lock");
+        let dev_page = |i: usize| -> u32 { bases[i] / p as u32 };
         let threshold = match sh.opts.write_policy {
             WritePolicy::WriteThrough => 1,
             WritePolicy::WriteThroughSelective => sh.opts.write_threshold as u64,
             WritePolicy::WriteBack => u64::MAX,
         };
+        // Only `write_through_selective` compares the count with a threshold above 1: the
+        // other policies read the word (for `BACKED`) without counting.
+        let count = sh.opts.write_policy == WritePolicy::WriteThroughSelective;
         let mut hits = Vec::with_capacity(n / p);
         for i in 0..n / p {
-            // Relaxed: a counter; its races only shift when a backup starts.
-            hits.push(sh.pages[dev_page(i) as usize].hits.fetch_add(1, Ordering::Relaxed) + 1);
+            let d = &sh.pages[dev_page(i) as usize].hits;
+            // Relaxed: a counter; its races only shift when a backup starts. A read of
+            // `BACKED` that misses a racing change takes the host step needlessly (under the
+            // host lock it finds the entry) or skips it once (a backup delayed), as a read
+            // just before the change would (see `Shared::abort`).
+            let h =
+                if count { d.fetch_add(1, Ordering::Relaxed) } else { d.load(Ordering::Relaxed) };
+            hits.push(h + 1);
         }
         // Host step: pages with a host copy are resident again; pages at the threshold
         // without one get a writing entry. A page that was on the device before this insert
@@ -850,14 +887,17 @@ impl<'a> Tiered<'a> {
         if backup.is_empty() {
             return Ok((existing, Some(lock)));
         }
-        let dev: Vec<u32> = backup
-            .iter()
-            .flat_map(|&(i, _)| (0..p as u32).map(move |j| dev_page(i) * p as u32 + j))
-            .collect();
-        let hst: Vec<u32> = backup
-            .iter()
-            .flat_map(|&(_, id)| (0..p as u32).map(move |j| id * p as u32 + j))
-            .collect();
+        // The copy's slot lists (one slot per token, as the copier takes them) and the
+        // pages' tokens, a range and a slice per page.
+        let (mut dev, mut hst) =
+            (Vec::with_capacity(backup.len() * p), Vec::with_capacity(backup.len() * p));
+        let mut op_tokens: Vec<u32> = Vec::with_capacity(backup.len() * p);
+        for &(i, id) in &backup {
+            let (d, h) = (dev_page(i) * p as u32, id * p as u32);
+            dev.extend(d..d + p as u32);
+            hst.extend(h..h + p as u32);
+            op_tokens.extend_from_slice(page_tokens(tokens, i, p));
+        }
         let pages: Vec<BackupPage> = backup
             .iter()
             .map(|&(i, id)| BackupPage {
@@ -868,8 +908,6 @@ impl<'a> Tiered<'a> {
             })
             .collect();
         bump(&sh.counters.copies_to_host, 1);
-        let op_tokens: Vec<u32> =
-            backup.iter().flat_map(|&(i, _)| page_tokens(tokens, i, p).iter().copied()).collect();
         // The backup's own pin: the insert's lock, or (when the caller keeps that one) a
         // second lock over the same pages, taken while the first still pins them all. That
         // one is no match of the caller's: the tree's match statistics do not count it.

@@ -22,6 +22,7 @@ mod pool_stress;
 mod tier;
 mod tier_audit;
 mod tier_model;
+mod tier_runs;
 mod tier_stress;
 mod tree_exact;
 mod tree_model;
