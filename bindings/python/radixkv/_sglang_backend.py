@@ -300,13 +300,24 @@ class RadixKvCache(BasePrefixCache):
         (``path_device_indices(node)`` gives its KV indices). Refreshes the prefix's access
         order, as SGLang's does."""
         key = params.key
-        key, _ = key.maybe_to_bigram_view(self.is_eagle)
         if self.disable:
             return self._empty_match_result
-        ns, start, stop = self._span(key)
-        if stop == start:
+        t = key.token_ids
+        if self.is_eagle or key.is_bigram:
+            key, _ = key.maybe_to_bigram_view(self.is_eagle)
+            ns, start, stop = self._span(key)
+        else:  # `_span` of a plain key, inline (this runs for every waiting request)
+            n = len(t)
+            limit = key.limit
+            if limit is not None and limit < n:
+                n = limit
+            ps = self.page_size
+            start, stop = 0, (n // ps * ps if ps > 1 else n)
+            extra_key, cache_salt = key.extra_key, key.cache_salt
+            ns = 0 if extra_key is None and cache_salt is None else self._namespace(extra_key, cache_salt)
+        if stop <= start:
             return self._empty_match_result
-        m, kept = self._n.prefix_match(ns, key.token_ids, start, stop, len(key.token_ids))
+        m, kept = self._n.prefix_match(ns, t, start, stop, len(t))
         if m == 0:
             req = params.req
             if req is not None and kept is not None:
