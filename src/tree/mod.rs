@@ -130,8 +130,9 @@
 //! **Pins** are path pins, like SGLang's `lock_ref`: a lock on `t[0..m]` adds one to every
 //! node on that path. The count goes up only from a live state (no `DEAD`, no `REPLACED`
 //! bit); a CAS that meets `REPLACED` moves to `forward`. Release re-walks the locked prefix
-//! from the root by its tokens (the lock keeps them), so a handle never names a node that
-//! could be freed; the walk decrements every node on the current path, which, because U
+//! from the root by its tokens (the lock keeps them: a copy, or a share of the caller's
+//! immutable buffer when the call was given one, see [`Key`]), so a handle never names a
+//! node that could be freed; the walk decrements every node on the current path, which, because U
 //! and L inherited A's frozen count, is exactly the set of nodes the lock pinned. The
 //! `evictable`/`protected` counters move on 0->1 and 1->0 transitions, by the edge length;
 //! a split moves nothing. **The unpin/evict pair** (an unpin to 0 racing the eviction of

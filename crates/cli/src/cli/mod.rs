@@ -421,9 +421,9 @@ fn parse_host_capacity(s: &str) -> Result<Capacity, String> {
 
 /// `--write-policy`: SGLang's names (`-` for `_` too).
 fn parse_write_policy(s: &str) -> Result<WritePolicy, String> {
-    WritePolicy::parse(s.trim()).map_err(|e| {
-        let e = e.to_string();
-        e.strip_prefix("invalid argument: ").unwrap_or(&e).to_string()
+    WritePolicy::parse(s.trim()).map_err(|e| match e {
+        radixkv::Error::InvalidArgument(m) => m, // its message, not its text parsed back
+        other => other.to_string(),
     })
 }
 

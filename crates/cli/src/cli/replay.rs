@@ -390,12 +390,13 @@ fn start_events(cache: &mut Cache, ev: &Events) -> Result<Publisher, String> {
     let opts = EventOptions { hash_mode: ev.hash_mode, ..Default::default() };
     cache.enable_events(opts).map_err(|e| format!("cannot enable KV events: {e}"))?;
     let p = cache.event_sink().and_then(|s| Publisher::start(s, ev.publisher.clone())).map_err(
-        |e| {
-            let e = e.to_string();
-            // The library's "invalid argument: events: " says nothing here.
-            let e = e.strip_prefix("invalid argument: ").unwrap_or(&e);
-            let e = e.strip_prefix("events: ").unwrap_or(e);
-            format!("cannot publish KV events: {e}")
+        |e| match e {
+            // The refusal's message (its field, not its text parsed back), without the
+            // library's "events: ", which says nothing here.
+            radixkv::Error::InvalidArgument(m) => {
+                format!("cannot publish KV events: {}", m.strip_prefix("events: ").unwrap_or(&m))
+            }
+            other => format!("cannot publish KV events: {other}"),
         },
     )?;
     let how = if binds(&ev.publisher.endpoint) { "bound" } else { "connecting" };

@@ -129,10 +129,12 @@ pub(super) unsafe fn kv_group(p: *const rkv_kv_group) -> Res<KvGroup> {
         (_, 0) => None,
         (_, w) => Some(w),
     };
-    KvGroup::new(g.group_idx, kind, window).map_err(|e| {
-        let m = e.to_string();
-        let m = m.strip_prefix("invalid argument: ").unwrap_or(&m);
-        fail(rkv_status::RKV_INVALID_ARGUMENT, format!("group: {m}"))
+    KvGroup::new(g.group_idx, kind, window).map_err(|e| match e {
+        // The refusal's own message (its field), not its text parsed back.
+        radixkv_core::Error::InvalidArgument(m) => {
+            fail(rkv_status::RKV_INVALID_ARGUMENT, format!("group: {m}"))
+        }
+        other => fail(rkv_status::RKV_INVALID_ARGUMENT, format!("group: {other}")),
     })
 }
 
