@@ -100,9 +100,10 @@ class RadixKvNode:
     key, named by the key's token buffer and the span of it the tree holds (no copy: the
     prefix must not change while the node is used, as SGLang's request token lists only
     grow), in one namespace. ``lock_ref`` counts the locks ``inc_lock_ref`` took on it.
-    ``kept`` (when not None) is the native ``Prefix``: the span's tokens as u32, converted
-    once when the node was made, and the slots of its latest match or lock, so that locking
-    and reading the node's KV indices read no key again."""
+    ``kept`` (when not None) is the native ``Prefix``: the key's tokens from the span's
+    start as u32 (the whole rest of the request's key), converted once per request into a
+    buffer that the locks of it share, and the slots of its latest match or lock, so that
+    locking, checkpointing and reading the node's KV indices read no key again."""
 
     __slots__ = ("cache", "ns", "tokens", "start", "stop", "_key", "gen", "_locks", "kept", "id", "__weakref__")
 
