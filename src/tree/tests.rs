@@ -356,6 +356,40 @@ fn pins_survive_a_split_of_the_pinned_edge() {
 }
 
 #[test]
+fn a_lock_on_a_shared_key_references_it_and_unpins_the_same_path() {
+    use std::sync::Arc;
+    let t = tree(2);
+    // The buffer is longer than what is inserted and locked: the locks keep its first tokens.
+    let buf: Arc<[u32]> = vec![1, 2, 3, 4, 5, 6, 9].into();
+    let (e, g) = t
+        .insert_and_lock(0, Key::Shared(&buf, 5), &[1, 2, 3, 4, 5], InsertOptions::default())
+        .unwrap();
+    assert_eq!((e, g.len()), (0, 4));
+    let lock = g.into_raw();
+    assert_eq!(lock.tokens(), &[1, 2, 3, 4]);
+    assert_eq!(Arc::strong_count(&buf), 2, "the insert's lock shares the buffer");
+    // A match-and-lock of a shorter prefix splits the edge; its lock shares the buffer too.
+    let mut out: Vec<u32> = Vec::new();
+    let l2 = t.match_and_lock(0, Key::Shared(&buf, 2), &mut out).into_raw();
+    assert_eq!((&out[..], l2.tokens()), (&[1u32, 2][..], &[1u32, 2][..]));
+    assert_eq!(Arc::strong_count(&buf), 3);
+    assert_eq!(t.stats().protected_tokens, 4);
+    t.release(lock).unwrap();
+    assert_eq!((t.stats().protected_tokens, t.stats().evictable_tokens), (2, 2));
+    t.release(l2).unwrap();
+    assert_eq!(Arc::strong_count(&buf), 1, "released locks drop their share");
+    assert_eq!((t.stats().protected_tokens, t.stats().evictable_tokens), (0, 4));
+    // A miss keeps nothing of the buffer.
+    let other: Arc<[u32]> = vec![8, 8].into();
+    let l3 = t.match_and_lock(0, &other, &mut out).into_raw();
+    assert_eq!(Arc::strong_count(&other), 1);
+    assert!(l3.is_empty());
+    t.release(l3).unwrap();
+    t.check_invariants().unwrap();
+    assert_eq!(drain(&t), vec![1, 2, 3, 4]);
+}
+
+#[test]
 fn insert_and_lock_pins_atomically() {
     let t = tree(2);
     let (e, g) =

@@ -507,13 +507,13 @@ class RadixKvCache(BasePrefixCache):
                     kept = on.kept
                     on.kept = None
             req.lock = None
-        if kept is None:
-            # The key a missed match converted (see match_prefix), on the same terms.
-            miss = getattr(req, "_radixkv_kept", None)
-            if miss is not None:
-                req._radixkv_kept = None
-                if miss[0] is token_ids and miss[1] == start and miss[2] == ns and miss[3] == self._gen:
-                    kept = miss[4]
+        # The key a missed match converted (see match_prefix), on the same terms; taken off
+        # the request in any case (a later match may have hit and kept it on its node).
+        miss = getattr(req, "_radixkv_kept", None)
+        if miss is not None:
+            req._radixkv_kept = None
+            if kept is None and miss[0] is token_ids and miss[1] == start and miss[2] == ns and miss[3] == self._gen:
+                kept = miss[4]
         if key_len == 0:
             if old_h:
                 self._n.span_release(old_h)

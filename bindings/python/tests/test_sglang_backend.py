@@ -318,6 +318,25 @@ class TestRadixKvCache(unittest.TestCase):
             self.assertEqual(match(c, key(cached)).device_prefix_len, 4)
             self.assertEqual(match(c, key(other)).device_prefix_len, 0)
             c.unlock(req.lock)
+        # A miss, then a hit (its node keeps the key): the checkpoint takes the node's and
+        # drops the request's stale one too.
+        b = array("q", [1, 2, 3, 4, 5, 6])
+        req = SimpleNamespace(
+            full_untruncated_fill_ids=b,
+            kv=SimpleNamespace(req_pool_idx=0, cache_protected_len=0, cache_inserted_len=0, swa_evict_floor=0),
+            extra_key=None, cache_salt=None, priority=None, lock=None, last_node=None,
+        )
+        c.reset()
+        c.match_prefix(MatchPrefixParams(key=RadixKey(b, None, limit=5), req=req))
+        self.assertIsNotNone(req._radixkv_kept)
+        ins(c, key([1, 2, 3, 4]), [50, 51, 52, 53])
+        r = c.match_prefix(MatchPrefixParams(key=RadixKey(b, None, limit=5), req=req))
+        self.assertEqual(r.device_prefix_len, 4)
+        req.lock = c.lock(r.last_device_node)
+        req.kv.cache_protected_len = 4
+        c.checkpoint(req, up_to=4)
+        self.assertIsNone(req._radixkv_kept)
+        c.unlock(req.lock)
         # A request that takes no new attributes still works (nothing kept on it).
         class Slotted:
             __slots__ = ("full_untruncated_fill_ids",)
