@@ -47,6 +47,19 @@ pub enum Error {
     /// socket, runtime or thread that could not be had (the KV-event publisher). A bad
     /// endpoint or option is [`Error::InvalidArgument`] instead.
     Io(String),
+    /// A node id the hybrid tree ([`crate::hybrid::HybridTree`]) does not hold: evicted, or
+    /// never made. Status `INVALID_ARGUMENT`.
+    NoNode {
+        /// The id asked for.
+        node: u64,
+    },
+    /// A step of a hybrid tree's eviction walk with no walk of that component started
+    /// ([`crate::hybrid::HybridTree::evict_next`] before `evict_start`). Status
+    /// `INVALID_ARGUMENT`.
+    NoWalk {
+        /// The walk: `"FULL"`, `"SWA"` or `"Mamba"`.
+        walk: &'static str,
+    },
 }
 
 impl fmt::Display for Error {
@@ -67,6 +80,14 @@ impl fmt::Display for Error {
             }
             Error::Device(m) => write!(f, "device error: {m}"),
             Error::Io(m) => write!(f, "I/O error: {m}"),
+            Error::NoNode { node } => {
+                write!(f, "node id {node} is not in this tree core (evicted, or never made)")
+            }
+            Error::NoWalk { walk } => match *walk {
+                "FULL" => write!(f, "evict_device_next_node: no eviction walk started"),
+                "Mamba" => write!(f, "evict_device_next_node(MAMBA): no Mamba walk started"),
+                w => write!(f, "evict_device_next_node({w}): no {w} walk started"),
+            },
         }
     }
 }
@@ -78,9 +99,11 @@ impl Error {
     /// exceptions carry as `.status`. Every front maps errors through this one function.
     pub fn status(&self) -> i32 {
         match self {
-            Error::InvalidArgument(_) | Error::Slot { .. } | Error::NoTier => {
-                status::INVALID_ARGUMENT
-            }
+            Error::InvalidArgument(_)
+            | Error::Slot { .. }
+            | Error::NoTier
+            | Error::NoNode { .. }
+            | Error::NoWalk { .. } => status::INVALID_ARGUMENT,
             Error::InvalidLock => status::INVALID_LOCK,
             Error::OutOfSlots { .. } => status::OUT_OF_SLOTS,
             Error::NoPool => status::NO_POOL,

@@ -6,6 +6,7 @@ pub(crate) mod sync;
 pub mod cache;
 pub mod error;
 pub mod events;
+pub mod hybrid;
 pub mod kv;
 pub mod pool;
 pub mod slot_run;

@@ -1,5 +1,5 @@
 //! The tree itself: structure, matching, insertion, locks, eviction and the SWA component's
-//! rules (`NativeTreeCore` in the parent module is its Python face).
+//! rules (`HybridTree` in the parent module is its public face).
 
 use super::*;
 
@@ -96,8 +96,8 @@ impl Tree {
         self.nodes[s as usize].as_mut().expect("live slot")
     }
 
-    pub(super) fn slot(&self, id: u64) -> PyResult<u32> {
-        self.ids.get(&id).copied().ok_or_else(|| missing(id))
+    pub(super) fn slot(&self, id: u64) -> Result<u32> {
+        self.ids.get(&id).copied().ok_or(Error::NoNode { node: id })
     }
 
     /// Node `s`'s live children, in order.
@@ -327,7 +327,7 @@ impl Tree {
         value: &[i64],
         prev_prefix_len: usize,
         swa_start: usize,
-        acts: &mut Vec<Act>,
+        acts: &mut Vec<CacheAction>,
     ) -> (usize, u32, Vec<i64>) {
         let swa = self.window > 0;
         let page = self.page;
@@ -382,11 +382,18 @@ impl Tree {
                         let incoming = value[live..total + p].to_vec();
                         let old = self.n(c).full.value.clone().unwrap_or_default();
                         if self.n(c).full.lock_ref > 0 {
-                            acts.push(Act::RecoverLocked(self.n(c).id, old, incoming));
+                            acts.push(CacheAction::RecoverSwaWithLockedFull {
+                                node: self.n(c).id,
+                                kept: old,
+                                incoming,
+                            });
                         } else {
                             self.n_mut(c).full.value = Some(incoming.clone());
-                            acts.push(Act::FreeFullOnly(old));
-                            acts.push(Act::Rebuild(self.n(c).id, incoming));
+                            acts.push(CacheAction::FreeDeviceKvFullOnly(old));
+                            acts.push(CacheAction::SwaRebuild {
+                                node: self.n(c).id,
+                                full: incoming,
+                            });
                         }
                         consumed = live - total;
                     }
@@ -396,10 +403,10 @@ impl Tree {
                     let dup = &value[total + dup_start..total + consumed];
                     let gone = swa_start.saturating_sub(total + dup_start).min(dup.len());
                     if gone > 0 {
-                        acts.push(Act::FreeFullOnly(dup[..gone].to_vec()));
+                        acts.push(CacheAction::FreeDeviceKvFullOnly(dup[..gone].to_vec()));
                     }
                     if gone < dup.len() {
-                        acts.push(Act::Free(dup[gone..].to_vec()));
+                        acts.push(CacheAction::FreeDeviceKv(dup[gone..].to_vec()));
                     }
                 }
             }
@@ -434,7 +441,7 @@ impl Tree {
         start: usize,
         end: usize,
         swa_start: usize,
-        acts: &mut Vec<Act>,
+        acts: &mut Vec<CacheAction>,
     ) {
         let live = start.max(swa_start);
         if live >= end {
@@ -455,7 +462,7 @@ impl Tree {
         for u in [parent, leaf] {
             if u != NONE {
                 let v = self.n(u).full.value.clone().unwrap_or_default();
-                acts.push(Act::Rebuild(self.n(u).id, v));
+                acts.push(CacheAction::SwaRebuild { node: self.n(u).id, full: v });
             }
         }
     }
@@ -487,10 +494,10 @@ impl Tree {
         delta
     }
 
-    pub(super) fn unlock(&mut self, s: u32) -> PyResult<u64> {
+    pub(super) fn unlock(&mut self, s: u32) -> Result<u64> {
         let path = self.path_to_root(s);
         if let Some(&u) = path.iter().find(|&&u| self.n(u).full.lock_ref == 0) {
-            return Err(PyValueError::new_err(format!(
+            return Err(Error::InvalidArgument(format!(
                 "dec_lock_ref: node {} on the path of node {} has lock_ref 0 (released more \
                  often than locked); nothing was changed",
                 self.n(u).id,
@@ -664,14 +671,15 @@ impl Tree {
 
     /// The segment a window lock with stamp `uuid` holds, from `s` (up to the node stamped
     /// `uuid`, or to the root when 0); an error, naming the node, where one is unlocked.
-    pub(super) fn swa_segment(&self, s: u32, uuid: u64, what: &str) -> PyResult<Vec<u32>> {
+    pub(super) fn swa_segment(&self, s: u32, uuid: u64, what: &str) -> Result<Vec<u32>> {
         let mut seg = Vec::new();
         let mut u = s;
         while u != self.root {
             let n = self.n(u);
             if n.swa.lock_ref == 0 {
-                return Err(PyValueError::new_err(format!(
-                    "{what}: node {} in the SWA window segment of node {} has no window lock                      (released more often than locked); nothing was changed",
+                return Err(Error::InvalidArgument(format!(
+                    "{what}: node {} in the SWA window segment of node {} has no window lock \
+                     (released more often than locked); nothing was changed",
                     n.id,
                     self.n(s).id
                 )));
@@ -688,7 +696,7 @@ impl Tree {
     /// SGLang's SWA `release_component_lock` (with `early`: `release_window_lock`, where an
     /// SWA value whose last lock goes on a device leaf is evicted at once; its FULL indices
     /// are returned to free). Checked in full before anything changes.
-    pub(super) fn swa_unlock(&mut self, s: u32, uuid: u64, early: bool) -> PyResult<Vec<i64>> {
+    pub(super) fn swa_unlock(&mut self, s: u32, uuid: u64, early: bool) -> Result<Vec<i64>> {
         let seg =
             self.swa_segment(s, uuid, if early { "dec_swa_lock_only" } else { "dec_lock_ref" })?;
         let mut frees = Vec::new();
@@ -728,10 +736,10 @@ impl Tree {
     }
 
     /// SGLang's `set_component_device_value` for SWA: the value becomes the most recent.
-    pub(super) fn swa_set(&mut self, s: u32, value: Vec<i64>) -> PyResult<()> {
+    pub(super) fn swa_set(&mut self, s: u32, value: Vec<i64>) -> Result<()> {
         let n = self.n(s);
         if s == self.root || n.swa.value.is_some() || value.len() != n.key.len() {
-            return Err(PyValueError::new_err(format!(
+            return Err(Error::InvalidArgument(format!(
                 "set_component_device_value: node {} {}; nothing was changed",
                 n.id,
                 if s == self.root {

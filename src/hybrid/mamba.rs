@@ -9,10 +9,24 @@
 
 use super::*;
 
+/// One step of the Mamba eviction walk ([`HybridTree::mamba_evict_next`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum MambaStep {
+    /// A device leaf: the caller evicts it whole ([`HybridTree::evict_leaf`]).
+    Leaf(NodeId),
+    /// A node made a Mamba tombstone: its state, to free (its FULL KV stays).
+    Tombstoned {
+        /// The node.
+        node: NodeId,
+        /// The state's Mamba pool indices.
+        state: Vec<i64>,
+    },
+}
+
 impl Tree {
-    pub(super) fn need_mamba(&self, what: &str) -> PyResult<()> {
+    pub(super) fn need_mamba(&self, what: &str) -> Result<()> {
         if !self.mamba {
-            return Err(PyValueError::new_err(format!(
+            return Err(Error::InvalidArgument(format!(
                 "{what}: this tree core has no Mamba component (made with mamba=False)"
             )));
         }
@@ -137,14 +151,14 @@ impl Tree {
 
     /// SGLang's Mamba `release_component_lock`; refused, with nothing changed, on an
     /// unlocked node.
-    pub(super) fn mamba_unlock(&mut self, s: u32) -> PyResult<()> {
+    pub(super) fn mamba_unlock(&mut self, s: u32) -> Result<()> {
         if s == self.root {
             return Ok(());
         }
         let len = self.mamba_len(s);
         let n = self.n_mut(s);
         if n.mamba.lock_ref == 0 {
-            return Err(PyValueError::new_err(format!(
+            return Err(Error::InvalidArgument(format!(
                 "dec_lock_ref: node {} has Mamba lock_ref 0 (released more often than locked); \
                  nothing was changed",
                 n.id
@@ -229,5 +243,123 @@ impl Tree {
             excess -= 1;
         }
         out
+    }
+}
+
+impl HybridTree {
+    /// SGLang's Mamba commit on an insert's target `node` (`new_leaf`: the insert made it),
+    /// `state` the request's: returns SGLang's `mamba_exist` (`true`: the node kept the
+    /// state it had; the request keeps its own). Refused on the root, for an empty state,
+    /// and for a "new leaf" that has a state.
+    pub fn mamba_commit(&mut self, node: NodeId, new_leaf: bool, state: &[i64]) -> Result<bool> {
+        let t = &mut self.t;
+        let s = t.slot(node)?;
+        t.need_mamba("insert(mamba_value)")?;
+        let why = if s == t.root {
+            Some(format!("node {node} is the root"))
+        } else if state.is_empty() {
+            Some("the Mamba state is empty".to_string())
+        } else if new_leaf && t.n(s).mamba.value.is_some() {
+            Some(format!("node {node} is not a new leaf: it has a Mamba state"))
+        } else {
+            None
+        };
+        if let Some(why) = why {
+            return Err(Error::InvalidArgument(format!(
+                "insert: {why}; the Mamba state was not stored"
+            )));
+        }
+        Ok(t.mamba_commit(s, new_leaf, state))
+    }
+
+    /// Stores the node's Mamba state (SGLang's `set_component_device_value` for Mamba).
+    pub fn mamba_set_value(&mut self, node: NodeId, state: Vec<i64>) -> Result<()> {
+        let t = &mut self.t;
+        let s = t.slot(node)?;
+        t.need_mamba("set_component_device_value")?;
+        if let Some(why) = t.mamba_refusal(s, &state) {
+            return Err(Error::InvalidArgument(format!(
+                "set_component_device_value: {why}; nothing was changed"
+            )));
+        }
+        t.mamba_put(s, state);
+        Ok(())
+    }
+
+    /// The node's Mamba state, or `None` (none, a tombstone, or no Mamba component).
+    pub fn mamba_value(&self, node: NodeId) -> Result<Option<&[i64]>> {
+        let s = self.t.slot(node)?;
+        Ok(self.t.n(s).mamba.value.as_deref())
+    }
+
+    /// Mamba's sizes, in states.
+    pub fn mamba_sizes(&self) -> Sizes {
+        Sizes { evictable: self.t.mamba_evictable, protected: self.t.mamba_protected }
+    }
+
+    /// The Mamba LRU, most recent first.
+    pub fn mamba_lru(&self) -> Vec<NodeId> {
+        self.t.list_ids(self.t.mlru_head, |n| n.mlru_next)
+    }
+
+    /// Takes the Mamba lock on `node` alone (SGLang's Mamba `acquire_component_lock`).
+    pub fn mamba_inc_lock(&mut self, node: NodeId) -> Result<()> {
+        let s = self.t.slot(node)?;
+        self.t.need_mamba("mamba_inc_lock")?;
+        self.t.mamba_lock(s);
+        Ok(())
+    }
+
+    /// Releases a lock taken by [`HybridTree::mamba_inc_lock`].
+    pub fn mamba_dec_lock(&mut self, node: NodeId) -> Result<()> {
+        let s = self.t.slot(node)?;
+        self.t.need_mamba("mamba_dec_lock")?;
+        self.t.mamba_unlock(s)
+    }
+
+    /// Starts SGLang's Mamba device-eviction walk for `request` states: from the least
+    /// recent unlocked state.
+    pub fn mamba_evict_start(&mut self, request: u64) -> Result<()> {
+        let t = &mut self.t;
+        t.need_mamba("evict_device_start(MAMBA)")?;
+        let c = t.mlru_unlocked_from(t.mlru_tail);
+        let cur = (c != NONE).then(|| (c, t.n(c).id));
+        t.walk.mamba_cursor = cur;
+        t.walk.mamba_request = request;
+        t.walk.mamba_open = true;
+        Ok(())
+    }
+
+    /// One step of the Mamba walk, `evicted` states so far: `None` when done. See
+    /// [`MambaStep`].
+    pub fn mamba_evict_next(&mut self, evicted: u64) -> Result<Option<MambaStep>> {
+        if !self.t.walk.mamba_open {
+            return Err(Error::NoWalk { walk: "Mamba" });
+        }
+        Ok(self.t.mamba_walk_next(evicted).map(|(node, state)| match state {
+            None => MambaStep::Leaf(node),
+            Some(state) => MambaStep::Tombstoned { node, state },
+        }))
+    }
+
+    /// Ends the Mamba walk.
+    pub fn mamba_evict_end(&mut self) {
+        self.t.walk.mamba_cursor = None;
+        self.t.walk.mamba_open = false;
+    }
+
+    /// SGLang's `evict_excess_path_states` with the path cap `cap` (at least 1): the states
+    /// made tombstones on `node`'s root path, shallowest first.
+    pub fn mamba_evict_excess(&mut self, node: NodeId, cap: usize) -> Result<Vec<Vec<i64>>> {
+        let s = self.t.slot(node)?;
+        self.t.need_mamba("evict_excess_path_states")?;
+        if cap == 0 {
+            return Err(Error::InvalidArgument(
+                "evict_excess_path_states: the path cap must be at least 1 (SGLang's \
+                 mamba_max_states_per_path: -1 or a positive integer); nothing was changed"
+                    .into(),
+            ));
+        }
+        Ok(self.t.mamba_evict_excess(s, cap))
     }
 }
