@@ -374,6 +374,61 @@ pub unsafe extern "C" fn rkv_router_stats_get(
     })
 }
 
+/// `rkv_router_stats_get` with the counters added since (`rkv_router_stats_ex`: today
+/// `other_groups`, the events skipped for their KV cache group), an extension of ABI
+/// version 1. The caller sets `out->size = sizeof(rkv_router_stats_ex)` (required; the
+/// call reads it): a size below the first version's (88) is `RKV_INVALID_ARGUMENT`, `out`
+/// NULL is `RKV_NULL_ARGUMENT`, and nothing is written then. On `RKV_OK` the call writes
+/// the struct this library knows (88 bytes, `size` = 88) and nothing past it. The caller
+/// owns `*out`; the call keeps no pointer to it. Thread-safe.
+///
+/// # Safety
+/// `r` is NULL or live; `out` NULL, or pointing to a readable and writable
+/// `rkv_router_stats_ex` of `out->size` bytes (at least its `size` field readable).
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn rkv_router_stats_get_ex(
+    r: *const rkv_router,
+    out: *mut rkv_router_stats_ex,
+) -> rkv_status {
+    boundary("rkv_router_stats_get_ex", || {
+        // SAFETY: the caller passes NULL or a live index that is not being freed.
+        let idx = unsafe { router_ref(r) }?;
+        check_out(out, "out")?;
+        const SIZE: usize = size_of::<rkv_router_stats_ex>();
+        // SAFETY: passed `check_out` (non-NULL, aligned); the first field, a `u32` at offset
+        // 0, is readable by the caller's contract.
+        let size = unsafe { out.cast::<u32>().read() };
+        if (size as usize) < SIZE {
+            return Err(fail(
+                rkv_status::RKV_INVALID_ARGUMENT,
+                format!(
+                    "out->size = {size} is smaller than an rkv_router_stats_ex ({SIZE}): set \
+                     it to sizeof(rkv_router_stats_ex)"
+                ),
+            ));
+        }
+        let s = idx.stats();
+        let c = rkv_router_stats_ex {
+            size: SIZE as u32,
+            reserved: 0,
+            workers: s.workers,
+            blocks: s.blocks,
+            memberships: s.memberships,
+            bytes: s.bytes,
+            events: s.events,
+            batches: s.batches,
+            gaps: s.gaps,
+            restarts: s.restarts,
+            refused: s.refused_total(),
+            other_groups: s.other_groups,
+        };
+        // SAFETY: passed `check_out`; `out->size >= SIZE`, so a whole `rkv_router_stats_ex`
+        // is there, writable by the caller's contract.
+        unsafe { out.write(c) };
+        Ok(())
+    })
+}
+
 /// Writes to `*out_next` (required) the `seq` worker `w`'s batch cursor expects next (after
 /// `RKV_SEQUENCE_GAP`: replay from there). `RKV_NOT_FOUND` when the worker has no cursor:
 /// it is unknown, or no batch of it applied yet (typed events set no cursor), so its next

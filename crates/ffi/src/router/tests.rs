@@ -906,3 +906,5 @@ fn the_c_tests_payload_is_this_batch() {
     // SAFETY: `r` is live.
     unsafe { rkv_router_free(r) };
 }
+
+mod groups;
