@@ -2579,22 +2579,31 @@ enum rkv_status rkv_router_next_seq(const struct rkv_router *r,
 
 /**
  * Serializes the whole index into `out[0..cap]`: every worker's held blocks (engine hash,
- * chain key, media) and batch cursor, as one byte string that `rkv_router_restore` turns
- * back into an equal index (the same finds, cursors and block counts). Writes its length
+ * chain key, media), batch cursor and the KV cache group kinds its stores taught, as one
+ * byte string that `rkv_router_restore` turns back into an equal index (the same finds,
+ * cursors, block counts, and the same removals of other groups taken or skipped). Writes its length
  * to `*out_len` (required). If `cap` is smaller, returns `RKV_BUFFER_TOO_SMALL` with the
  * length in `*out_len` and nothing written to `out`: call again with a buffer that large
  * (under concurrent writers it may have grown by then: loop). `out` may be NULL when
  * `cap == 0`. Each worker's part is taken under that worker's lock: consistent per worker,
  * not across workers. The caller owns the buffer. Thread-safe.
  *
- * The bytes, little-endian, no padding (format version 1; a later library reads it or
+ * The bytes, little-endian, no padding (format version 2; a later library reads it or
  * refuses it by its version):
- * - header: `"RKVRDUMP"` (8 bytes), `u32` format version (1), `u32` block_size,
+ * - header: `"RKVRDUMP"` (8 bytes), `u32` format version (2), `u32` block_size,
  *   `u64` number of workers;
  * - per worker: `u64` worker_id, `u32` dp_rank, `u32` flags (bit 0: it has a cursor),
- *   `u64` next_seq (0 without a cursor), `u64` number of blocks, then its blocks;
+ *   `u64` next_seq (0 without a cursor), `u64` number of blocks, `u64` number of groups,
+ *   then its groups, then its blocks;
+ * - per group (a KV cache group whose kind the worker's stores taught, where it differs
+ *   from an unnamed group's: group 0 indexed, the others skipped), sorted by `group_idx`:
+ *   `u32` group_idx, `u32` kind (1 main attention: its removals apply; 0 another kind:
+ *   they are skipped);
  * - per block: `u64` engine hash, `u64` chain key (the router's sequence hash of the
  *   prefix ending with the block), `u32` media (1 device, 2 host copy, 3 both), `u32` 0.
+ *
+ * Version 1 (no number of groups, no groups: a library before groups were saved wrote
+ * it) is still restored, as workers with no group kinds learned.
  *
  * # Safety
  * `r` is NULL or live; `out[0..cap]` writable (or NULL); `out_len` NULL or writable.

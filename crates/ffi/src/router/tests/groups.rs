@@ -157,3 +157,108 @@ fn the_c_tests_sliding_window_payload_is_this_batch() {
     // SAFETY: `r` is live.
     unsafe { rkv_router_free(r) };
 }
+
+/// A removal (no kind, as vLLM sends it) of `hashes` by group `group_idx`.
+fn group_removal(hashes: &[u64], group_idx: u32) -> Vec<u8> {
+    let ev = KvEvent::BlockRemoved { block_hashes: hashes.to_vec(), medium: Medium::Gpu };
+    group_payload(vec![ev], group_idx, KvCacheSpecKind::FullAttention, None)
+}
+
+/// Version 1 of `v2` (a version-2 dump): what a library before groups were saved wrote for
+/// the same index, its workers without `n_groups` and groups.
+fn as_version_1(v2: &[u8]) -> Vec<u8> {
+    let u64_at = |at: usize| u64::from_le_bytes(v2[at..at + 8].try_into().unwrap());
+    let mut v1 = v2[..24].to_vec();
+    v1[8..12].copy_from_slice(&1u32.to_le_bytes());
+    let mut at = 24;
+    for _ in 0..u64_at(16) {
+        let (nb, ng) = (u64_at(at + 24) as usize, u64_at(at + 32) as usize);
+        v1.extend_from_slice(&v2[at..at + 32]);
+        at += 40 + 8 * ng;
+        v1.extend_from_slice(&v2[at..at + 24 * nb]);
+        at += 24 * nb;
+    }
+    assert_eq!(at, v2.len());
+    v1
+}
+
+fn restore(o: &rkv_router_options, bytes: &[u8]) -> *mut rkv_router {
+    let mut r = null_mut();
+    // SAFETY: every pointer points to a live local of the stated length.
+    let st = unsafe { rkv_router_restore(o, bytes.as_ptr(), bytes.len(), &mut r) };
+    assert_eq!(st, rkv_status::RKV_OK, "{}", last());
+    r
+}
+
+/// The dump keeps the group kinds a worker's stores taught (format version 2): after a
+/// restore, a removal of group 3 (taught: MLA, main attention) still applies. A version-1
+/// dump of the same index still restores, with no kinds learned: that removal is skipped.
+#[test]
+fn a_dump_keeps_learned_group_kinds_and_version_1_still_restores() {
+    use rkv_status::*;
+    let o = opts(rkv_gap_policy::RKV_GAP_CLEAR);
+    let r = new_router(o);
+    let (t, t2) = (toks(0, 2), toks(5, 2));
+    let mla = |ev| group_payload(vec![ev], 3, KvCacheSpecKind::MlaAttention, None);
+    assert_eq!(apply(r, 7, 0, &payload(vec![stored_event(None, &[1, 2], t.clone())], 0)), RKV_OK);
+    assert_eq!(apply(r, 7, 1, &mla(stored_event(None, &[8, 9], t2.clone()))), RKV_OK);
+    let bytes = dump(r);
+    assert_eq!(u32::from_le_bytes(bytes[8..12].try_into().unwrap()), 2);
+    // One worker: n_groups 1, group 3 of kind 1 (main attention), then its 4 blocks.
+    assert_eq!(bytes.len(), 24 + 40 + 8 + 4 * 24);
+    assert_eq!(&bytes[24 + 32..24 + 48], [1, 0, 0, 0, 0, 0, 0, 0, 3, 0, 0, 0, 1, 0, 0, 0]);
+
+    let back = restore(&o, &bytes);
+    assert_eq!(dump(back), bytes);
+    let old = restore(&o, &as_version_1(&bytes));
+    assert_eq!(dump(old), [&bytes[..24 + 32], &[0; 8], &bytes[24 + 48..]].concat());
+    for x in [r, back, old] {
+        assert_eq!(find(x, &t2), [score(7, 2, 2)]);
+        assert_eq!(apply(x, 7, 2, &group_removal(&[9], 3)), RKV_OK);
+    }
+    assert_eq!(find(r, &t2), [score(7, 1, 1)]);
+    assert_eq!(find(back, &t2), [score(7, 1, 1)], "learned kind restored: removal applied");
+    assert_eq!(find(old, &t2), [score(7, 2, 2)], "version 1: none learned, removal skipped");
+    assert_eq!((stats_ex(r).other_groups, stats_ex(back).other_groups), (0, 0));
+    assert_eq!(stats_ex(old).other_groups, 1);
+    // A version-1 header alone (an empty index then) restores too.
+    let mut v1_empty = b"RKVRDUMP".to_vec();
+    v1_empty.extend([1, 0, 0, 0, BS as u8, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0]);
+    let e = restore(&o, &v1_empty);
+    assert_eq!(stats(e).workers, 0);
+
+    // Bad groups: nothing created.
+    let sentinel = std::ptr::dangling_mut::<rkv_router>();
+    let mut x = sentinel;
+    // SAFETY: every pointer points to a live local of the stated length; the routers are
+    // live until freed here.
+    unsafe {
+        let mut bad = |b: &[u8], msg: &str| {
+            check(
+                rkv_router_restore(&o, b.as_ptr(), b.len(), &mut x),
+                RKV_INVALID_ARGUMENT,
+                &[msg],
+            );
+            assert_eq!(x, sentinel);
+        };
+        let mut kind = bytes.clone();
+        kind[24 + 44] = 2;
+        bad(&kind, "worker 0's group 0 has kind = 2");
+        let mut count = bytes.clone();
+        count[24 + 32..24 + 40].copy_from_slice(&u64::MAX.to_le_bytes());
+        bad(&count, "worker 0's n_groups = 18446744073709551615 does not fit");
+        // Two groups, the second not above the first.
+        let mut twice = bytes[..24 + 32].to_vec();
+        twice.extend(2u64.to_le_bytes());
+        twice.extend([3, 0, 0, 0, 1, 0, 0, 0, 3, 0, 0, 0, 0, 0, 0, 0]);
+        twice.extend(&bytes[24 + 48..]);
+        bad(&twice, "worker 0's group 1 has group_idx = 3, not above the one before it");
+        // A version-1 dump read as version 2 (or the reverse) does not parse.
+        let mut v1 = as_version_1(&bytes);
+        v1[8] = 2;
+        bad(&v1, "not a router dump");
+        for p in [r, back, old, e] {
+            rkv_router_free(p);
+        }
+    }
+}
