@@ -1066,6 +1066,75 @@ typedef struct rkv_router_stats {
 } rkv_router_stats;
 
 /**
+ * A router index's counts and counters, versioned by `size` so that it can grow
+ * (`rkv_router_stats_get_ex`; an extension of version 1): every field of
+ * `rkv_router_stats`, then the counters added since. A plain value owned by the caller,
+ * which sets `size` before the call; read as `rkv_router_stats`'s fields (each atomically,
+ * not one snapshot under concurrent writers).
+ *
+ * Versioned by `size`, as `rkv_kv_group`, but written rather than read: the caller sets
+ * `size = sizeof(rkv_router_stats_ex)` of its header (88 in this one). A size below 88
+ * (the first version's) is `RKV_INVALID_ARGUMENT`, nothing written; any larger one (a
+ * caller built against a later header) gets this library's fields, and `size` set to 88,
+ * the bytes written (the rest of the caller's struct is left as it was). A later library
+ * that appends fields will still fill a struct of this size, without them.
+ */
+typedef struct rkv_router_stats_ex {
+  /**
+   * Set by the caller to `sizeof(rkv_router_stats_ex)`; set by the call to the bytes it
+   * wrote (88).
+   */
+  uint32_t size;
+  /**
+   * Written as 0 (reserved for a later version).
+   */
+  uint32_t reserved;
+  /**
+   * As `rkv_router_stats.workers`.
+   */
+  uint64_t workers;
+  /**
+   * As `rkv_router_stats.blocks`.
+   */
+  uint64_t blocks;
+  /**
+   * As `rkv_router_stats.memberships`.
+   */
+  uint64_t memberships;
+  /**
+   * As `rkv_router_stats.bytes`.
+   */
+  uint64_t bytes;
+  /**
+   * As `rkv_router_stats.events` (skipped events of other groups included).
+   */
+  uint64_t events;
+  /**
+   * As `rkv_router_stats.batches`.
+   */
+  uint64_t batches;
+  /**
+   * As `rkv_router_stats.gaps`.
+   */
+  uint64_t gaps;
+  /**
+   * As `rkv_router_stats.restarts`.
+   */
+  uint64_t restarts;
+  /**
+   * As `rkv_router_stats.refused`.
+   */
+  uint64_t refused;
+  /**
+   * Events of `rkv_router_apply_batch` skipped for their KV cache group, not refused: a
+   * store of a kind other than main attention (sliding window, Mamba, an unknown kind),
+   * a removal of a group a worker's stores taught is of such a kind, or of a group other
+   * than 0 none of its stores named (Dynamo's rule; they change nothing).
+   */
+  uint64_t other_groups;
+} rkv_router_stats_ex;
+
+/**
  * A caller-supplied copier (`RKV_COPIER_CALLBACK`): four functions and their `user_data`.
  * Slot `i` of either side is token slot `i` of that side's pool; each copy moves
  * `src[i] -> dst[i]` for every `i < n`, in every layer, K and V.
@@ -2479,6 +2548,22 @@ enum rkv_status rkv_router_stats_get(const struct rkv_router *r,
                                      struct rkv_router_stats *out);
 
 /**
+ * `rkv_router_stats_get` with the counters added since (`rkv_router_stats_ex`: today
+ * `other_groups`, the events skipped for their KV cache group), an extension of ABI
+ * version 1. The caller sets `out->size = sizeof(rkv_router_stats_ex)` (required; the
+ * call reads it): a size below the first version's (88) is `RKV_INVALID_ARGUMENT`, `out`
+ * NULL is `RKV_NULL_ARGUMENT`, and nothing is written then. On `RKV_OK` the call writes
+ * the struct this library knows (88 bytes, `size` = 88) and nothing past it. The caller
+ * owns `*out`; the call keeps no pointer to it. Thread-safe.
+ *
+ * # Safety
+ * `r` is NULL or live; `out` NULL, or pointing to a readable and writable
+ * `rkv_router_stats_ex` of `out->size` bytes (at least its `size` field readable).
+ */
+enum rkv_status rkv_router_stats_get_ex(const struct rkv_router *r,
+                                        struct rkv_router_stats_ex *out);
+
+/**
  * Writes to `*out_next` (required) the `seq` worker `w`'s batch cursor expects next (after
  * `RKV_SEQUENCE_GAP`: replay from there). `RKV_NOT_FOUND` when the worker has no cursor:
  * it is unknown, or no batch of it applied yet (typed events set no cursor), so its next
@@ -2494,22 +2579,31 @@ enum rkv_status rkv_router_next_seq(const struct rkv_router *r,
 
 /**
  * Serializes the whole index into `out[0..cap]`: every worker's held blocks (engine hash,
- * chain key, media) and batch cursor, as one byte string that `rkv_router_restore` turns
- * back into an equal index (the same finds, cursors and block counts). Writes its length
+ * chain key, media), batch cursor and the KV cache group kinds its stores taught, as one
+ * byte string that `rkv_router_restore` turns back into an equal index (the same finds,
+ * cursors, block counts, and the same removals of other groups taken or skipped). Writes its length
  * to `*out_len` (required). If `cap` is smaller, returns `RKV_BUFFER_TOO_SMALL` with the
  * length in `*out_len` and nothing written to `out`: call again with a buffer that large
  * (under concurrent writers it may have grown by then: loop). `out` may be NULL when
  * `cap == 0`. Each worker's part is taken under that worker's lock: consistent per worker,
  * not across workers. The caller owns the buffer. Thread-safe.
  *
- * The bytes, little-endian, no padding (format version 1; a later library reads it or
+ * The bytes, little-endian, no padding (format version 2; a later library reads it or
  * refuses it by its version):
- * - header: `"RKVRDUMP"` (8 bytes), `u32` format version (1), `u32` block_size,
+ * - header: `"RKVRDUMP"` (8 bytes), `u32` format version (2), `u32` block_size,
  *   `u64` number of workers;
  * - per worker: `u64` worker_id, `u32` dp_rank, `u32` flags (bit 0: it has a cursor),
- *   `u64` next_seq (0 without a cursor), `u64` number of blocks, then its blocks;
+ *   `u64` next_seq (0 without a cursor), `u64` number of blocks, `u64` number of groups,
+ *   then its groups, then its blocks;
+ * - per group (a KV cache group whose kind the worker's stores taught, where it differs
+ *   from an unnamed group's: group 0 indexed, the others skipped), sorted by `group_idx`:
+ *   `u32` group_idx, `u32` kind (1 main attention: its removals apply; 0 another kind:
+ *   they are skipped);
  * - per block: `u64` engine hash, `u64` chain key (the router's sequence hash of the
  *   prefix ending with the block), `u32` media (1 device, 2 host copy, 3 both), `u32` 0.
+ *
+ * Version 1 (no number of groups, no groups: a library before groups were saved wrote
+ * it) is still restored, as workers with no group kinds learned.
  *
  * # Safety
  * `r` is NULL or live; `out[0..cap]` writable (or NULL); `out_len` NULL or writable.

@@ -4,7 +4,8 @@
  * removal, clear, remove_worker, stats, a vLLM msgpack batch with its seq, dump -> restore
  * giving equal finds) and bad inputs (NULLs, reserved fields, bad options, bad media, invalid
  * UTF-8, malformed payloads refused whole, a sequence gap under RKV_GAP_REFUSE, buffers too
- * small, unknown workers). Prints "N passed, M failed"; exits non-zero on any failure.
+ * small, unknown workers); rkv_router_stats_get_ex counting a sliding-window group's batch in
+ * other_groups, and its refusals. Prints "N passed, M failed"; exits non-zero on any failure.
  */
 #include "radixkv.h"
 
@@ -34,6 +35,18 @@ static const uint8_t BATCH[65] = {
     0x98, 0x01, 0x02, 0x03, 0x04, 0x05, 0x06, 0x07, 0x08, 0x04, 0xc0, 0xa3, 0x47, 0x50, 0x55,
     0xc0, 0xc0, 0x00, 0xae, 0x66, 0x75, 0x6c, 0x6c, 0x5f, 0x61, 0x74, 0x74, 0x65, 0x6e, 0x74,
     0x69, 0x6f, 0x6e, 0xc0, 0x00,
+};
+
+/* BATCH's store published by a sliding-window group (group_idx 1, kv_cache_spec_kind
+ * "sliding_window", window 4) with engine hashes 0xB0, 0xB1: the router skips it (Dynamo's
+ * rule) and counts it in rkv_router_stats_ex.other_groups. Pinned to radixkv's encoding by
+ * `the_c_tests_sliding_window_payload_is_this_batch` (crates/ffi/src/router/tests/groups.rs). */
+static const uint8_t BATCH_SW[65] = {
+    0x93, 0xcb, 0x3f, 0xf0, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x91, 0x9c, 0xab, 0x42, 0x6c,
+    0x6f, 0x63, 0x6b, 0x53, 0x74, 0x6f, 0x72, 0x65, 0x64, 0x92, 0xcc, 0xb0, 0xcc, 0xb1, 0xc0,
+    0x98, 0x01, 0x02, 0x03, 0x04, 0x05, 0x06, 0x07, 0x08, 0x04, 0xc0, 0xa3, 0x47, 0x50, 0x55,
+    0xc0, 0xc0, 0x01, 0xae, 0x73, 0x6c, 0x69, 0x64, 0x69, 0x6e, 0x67, 0x5f, 0x77, 0x69, 0x6e,
+    0x64, 0x6f, 0x77, 0x04, 0x00,
 };
 
 static rkv_worker worker(uint64_t id, uint32_t rank) {
@@ -350,11 +363,72 @@ static void test_gap_policies(void) {
   rkv_router_free(r);
 }
 
+/* rkv_router_stats_get_ex: a sliding-window group's batch counted in other_groups, the
+ * other fields as rkv_router_stats_get's, and its refusals (nothing written). */
+static void test_stats_ex(void) {
+  rkv_router *r = make(RKV_GAP_CLEAR);
+  rkv_router_stats_ex ex, keep;
+  rkv_router_stats s;
+  rkv_router_score out[2];
+  uint32_t bt[8] = {1, 2, 3, 4, 5, 6, 7, 8};
+  size_t len;
+  struct {
+    rkv_router_stats_ex ex;
+    uint64_t added;
+  } later;
+
+  memset(&ex, 0, sizeof ex);
+  ex.size = sizeof ex;
+  ST(rkv_router_stats_get_ex(r, &ex), RKV_OK);
+  CHECK(ex.size == 88 && ex.other_groups == 0 && ex.batches == 0);
+  ST(rkv_router_apply_batch(r, 5, 0, BATCH, sizeof BATCH), RKV_OK);
+  ST(rkv_router_apply_batch(r, 5, 1, BATCH_SW, sizeof BATCH_SW), RKV_OK);
+  /* Worker 5 holds the full group's two blocks only. */
+  ST(rkv_router_find(r, bt, 8, NULL, NULL, out, 2, &len), RKV_OK);
+  CHECK(len == 1 && is(&out[0], 5, 2, 2));
+  memset(&ex, 0xA5, sizeof ex);
+  ex.size = sizeof ex;
+  ST(rkv_router_stats_get_ex(r, &ex), RKV_OK);
+  s = stats(r);
+  CHECK(ex.size == sizeof ex && ex.reserved == 0 && ex.other_groups == 1);
+  CHECK(ex.workers == s.workers && ex.blocks == s.blocks && ex.memberships == s.memberships &&
+        ex.bytes == s.bytes && ex.events == s.events && ex.batches == s.batches &&
+        ex.gaps == s.gaps && ex.restarts == s.restarts && ex.refused == s.refused);
+  CHECK(ex.workers == 1 && ex.blocks == 2 && ex.events == 2 && ex.batches == 2 &&
+        ex.refused == 0);
+
+  /* A caller of a later, larger struct gets this library's fields and size = 88. */
+  memset(&later, 0, sizeof later);
+  later.ex.size = sizeof later;
+  later.added = 0x5eed;
+  ST(rkv_router_stats_get_ex(r, &later.ex), RKV_OK);
+  CHECK(later.ex.size == 88 && later.ex.other_groups == 1 && later.added == 0x5eed);
+
+  /* Refusals write nothing. */
+  memset(&keep, 0x5A, sizeof keep);
+  ex = keep;
+  ST(rkv_router_stats_get_ex(NULL, &ex), RKV_NULL_ARGUMENT);
+  MSG("r is NULL");
+  ST(rkv_router_stats_get_ex(r, NULL), RKV_NULL_ARGUMENT);
+  MSG("out is NULL");
+  keep.size = sizeof(rkv_router_stats); /* the first struct's size: too small */
+  ex = keep;
+  ST(rkv_router_stats_get_ex(r, &ex), RKV_INVALID_ARGUMENT);
+  MSG("out->size = 72 is smaller than an rkv_router_stats_ex (88)");
+  CHECK(memcmp(&ex, &keep, sizeof ex) == 0);
+  keep.size = 0;
+  ex = keep;
+  ST(rkv_router_stats_get_ex(r, &ex), RKV_INVALID_ARGUMENT);
+  CHECK(memcmp(&ex, &keep, sizeof ex) == 0);
+  rkv_router_free(r);
+}
+
 int main(void) {
   test_options();
   test_happy_path();
   test_bad_inputs();
   test_gap_policies();
+  test_stats_ex();
   printf("%d passed, %d failed\n", passed, failed);
   return failed == 0 ? 0 : 1;
 }

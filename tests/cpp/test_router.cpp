@@ -1,7 +1,8 @@
 // rkv::RouterIndex (the router index's C++ wrapper): typed events for two workers, finds
 // (returned and into a reused vector without reallocating), a vLLM msgpack batch with its
-// seq, gap policies, remove_worker / next_seq as values, dump -> restore, move-only
-// ownership, and the refusals thrown as rkv::Error.
+// seq, a sliding-window group's batch skipped (stats_ex), gap policies, remove_worker /
+// next_seq as values, dump -> restore, move-only ownership, and the refusals thrown as
+// rkv::Error.
 #include <algorithm>
 #include <thread>
 #include <vector>
@@ -22,6 +23,15 @@ const std::vector<std::uint8_t> kBatch = {
     0x98, 0x01, 0x02, 0x03, 0x04, 0x05, 0x06, 0x07, 0x08, 0x04, 0xc0, 0xa3, 0x47, 0x50, 0x55,
     0xc0, 0xc0, 0x00, 0xae, 0x66, 0x75, 0x6c, 0x6c, 0x5f, 0x61, 0x74, 0x74, 0x65, 0x6e, 0x74,
     0x69, 0x6f, 0x6e, 0xc0, 0x00,
+};
+// The same store published by a sliding-window group (group 1, window 4; engine hashes
+// 0xB0, 0xB1): the router skips it (tests/c/test_router.c's BATCH_SW, pinned the same way).
+const std::vector<std::uint8_t> kBatchSw = {
+    0x93, 0xcb, 0x3f, 0xf0, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x91, 0x9c, 0xab, 0x42, 0x6c,
+    0x6f, 0x63, 0x6b, 0x53, 0x74, 0x6f, 0x72, 0x65, 0x64, 0x92, 0xcc, 0xb0, 0xcc, 0xb1, 0xc0,
+    0x98, 0x01, 0x02, 0x03, 0x04, 0x05, 0x06, 0x07, 0x08, 0x04, 0xc0, 0xa3, 0x47, 0x50, 0x55,
+    0xc0, 0xc0, 0x01, 0xae, 0x73, 0x6c, 0x69, 0x64, 0x69, 0x6e, 0x67, 0x5f, 0x77, 0x69, 0x6e,
+    0x64, 0x6f, 0x77, 0x04, 0x00,
 };
 
 // Tokens of blocks first..first+n-1: block i is {10i, 10i+1, 10i+2, 10i+3}.
@@ -142,6 +152,7 @@ void refusals() {
   rkv::RouterIndex moved = std::move(r);
   CHECK(!r && moved);
   CHECK_THROWS(r.stats(), RKV_NULL_ARGUMENT);
+  CHECK_THROWS(r.stats_ex(), RKV_NULL_ARGUMENT);
   CHECK(moved.stats().refused == 4);
 }
 
@@ -158,6 +169,13 @@ void batches_gaps_dump() {
   CHECK(r.find(bt).empty() && r.next_seq(w) == std::optional<std::uint64_t>(1));
   for (std::uint64_t seq = 1; seq <= 4; ++seq) r.apply_batch(9, seq, kBatch);
   CHECK(r.find(bt).size() == 1 && r.next_seq(w) == std::optional<std::uint64_t>(5));
+  // A sliding-window group's store: skipped, counted in stats_ex().other_groups.
+  CHECK(r.stats_ex().other_groups == 0);
+  r.apply_batch(9, 5, kBatchSw);
+  rkv::RouterStatsEx ex = r.stats_ex();
+  CHECK(ex.size == sizeof(rkv::RouterStatsEx) && ex.other_groups == 1 &&
+        ex.events == r.stats().events && ex.blocks == r.stats().blocks);
+  CHECK(r.find(bt).size() == 1 && r.next_seq(w) == std::optional<std::uint64_t>(6));
 
   // Dump -> restore: equal finds, cursors and counts.
   r.stored(rkv::make_worker(2), std::nullopt, {50, 51}, toks(0, 2));
@@ -165,7 +183,7 @@ void batches_gaps_dump() {
   rkv::RouterIndex back = rkv::RouterIndex::restore(r.options(), bytes);
   CHECK(same(sorted(back.find(bt)), sorted(r.find(bt))));
   CHECK(same(sorted(back.find(toks(0, 3))), sorted(r.find(toks(0, 3)))));
-  CHECK(back.next_seq(w) == std::optional<std::uint64_t>(5));
+  CHECK(back.next_seq(w) == std::optional<std::uint64_t>(6));
   CHECK(back.stats().blocks == r.stats().blocks && back.stats().workers == 2);
   CHECK(back.dump() == bytes);
   rkv::RouterOptions other = r.options();

@@ -51,6 +51,9 @@ using RouterScore = rkv_router_score;
 /// A RouterIndex's counts and counters (rkv_router_stats): workers, blocks, memberships,
 /// bytes, events, batches, gaps, restarts, refused.
 using RouterStats = rkv_router_stats;
+/// RouterStats and the counters added since (rkv_router_stats_ex, versioned by size):
+/// today other_groups, the events skipped for their KV cache group (RouterIndex::stats_ex).
+using RouterStatsEx = rkv_router_stats_ex;
 
 /// A namespace of the router's content hashes: the LoRA name and cache salt as the KV events
 /// carry them (none: the plain namespace).
@@ -203,6 +206,14 @@ class RouterIndex {
   RouterStats stats() const {
     RouterStats s{};
     detail::check(rkv_router_stats_get(need(), &s), "rkv_router_stats_get");
+    return s;
+  }
+  /// stats() and the counters added since: other_groups, events skipped for their KV cache
+  /// group (a sliding-window or Mamba group's, not refused). rkv_router_stats_get_ex.
+  RouterStatsEx stats_ex() const {
+    RouterStatsEx s{};
+    s.size = sizeof s;
+    detail::check(rkv_router_stats_get_ex(need(), &s), "rkv_router_stats_get_ex");
     return s;
   }
   /// The whole index as bytes (rkv_router_dump) for restore().

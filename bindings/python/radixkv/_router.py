@@ -498,9 +498,14 @@ class RouterIndex(_Unique):
 
     def dump(self) -> List[Dict[str, Any]]:
         """Every worker's holdings and cursor, sorted by worker: a list of dicts with
-        ``worker_id``, ``dp_rank``, ``next_seq`` (None before a batch) and ``blocks``, a list
+        ``worker_id``, ``dp_rank``, ``next_seq`` (None before a batch), ``blocks``, a list
         of ``(engine_hash, chain_key, media)`` tuples sorted by engine hash (``media``: bit 0
-        the device copy, bit 1 a host copy). :meth:`restore` rebuilds the index from it."""
+        the device copy, bit 1 a host copy), and ``groups``, a list of ``(group_idx,
+        main_attention)`` pairs sorted by group: the KV cache groups whose kinds the
+        worker's stores taught (where it differs from an unnamed group's: group 0 indexed,
+        the others skipped), so that their removals are taken or skipped after a restore
+        as before. :meth:`restore` rebuilds the index from it (a record without ``groups``,
+        as dumps before them, learned none)."""
         return self._n.dump()
 
 

@@ -14,8 +14,8 @@ use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
 use pyo3::types::{PyBytes, PyDict, PyList, PyTuple};
 use radixkv_router::{
-    DumpBlock, GapPolicy, Medium, Refusal, RouterError, RouterIndex, RouterOptions, Score, Worker,
-    WorkerDump,
+    DumpBlock, DumpGroup, GapPolicy, Medium, Refusal, RouterError, RouterIndex, RouterOptions,
+    Score, Worker, WorkerDump,
 };
 
 use crate::cache::oor;
@@ -235,7 +235,8 @@ fn payload_of<'py>(obj: &Bound<'py, PyAny>) -> PyResult<Payload<'py>> {
 }
 
 /// One worker record of a dump given to `restore`: a dict with `worker_id`, `dp_rank`,
-/// `next_seq` (int or None) and `blocks` (`(engine_hash, chain_key, media)` triples).
+/// `next_seq` (int or None), `blocks` (`(engine_hash, chain_key, media)` triples) and,
+/// optionally, `groups` (`(group_idx, main_attention)` pairs; missing: none learned).
 fn worker_dump(i: usize, rec: &Bound<'_, PyAny>) -> PyResult<WorkerDump> {
     let bad = |what: &str| PyValueError::new_err(format!("dump[{i}]: {what}"));
     let d = rec.cast::<PyDict>().map_err(|_| {
@@ -259,7 +260,16 @@ fn worker_dump(i: usize, rec: &Bound<'_, PyAny>) -> PyResult<WorkerDump> {
         })?;
         blocks.push(DumpBlock { engine_hash, chain_key, media });
     }
-    Ok(WorkerDump { worker: Worker::new(worker_id, dp_rank), next_seq, blocks })
+    let mut groups = Vec::new();
+    if let Some(gs) = d.get_item("groups")? {
+        for (j, g) in gs.try_iter()?.enumerate() {
+            let (group_idx, main_attention): (u32, bool) = g?.extract().map_err(|_| {
+                bad(&format!("groups[{j}] must be a (group_idx, main_attention) pair"))
+            })?;
+            groups.push(DumpGroup { group_idx, main_attention });
+        }
+    }
+    Ok(WorkerDump { worker: Worker::new(worker_id, dp_rank), next_seq, blocks, groups })
 }
 
 #[pymethods]
@@ -495,8 +505,9 @@ impl NativeRouterIndex {
     }
 
     /// Every worker's holdings and cursor, sorted by worker: a list of dicts with
-    /// `worker_id`, `dp_rank`, `next_seq` and `blocks` (`(engine_hash, chain_key, media)`
-    /// tuples sorted by engine hash; media bit 0 device, bit 1 host copy).
+    /// `worker_id`, `dp_rank`, `next_seq`, `blocks` (`(engine_hash, chain_key, media)`
+    /// tuples sorted by engine hash; media bit 0 device, bit 1 host copy) and `groups`
+    /// (`(group_idx, main_attention)` pairs: the KV cache group kinds its stores taught).
     fn dump<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyList>> {
         let d = self.call(py, "RouterIndex.dump", |r| Ok(Ok(r.dump())))?;
         let out = PyList::empty(py);
@@ -508,6 +519,9 @@ impl NativeRouterIndex {
             let blocks =
                 PyList::new(py, wd.blocks.iter().map(|b| (b.engine_hash, b.chain_key, b.media)))?;
             rec.set_item("blocks", blocks)?;
+            let groups =
+                PyList::new(py, wd.groups.iter().map(|g| (g.group_idx, g.main_attention)))?;
+            rec.set_item("groups", groups)?;
             out.append(rec)?;
         }
         Ok(out)

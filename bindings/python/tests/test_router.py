@@ -525,6 +525,32 @@ def test_dump_restore_equality():
     assert RouterIndex.restore([]).dump() == []
 
 
+def test_dump_keeps_the_kv_group_kinds_stores_taught():
+    """A dump saves each worker's learned KV cache group kinds: after a restore, a removal of
+    group 3 (its store: MLA, main attention) still applies. A record without ``groups`` (a
+    dump from before them) restores with none learned: that removal is then skipped."""
+    r = RouterIndex(block_size=BS)
+    t = toks(2)
+    r.apply_batch(1, 0, batch(ev_stored([11, 12], t), ev_stored([31, 32], toks(2, start=50),
+                                                               group=(3, "mla_attention", None))))
+    d = r.dump()
+    assert d[0]["groups"] == [(3, True)]
+    back = RouterIndex.restore(d, block_size=BS)
+    assert back.dump() == d
+    old = RouterIndex.restore([{k: v for k, v in d[0].items() if k != "groups"}], block_size=BS)
+    assert old.dump()[0]["groups"] == []
+    for x in (r, back, old):
+        x.apply_batch(1, 1, batch(ev_removed([32], group_idx=3)))
+    q = toks(2, start=50)
+    assert scores(back, q) == scores(r, q) == {(1, 0): (1, 1)}
+    assert scores(old, q) == {(1, 0): (2, 2)}
+    assert (old.stats()["other_groups"], back.stats()["other_groups"]) == (1, 0)
+    with pytest.raises(radixkv.BadDumpError):
+        RouterIndex.restore([dict(d[0], groups=[(3, True), (3, False)])], block_size=BS)
+    with pytest.raises(ValueError):
+        RouterIndex.restore([dict(d[0], groups=[(3,)])], block_size=BS)
+
+
 def test_restore_refuses_bad_dumps():
     d = _populated().dump()
     bad = [dict(d[0], blocks=[(1, 2, 0)])]

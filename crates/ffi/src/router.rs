@@ -374,6 +374,61 @@ pub unsafe extern "C" fn rkv_router_stats_get(
     })
 }
 
+/// `rkv_router_stats_get` with the counters added since (`rkv_router_stats_ex`: today
+/// `other_groups`, the events skipped for their KV cache group), an extension of ABI
+/// version 1. The caller sets `out->size = sizeof(rkv_router_stats_ex)` (required; the
+/// call reads it): a size below the first version's (88) is `RKV_INVALID_ARGUMENT`, `out`
+/// NULL is `RKV_NULL_ARGUMENT`, and nothing is written then. On `RKV_OK` the call writes
+/// the struct this library knows (88 bytes, `size` = 88) and nothing past it. The caller
+/// owns `*out`; the call keeps no pointer to it. Thread-safe.
+///
+/// # Safety
+/// `r` is NULL or live; `out` NULL, or pointing to a readable and writable
+/// `rkv_router_stats_ex` of `out->size` bytes (at least its `size` field readable).
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn rkv_router_stats_get_ex(
+    r: *const rkv_router,
+    out: *mut rkv_router_stats_ex,
+) -> rkv_status {
+    boundary("rkv_router_stats_get_ex", || {
+        // SAFETY: the caller passes NULL or a live index that is not being freed.
+        let idx = unsafe { router_ref(r) }?;
+        check_out(out, "out")?;
+        const SIZE: usize = size_of::<rkv_router_stats_ex>();
+        // SAFETY: passed `check_out` (non-NULL, aligned); the first field, a `u32` at offset
+        // 0, is readable by the caller's contract.
+        let size = unsafe { out.cast::<u32>().read() };
+        if (size as usize) < SIZE {
+            return Err(fail(
+                rkv_status::RKV_INVALID_ARGUMENT,
+                format!(
+                    "out->size = {size} is smaller than an rkv_router_stats_ex ({SIZE}): set \
+                     it to sizeof(rkv_router_stats_ex)"
+                ),
+            ));
+        }
+        let s = idx.stats();
+        let c = rkv_router_stats_ex {
+            size: SIZE as u32,
+            reserved: 0,
+            workers: s.workers,
+            blocks: s.blocks,
+            memberships: s.memberships,
+            bytes: s.bytes,
+            events: s.events,
+            batches: s.batches,
+            gaps: s.gaps,
+            restarts: s.restarts,
+            refused: s.refused_total(),
+            other_groups: s.other_groups,
+        };
+        // SAFETY: passed `check_out`; `out->size >= SIZE`, so a whole `rkv_router_stats_ex`
+        // is there, writable by the caller's contract.
+        unsafe { out.write(c) };
+        Ok(())
+    })
+}
+
 /// Writes to `*out_next` (required) the `seq` worker `w`'s batch cursor expects next (after
 /// `RKV_SEQUENCE_GAP`: replay from there). `RKV_NOT_FOUND` when the worker has no cursor:
 /// it is unknown, or no batch of it applied yet (typed events set no cursor), so its next
@@ -413,22 +468,31 @@ pub unsafe extern "C" fn rkv_router_next_seq(
 // Dump and restore.
 
 /// Serializes the whole index into `out[0..cap]`: every worker's held blocks (engine hash,
-/// chain key, media) and batch cursor, as one byte string that `rkv_router_restore` turns
-/// back into an equal index (the same finds, cursors and block counts). Writes its length
+/// chain key, media), batch cursor and the KV cache group kinds its stores taught, as one
+/// byte string that `rkv_router_restore` turns back into an equal index (the same finds,
+/// cursors, block counts, and the same removals of other groups taken or skipped). Writes its length
 /// to `*out_len` (required). If `cap` is smaller, returns `RKV_BUFFER_TOO_SMALL` with the
 /// length in `*out_len` and nothing written to `out`: call again with a buffer that large
 /// (under concurrent writers it may have grown by then: loop). `out` may be NULL when
 /// `cap == 0`. Each worker's part is taken under that worker's lock: consistent per worker,
 /// not across workers. The caller owns the buffer. Thread-safe.
 ///
-/// The bytes, little-endian, no padding (format version 1; a later library reads it or
+/// The bytes, little-endian, no padding (format version 2; a later library reads it or
 /// refuses it by its version):
-/// - header: `"RKVRDUMP"` (8 bytes), `u32` format version (1), `u32` block_size,
+/// - header: `"RKVRDUMP"` (8 bytes), `u32` format version (2), `u32` block_size,
 ///   `u64` number of workers;
 /// - per worker: `u64` worker_id, `u32` dp_rank, `u32` flags (bit 0: it has a cursor),
-///   `u64` next_seq (0 without a cursor), `u64` number of blocks, then its blocks;
+///   `u64` next_seq (0 without a cursor), `u64` number of blocks, `u64` number of groups,
+///   then its groups, then its blocks;
+/// - per group (a KV cache group whose kind the worker's stores taught, where it differs
+///   from an unnamed group's: group 0 indexed, the others skipped), sorted by `group_idx`:
+///   `u32` group_idx, `u32` kind (1 main attention: its removals apply; 0 another kind:
+///   they are skipped);
 /// - per block: `u64` engine hash, `u64` chain key (the router's sequence hash of the
 ///   prefix ending with the block), `u32` media (1 device, 2 host copy, 3 both), `u32` 0.
+///
+/// Version 1 (no number of groups, no groups: a library before groups were saved wrote
+/// it) is still restored, as workers with no group kinds learned.
 ///
 /// # Safety
 /// `r` is NULL or live; `out[0..cap]` writable (or NULL); `out_len` NULL or writable.

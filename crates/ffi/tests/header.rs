@@ -126,6 +126,11 @@ fn header_is_up_to_date() {
          *out_len);",
         "enum rkv_status rkv_router_stats_get(const struct rkv_router *r, struct \
          rkv_router_stats *out);",
+        // The size-versioned stats (version 1 kept): other_groups.
+        "typedef struct rkv_router_stats_ex {",
+        "uint64_t other_groups; } rkv_router_stats_ex;",
+        "enum rkv_status rkv_router_stats_get_ex(const struct rkv_router *r, struct \
+         rkv_router_stats_ex *out);",
         "enum rkv_status rkv_router_next_seq(const struct rkv_router *r, struct rkv_worker w, \
          uint64_t *out_next);",
         "enum rkv_status rkv_router_dump(const struct rkv_router *r, uint8_t *out, size_t \

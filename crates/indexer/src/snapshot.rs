@@ -3,7 +3,7 @@
 use std::io::Write;
 use std::path::Path;
 
-use radixkv_router::{DumpBlock, Worker, WorkerDump};
+use radixkv_router::{DumpBlock, DumpGroup, Worker, WorkerDump};
 use serde::{Deserialize, Serialize};
 
 /// The snapshot format's version (`Snapshot::version`).
@@ -44,6 +44,11 @@ pub struct SnapshotWorker {
     pub next_seq: Option<u64>,
     /// Held blocks: `[engine_hash, chain_key, media]` (media bit 0 device, bit 1 host).
     pub blocks: Vec<(u64, u64, u8)>,
+    /// The KV cache groups whose kinds the worker's stores taught: `[group_idx,
+    /// main_attention]` ([`radixkv_router::DumpGroup`]). Left out when empty (none learned),
+    /// and read as empty from a snapshot without it (one written before groups were saved).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub groups: Vec<(u32, bool)>,
 }
 
 /// One (model, tenant) index.
@@ -96,6 +101,7 @@ impl SnapshotWorker {
             dp_rank: d.worker.dp_rank,
             next_seq: d.next_seq,
             blocks: d.blocks.iter().map(|b| (b.engine_hash, b.chain_key, b.media)).collect(),
+            groups: d.groups.iter().map(|g| (g.group_idx, g.main_attention)).collect(),
         }
     }
 
@@ -107,6 +113,11 @@ impl SnapshotWorker {
                 .blocks
                 .iter()
                 .map(|&(engine_hash, chain_key, media)| DumpBlock { engine_hash, chain_key, media })
+                .collect(),
+            groups: self
+                .groups
+                .iter()
+                .map(|&(group_idx, main_attention)| DumpGroup { group_idx, main_attention })
                 .collect(),
         }
     }
@@ -146,4 +157,35 @@ pub(crate) fn parse(bytes: &[u8]) -> Result<Snapshot, String> {
         ));
     }
     Ok(s)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A worker's learned group kinds go through the snapshot; a snapshot written before
+    /// they were saved (no `groups`) reads as none learned, and a worker with none writes
+    /// no `groups` (the bytes of before).
+    #[test]
+    fn group_kinds_round_trip_and_old_workers_read_as_none_learned() {
+        let d = WorkerDump {
+            worker: Worker::new(7, 1),
+            next_seq: Some(3),
+            blocks: vec![DumpBlock { engine_hash: 1, chain_key: 2, media: 1 }],
+            groups: vec![
+                DumpGroup { group_idx: 0, main_attention: false },
+                DumpGroup { group_idx: 3, main_attention: true },
+            ],
+        };
+        let sw = SnapshotWorker::from_dump(&d);
+        let json = serde_json::to_string(&sw).unwrap();
+        assert!(json.contains(r#""groups":[[0,false],[3,true]]"#), "{json}");
+        let back: SnapshotWorker = serde_json::from_str(&json).unwrap();
+        assert_eq!(back.to_dump(), d);
+
+        let old = r#"{"worker_id":7,"dp_rank":1,"next_seq":3,"blocks":[[1,2,1]]}"#;
+        let w: SnapshotWorker = serde_json::from_str(old).unwrap();
+        assert_eq!(w.to_dump(), WorkerDump { groups: vec![], ..d });
+        assert_eq!(serde_json::to_string(&w).unwrap(), old);
+    }
 }

@@ -53,10 +53,11 @@
 //!   taught is of such a kind, or of a group other than 0 no store has named yet, is
 //!   skipped and counted ([`RouterStats::other_groups`]), not refused: it changes nothing.
 //!   Events without group fields (SGLang's) are taken. What stores taught is kept per
-//!   worker (not in a dump). The cursor counts every batch: one stream per worker.
+//!   worker, and in its dump ([`WorkerDump::groups`]). The cursor counts every batch: one stream per worker.
 
 #![deny(unsafe_op_in_unsafe_fn, missing_docs)]
 
+mod dump;
 mod find;
 mod sync;
 mod table;
@@ -65,6 +66,7 @@ mod workers;
 use std::collections::HashMap;
 use std::mem::size_of;
 
+pub use dump::{DumpBlock, DumpGroup, WorkerDump};
 pub use find::FindScratch;
 use radixkv::events::KvEvent;
 pub use radixkv::events::Medium;
@@ -333,29 +335,6 @@ pub struct BatchReport {
     pub other_groups: usize,
     /// The worker was cleared first (a restart, or a gap under [`GapPolicy::Clear`]).
     pub cleared_first: bool,
-}
-
-/// One held engine hash of a dump.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
-pub struct DumpBlock {
-    /// The engine's hash.
-    pub engine_hash: u64,
-    /// The block's chain key (the router's sequence hash of the prefix ending with it: it
-    /// stands for the parent chain, so a restore needs no parent lookups).
-    pub chain_key: u64,
-    /// Media: bit 0 device, bit 1 host copy.
-    pub media: u8,
-}
-
-/// One worker of a dump.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct WorkerDump {
-    /// The worker.
-    pub worker: Worker,
-    /// Its batch cursor (the next seq expected), if it has seen a batch.
-    pub next_seq: Option<u64>,
-    /// Its held engine hashes, sorted.
-    pub blocks: Vec<DumpBlock>,
 }
 
 fn medium_bit(m: Medium) -> u32 {
@@ -1057,7 +1036,7 @@ impl RouterIndex {
         .expect("created")
     }
 
-    // ------------------------------------------------------------------ stats, dump
+    // ------------------------------------------------------------------ stats (dump: dump.rs)
 
     /// Counters and sizes (each read on its own: a snapshot only at quiescence).
     pub fn stats(&self) -> RouterStats {
@@ -1082,68 +1061,5 @@ impl RouterIndex {
         for _ in 0..256 {
             self.domain.pin().flush();
         }
-    }
-
-    /// Every worker's holdings and cursor, sorted by worker and engine hash: given to
-    /// [`RouterIndex::restore`], it rebuilds this index exactly.
-    pub fn dump(&self) -> Vec<WorkerDump> {
-        let mut ws: Vec<Worker> = Vec::new();
-        for shard in self.registry.shards.iter() {
-            ws.extend(lock(shard).keys().copied());
-        }
-        ws.sort();
-        let mut out = Vec::with_capacity(ws.len());
-        for w in ws {
-            let d = self.with_worker(w, false, |_, st, _, _| {
-                let mut blocks: Vec<DumpBlock> = st
-                    .held
-                    .iter()
-                    .map(|(e, key, media)| DumpBlock {
-                        engine_hash: e,
-                        chain_key: key,
-                        media: media as u8,
-                    })
-                    .collect();
-                blocks.sort();
-                WorkerDump { worker: w, next_seq: st.next_seq, blocks }
-            });
-            if let Ok(Some(d)) = d {
-                out.push(d);
-            }
-        }
-        out
-    }
-
-    /// An index with `opts` holding exactly what `dump` records.
-    pub fn restore(opts: RouterOptions, dump: &[WorkerDump]) -> Result<RouterIndex, RouterError> {
-        let idx = RouterIndex::new(opts)?;
-        for wd in dump {
-            if wd.blocks.iter().any(|b| b.media == 0 || u32::from(b.media) & !MEDIA != 0) {
-                return Err(RouterError::BadDump { worker: wd.worker });
-            }
-            idx.with_worker(wd.worker, true, |me, st, slot, g| {
-                st.next_seq = wd.next_seq;
-                for b in &wd.blocks {
-                    let media = u32::from(b.media);
-                    let (key, new) = match st.held.find(b.engine_hash) {
-                        Some(i) => {
-                            let had = st.held.media(i);
-                            st.held.set_media(i, had | media);
-                            (st.held.key(i), media & !had)
-                        }
-                        None => {
-                            st.held.insert_new(b.engine_hash, b.chain_key, media);
-                            (b.chain_key, media)
-                        }
-                    };
-                    for m in [GPU, HOST] {
-                        if new & m != 0 {
-                            me.hold(st, slot, key, m, g);
-                        }
-                    }
-                }
-            })?;
-        }
-        Ok(idx)
     }
 }

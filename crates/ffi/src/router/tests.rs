@@ -763,8 +763,8 @@ fn dump_restores_an_equal_index() {
         magic[0] = b'X';
         bad(&magic, &o, "do not start with \"RKVRDUMP\"");
         let mut version = bytes.clone();
-        version[8] = 2;
-        bad(&version, &o, "format version 2");
+        version[8] = 3;
+        bad(&version, &o, "format version 3; this library reads versions 1 and 2");
         bad(
             &bytes,
             &rkv_router_options { block_size: 8, ..o },
@@ -773,8 +773,9 @@ fn dump_restores_an_equal_index() {
         bad(&bytes, &rkv_router_options { max_workers: 2, ..o }, "2 workers are live already");
         bad(&bytes, &rkv_router_options { reserved: 1, ..o }, "opts->reserved");
         let mut media = bytes.clone();
-        // The first block's media field: header 24, worker 32, then hash 8 and key 8.
-        media[24 + 32 + 16] = 0;
+        // The first block's media field: header 24, worker 40 (no groups), then hash 8 and
+        // key 8.
+        media[24 + 40 + 16] = 0;
         bad(&media, &o, "media = 0");
         let mut count = bytes.clone();
         count[16..24].copy_from_slice(&u64::MAX.to_le_bytes());
@@ -906,3 +907,5 @@ fn the_c_tests_payload_is_this_batch() {
     // SAFETY: `r` is live.
     unsafe { rkv_router_free(r) };
 }
+
+mod groups;

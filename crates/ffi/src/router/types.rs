@@ -85,6 +85,51 @@ pub struct rkv_router_stats {
     pub refused: u64,
 }
 
+/// A router index's counts and counters, versioned by `size` so that it can grow
+/// (`rkv_router_stats_get_ex`; an extension of version 1): every field of
+/// `rkv_router_stats`, then the counters added since. A plain value owned by the caller,
+/// which sets `size` before the call; read as `rkv_router_stats`'s fields (each atomically,
+/// not one snapshot under concurrent writers).
+///
+/// Versioned by `size`, as `rkv_kv_group`, but written rather than read: the caller sets
+/// `size = sizeof(rkv_router_stats_ex)` of its header (88 in this one). A size below 88
+/// (the first version's) is `RKV_INVALID_ARGUMENT`, nothing written; any larger one (a
+/// caller built against a later header) gets this library's fields, and `size` set to 88,
+/// the bytes written (the rest of the caller's struct is left as it was). A later library
+/// that appends fields will still fill a struct of this size, without them.
+#[repr(C)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct rkv_router_stats_ex {
+    /// Set by the caller to `sizeof(rkv_router_stats_ex)`; set by the call to the bytes it
+    /// wrote (88).
+    pub size: u32,
+    /// Written as 0 (reserved for a later version).
+    pub reserved: u32,
+    /// As `rkv_router_stats.workers`.
+    pub workers: u64,
+    /// As `rkv_router_stats.blocks`.
+    pub blocks: u64,
+    /// As `rkv_router_stats.memberships`.
+    pub memberships: u64,
+    /// As `rkv_router_stats.bytes`.
+    pub bytes: u64,
+    /// As `rkv_router_stats.events` (skipped events of other groups included).
+    pub events: u64,
+    /// As `rkv_router_stats.batches`.
+    pub batches: u64,
+    /// As `rkv_router_stats.gaps`.
+    pub gaps: u64,
+    /// As `rkv_router_stats.restarts`.
+    pub restarts: u64,
+    /// As `rkv_router_stats.refused`.
+    pub refused: u64,
+    /// Events of `rkv_router_apply_batch` skipped for their KV cache group, not refused: a
+    /// store of a kind other than main attention (sliding window, Mamba, an unknown kind),
+    /// a removal of a group a worker's stores taught is of such a kind, or of a group other
+    /// than 0 none of its stores named (Dynamo's rule; they change nothing).
+    pub other_groups: u64,
+}
+
 // The layouts the header promises: no padding, so every byte a caller passes is a field.
 const _: () = assert!(
     size_of::<rkv_router_options>() == 16
@@ -92,6 +137,9 @@ const _: () = assert!(
         && size_of::<rkv_router_score>() == 24
         && std::mem::offset_of!(rkv_router_score, device_blocks) == 16
         && size_of::<rkv_router_stats>() == 72
+        && size_of::<rkv_router_stats_ex>() == 88
+        && std::mem::offset_of!(rkv_router_stats_ex, workers) == 8
+        && std::mem::offset_of!(rkv_router_stats_ex, other_groups) == 80
 );
 
 /// A router index: an opaque object created by `rkv_router_new` (or `rkv_router_restore`)

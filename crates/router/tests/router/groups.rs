@@ -4,7 +4,9 @@
 
 use radixkv::events::wire::{Encoding, KvCacheSpecKind, KvGroup, WireOptions, encode_batch};
 use radixkv::events::{EventBatch, KvEvent, Medium};
-use radixkv_router::{BatchReport, RouterIndex, RouterOptions, Score, Worker};
+use radixkv_router::{
+    BatchReport, DumpGroup, RouterError, RouterIndex, RouterOptions, Score, Worker, WorkerDump,
+};
 
 fn stored(hashes: &[u64], parent: Option<u64>, tokens: &[u32]) -> KvEvent {
     KvEvent::BlockStored {
@@ -145,4 +147,77 @@ fn events_without_group_fields_are_taken() {
     assert_eq!(idx.apply_batch(4, 0, &payload), Ok(report(1, 0)));
     let w = Worker::new(4, 0);
     assert_eq!(scores(&idx, &t), vec![Score { worker: w, device_blocks: 1, any_blocks: 1 }]);
+}
+
+/// A dump keeps what the stores taught (issue 29's follow-up): after a restore, a removal
+/// of a group a store taught is main attention (group 3, MLA) still applies, and one of a
+/// group 0 taught to be a sliding window is still skipped. A dump without the kinds (one
+/// from before they were saved) restores as "none learned": those removals go the other way.
+#[test]
+fn a_dump_keeps_the_group_kinds_stores_taught() {
+    use KvCacheSpecKind::*;
+    let opts = RouterOptions { block_size: 4, ..Default::default() };
+    let idx = RouterIndex::new(opts).unwrap();
+    let a = Encoding::VllmArray;
+    let (t, t2): (Vec<u32>, Vec<u32>) = ((0..8).collect(), (100..108).collect());
+    let (w1, w2) = (Worker::new(1, 0), Worker::new(2, 0));
+    let (full, mla) = (KvGroup::default(), group(3, MlaAttention, None));
+    let (sliding0, full1) = (group(0, SlidingWindow, Some(4)), group(1, FullAttention, None));
+    // Worker 1: group 0 full (the default), group 3 MLA (learned: indexed).
+    idx.apply_batch(1, 0, &batch(full, a, vec![stored(&[1, 2], None, &t)])).unwrap();
+    idx.apply_batch(1, 1, &batch(mla, a, vec![stored(&[7, 8], None, &t2)])).unwrap();
+    // Worker 2: group 0 a sliding window (learned: skipped), group 1 full (learned: indexed).
+    idx.apply_batch(2, 0, &batch(full1, a, vec![stored(&[5, 6], None, &t)])).unwrap();
+    let r = idx.apply_batch(2, 1, &batch(sliding0, a, vec![stored(&[5], None, &t[..4])]));
+    assert_eq!(r, Ok(report(1, 1)));
+    let d = idx.dump();
+    let kinds = |d: &[WorkerDump]| -> Vec<Vec<(u32, bool)>> {
+        d.iter()
+            .map(|w| w.groups.iter().map(|g| (g.group_idx, g.main_attention)).collect())
+            .collect()
+    };
+    assert_eq!(kinds(&d), vec![vec![(3, true)], vec![(0, false), (1, true)]]);
+
+    // Removals with group fields and no kind, as vLLM sends them.
+    let removals = |idx: &RouterIndex| {
+        let r1 = idx.apply_batch(1, 2, &batch(mla, a, vec![removed(&[8])])).unwrap();
+        let r2 = idx.apply_batch(2, 2, &batch(sliding0, a, vec![removed(&[6])])).unwrap();
+        let r3 = idx.apply_batch(2, 3, &batch(full1, a, vec![removed(&[6])])).unwrap();
+        (r1.other_groups, r2.other_groups, r3.other_groups, scores(idx, &t2), scores(idx, &t))
+    };
+    let one = |w: Worker, n: u32| Score { worker: w, device_blocks: n, any_blocks: n };
+    let restored = RouterIndex::restore(opts, &d).unwrap();
+    assert_eq!(restored.dump(), d, "the kinds round-trip");
+    let before = removals(&idx);
+    assert_eq!(before, (0, 1, 0, vec![one(w1, 1)], vec![one(w1, 2), one(w2, 1)]));
+    assert_eq!(removals(&restored), before, "a restored index takes and skips them alike");
+
+    // A dump without kinds: group 3's removal is skipped (a group other than 0 no store
+    // named) and so is group 1's; group 0's is taken (it removes worker 2's hash 6, which
+    // its group 1 stored).
+    let old: Vec<WorkerDump> =
+        d.iter().map(|w| WorkerDump { groups: vec![], ..w.clone() }).collect();
+    let unlearned = RouterIndex::restore(opts, &old).unwrap();
+    assert_eq!(kinds(&unlearned.dump()), vec![vec![], vec![]]);
+    let after = removals(&unlearned);
+    assert_eq!((after.0, after.1, after.2), (1, 0, 1));
+    assert_eq!(after.3, vec![one(w1, 2)], "group 3's removal skipped");
+}
+
+/// A restore refuses a group listed twice for a worker; a group listed with the kind an
+/// unnamed group has anyway is dropped (the next dump leaves it out).
+#[test]
+fn restore_checks_the_group_kinds() {
+    let opts = RouterOptions { block_size: 4, ..Default::default() };
+    let g = |group_idx, main_attention| DumpGroup { group_idx, main_attention };
+    let wd =
+        |groups| WorkerDump { worker: Worker::new(1, 0), next_seq: None, blocks: vec![], groups };
+    let twice = [wd(vec![g(3, true), g(3, false)])];
+    assert_eq!(
+        RouterIndex::restore(opts, &twice).err(),
+        Some(RouterError::BadDump { worker: Worker::new(1, 0) })
+    );
+    let defaults = [wd(vec![g(0, true), g(2, false), g(4, true)])];
+    let idx = RouterIndex::restore(opts, &defaults).unwrap();
+    assert_eq!(idx.dump(), [wd(vec![g(4, true)])]);
 }
