@@ -9,6 +9,8 @@
  * taking `const rkv_tier *` are thread-safe; rkv_tier_free and rkv_tier_events_enable are not.
  * Likewise every function taking `const rkv_router *` (the router index) is thread-safe;
  * rkv_router_free must not run concurrently with any other call on that index.
+ * Every function taking `const rkv_hybrid *` (the hybrid tree, serialized by its mutex) is
+ * thread-safe too; rkv_hybrid_free must not run concurrently with any other call on that tree.
  * Outputs are written only on RKV_OK (and *out_len, or rkv_events_drain's *out_info, on
  * RKV_BUFFER_TOO_SMALL).
  * A failing call leaves a message saying exactly what was wrong for its thread:
