@@ -1096,7 +1096,7 @@ typedef struct rkv_hybrid_match_result {
  * A request's lock on a hybrid tree (`rkv_hybrid_lock`), the receipt its release
  * (`rkv_hybrid_unlock`, `rkv_hybrid_release_window`) takes: a plain value the caller
  * owns. Each receipt is released once: a second `rkv_hybrid_unlock` of it is
- * `RKV_INVALID_LOCK`.
+ * `RKV_INVALID_LOCK`, and so is another tree's receipt (ids carry a per-tree tag).
  */
 typedef struct rkv_hybrid_receipt {
   /**

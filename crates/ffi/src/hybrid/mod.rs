@@ -106,7 +106,7 @@ pub struct rkv_hybrid_match_result {
 /// A request's lock on a hybrid tree (`rkv_hybrid_lock`), the receipt its release
 /// (`rkv_hybrid_unlock`, `rkv_hybrid_release_window`) takes: a plain value the caller
 /// owns. Each receipt is released once: a second `rkv_hybrid_unlock` of it is
-/// `RKV_INVALID_LOCK`.
+/// `RKV_INVALID_LOCK`, and so is another tree's receipt (ids carry a per-tree tag).
 #[repr(C)]
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct rkv_hybrid_receipt {
@@ -161,7 +161,22 @@ pub(crate) struct Inner {
     pub(crate) tree: HybridTree,
     /// Live receipts by id: what each still holds.
     pub(crate) receipts: HashMap<u64, Held>,
+    /// The next receipt id: this tree's tag in the high 24 bits, a count below.
     pub(crate) next_receipt: u64,
+}
+
+/// Bits of a receipt id below the tree's tag.
+const RECEIPT_COUNT_BITS: u32 = 40;
+
+/// Tags of trees, so that another tree's receipt is refused: the next one (24 bits, never
+/// 0; it comes back after 2^24 - 1 trees were made).
+static NEXT_TAG: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
+/// The first receipt id of a new tree.
+fn first_receipt() -> u64 {
+    let n = NEXT_TAG.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let tag = n % ((1 << 24) - 1) + 1;
+    (tag << RECEIPT_COUNT_BITS) | 1
 }
 
 /// What a live receipt still holds.
@@ -309,7 +324,11 @@ pub unsafe extern "C" fn rkv_hybrid_new(
         let tree =
             HybridTree::new(hopts).map_err(|e| fail(rkv_status::from(&e), format!("opts: {e}")))?;
         let raw = Box::into_raw(Box::new(rkv_hybrid {
-            inner: Mutex::new(Inner { tree, receipts: HashMap::new(), next_receipt: 1 }),
+            inner: Mutex::new(Inner {
+                tree,
+                receipts: HashMap::new(),
+                next_receipt: first_receipt(),
+            }),
         }));
         // SAFETY: `out_tree` passed `check_out` and is writable by the caller's contract.
         unsafe { out_tree.write(raw) };
@@ -520,6 +539,7 @@ pub(crate) fn take_lock(inner: &mut Inner, node: NodeId) -> Res<rkv_hybrid_recei
         return Err(st(e));
     }
     let id = inner.next_receipt;
+    // 2^40 receipts per tree: the count never reaches the tag's bits in practice.
     inner.next_receipt += 1;
     inner.receipts.insert(id, Held { node, swa_uuid: uuid, swa, mamba });
     Ok(rkv_hybrid_receipt { id, node, swa_uuid: uuid })
@@ -568,7 +588,7 @@ pub(crate) fn held(inner: &Inner, r: &rkv_hybrid_receipt) -> Res<Held> {
             rkv_status::RKV_INVALID_LOCK,
             format!(
                 "receipt {} is not a live lock of this tree (released already, reset since, \
-                 or never handed out)",
+                 another tree's, or never handed out)",
                 r.id
             ),
         )),

@@ -487,6 +487,16 @@ fn every_bad_input_is_refused_with_nothing_written() {
         assert_eq!(rkv_hybrid_lock(t, leaf, &mut rc), RKV_OK);
         assert_eq!(rkv_hybrid_reset(t, None, null_mut()), RKV_OK);
         assert_eq!(rkv_hybrid_unlock(t, &rc), RKV_INVALID_LOCK);
+        // Another tree's receipt is refused.
+        let t2 = new_tree(2, 0, false);
+        let mut other = rkv_hybrid_receipt::default();
+        assert_eq!(rkv_hybrid_lock(t2, root(t2), &mut other), RKV_OK);
+        assert_eq!(
+            rkv_hybrid_unlock(t, &rkv_hybrid_receipt { node: root(t), ..other }),
+            RKV_INVALID_LOCK
+        );
+        assert_eq!(rkv_hybrid_unlock(t2, &other), RKV_OK);
+        rkv_hybrid_free(t2);
         // The root's lock locks nothing and is released once.
         assert_eq!(rkv_hybrid_lock(t, root(t), &mut rc), RKV_OK);
         assert_eq!(rkv_hybrid_unlock(t, &rc), RKV_OK);
