@@ -5,7 +5,8 @@
  * unlock), an early window release, an eviction walk per component, sizes against the
  * caller's books, rkv_hybrid_check, and "no index lost": every FULL index, SWA slot and
  * Mamba state handed in is either held by the tree (collect) or freed exactly once through
- * the callbacks. Plus bad inputs. */
+ * the callbacks. Also a recovery of a locked node's SWA value
+ * (RECOVER_SWA_WITH_LOCKED_FULL), and bad inputs. */
 #include "radixkv.h"
 #include "check.h"
 
@@ -199,6 +200,47 @@ static void evict_each(const rkv_hybrid *t) {
   check_books(t);
 }
 
+/* A node whose FULL KV another request has locked, SWA-tombstoned meanwhile, inside a new
+ * request's live window: the insert asks to recover its SWA value from the request's KV
+ * (RECOVER_SWA_WITH_LOCKED_FULL), and the request's own indices for it are freed. */
+static void recover(const rkv_hybrid *t) {
+  int64_t key[10], vals[10], key2[10], vals2[10];
+  size_t i;
+  uint64_t e = 0;
+  int before = recovers;
+  rkv_hybrid_insert_result res, res2;
+  rkv_hybrid_match_result m;
+  rkv_hybrid_receipt a, b;
+  for (i = 0; i < 10; i++) {
+    key[i] = 70000 + (int64_t)i;
+    key2[i] = i < 6 ? key[i] : 80000 + (int64_t)i;
+    vals[i] = next_full;
+    full_state[next_full++] = 1;
+  }
+  CHECK_ST(rkv_hybrid_insert(t, 1, key, 10, vals, 10, 0, 0, NULL, 0, on_action, NULL, &res, &a),
+           RKV_OK);
+  if (!res.refreshed) CHECK_ST(rkv_hybrid_swa_refresh(t, res.node), RKV_OK);
+  /* Every SWA value not under a window lock goes: the locked path's older part becomes a
+   * tombstone (its FULL KV stays, locked by request a). */
+  CHECK_ST(rkv_hybrid_evict(t, RKV_HYBRID_SWA, UINT64_MAX, on_free, NULL, &e), RKV_OK);
+  CHECK_ST(rkv_hybrid_match_lock(t, 1, key2, 10, &m, &b), RKV_OK);
+  CHECK(m.device_prefix_len == 0 && m.full_hit_len == 6);
+  for (i = 0; i < 10; i++) {
+    vals2[i] = next_full;
+    full_state[next_full++] = 1;
+  }
+  CHECK_ST(rkv_hybrid_insert(t, 1, key2, 10, vals2, 10, 0, 0, NULL, 0, on_action, NULL, &res2,
+                             NULL),
+           RKV_OK);
+  CHECK(!res2.refreshed);
+  CHECK_ST(rkv_hybrid_swa_refresh(t, res2.node), RKV_OK);
+  CHECK(recovers == before + 1);
+  for (i = 0; i < 6; i++) CHECK(full_state[vals2[i]] == 2 && swa_live[vals[i]]);
+  CHECK_ST(rkv_hybrid_unlock(t, &b), RKV_OK);
+  CHECK_ST(rkv_hybrid_unlock(t, &a), RKV_OK);
+  check_books(t);
+}
+
 static void cycles(void) {
   rkv_hybrid_options o = rkv_hybrid_options_default();
   rkv_hybrid *t = NULL;
@@ -224,6 +266,7 @@ static void cycles(void) {
   CHECK_ST(rkv_hybrid_collect(t, m.last_device_node, root_of(t), vals, 64, &n), RKV_OK);
   CHECK(n == m.device_prefix_len && n > 0);
   for (i = 0; i < n; i++) CHECK(full_state[vals[i]] == 1);
+  recover(t);
   /* Reset hands everything back: then every index handed in was freed exactly once. */
   CHECK_ST(rkv_hybrid_reset(t, on_free, NULL), RKV_OK);
   CHECK(count(full_state, NFULL, 1) == 0);
