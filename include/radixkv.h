@@ -9,6 +9,8 @@
  * taking `const rkv_tier *` are thread-safe; rkv_tier_free and rkv_tier_events_enable are not.
  * Likewise every function taking `const rkv_router *` (the router index) is thread-safe;
  * rkv_router_free must not run concurrently with any other call on that index.
+ * Every function taking `const rkv_hybrid *` (the hybrid tree, serialized by its mutex) is
+ * thread-safe too; rkv_hybrid_free must not run concurrently with any other call on that tree.
  * Outputs are written only on RKV_OK (and *out_len, or rkv_events_drain's *out_info, on
  * RKV_BUFFER_TOO_SMALL).
  * A failing call leaves a message saying exactly what was wrong for its thread:
@@ -385,12 +387,69 @@ typedef enum rkv_kv_cache_spec_kind {
 } rkv_kv_cache_spec_kind;
 
 /**
+ * A component of a hybrid tree (the `component` arguments, `uint32_t`s: other values are
+ * `RKV_INVALID_ARGUMENT`). A plain value.
+ */
+typedef enum rkv_hybrid_component {
+  /**
+   * Full attention's KV (every tree has it): indices of the FULL pool.
+   */
+  RKV_HYBRID_FULL = 0,
+  /**
+   * Sliding-window attention's KV (a tree made with `swa_window > 0`). SWA slots are
+   * named by the FULL indices of the same tokens, as SGLang frees them.
+   */
+  RKV_HYBRID_SWA = 1,
+  /**
+   * Mamba's recurrent states (a tree made with `mamba = 1`): Mamba pool slots.
+   */
+  RKV_HYBRID_MAMBA = 2,
+} rkv_hybrid_component;
+
+/**
+ * What an `rkv_hybrid_action` asks of the caller (its `kind` field, a `uint32_t`): SGLang's
+ * cache actions (`cache_action.py`), in the order the insert emits them. A plain value.
+ */
+typedef enum rkv_hybrid_action_kind {
+  /**
+   * `FreeDeviceKV`: free `a[0..a_len]` in the FULL pool and, on a tree with SWA, the SWA
+   * slots of the same tokens (SGLang frees SWA by FULL index). `node` is 0.
+   */
+  RKV_HYBRID_FREE_DEVICE_KV = 0,
+  /**
+   * `FreeDeviceKVFullOnly`: free `a[0..a_len]` in the FULL pool only. `node` is 0.
+   */
+  RKV_HYBRID_FREE_DEVICE_KV_FULL_ONLY = 1,
+  /**
+   * `SWARebuild`, a barrier: allocate SWA slots for `node`'s tokens (their FULL indices
+   * are `a[0..a_len]`), copy the KV, and store them with `rkv_hybrid_swa_set_value`;
+   * once every action is carried out, call `rkv_hybrid_swa_refresh` on the insert's
+   * node (`refreshed` is 0 then).
+   */
+  RKV_HYBRID_SWA_REBUILD = 2,
+  /**
+   * `RecoverSWAWithLockedFull`, a barrier: `node`'s FULL value is locked by another
+   * request and kept (`a[0..a_len]`); recover its SWA value from the request's indices for
+   * the same tokens (`b[0..b_len]`), then store it and refresh as for `SWA_REBUILD`.
+   */
+  RKV_HYBRID_RECOVER_SWA_WITH_LOCKED_FULL = 3,
+} rkv_hybrid_action_kind;
+
+/**
  * A cache: an opaque object created by `rkv_cache_new` and destroyed by `rkv_cache_free`.
  * Every function taking `const rkv_cache *` is safe to call from many threads at once;
  * `rkv_cache_free`, `rkv_cache_clear` and `rkv_events_enable` (which take `rkv_cache *`) must
  * not run concurrently with any other call on the same cache.
  */
 typedef struct rkv_cache rkv_cache;
+
+/**
+ * A hybrid tree: an opaque object created by `rkv_hybrid_new` and destroyed by
+ * `rkv_hybrid_free`. Every function taking `const rkv_hybrid *` is safe to call from many
+ * threads at once (the tree is sequential: the calls take one mutex in turn);
+ * `rkv_hybrid_free` must not run concurrently with any other call on the same tree.
+ */
+typedef struct rkv_hybrid rkv_hybrid;
 
 /**
  * A running (or stopped) ZMQ publisher of one cache's events: an opaque object created by
@@ -957,6 +1016,221 @@ typedef struct rkv_kv_group {
    */
   uint32_t sliding_window;
 } rkv_kv_group;
+
+/**
+ * What a hybrid tree is made with (`rkv_hybrid_new`). Get the defaults from
+ * `rkv_hybrid_options_default()` (page 1, ids from 1, FULL only) and change fields. A
+ * plain value: the caller owns it, and the call only reads it.
+ *
+ * Versioned by `size`, as `rkv_kv_group`: it must be `sizeof(rkv_hybrid_options)` of this
+ * header (32), which `rkv_hybrid_options_default()` sets; any other value is
+ * `RKV_INVALID_ARGUMENT`.
+ */
+typedef struct rkv_hybrid_options {
+  /**
+   * `sizeof(rkv_hybrid_options)`: 32.
+   */
+  uint32_t size;
+  /**
+   * 1: the tree has a Mamba component (one recurrent state per node where a sequence
+   * ended); 0: none (the default). Other values are `RKV_INVALID_ARGUMENT`.
+   */
+  uint32_t mamba;
+  /**
+   * Tokens per page, >= 1 (default 1): keys are matched and inserted in whole pages.
+   */
+  uint64_t page_size;
+  /**
+   * The first node id handed out (the root's; default 1).
+   */
+  uint64_t first_id;
+  /**
+   * SGLang's `swa_retain_window` in tokens: > 0 adds the SWA component; 0 none (the
+   * default).
+   */
+  uint64_t swa_window;
+} rkv_hybrid_options;
+
+/**
+ * A hybrid tree's node id (SGLang's node id): stable for the node's life, never reused
+ * within a tree (a split gives the new prefix node a fresh id). A plain value, valid only
+ * with the tree that made it; a node the tree no longer holds is `RKV_INVALID_ARGUMENT`.
+ */
+typedef uint64_t rkv_hybrid_node;
+
+/**
+ * What `rkv_hybrid_match` matched: a plain value the caller owns and the call writes
+ * (whole, on `RKV_OK` only).
+ */
+typedef struct rkv_hybrid_match_result {
+  /**
+   * Tokens matched with every component valid (SGLang's `device_indices` length): what
+   * the request may reuse.
+   */
+  size_t device_prefix_len;
+  /**
+   * Tokens whose FULL KV is on the device (SGLang's `full_kv_hit_length`), at least
+   * `device_prefix_len`.
+   */
+  size_t full_hit_len;
+  /**
+   * The deepest node of the reusable prefix (the root when `device_prefix_len` is 0):
+   * what `rkv_hybrid_lock` and `rkv_hybrid_collect` take.
+   */
+  rkv_hybrid_node last_device_node;
+  /**
+   * The last node the walk visited, when `has_last_visited` is 1 (else 0).
+   */
+  rkv_hybrid_node last_visited;
+  /**
+   * 1 when the walk visited a node past the root (`last_visited` is it), else 0.
+   */
+  uint32_t has_last_visited;
+  /**
+   * Always 0.
+   */
+  uint32_t reserved;
+} rkv_hybrid_match_result;
+
+/**
+ * A request's lock on a hybrid tree (`rkv_hybrid_lock`), the receipt its release
+ * (`rkv_hybrid_unlock`, `rkv_hybrid_release_window`) takes: a plain value the caller
+ * owns. Each receipt is released once: a second `rkv_hybrid_unlock` of it is
+ * `RKV_INVALID_LOCK`, and so is another tree's receipt (ids carry a per-tree tag).
+ */
+typedef struct rkv_hybrid_receipt {
+  /**
+   * The receipt's number in its tree (never 0).
+   */
+  uint64_t id;
+  /**
+   * The node the lock is anchored on.
+   */
+  rkv_hybrid_node node;
+  /**
+   * The SWA window lock's boundary stamp (SGLang's `lock_uuid`; 0: no SWA component,
+   * or the window segment reached the root).
+   */
+  uint64_t swa_uuid;
+} rkv_hybrid_receipt;
+
+/**
+ * A hybrid tree's sizes per component (`rkv_hybrid_sizes_get`): FULL and SWA in tokens,
+ * Mamba in state slots; evictable is held by no lock, protected by one. A plain value.
+ */
+typedef struct rkv_hybrid_sizes {
+  /**
+   * FULL tokens held by no lock.
+   */
+  uint64_t full_evictable;
+  /**
+   * FULL tokens on a locked path.
+   */
+  uint64_t full_protected;
+  /**
+   * SWA tokens held by no window lock (0 without SWA).
+   */
+  uint64_t swa_evictable;
+  /**
+   * SWA tokens under a window lock.
+   */
+  uint64_t swa_protected;
+  /**
+   * Mamba state slots held by no lock (0 without Mamba).
+   */
+  uint64_t mamba_evictable;
+  /**
+   * Mamba state slots under a lock.
+   */
+  uint64_t mamba_protected;
+} rkv_hybrid_sizes;
+
+/**
+ * Receives indices a hybrid tree call frees (`rkv_hybrid_evict`,
+ * `rkv_hybrid_release_window`, `rkv_hybrid_mamba_evict_excess`, `rkv_hybrid_reset`):
+ * `indices[0..len]` of `component` (an `rkv_hybrid_component` value; SWA slots are named
+ * by their FULL indices), valid only during the call (copy what you keep); the caller
+ * frees them in that component's pool. Called on the calling thread after the tree's
+ * mutex is released, so it may call into the same tree; every freed index is passed
+ * exactly once. It must return normally (no longjmp, no C++ exception).
+ */
+typedef void (*rkv_hybrid_free_fn)(void *ctx,
+                                   uint32_t component,
+                                   const int64_t *indices,
+                                   size_t len);
+
+/**
+ * One cache action of an insert (`rkv_hybrid_insert`), handed to `rkv_hybrid_action_fn`:
+ * a plain value valid only during the callback (its arrays too: copy what you keep).
+ */
+typedef struct rkv_hybrid_action {
+  /**
+   * An `rkv_hybrid_action_kind` value.
+   */
+  uint32_t kind;
+  /**
+   * Always 0.
+   */
+  uint32_t reserved;
+  /**
+   * The node the action is about (`SWA_REBUILD`, `RECOVER_SWA_WITH_LOCKED_FULL`), else 0.
+   */
+  rkv_hybrid_node node;
+  /**
+   * The action's indices (see the kind); NULL when `a_len` is 0.
+   */
+  const int64_t *a;
+  /**
+   * How many.
+   */
+  size_t a_len;
+  /**
+   * `RECOVER_SWA_WITH_LOCKED_FULL`'s incoming indices; NULL and 0 for the other kinds.
+   */
+  const int64_t *b;
+  /**
+   * How many.
+   */
+  size_t b_len;
+} rkv_hybrid_action;
+
+/**
+ * Receives an insert's cache actions (`rkv_hybrid_insert`), one call per action, in
+ * order, on the calling thread after the tree's mutex is released and before the insert
+ * returns: it may call into the same tree (`rkv_hybrid_swa_set_value` for a rebuild).
+ * `*action` and its arrays are valid only during the call. It must return normally (no
+ * longjmp, no C++ exception).
+ */
+typedef void (*rkv_hybrid_action_fn)(void *ctx,
+                                     const struct rkv_hybrid_action *action);
+
+/**
+ * What `rkv_hybrid_insert` did: a plain value the caller owns and the call writes (whole,
+ * on `RKV_OK` only).
+ */
+typedef struct rkv_hybrid_insert_result {
+  /**
+   * Tokens the tree already held (SGLang's `prefix_len`).
+   */
+  size_t prefix_len;
+  /**
+   * The node the key ends on (SGLang's `last_device_node`; the root for an empty key).
+   */
+  rkv_hybrid_node node;
+  /**
+   * 1 when the insert ended SGLang's way, with the SWA window refreshed (always on a
+   * tree without SWA); 0 when an action was a barrier (`SWA_REBUILD`,
+   * `RECOVER_SWA_WITH_LOCKED_FULL`): carry the actions out, then call
+   * `rkv_hybrid_swa_refresh(tree, node)`.
+   */
+  uint32_t refreshed;
+  /**
+   * SGLang's `mamba_exist`: 1 when the node kept the Mamba state it had (the request's
+   * own state stays the caller's: free or reuse it), or no state was committed (an empty
+   * key, or no state given); 0 when the tree took the request's state.
+   */
+  uint32_t mamba_exist;
+} rkv_hybrid_insert_result;
 
 /**
  * Options of a new router index. Get the defaults from `rkv_router_options_default()` and
@@ -2365,6 +2639,305 @@ enum rkv_status rkv_events_publish_ex(const struct rkv_cache *cache,
                                       const struct rkv_publisher_options *opts,
                                       const struct rkv_kv_group *group,
                                       struct rkv_publisher **out_publisher);
+
+/**
+ * The default hybrid options: `size = sizeof(rkv_hybrid_options)`, page 1, node ids from
+ * 1, no SWA window, no Mamba (a FULL-only tree). Returns a plain value. Thread-safe.
+ */
+struct rkv_hybrid_options rkv_hybrid_options_default(void);
+
+/**
+ * Creates a hybrid tree from `*opts` (required; read only during the call) and writes it
+ * to `*out_tree` (required). The caller owns the new tree and frees it with
+ * `rkv_hybrid_free`. `RKV_INVALID_ARGUMENT` for `opts->size` other than
+ * `sizeof(rkv_hybrid_options)`, page_size 0, a mamba other than 0 or 1, or a page size or
+ * window that does not fit this platform's `size_t`. Thread-safe.
+ *
+ * # Safety
+ * `opts` is NULL or points to a readable `rkv_hybrid_options` (or at least its `size`);
+ * `out_tree` is NULL or points to a writable `rkv_hybrid *`.
+ */
+enum rkv_status rkv_hybrid_new(const struct rkv_hybrid_options *opts,
+                               struct rkv_hybrid **out_tree);
+
+/**
+ * Destroys a hybrid tree and everything it owns (its receipts become meaningless; the
+ * indices it held are not reported: evict or reset with a callback first if you need
+ * them back). NULL is a no-op. Must not run concurrently with any other call on the same
+ * tree, and the tree must not be used afterwards. Leaves `rkv_last_error_message()` as it
+ * is.
+ *
+ * # Safety
+ * `tree` is NULL or was returned by `rkv_hybrid_new` and not freed yet, and no other call
+ * on it runs concurrently or follows.
+ */
+void rkv_hybrid_free(struct rkv_hybrid *tree);
+
+/**
+ * Writes the root's node id to `*out_node` (required): the `until` of a collect from the
+ * root. Thread-safe.
+ *
+ * # Safety
+ * `tree` is NULL or live; `out_node` NULL or writable.
+ */
+enum rkv_status rkv_hybrid_root(const struct rkv_hybrid *tree,
+                                rkv_hybrid_node *out_node);
+
+/**
+ * Matches `key[0..len]` in namespace `ns` (SGLang's `match_prefix`; whole pages only):
+ * splits the node the match ends inside and stamps the matched path, so it changes the
+ * tree (eviction order). Writes the result to `*out` (required). `key` may be NULL when
+ * `len == 0` (then the result is the root, 0 tokens). Thread-safe.
+ *
+ * # Safety
+ * `tree` is NULL or live; `key[0..len]` readable (or NULL); `out` NULL or writable.
+ */
+enum rkv_status rkv_hybrid_match(const struct rkv_hybrid *tree,
+                                 uint32_t ns,
+                                 const int64_t *key,
+                                 size_t len,
+                                 struct rkv_hybrid_match_result *out);
+
+/**
+ * `rkv_hybrid_match`, then `rkv_hybrid_lock` on the match's `last_device_node`, under one
+ * hold of the tree's mutex: no other thread's eviction can take the matched prefix in
+ * between. Writes the match to `*out` and the receipt to `*out_lock` (both required);
+ * release the receipt exactly once with `rkv_hybrid_unlock`. Thread-safe.
+ *
+ * # Safety
+ * As `rkv_hybrid_match`; `out_lock` NULL or writable.
+ */
+enum rkv_status rkv_hybrid_match_lock(const struct rkv_hybrid *tree,
+                                      uint32_t ns,
+                                      const int64_t *key,
+                                      size_t len,
+                                      struct rkv_hybrid_match_result *out,
+                                      struct rkv_hybrid_receipt *out_lock);
+
+/**
+ * Writes the FULL device indices from node `from` up to, not including, its ancestor
+ * `until` (the root: the whole path), in root order, to `out[0..*out_len]`, and their
+ * number to `*out_len` (required). `out` may be NULL when `cap == 0`: then only `*out_len`
+ * is written and the status is `RKV_OK`. If `cap > 0` is smaller than the path, returns
+ * `RKV_BUFFER_TOO_SMALL` with the length in `*out_len` (nothing else written).
+ * `RKV_INVALID_ARGUMENT` for a node the tree does not hold or an `until` that is not an
+ * ancestor of `from` (or `from` itself: 0 indices). Thread-safe.
+ *
+ * # Safety
+ * `tree` is NULL or live; `out[0..cap]` writable (or NULL); `out_len` NULL or writable.
+ */
+enum rkv_status rkv_hybrid_collect(const struct rkv_hybrid *tree,
+                                   rkv_hybrid_node from,
+                                   rkv_hybrid_node until,
+                                   int64_t *out,
+                                   size_t cap,
+                                   size_t *out_len);
+
+/**
+ * Locks `node` for a request as SGLang's controller does (`inc_lock_ref` over every
+ * component): FULL on the node's root path, the SWA window lock back from the node when the
+ * tree has SWA, the Mamba lock on the node alone when it has Mamba. Writes the receipt to
+ * `*out` (required); release it exactly once with `rkv_hybrid_unlock`. A lock on the
+ * root locks nothing and still gives a receipt. `RKV_INVALID_ARGUMENT` for a node the
+ * tree does not hold; a refusal changes nothing. Thread-safe.
+ *
+ * # Safety
+ * `tree` is NULL or live; `out` NULL or writable.
+ */
+enum rkv_status rkv_hybrid_lock(const struct rkv_hybrid *tree,
+                                rkv_hybrid_node node,
+                                struct rkv_hybrid_receipt *out);
+
+/**
+ * Releases the lock of receipt `*receipt` (required; read only), as SGLang's controller
+ * does (`dec_lock_ref`): the Mamba lock, then the SWA window lock (those still held: not
+ * after `rkv_hybrid_release_window`), then FULL. `RKV_INVALID_LOCK` for a receipt that is
+ * not live (released already, from before a reset, or another tree's) or whose fields
+ * were changed; nothing changes then. Thread-safe.
+ *
+ * # Safety
+ * `tree` is NULL or live; `receipt` NULL or readable.
+ */
+enum rkv_status rkv_hybrid_unlock(const struct rkv_hybrid *tree,
+                                  const struct rkv_hybrid_receipt *receipt);
+
+/**
+ * Writes the tree's sizes per component to `*out` (required). Thread-safe.
+ *
+ * # Safety
+ * `tree` is NULL or live; `out` NULL or writable.
+ */
+enum rkv_status rkv_hybrid_sizes_get(const struct rkv_hybrid *tree,
+                                     struct rkv_hybrid_sizes *out);
+
+/**
+ * Checks the tree's consistency (sizes against a recount, leaves, lock refs, parent
+ * links, the LRU lists): `RKV_OK`, or `RKV_INTERNAL_ERROR` (a bug) with the first problem
+ * found as the message. For tests and debugging: it walks every node. Thread-safe.
+ *
+ * # Safety
+ * `tree` is NULL or live.
+ */
+enum rkv_status rkv_hybrid_check(const struct rkv_hybrid *tree);
+
+/**
+ * Drops every node, locked ones too (the new root gets a fresh id; every receipt becomes
+ * invalid: `rkv_hybrid_unlock` refuses it with `RKV_INVALID_LOCK`). `on_free(ctx, ..)`, if
+ * not NULL, receives everything the tree held, after the mutex is released: each node's
+ * FULL indices, its SWA slots (by FULL index) where it had an SWA value, its Mamba state.
+ * With NULL nothing is reported. Thread-safe.
+ *
+ * # Safety
+ * `tree` is NULL or live; `on_free` NULL or a function safe to call with `ctx`.
+ */
+enum rkv_status rkv_hybrid_reset(const struct rkv_hybrid *tree,
+                                 rkv_hybrid_free_fn on_free,
+                                 void *ctx);
+
+/**
+ * Inserts `key[0..key_len]`'s whole pages in namespace `ns` with their FULL device indices
+ * `values[0..values_len]` (at least the page-aligned key length), SGLang's insert over
+ * every component: FULL's rules, or SWA's on a tree with SWA (`swa_evicted_len`: the
+ * request's SWA-evicted prefix, SGLang's `get_evicted_seqlen(SWA)`, a multiple of the
+ * page size; 0 on a tree without SWA), then, on a tree with Mamba and a state given
+ * (`mamba_state[0..mamba_len]`, `mamba_len > 0`), the Mamba commit on the node the key
+ * ends on. `prev_prefix_len` is the prefix the request already holds from the tree (its
+ * match), so only duplicates past it are handed back to free.
+ *
+ * Writes the result to `*out` (required), then calls `on_action(ctx, &action)`
+ * (required) for each cache action the caller must carry out, in order, after the tree's
+ * mutex is released: the callback may call back into the tree (store a rebuilt SWA value
+ * with `rkv_hybrid_swa_set_value`). When `out->refreshed` is 0, call
+ * `rkv_hybrid_swa_refresh(tree, out->node)` after the actions. If you cap Mamba states per
+ * path (SGLang's `mamba_max_states_per_path`), call `rkv_hybrid_mamba_evict_excess` on
+ * `out->node` when `out->mamba_exist` is 0.
+ *
+ * `out_lock` (optional): when not NULL, the node the key ends on is also locked over every
+ * component, as `rkv_hybrid_lock` does, under the same hold of the mutex, and the receipt
+ * written there (release it exactly once with `rkv_hybrid_unlock`). Use it when other
+ * threads evict from the same tree: the new nodes are unlocked otherwise, so an eviction
+ * running between this call and the `rkv_hybrid_swa_set_value` / `rkv_hybrid_swa_refresh`
+ * that follow could take them (those calls then fail with `RKV_INVALID_ARGUMENT`); it is
+ * also what a running request does with its grown prefix (SGLang's
+ * `cache_unfinished_req`).
+ *
+ * Refused, with nothing changed: `RKV_INVALID_ARGUMENT` for values shorter than the
+ * page-aligned key, an `swa_evicted_len` not a multiple of the page size or non-zero
+ * without SWA, a Mamba state on a tree without Mamba; `RKV_NULL_ARGUMENT` for a NULL
+ * `out` or `on_action`, or a NULL array with a length. Thread-safe.
+ *
+ * # Safety
+ * `tree` is NULL or live; the arrays readable for their lengths (or NULL with 0); `out`
+ * NULL or writable; `on_action` NULL or a function safe to call with `ctx`; `out_lock`
+ * NULL or writable.
+ */
+enum rkv_status rkv_hybrid_insert(const struct rkv_hybrid *tree,
+                                  uint32_t ns,
+                                  const int64_t *key,
+                                  size_t key_len,
+                                  const int64_t *values,
+                                  size_t values_len,
+                                  size_t prev_prefix_len,
+                                  size_t swa_evicted_len,
+                                  const int64_t *mamba_state,
+                                  size_t mamba_len,
+                                  rkv_hybrid_action_fn on_action,
+                                  void *ctx,
+                                  struct rkv_hybrid_insert_result *out,
+                                  struct rkv_hybrid_receipt *out_lock);
+
+/**
+ * Stores `node`'s SWA value, `values[0..len]` (its SWA pool indices, one per token of the
+ * node: SGLang's `set_component_device_value`, what an `SWA_REBUILD` asks), the most
+ * recent in the SWA LRU. `RKV_INVALID_ARGUMENT`, with nothing changed, on a tree without
+ * SWA, for a node the tree does not hold, the root, a node that has an SWA value, or a
+ * length other than the node's. Thread-safe (and callable from an `rkv_hybrid_action_fn`).
+ *
+ * # Safety
+ * `tree` is NULL or live; `values[0..len]` readable (or NULL with 0).
+ */
+enum rkv_status rkv_hybrid_swa_set_value(const struct rkv_hybrid *tree,
+                                         rkv_hybrid_node node,
+                                         const int64_t *values,
+                                         size_t len);
+
+/**
+ * Refreshes the SWA window back from `node` in the SWA LRU (the window refresh that ends
+ * SGLang's insert, for an insert whose `refreshed` was 0, once its actions are carried
+ * out). `RKV_INVALID_ARGUMENT` on a tree without SWA or for a node it does not hold. The
+ * root refreshes nothing. Thread-safe.
+ *
+ * # Safety
+ * `tree` is NULL or live.
+ */
+enum rkv_status rkv_hybrid_swa_refresh(const struct rkv_hybrid *tree,
+                                       rkv_hybrid_node node);
+
+/**
+ * Releases the SWA window lock of receipt `*receipt` early (SGLang's `dec_swa_lock_only`,
+ * when the request's window has moved past its cached prefix), and with it the Mamba lock
+ * (a lower priority). An SWA value whose last window lock goes on a device leaf is
+ * evicted at once: its slots (by FULL index) go to `on_free(ctx, RKV_HYBRID_SWA, ..)`
+ * (required when the tree has SWA), after the mutex is released. The receipt stays live:
+ * `rkv_hybrid_unlock` releases its FULL lock. On a tree without SWA, or a second call, it
+ * releases nothing. `RKV_INVALID_LOCK` for a receipt that is not live; nothing changes
+ * then. Thread-safe.
+ *
+ * # Safety
+ * `tree` is NULL or live; `receipt` NULL or readable; `on_free` NULL or a function safe to
+ * call with `ctx`.
+ */
+enum rkv_status rkv_hybrid_release_window(const struct rkv_hybrid *tree,
+                                          const struct rkv_hybrid_receipt *receipt,
+                                          rkv_hybrid_free_fn on_free,
+                                          void *ctx);
+
+/**
+ * Evicts at least `request` of component `component` (an `rkv_hybrid_component`: FULL and
+ * SWA in tokens, Mamba in state slots; fewer only when nothing more of it is evictable),
+ * running SGLang's eviction walk for that component to its end: FULL takes the evictable
+ * leaves, oldest first; SWA and Mamba walk their LRU from the least recent unlocked value,
+ * evicting a device leaf whole and making any other node a tombstone of that component
+ * (an SWA tombstone takes the node's Mamba state with it). Writes the amount evicted of
+ * `component` to `*out_evicted` (required).
+ *
+ * `on_free(ctx, comp, indices, len)` (required) receives everything freed, after the
+ * tree's mutex is released: a leaf evicted whole gives its FULL indices (`RKV_HYBRID_FULL`),
+ * its SWA slots by the same FULL indices (`RKV_HYBRID_SWA`, where it had an SWA value) and
+ * its Mamba state (`RKV_HYBRID_MAMBA`); a tombstone gives the component's value (and, for
+ * SWA, the node's Mamba state). `RKV_INVALID_ARGUMENT` for a component that is not one or
+ * not in the tree; nothing changes then. Thread-safe.
+ *
+ * # Safety
+ * `tree` is NULL or live; `on_free` NULL or a function safe to call with `ctx`;
+ * `out_evicted` NULL or writable.
+ */
+enum rkv_status rkv_hybrid_evict(const struct rkv_hybrid *tree,
+                                 uint32_t component,
+                                 uint64_t request,
+                                 rkv_hybrid_free_fn on_free,
+                                 void *ctx,
+                                 uint64_t *out_evicted);
+
+/**
+ * SGLang's `evict_excess_path_states` (`mamba_max_states_per_path = cap`, at least 1):
+ * past `cap` Mamba states on `node`'s root path, the shallowest eligible ones (not `node`,
+ * unlocked, one child, not a device leaf) become Mamba tombstones; their states go to
+ * `on_free(ctx, RKV_HYBRID_MAMBA, ..)` (required), shallowest first, after the mutex is
+ * released. Writes the number of states freed to `*out_freed` (required).
+ * `RKV_INVALID_ARGUMENT` on a tree without Mamba, for a node it does not hold, or cap 0;
+ * nothing changes then. Thread-safe.
+ *
+ * # Safety
+ * `tree` is NULL or live; `on_free` NULL or a function safe to call with `ctx`;
+ * `out_freed` NULL or writable.
+ */
+enum rkv_status rkv_hybrid_mamba_evict_excess(const struct rkv_hybrid *tree,
+                                              rkv_hybrid_node node,
+                                              size_t cap,
+                                              rkv_hybrid_free_fn on_free,
+                                              void *ctx,
+                                              size_t *out_freed);
 
 /**
  * Default router options: block_size 16, max_workers 4096, `RKV_GAP_CLEAR`, reserved 0.

@@ -33,6 +33,13 @@
 // cleared), then router.find(tokens) gives each worker's leading blocks held
 // (rkv::RouterScore); router.dump() / rkv::RouterIndex::restore(opts, bytes) snapshot it.
 //
+// Hybrid models (SGLang's UnifiedRadixCache tree: FULL, SWA, Mamba):
+// rkv::HybridTree tree(rkv::HybridOptions{/*page_size=*/16, /*swa_window=*/4096, /*mamba=*/true});
+// tree.match_lock(ns, key) gives the reusable prefix and an RAII rkv::HybridLock over every
+// component; tree.insert(ns, key, values, on_action, args) reports the cache actions (free
+// indices, rebuild SWA values with tree.swa_set_value) to a callback; tree.evict(component, n,
+// on_free) runs one component's eviction walk.
+//
 // Thread-safety: every const member function of rkv::Cache may run from many threads at
 // once (they map to the C functions that take `const rkv_cache *`); constructing,
 // assigning and destroying a Cache, enable_events and clear must not race with other calls
@@ -55,5 +62,6 @@
 #include "radixkv/cache.hpp"
 #include "radixkv/tier.hpp"
 #include "radixkv/router.hpp"
+#include "radixkv/hybrid.hpp"
 
 #endif  // RADIXKV_HPP

@@ -59,5 +59,6 @@ void events_tests();    // test_events.cpp
 void tier_tests();      // test_tier.cpp
 void router_tests();    // test_router.cpp
 void request_tests();   // test_request.cpp
+void hybrid_tests();    // test_hybrid.cpp
 
 #endif

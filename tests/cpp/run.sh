@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Builds the C++ wrapper test (seven translation units including bindings/cpp/radixkv.hpp)
+# Builds the C++ wrapper test (eight translation units including bindings/cpp/radixkv.hpp)
 # with g++ -std=c++17 -Wall -Wextra -Werror against the static library, runs it (8 threads
 # hammering one pooled cache), runs a shorter round under valgrind, and checks that
 # packaging/radixkv.pc.in works with pkg-config against the shared library (tests/install/run.sh
@@ -42,7 +42,7 @@ CXXFLAGS=(-std=c++17 -Wall -Wextra -Werror -pedantic -g -O1 -pthread
 build() {
   "$CXX" "${CXXFLAGS[@]}" "$ROOT/tests/cpp/test_main.cpp" "$ROOT/tests/cpp/test_api.cpp" \
     "$ROOT/tests/cpp/test_lifetime.cpp" "$ROOT/tests/cpp/test_events.cpp" "$ROOT/tests/cpp/test_tier.cpp" \
-    "$ROOT/tests/cpp/test_router.cpp" "$ROOT/tests/cpp/test_request.cpp" \
+    "$ROOT/tests/cpp/test_router.cpp" "$ROOT/tests/cpp/test_request.cpp" "$ROOT/tests/cpp/test_hybrid.cpp" \
     "$PROFILE_DIR/libradixkv.a" -lstdc++ -lpthread -ldl -lm \
     -o "$OUT/test_cpp"
 }
@@ -72,7 +72,7 @@ step "header pieces compile alone (-std=c++17 -fsyntax-only)" pieces_alone
 # test binary is bounded by `timeout` where there is one.
 TIMEOUT=()
 command -v timeout >/dev/null && TIMEOUT=(timeout "${RKV_CPP_TIMEOUT:-600}")
-step "build (7 TUs, -Wall -Wextra -Werror)" build
+step "build (8 TUs, -Wall -Wextra -Werror)" build
 step "run (8 threads)" "${TIMEOUT[@]}" "$OUT/test_cpp"
 
 if [ "${RADIXKV_NO_VALGRIND:-0}" = 1 ]; then

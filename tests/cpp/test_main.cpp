@@ -147,6 +147,7 @@ int main() {
   tier_tests();
   router_tests();
   request_tests();
+  hybrid_tests();
   threads_conserve_slots(iters);
   std::printf("%d passed, %d failed\n", rkv_test::passed().load(), rkv_test::failed().load());
   return rkv_test::failed().load() == 0 ? 0 : 1;

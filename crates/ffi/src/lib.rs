@@ -40,6 +40,8 @@ pub use request::*;
 mod events;
 pub use events::*;
 mod handles;
+mod hybrid;
+pub use hybrid::*;
 mod router;
 mod tier;
 pub use boundary::{rkv_abi_version, rkv_last_error_message, rkv_status_str, rkv_version};

@@ -152,6 +152,65 @@ fn header_is_up_to_date() {
          size_t out_cap, size_t *out_len);",
         "enum rkv_status rkv_request_info_get(const struct rkv_request *req, struct \
          rkv_request_info *out_info);",
+        // The hybrid tree (version 1 kept).
+        "typedef struct rkv_hybrid rkv_hybrid;",
+        "typedef uint64_t rkv_hybrid_node;",
+        "typedef struct rkv_hybrid_options {",
+        "typedef struct rkv_hybrid_match_result {",
+        "typedef struct rkv_hybrid_receipt {",
+        "typedef struct rkv_hybrid_sizes {",
+        "typedef struct rkv_hybrid_action {",
+        "typedef struct rkv_hybrid_insert_result {",
+        "typedef enum rkv_hybrid_component {",
+        "RKV_HYBRID_FULL = 0,",
+        "RKV_HYBRID_SWA = 1,",
+        "RKV_HYBRID_MAMBA = 2,",
+        "typedef enum rkv_hybrid_action_kind {",
+        "RKV_HYBRID_RECOVER_SWA_WITH_LOCKED_FULL = 3,",
+        "typedef void (*rkv_hybrid_free_fn)(void *ctx, uint32_t component, const int64_t \
+         *indices, size_t len);",
+        "typedef void (*rkv_hybrid_action_fn)(void *ctx, const struct rkv_hybrid_action \
+         *action);",
+        "struct rkv_hybrid_options rkv_hybrid_options_default(void);",
+        "enum rkv_status rkv_hybrid_new(const struct rkv_hybrid_options *opts, struct \
+         rkv_hybrid **out_tree);",
+        "void rkv_hybrid_free(struct rkv_hybrid *tree);",
+        "enum rkv_status rkv_hybrid_root(const struct rkv_hybrid *tree, rkv_hybrid_node \
+         *out_node);",
+        "enum rkv_status rkv_hybrid_match(const struct rkv_hybrid *tree, uint32_t ns, \
+         const int64_t *key, size_t len, struct rkv_hybrid_match_result *out);",
+        "enum rkv_status rkv_hybrid_match_lock(const struct rkv_hybrid *tree, uint32_t \
+         ns, const int64_t *key, size_t len, struct rkv_hybrid_match_result *out, struct \
+         rkv_hybrid_receipt *out_lock);",
+        "enum rkv_status rkv_hybrid_collect(const struct rkv_hybrid *tree, \
+         rkv_hybrid_node from, rkv_hybrid_node until, int64_t *out, size_t cap, size_t \
+         *out_len);",
+        "enum rkv_status rkv_hybrid_lock(const struct rkv_hybrid *tree, rkv_hybrid_node \
+         node, struct rkv_hybrid_receipt *out);",
+        "enum rkv_status rkv_hybrid_unlock(const struct rkv_hybrid *tree, const struct \
+         rkv_hybrid_receipt *receipt);",
+        "enum rkv_status rkv_hybrid_sizes_get(const struct rkv_hybrid *tree, struct \
+         rkv_hybrid_sizes *out);",
+        "enum rkv_status rkv_hybrid_check(const struct rkv_hybrid *tree);",
+        "enum rkv_status rkv_hybrid_reset(const struct rkv_hybrid *tree, \
+         rkv_hybrid_free_fn on_free, void *ctx);",
+        "enum rkv_status rkv_hybrid_insert(const struct rkv_hybrid *tree, uint32_t ns, \
+         const int64_t *key, size_t key_len, const int64_t *values, size_t values_len, \
+         size_t prev_prefix_len, size_t swa_evicted_len, const int64_t *mamba_state, \
+         size_t mamba_len, rkv_hybrid_action_fn on_action, void *ctx, struct \
+         rkv_hybrid_insert_result *out, struct rkv_hybrid_receipt *out_lock);",
+        "enum rkv_status rkv_hybrid_swa_set_value(const struct rkv_hybrid *tree, \
+         rkv_hybrid_node node, const int64_t *values, size_t len);",
+        "enum rkv_status rkv_hybrid_swa_refresh(const struct rkv_hybrid *tree, \
+         rkv_hybrid_node node);",
+        "enum rkv_status rkv_hybrid_release_window(const struct rkv_hybrid *tree, const \
+         struct rkv_hybrid_receipt *receipt, rkv_hybrid_free_fn on_free, void *ctx);",
+        "enum rkv_status rkv_hybrid_evict(const struct rkv_hybrid *tree, uint32_t \
+         component, uint64_t request, rkv_hybrid_free_fn on_free, void *ctx, uint64_t \
+         *out_evicted);",
+        "enum rkv_status rkv_hybrid_mamba_evict_excess(const struct rkv_hybrid *tree, \
+         rkv_hybrid_node node, size_t cap, rkv_hybrid_free_fn on_free, void *ctx, size_t \
+         *out_freed);",
     ] {
         assert!(flat.contains(name), "the header lacks `{name}`");
     }
