@@ -43,6 +43,7 @@ use std::collections::{BinaryHeap, HashMap, HashSet};
 
 use crate::error::{Error, Result};
 
+mod evict;
 mod inspect;
 mod mamba;
 mod swa;
@@ -51,6 +52,7 @@ mod tree;
 #[cfg(test)]
 mod tests;
 
+pub use evict::{Component, Freed};
 pub use inspect::{MambaInfo, NodeInfo, SwaInfo};
 pub use mamba::MambaStep;
 pub use swa::{SwaInsert, SwaStep};

@@ -238,6 +238,8 @@ enum Op {
     SwaEvict(u8),
     /// A Mamba walk (on a tree with Mamba) for this many states.
     MambaEvict(u8),
+    /// One component's whole walk through [`HybridTree::evict`] (0 FULL, 1 SWA, 2 Mamba).
+    EvictAll(u8, u8),
 }
 
 fn op() -> impl Strategy<Value = Op> {
@@ -247,6 +249,7 @@ fn op() -> impl Strategy<Value = Op> {
         2 => (1u8..20).prop_map(Op::Evict),
         1 => (1u8..20).prop_map(Op::SwaEvict),
         1 => (1u8..8).prop_map(Op::MambaEvict),
+        2 => (0u8..3, 1u8..20).prop_map(|(c, n)| Op::EvictAll(c, n)),
     ]
 }
 
@@ -440,6 +443,30 @@ fn run(page: usize, window: usize, mamba: bool, ops: &[Op]) {
                     done += 1;
                 }
                 t.mamba_evict_end();
+            }
+            Op::EvictAll(c, n) => {
+                let c = [Component::Full, Component::Swa, Component::Mamba][c as usize];
+                let mut freed = Vec::new();
+                let r = t.evict(c, n as u64, &mut freed);
+                if !t.has(c) {
+                    assert!(matches!(r, Err(Error::InvalidArgument(_))));
+                    assert!(freed.is_empty());
+                } else {
+                    let evicted = r.unwrap();
+                    let mut of_c = 0u64;
+                    for f in &freed {
+                        match f.component {
+                            Component::Full => m.free(&f.indices),
+                            Component::Mamba => m.free_state(&f.indices),
+                            Component::Swa => {}
+                        }
+                        if f.component == c {
+                            of_c += f.indices.len() as u64;
+                        }
+                    }
+                    assert_eq!(evicted, of_c, "the count is of the walk's component");
+                    m.evicted_any |= evicted > 0 || !freed.is_empty();
+                }
             }
             _ => {}
         }

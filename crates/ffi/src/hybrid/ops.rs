@@ -3,7 +3,7 @@
 
 use std::ffi::c_void;
 
-use radixkv_core::hybrid::{CacheAction, HybridTree, MambaStep, SwaStep};
+use radixkv_core::hybrid::{CacheAction, Component, HybridTree};
 
 use super::*;
 
@@ -340,95 +340,22 @@ pub unsafe extern "C" fn rkv_hybrid_release_window(
 // ---------------------------------------------------------------------------------------
 // Eviction.
 
-/// Evicts a device leaf whole: its FULL indices, its SWA slots (by FULL index) where it has
-/// an SWA value, its Mamba state; returns the leaf's count in the walk's component.
-fn evict_whole(
-    t: &mut HybridTree,
-    node: u64,
-    comp: rkv_hybrid_component,
-    frees: &mut Vec<(rkv_hybrid_component, Vec<i64>)>,
-) -> Res<u64> {
-    use rkv_hybrid_component::*;
-    let swa = t.swa_value(node).map_err(st)?.map(<[i64]>::len);
-    let state = t.mamba_value(node).map_err(st)?.map(<[i64]>::to_vec);
-    let full = t.evict_leaf(node).map_err(st)?;
-    let counted = match comp {
-        RKV_HYBRID_FULL => full.len() as u64,
-        RKV_HYBRID_SWA => swa.unwrap_or(0) as u64,
-        RKV_HYBRID_MAMBA => state.as_ref().map_or(0, |s| s.len() as u64),
-    };
-    if swa.is_some() {
-        frees.push((RKV_HYBRID_SWA, full.clone()));
+/// The C enum of a core component.
+fn c_component(c: Component) -> rkv_hybrid_component {
+    match c {
+        Component::Full => rkv_hybrid_component::RKV_HYBRID_FULL,
+        Component::Swa => rkv_hybrid_component::RKV_HYBRID_SWA,
+        Component::Mamba => rkv_hybrid_component::RKV_HYBRID_MAMBA,
     }
-    if let Some(s) = state {
-        frees.push((RKV_HYBRID_MAMBA, s));
-    }
-    frees.push((RKV_HYBRID_FULL, full));
-    Ok(counted)
 }
 
-/// The whole eviction walk of `comp` for `request`, as SGLang's controller drives it:
-/// start, then each step's victim (a device leaf, evicted whole) or tombstone, its count
-/// added to the walk's tracker, until the walk says it is done; end.
-fn walk(
-    t: &mut HybridTree,
-    comp: rkv_hybrid_component,
-    request: u64,
-    frees: &mut Vec<(rkv_hybrid_component, Vec<i64>)>,
-) -> Res<u64> {
-    use rkv_hybrid_component::*;
-    let mut evicted = 0u64;
-    match comp {
-        RKV_HYBRID_FULL => {
-            t.evict_start(request);
-            let r = (|| {
-                while let Some(node) = t.evict_next(evicted).map_err(st)? {
-                    evicted += evict_whole(t, node, comp, frees)?;
-                }
-                Ok(())
-            })();
-            t.evict_end();
-            r?;
-        }
-        RKV_HYBRID_SWA => {
-            t.swa_evict_start(request).map_err(st)?;
-            let r = (|| {
-                while let Some(step) = t.swa_evict_next(evicted).map_err(st)? {
-                    match step {
-                        SwaStep::Leaf(node) => evicted += evict_whole(t, node, comp, frees)?,
-                        SwaStep::Tombstoned { full, mamba, .. } => {
-                            evicted += full.len() as u64;
-                            frees.push((RKV_HYBRID_SWA, full));
-                            if let Some(m) = mamba {
-                                frees.push((RKV_HYBRID_MAMBA, m));
-                            }
-                        }
-                    }
-                }
-                Ok(())
-            })();
-            t.swa_evict_end();
-            r?;
-        }
-        RKV_HYBRID_MAMBA => {
-            t.mamba_evict_start(request).map_err(st)?;
-            let r = (|| {
-                while let Some(step) = t.mamba_evict_next(evicted).map_err(st)? {
-                    match step {
-                        MambaStep::Leaf(node) => evicted += evict_whole(t, node, comp, frees)?,
-                        MambaStep::Tombstoned { state, .. } => {
-                            evicted += state.len() as u64;
-                            frees.push((RKV_HYBRID_MAMBA, state));
-                        }
-                    }
-                }
-                Ok(())
-            })();
-            t.mamba_evict_end();
-            r?;
-        }
+/// The core component of a C enum.
+fn core_component(c: rkv_hybrid_component) -> Component {
+    match c {
+        rkv_hybrid_component::RKV_HYBRID_FULL => Component::Full,
+        rkv_hybrid_component::RKV_HYBRID_SWA => Component::Swa,
+        rkv_hybrid_component::RKV_HYBRID_MAMBA => Component::Mamba,
     }
-    Ok(evicted)
 }
 
 /// Evicts at least `request` of component `component` (an `rkv_hybrid_component`: FULL and
@@ -469,9 +396,11 @@ pub unsafe extern "C" fn rkv_hybrid_evict(
         // SAFETY: the caller passes NULL or a live tree that is not being freed.
         let mut g = unsafe { hybrid_lock(tree) }?;
         let comp = tree_component(&g.tree, component, "component")?;
-        let mut frees = Vec::new();
-        let r = walk(&mut g.tree, comp, request, &mut frees);
+        let mut freed = Vec::new();
+        let r = g.tree.evict(core_component(comp), request, &mut freed).map_err(st);
         drop(g);
+        let frees: Vec<_> =
+            freed.into_iter().map(|f| (c_component(f.component), f.indices)).collect();
         // What was freed before a failure (a bug) is still the caller's.
         // SAFETY: the caller's contract for `on_free` and `ctx`.
         unsafe { tell_frees(on_free, ctx, &frees) };
