@@ -620,3 +620,38 @@ def test_mamba_bad_input_is_refused_with_nothing_changed():
         with pytest.raises(ValueError, match="no Mamba component"):
             call()
     assert plain.mamba_sizes() == (0, 0) and plain.check() is None
+
+
+def test_whole_walk_evict_hands_every_pool_its_indices():
+    # The core's per-component eviction (HybridTree::evict) through Python: a FULL walk
+    # frees leaves whole (their SWA slots and Mamba states with them), an SWA walk makes
+    # tombstones of internal nodes, and nothing is freed twice or lost.
+    t = NativeTreeCore(1, swa_window=2, mamba=True)
+    for k, key in enumerate([range(6), list(range(3)) + [50, 51, 52]]):
+        vals = [100 * (k + 1) + i for i in range(6)]
+        _, node, acts, refreshed = t.insert_swa(0, q(key), q(vals))
+        for kind, n, a, _b in acts:
+            if kind == 2:  # SWARebuild: the SWA values are the FULL ones here
+                t.swa_set_value(n, q(ints(a)))
+        if not refreshed:
+            t.swa_refresh(node)
+        assert t.mamba_commit(node, True, q([900 + k])) is False
+    assert t.check() is None
+    with pytest.raises(ValueError, match="not one of"):
+        t.evict("tlru", 1)
+    with pytest.raises(ValueError, match="no Mamba"):
+        NativeTreeCore(1).evict("mamba", 1)
+    evicted, freed = t.evict("full", 3)
+    assert evicted >= 3
+    kinds = [c for c, _ in freed]
+    assert "full" in kinds and "mamba" in kinds and "swa" in kinds
+    full = [x for c, b in freed if c == "full" for x in ints(b)]
+    assert sum(len(ints(b)) for c, b in freed if c == "full") == evicted
+    assert len(full) == len(set(full))
+    assert t.check() is None
+    # Everything left is still the tree's: a second walk takes the rest, never a freed one.
+    evicted2, freed2 = t.evict("full", 1 << 20)
+    full2 = [x for c, b in freed2 if c == "full" for x in ints(b)]
+    assert not set(full) & set(full2)
+    assert t.sizes() == (0, 0) and t.mamba_sizes() == (0, 0) and t.swa_sizes() == (0, 0)
+    assert t.check() is None

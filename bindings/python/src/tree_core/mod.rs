@@ -20,7 +20,7 @@ use pyo3::exceptions::{PyKeyError, PyRuntimeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::{PyByteArray, PyList};
 use radixkv::Error;
-use radixkv::hybrid::{CacheAction, HybridOptions, HybridTree, MambaStep, SwaStep};
+use radixkv::hybrid::{CacheAction, Component, HybridOptions, HybridTree, MambaStep, SwaStep};
 
 use crate::input::{Input64, to_input64_held};
 use crate::slots::bytearray_held;
@@ -511,6 +511,45 @@ impl NativeTreeCore {
         let out = bytes_of(py, &v);
         t.recycle(v);
         out
+    }
+
+    /// One component's whole eviction walk (`component`: "full", "swa" or "mamba"), as
+    /// SGLang's controller drives it, for at least `n` of it (tokens; Mamba: state slots):
+    /// `(evicted, freed)`, `freed` a list of `(component, int64 bytes)` for the caller's
+    /// pools: every leaf evicted whole gives its FULL indices, its SWA slots (by FULL index)
+    /// and its Mamba state; a tombstone its component's value (an SWA tombstone also the
+    /// node's Mamba state). For engines that do not drive the step-wise walk themselves.
+    fn evict<'py>(
+        &self,
+        py: Python<'py>,
+        component: &str,
+        n: u64,
+    ) -> PyResult<(u64, Vec<(&'static str, Bound<'py, PyByteArray>)>)> {
+        let c = match component {
+            "full" => Component::Full,
+            "swa" => Component::Swa,
+            "mamba" => Component::Mamba,
+            other => {
+                return Err(PyValueError::new_err(format!(
+                    "evict: component {other:?} is not one of \"full\", \"swa\", \"mamba\"; \
+                     nothing was evicted"
+                )));
+            }
+        };
+        let mut freed = Vec::new();
+        let r = self.t()?.evict(c, n, &mut freed);
+        // What was freed before a refusal (a bug) is still the caller's: raise after it.
+        let evicted = r.py()?;
+        let mut out = Vec::with_capacity(freed.len());
+        for f in freed {
+            let name = match f.component {
+                Component::Full => "full",
+                Component::Swa => "swa",
+                Component::Mamba => "mamba",
+            };
+            out.push((name, bytes_of(py, &f.indices)?));
+        }
+        Ok((evicted, out))
     }
 
     /// Ends the eviction walk.
