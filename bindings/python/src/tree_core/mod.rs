@@ -111,6 +111,7 @@ impl NativeTreeCore {
 
 type SwaStepOut<'py> = (u64, Option<Bound<'py, PyByteArray>>, Option<Bound<'py, PyByteArray>>);
 type Action<'py> = (u8, i64, Bound<'py, PyByteArray>, Option<Bound<'py, PyByteArray>>);
+type FreedOut<'py> = (u64, Vec<(&'static str, Bound<'py, PyByteArray>)>);
 
 #[pymethods]
 impl NativeTreeCore {
@@ -519,12 +520,7 @@ impl NativeTreeCore {
     /// pools: every leaf evicted whole gives its FULL indices, its SWA slots (by FULL index)
     /// and its Mamba state; a tombstone its component's value (an SWA tombstone also the
     /// node's Mamba state). For engines that do not drive the step-wise walk themselves.
-    fn evict<'py>(
-        &self,
-        py: Python<'py>,
-        component: &str,
-        n: u64,
-    ) -> PyResult<(u64, Vec<(&'static str, Bound<'py, PyByteArray>)>)> {
+    fn evict<'py>(&self, py: Python<'py>, component: &str, n: u64) -> PyResult<FreedOut<'py>> {
         let c = match component {
             "full" => Component::Full,
             "swa" => Component::Swa,
