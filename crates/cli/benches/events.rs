@@ -31,7 +31,9 @@
 //!    (`/proc/thread-self/schedstat`), which separate what events cost that thread from
 //!    what the publisher's thread takes from it on a machine with few cores.
 //!
-//! `RADIXKV_BENCH_TRACE=PATH` replays another trace in parts 1 and 4.
+//! `RADIXKV_BENCH_TRACE=PATH` replays another trace in parts 1 and 4;
+//! `RADIXKV_BENCH_BIN=PATH` runs part 1 with another `radixkv` binary than the one cargo
+//! built beside the bench (`scripts/device-check` runs it on another machine).
 
 use std::process::Command;
 use std::sync::Arc;
@@ -120,7 +122,11 @@ fn replay(bin: &str, trace: &str, extra: &[&str]) -> (f64, serde_json::Value) {
 }
 
 fn part1_replay() {
-    let bin = env!("CARGO_BIN_EXE_radixkv");
+    // `RADIXKV_BENCH_BIN`: the `radixkv` binary to replay with when not the one cargo built
+    // beside this bench (`scripts/device-check` carries both to another machine).
+    let bin_path = std::env::var("RADIXKV_BENCH_BIN")
+        .unwrap_or_else(|_| env!("CARGO_BIN_EXE_radixkv").to_string());
+    let bin = bin_path.as_str();
     let trace = std::env::var("RADIXKV_BENCH_TRACE").unwrap_or_else(|_| MOONCAKE.to_string());
     let runs: usize =
         std::env::var("RADIXKV_BENCH_RUNS").ok().and_then(|v| v.parse().ok()).unwrap_or(5);
