@@ -81,7 +81,7 @@ impl Tiered<'_> {
         let p = sh.page_size as u32;
         for page in 0..(pool.capacity() as u32 / p) {
             // Relaxed: quiescent.
-            let backed = sh.pages[page as usize].hits.load(Ordering::Relaxed) & BACKED != 0;
+            let backed = sh.pages[page as usize].flags.load(Ordering::Relaxed) & BACKED != 0;
             if pool.state(page * p) != Some(SlotState::Cached) {
                 if backed {
                     return Err(format!("device page {page} is not cached but flagged BACKED"));

@@ -27,9 +27,12 @@
 //! An entry lives in a slab indexed by its host page (an [`EntryId`]: the host page's first
 //! slot is `id * page_size`), so the free list of host pages is the free list of entries and
 //! an entry never moves (the slab reserves the host's capacity up front, touching only what
-//! is used). The map from `(namespace, page hash)` holds only the id, and grows as entries
-//! come (sizing it for the whole host up front was slower on the Mooncake replay: its
-//! inserts then land all over a table mostly empty). Callers that know an entry's id (a
+//! is used). The map from `(namespace, page hash)` holds only the id: an open-addressing
+//! table of one 8-byte word per bucket (a 32-bit tag of the key and the id), the keys read
+//! off the slab when a tag matches (`id_map.rs`), sized for the host's capacity up front
+//! (zeroed memory, faulted in where inserts land) so it never rehashes; an insert's host
+//! step hints the probes of the pages a few ahead ([`HostIndex::prefetch`]), so their
+//! cache misses overlap. Callers that know an entry's id (a
 //! backup committing the pages it reserved, a load-back unpinning what it pinned, the device
 //! eviction hook reading the id the device page recorded with `BACKED`) reach it without
 //! hashing; a run of pages tries `prev + 1` before the map.
@@ -52,6 +55,7 @@
 use std::collections::{BTreeSet, HashMap};
 use std::hash::{BuildHasherDefault, Hasher};
 
+use super::id_map::IdMap;
 use crate::tree::EvictionPolicy;
 
 /// A page's identity: `(namespace, page hash)`.
@@ -91,19 +95,29 @@ const PRESIZE_MAX: usize = 1 << 24;
 /// Eviction order key of a host entry (smaller goes first).
 type OrderKey = (u64, u64);
 
-/// One page's host copy.
+/// [`Entry::parent`] of a namespace's first page (as the tier's `NO_PARENT`).
+const NO_PARENT: u64 = u64::MAX;
+
+/// [`Entry::queued`] of an entry not in `order` (no policy's key: the second word of every
+/// key is 0 or a stamp, and stamps stay below `u64::MAX`).
+const NOT_QUEUED: OrderKey = (u64::MAX, u64::MAX);
+
+/// One page's host copy: 80 bytes (the slab holds one per host page, so its size is what a
+/// `write_through` replay faults in; sentinels rather than `Option`s, one time word).
 #[derive(Debug, Clone)]
 pub(crate) struct Entry {
     /// Its page's identity.
     pub(crate) key: PageKey,
-    /// The parent page's hash (same namespace); `None` for a namespace's first page.
-    pub(crate) parent: Option<u64>,
-    /// Last access (a host hit, a backup, a load-back, the device letting it go).
-    pub(crate) stamp: u64,
-    /// When it became ready.
-    pub(crate) created: u64,
-    /// Its key in `order`, when queued (lazy policies: a lower bound of its current key).
-    queued: Option<OrderKey>,
+    /// The parent page's hash (same namespace), or [`NO_PARENT`] for a namespace's first
+    /// page.
+    parent: u64,
+    /// The time its policy orders by: when it became ready under `fifo` and `filo`, its last
+    /// access (a host hit, a backup, a load-back, the device letting it go) under the
+    /// others.
+    stamp: u64,
+    /// Its key in `order`, when queued (lazy policies: a lower bound of its current key), or
+    /// [`NOT_QUEUED`].
+    queued: OrderKey,
     /// Load-backs copying it to the device right now.
     pub(crate) pins: u32,
     /// The device page holding the same tokens, or [`NO_PAGE`].
@@ -123,13 +137,29 @@ pub(crate) struct Entry {
     live: bool,
 }
 
+#[cfg(not(loom))]
+const _: () = assert!(std::mem::size_of::<Entry>() == 80);
+
 impl Entry {
+    /// The parent page's hash; `None` for a namespace's first page.
+    pub(crate) fn parent(&self) -> Option<u64> {
+        (self.parent != NO_PARENT).then_some(self.parent)
+    }
+
+    /// Its key in `order`, if queued.
+    fn queued(&self) -> Option<OrderKey> {
+        (self.queued != NOT_QUEUED).then_some(self.queued)
+    }
+
+    fn set_queued(&mut self, k: Option<OrderKey>) {
+        self.queued = k.unwrap_or(NOT_QUEUED);
+    }
+
     const FREE: Entry = Entry {
         key: (0, 0),
-        parent: None,
+        parent: NO_PARENT,
         stamp: 0,
-        created: 0,
-        queued: None,
+        queued: NOT_QUEUED,
         pins: 0,
         resident: NO_PAGE,
         hits: 0,
@@ -167,12 +197,15 @@ pub(crate) struct HostIndex {
     policy: EvictionPolicy,
     /// The order is lazy (see the module docs): the policy's keys never decrease.
     lazy: bool,
+    /// The policy orders by creation (`fifo`, `filo`): [`Entry::stamp`] is fixed at commit.
+    by_creation: bool,
     slru_threshold: u32,
     /// Host pages not holding any entry (ids; popped from the back).
     free: Vec<EntryId>,
     /// The entries by id; ids at or past its length are free and never used yet.
     slab: Vec<Entry>,
-    map: Map<EntryId>,
+    /// The live entries' ids by key (`id_map.rs`: the keys are read off the slab).
+    map: IdMap,
     /// How many entries name each absent page as their parent (a present page keeps its
     /// count in [`Entry::kids`]; the count moves here when it goes, and back when it comes).
     orphans: Map<u32>,
@@ -200,10 +233,11 @@ impl HostIndex {
             capacity_pages,
             policy,
             lazy,
+            by_creation: matches!(policy, EvictionPolicy::Fifo | EvictionPolicy::Filo),
             slru_threshold,
             free,
             slab: Vec::with_capacity(presize),
-            map: Map::default(),
+            map: IdMap::with_capacity(presize),
             orphans: Map::default(),
             order: BTreeSet::new(),
             clock: 0,
@@ -237,7 +271,8 @@ impl HostIndex {
 
     /// The id of `key`'s entry, if any.
     pub(crate) fn find(&self, key: &PageKey) -> Option<EntryId> {
-        self.map.get(key).copied()
+        let slab = &self.slab;
+        self.map.get(key, |id| slab[id as usize].key)
     }
 
     /// The id of `key`'s entry, if any, given the id of the entry of the page before it
@@ -252,6 +287,11 @@ impl HostIndex {
     pub(crate) fn guess_after(&self, prev: EntryId, key: &PageKey) -> Option<EntryId> {
         let next = prev.wrapping_add(1);
         (prev != NO_PAGE && self.live_with(next, key)).then_some(next)
+    }
+
+    /// A prefetch hint: `key` is looked up or reserved soon (see [`IdMap::prefetch`]).
+    pub(crate) fn prefetch(&self, key: &PageKey) {
+        self.map.prefetch(key);
     }
 
     /// The entry of `key`, if any.
@@ -277,8 +317,8 @@ impl HostIndex {
         match self.policy {
             EvictionPolicy::Lru => (e.stamp, 0),
             EvictionPolicy::Mru => (u64::MAX - e.stamp, 0),
-            EvictionPolicy::Fifo => (e.created, 0),
-            EvictionPolicy::Filo => (u64::MAX - e.created, 0),
+            EvictionPolicy::Fifo => (e.stamp, 0),
+            EvictionPolicy::Filo => (u64::MAX - e.stamp, 0),
             EvictionPolicy::Lfu => (e.hits as u64, e.stamp),
             EvictionPolicy::Priority => ((e.priority as i64 - i32::MIN as i64) as u64, e.stamp),
             EvictionPolicy::Slru => ((e.hits >= self.slru_threshold) as u64, e.stamp),
@@ -295,14 +335,14 @@ impl HostIndex {
     fn requeue(&mut self, id: EntryId) {
         let e = &self.slab[id as usize];
         let ev = self.evictable(e);
-        let had = e.queued;
+        let had = e.queued();
         if self.lazy {
             if !ev || had.is_some() {
                 return;
             }
             let k = self.order_key(e);
             self.order.insert((k, id));
-            self.slab[id as usize].queued = Some(k);
+            self.slab[id as usize].set_queued(Some(k));
             return;
         }
         let want = ev.then(|| self.order_key(e));
@@ -315,7 +355,7 @@ impl HostIndex {
         if let Some(k) = want {
             self.order.insert((k, id));
         }
-        self.slab[id as usize].queued = want;
+        self.slab[id as usize].set_queued(want);
     }
 
     /// The entry of `(ns, parent)`: `hint` if it still holds that page, else looked up.
@@ -333,7 +373,7 @@ impl HostIndex {
             Some(pid) => {
                 let e = &mut self.slab[pid as usize];
                 e.kids += 1;
-                if e.kids == 1 && e.queued.is_some() && !self.lazy {
+                if e.kids == 1 && e.queued().is_some() && !self.lazy {
                     self.requeue(pid); // a leaf no more (lazy: dropped when popped)
                 }
                 pid
@@ -369,15 +409,16 @@ impl HostIndex {
     fn remove(&mut self, id: EntryId) -> Entry {
         let e = std::mem::replace(&mut self.slab[id as usize], Entry::FREE);
         let key = e.key;
-        self.map.remove(&key).expect("a live entry is mapped");
-        if let Some(k) = e.queued {
+        let mapped = self.map.remove(&key, id);
+        debug_assert!(mapped, "a live entry is mapped");
+        if let Some(k) = e.queued() {
             self.order.remove(&(k, id));
         }
         if e.kids > 0 {
             self.orphans.insert(key, e.kids); // an aborted backup's page with children
         }
         self.free.push(id);
-        self.drop_kid(key.0, e.parent, e.parent_id);
+        self.drop_kid(key.0, e.parent(), e.parent_id);
         e
     }
 
@@ -387,21 +428,21 @@ impl HostIndex {
         loop {
             let Some((k, id)) = self.order.pop_first() else { return false };
             let e = &self.slab[id as usize];
-            debug_assert!(e.live && e.queued == Some(k));
+            debug_assert!(e.live && e.queued() == Some(k));
             if self.lazy {
                 if !self.evictable(e) {
-                    self.slab[id as usize].queued = None;
+                    self.slab[id as usize].set_queued(None);
                     continue;
                 }
                 let now = self.order_key(e);
                 if now != k {
                     debug_assert!(now > k, "a lazy policy's key decreased");
                     self.order.insert((now, id));
-                    self.slab[id as usize].queued = Some(now);
+                    self.slab[id as usize].set_queued(Some(now));
                     continue;
                 }
             }
-            self.slab[id as usize].queued = None;
+            self.slab[id as usize].set_queued(None);
             let key = self.remove(id).key;
             out.pages.push(key);
             return true;
@@ -448,30 +489,33 @@ impl HostIndex {
         }
         // One probe: the map takes the id the page will get, or names `key`'s entry.
         let Some(&id) = self.free.last() else { return Reserved::Full };
-        match self.map.entry(key) {
-            std::collections::hash_map::Entry::Occupied(o) => return Reserved::Have(*o.get()),
-            std::collections::hash_map::Entry::Vacant(v) => v.insert(id),
-        };
+        let slab = &self.slab;
+        if let Err(have) = self.map.insert(&key, id, |i| slab[i as usize].key) {
+            return Reserved::Have(have);
+        }
         self.free.pop();
         let t = self.tick();
         let kids = if self.orphans.is_empty() { 0 } else { self.orphans.remove(&key).unwrap_or(0) };
         let parent_id = self.add_kid(key.0, parent, parent_hint);
         let e = Entry {
             key,
-            parent,
+            parent: parent.unwrap_or(NO_PARENT),
             stamp: t,
-            created: t,
             kids,
             parent_id,
             priority,
             live: true,
             ..Entry::FREE
         };
+        // Free ids are popped lowest first, so a fresh one is the slab's length: pushed,
+        // not filled with a free entry and then overwritten.
         let i = id as usize;
         if i >= self.slab.len() {
-            self.slab.resize(i + 1, Entry::FREE);
+            self.slab.resize(i, Entry::FREE);
+            self.slab.push(e);
+        } else {
+            self.slab[i] = e;
         }
-        self.slab[i] = e;
         Reserved::New(id)
     }
 
@@ -488,7 +532,6 @@ impl HostIndex {
             e.resident = resident;
         }
         e.stamp = t;
-        e.created = t;
         self.requeue(id);
     }
 
@@ -520,8 +563,11 @@ impl HostIndex {
     /// Touches entry `id` (a hit) and, with `pin`, pins it (a load-back copying it).
     fn touch(&mut self, id: EntryId, pin: bool) {
         let t = self.tick();
+        let by_creation = self.by_creation;
         let e = &mut self.slab[id as usize];
-        e.stamp = t;
+        if !by_creation {
+            e.stamp = t;
+        }
         e.hits = e.hits.saturating_add(1);
         if pin {
             e.pins += 1;
@@ -584,10 +630,13 @@ impl HostIndex {
     /// entry names that page) becomes host-only.
     pub(crate) fn device_evicted(&mut self, id: EntryId, page: u32) {
         let t = self.tick();
+        let by_creation = self.by_creation;
         let e = &mut self.slab[id as usize];
         if e.resident == page {
             e.resident = NO_PAGE;
-            e.stamp = t;
+            if !by_creation {
+                e.stamp = t;
+            }
             self.requeue(id);
         }
     }
@@ -607,11 +656,18 @@ impl HostIndex {
             ));
         }
         let live = self.slab.iter().filter(|e| e.live).count();
-        if live != self.map.len() || self.map.iter().any(|(k, &id)| !self.live_with(id, k)) {
+        let mapped = |id: EntryId| self.slab.get(id as usize).is_some_and(|e| e.live);
+        if live != self.map.len()
+            || !self.map.ids().all(mapped)
+            || self
+                .slab
+                .iter()
+                .enumerate()
+                .any(|(id, e)| e.live && self.find(&e.key) != Some(id as EntryId))
+        {
             return Err("host index: the map and the live entries differ".into());
         }
-        let mut ids: Vec<u32> =
-            self.free.iter().copied().chain(self.map.values().copied()).collect();
+        let mut ids: Vec<u32> = self.free.iter().copied().chain(self.map.ids()).collect();
         ids.sort_unstable();
         for (i, &id) in ids.iter().enumerate() {
             if id as usize != i {
@@ -620,7 +676,7 @@ impl HostIndex {
         }
         let mut kids: HashMap<PageKey, u32> = HashMap::new();
         for e in self.slab.iter().filter(|e| e.live) {
-            if let Some(p) = e.parent {
+            if let Some(p) = e.parent() {
                 *kids.entry((e.key.0, p)).or_insert(0) += 1;
             }
         }
@@ -631,27 +687,28 @@ impl HostIndex {
         let present_kids = self.slab.iter().filter(|e| e.live && e.kids > 0).count();
         if kids.len() != present_kids + self.orphans.len()
             || kids.iter().any(|(k, n)| counted(k) != Some(*n))
-            || self.orphans.keys().any(|k| self.map.contains_key(k))
+            || self.orphans.keys().any(|k| self.find(k).is_some())
         {
             return Err("host index: child counts differ from the entries' parents".into());
         }
         let mut queued = 0;
         for (id, e) in self.slab.iter().enumerate().filter(|(_, e)| e.live) {
             let want = self.evictable(e).then(|| self.order_key(e));
-            let ok = match (self.lazy, e.queued, want) {
+            let ok = match (self.lazy, e.queued(), want) {
                 (false, q, w) => q == w,
                 (true, Some(q), Some(w)) => q <= w,
                 (true, None, Some(_)) => false,
                 (true, _, None) => true,
             };
-            let listed = e.queued.is_none_or(|q| self.order.contains(&(q, id as EntryId)));
+            let listed = e.queued().is_none_or(|q| self.order.contains(&(q, id as EntryId)));
             if !ok || !listed {
                 return Err(format!(
                     "host index: entry {:?} queued as {:?}, should be {want:?}",
-                    e.key, e.queued
+                    e.key,
+                    e.queued()
                 ));
             }
-            queued += e.queued.is_some() as usize;
+            queued += e.queued().is_some() as usize;
         }
         if queued != self.order.len() {
             return Err("host index: the order holds entries that are gone".into());

@@ -125,7 +125,9 @@ mod compat;
 pub mod copier;
 #[cfg(feature = "cuda")]
 pub mod cuda;
+mod hook;
 pub(crate) mod host_index;
+mod id_map;
 mod load;
 #[cfg(not(loom))]
 mod memo;
@@ -160,28 +162,39 @@ struct DevPage {
     hash: AtomicU64,
     /// Parent page's hash, or [`NO_PARENT`].
     parent: AtomicU64,
-    /// `[63] BACKED | [62..0]` inserts that reached it since it was cached (counted only
-    /// under `write_through_selective`, the one policy that compares the count with a
-    /// threshold above 1; the others only read the word, for `BACKED`). `BACKED`: a host entry names this page as resident; set
-    /// only while the page is pinned (a backup's commit, an insert finding the host copy, a
-    /// load-back), cleared with the count when the page leaves the device (the eviction
-    /// hook) or is reused (`set_page`), and cleared alone when the entry that named it goes
-    /// without becoming ready (an insert marked a *writing* entry resident, then its copy
-    /// failed: [`Shared::abort`]). So a page without it has no resident host copy, and
-    /// inserts and evictions skip the host index for it when nothing else is to be done;
-    /// and a page with it has one (`check()` tests both).
-    hits: AtomicU64,
+    /// `BACKED` or 0. `BACKED`: a host entry names this page as resident; set only while
+    /// the page is pinned and under the host lock (a backup's commit, an insert finding the
+    /// host copy, a load-back), cleared when the page leaves the device (the eviction hook,
+    /// under the host lock) or is reused (`set_page`, by the insert that holds the slots),
+    /// and when the entry that named it goes without becoming ready (an insert marked a
+    /// *writing* entry resident, then its copy failed: [`Shared::abort`], under the host
+    /// lock). So a page without it has no resident host copy, and inserts and evictions skip
+    /// the host index for it when nothing else is to be done; and a page with it has one
+    /// (`check()` tests both).
+    flags: AtomicU32,
     /// The id of the host entry that named this page when `BACKED` was last set (written
     /// with it, under the host lock): the eviction hook reaches the entry without hashing,
     /// after checking that the id still holds this page's identity
     /// ([`HostIndex::live_with`]); meaningless without `BACKED`.
     entry: AtomicU32,
+    /// Inserts that reached it since it was cached (counted only under
+    /// `write_through_selective`, the one policy that compares the count with a threshold
+    /// above 1), reset with `flags`. A word of its own, counted with a load and a store (no
+    /// locked add per page per insert): inserts of the same page racing may lose a count,
+    /// which delays that page's backup by an insert; `flags` is never written by a count.
+    hits: AtomicU32,
 }
 
-/// See [`DevPage::hits`].
-const BACKED: u64 = 1 << 63;
+/// How many pages ahead an insert's host step hints the index's map probes.
+const PREFETCH_AHEAD: usize = 16;
+
+/// See [`DevPage::flags`].
+const BACKED: u32 = 1;
 #[cfg(not(loom))]
 const _: () = assert!(std::mem::size_of::<DevPage>() == 40);
+
+/// The bit of an insert's per-page counts (`insert_inner`) saying the page was `BACKED`.
+const HOST_BACKED: u64 = 1 << 63;
 
 /// [`DevPage::parent`] of a namespace's first page.
 const NO_PARENT: u64 = u64::MAX;
@@ -350,6 +363,7 @@ impl Shared {
         d.ns.store(ns, Ordering::Relaxed);
         d.hash.store(hash, Ordering::Relaxed);
         d.parent.store(parent.unwrap_or(NO_PARENT), Ordering::Relaxed);
+        d.flags.store(0, Ordering::Relaxed);
         d.hits.store(0, Ordering::Relaxed);
         if let Some(t) = &self.tokens {
             let base = page as usize * self.page_size;
@@ -360,13 +374,13 @@ impl Shared {
     }
 
     /// Marks device page `page` as holding a resident host copy, host entry `entry` (see
-    /// [`DevPage::hits`]); only while the page is pinned, and under the host lock (`_host`:
+    /// [`DevPage::flags`]); only while the page is pinned, and under the host lock (`_host`:
     /// the eviction hook reads both fields under it).
     fn set_backed(&self, _host: &HostIndex, page: u32, entry: EntryId) {
         let d = &self.pages[page as usize];
-        // Relaxed: see `DevPage::hits`; the host lock orders them with the hook's reads.
+        // Relaxed: see `DevPage::flags`; the host lock orders them with the hook's reads.
         d.entry.store(entry, Ordering::Relaxed);
-        d.hits.fetch_or(BACKED, Ordering::Relaxed);
+        d.flags.fetch_or(BACKED, Ordering::Relaxed);
     }
 
     /// Removes the writing entry of `key` (its copy failed or never started; `host` is the
@@ -384,8 +398,8 @@ impl Shared {
     fn abort(&self, host: &mut HostIndex, id: EntryId) {
         let d = host.abort(id);
         if d != NO_PAGE {
-            // Relaxed: see `DevPage::hits`; the host lock orders it with the flag's writers.
-            self.pages[d as usize].hits.fetch_and(!BACKED, Ordering::Relaxed);
+            // Relaxed: see `DevPage::flags`; the host lock orders it with the flag's writers.
+            self.pages[d as usize].flags.fetch_and(!BACKED, Ordering::Relaxed);
         }
     }
 
@@ -440,104 +454,6 @@ impl Shared {
                 });
             }
         }
-    }
-
-    /// The eviction hook: device slots `runs` (whole pages) left the device tree and are
-    /// not yet back in the pool. Each page's host copy becomes host-only; under
-    /// `write_back` a page without one is copied to the host now (its slots cannot be
-    /// reused before this returns).
-    fn device_evicted(&self, runs: &[crate::SlotRun]) {
-        let p = self.page_size;
-        let write_back = self.opts.write_policy == WritePolicy::WriteBack;
-        let mut wb: Vec<(PageKey, Option<u64>, u32, u32)> = Vec::new();
-        let mut removed = Removed::default();
-        {
-            let mut host = self.host();
-            for r in runs {
-                for s in r.slots().step_by(p) {
-                    let page = s / p as u32;
-                    let d = &self.pages[page as usize];
-                    // Relaxed: statistics-grade state of a slot no one else owns now; BACKED
-                    // and `entry` were written under the host lock, held here.
-                    let backed = d.hits.swap(0, Ordering::Relaxed) & BACKED != 0;
-                    // A page without BACKED has no entry naming it (see `DevPage::hits`):
-                    // nothing to do unless `write_back` may copy it. With BACKED, the entry
-                    // it recorded, if that id still holds this page's identity (it is then
-                    // the entry a lookup by key finds: keys are unique among live entries).
-                    if !backed && !write_back {
-                        continue;
-                    }
-                    let (key, parent) = self.page_id(page);
-                    let id = d.entry.load(Ordering::Relaxed);
-                    let id =
-                        if backed && host.live_with(id, &key) { Some(id) } else { host.find(&key) };
-                    match id {
-                        Some(id) => host.device_evicted(id, page),
-                        None if write_back => {
-                            if let Reserved::New(id) =
-                                host.reserve(key, parent, NO_PAGE, 0, &mut removed)
-                            {
-                                wb.push((key, parent, page, id));
-                            }
-                        }
-                        None => {}
-                    }
-                }
-            }
-        }
-        self.removed(removed);
-        if wb.is_empty() {
-            return;
-        }
-        let dev: Vec<u32> =
-            wb.iter().flat_map(|w| (0..p as u32).map(move |i| w.2 * p as u32 + i)).collect();
-        // A host entry's id is its host page (its first slot `id * p`).
-        let hst: Vec<u32> =
-            wb.iter().flat_map(|w| (0..p as u32).map(move |i| w.3 * p as u32 + i)).collect();
-        bump(&self.counters.copies_to_host, 1);
-        // A copier that panics fails the write-back: its entries go (below) before the
-        // panic goes on, so no host page stays reserved by an entry writing for ever. (The
-        // tree's pass and the pool's guard return the evicted slots as it unwinds.)
-        let (r, panic) =
-            call_copier(|| self.copier.to_host(&dev, &hst).and_then(|t| self.copier.wait(t)));
-        // `r` is consumed here, so no drop of the whole `Result` runs at the end of the
-        // function (valgrind flags that drop's read of the niche-encoded `Ok(())`).
-        let copied = match r {
-            Ok(()) => true,
-            Err(e) => {
-                drop(e);
-                false
-            }
-        };
-        let mut host = self.host();
-        match copied {
-            true => {
-                for w in &wb {
-                    host.commit(w.3, NO_PAGE);
-                }
-                drop(host);
-                bump(&self.counters.tokens_to_host, dev.len());
-                bump(&self.counters.tokens_written_back, dev.len());
-                if self.events.get().is_some()
-                    && let Some(t) = &self.tokens
-                {
-                    for w in &wb {
-                        let base = w.2 as usize * p;
-                        // Relaxed: written by the insert that cached the page (see `set_page`).
-                        let toks = (0..p).map(|i| t[base + i].load(Ordering::Relaxed)).collect();
-                        self.stored(w.0.0, vec![w.0.1], w.1, toks);
-                    }
-                }
-            }
-            false => {
-                for w in &wb {
-                    self.abort(&mut host, w.3);
-                }
-                drop(host);
-                bump(&self.counters.copy_failures, 1);
-            }
-        }
-        resume(panic);
     }
 }
 
@@ -600,8 +516,9 @@ impl Tier {
                 ns: AtomicU64::new(0),
                 hash: AtomicU64::new(0),
                 parent: AtomicU64::new(NO_PARENT),
-                hits: AtomicU64::new(0),
+                flags: AtomicU32::new(0),
                 entry: AtomicU32::new(NO_PAGE),
+                hits: AtomicU32::new(0),
             })
             .collect();
         let host_policy = tier.host_policy.unwrap_or(device.policy);
@@ -823,18 +740,26 @@ impl<'a> Tiered<'a> {
             WritePolicy::WriteBack => u64::MAX,
         };
         // Only `write_through_selective` compares the count with a threshold above 1: the
-        // other policies read the word (for `BACKED`) without counting.
+        // other policies read `flags` (for `BACKED`) without counting. `hits[i]`: the page's
+        // count after this insert, with `HOST_BACKED` when the page was `BACKED`.
         let count = sh.opts.write_policy == WritePolicy::WriteThroughSelective;
         let mut hits = Vec::with_capacity(n / p);
         for i in 0..n / p {
-            let d = &sh.pages[dev_page(i) as usize].hits;
-            // Relaxed: a counter; its races only shift when a backup starts. A read of
-            // `BACKED` that misses a racing change takes the host step needlessly (under the
-            // host lock it finds the entry) or skips it once (a backup delayed), as a read
-            // just before the change would (see `Shared::abort`).
-            let h =
-                if count { d.fetch_add(1, Ordering::Relaxed) } else { d.load(Ordering::Relaxed) };
-            hits.push(h + 1);
+            let d = &sh.pages[dev_page(i) as usize];
+            // Relaxed: a counter; its races only shift when a backup starts (a count lost to
+            // a racing insert of the same page delays the page's backup by one insert: see
+            // `DevPage::hits`). A read of `BACKED` that misses a racing change takes the host
+            // step needlessly (under the host lock it finds the entry) or skips it once (a
+            // backup delayed), as a read just before the change would (see `Shared::abort`).
+            let b = if d.flags.load(Ordering::Relaxed) & BACKED != 0 { HOST_BACKED } else { 0 };
+            let h = if count {
+                let h = d.hits.load(Ordering::Relaxed);
+                d.hits.store(h.wrapping_add(1), Ordering::Relaxed);
+                h as u64
+            } else {
+                0
+            };
+            hits.push(b | (h + 1));
         }
         // Host step: pages with a host copy are resident again; pages at the threshold
         // without one get a writing entry. A page that was on the device before this insert
@@ -846,21 +771,30 @@ impl<'a> Tiered<'a> {
         let mut removed = Removed::default();
         let needs_host = |i: usize| {
             let h = hits[i];
-            h & BACKED == 0 && (i >= existing_pages || h >= threshold)
+            h & HOST_BACKED == 0 && (i >= existing_pages || h >= threshold)
         };
         if (0..n / p).any(needs_host) {
             let mut host = sh.host();
             // The entry of the page before (found or reserved here): its child's reserve
             // counts the kid without a lookup.
             let mut prev: (usize, EntryId) = (usize::MAX, NO_PAGE);
-            for i in (0..n / p).filter(|&i| needs_host(i)) {
+            let todo: Vec<usize> = (0..n / p).filter(|&i| needs_host(i)).collect();
+            // Each page's map probe is a cache miss of its own: hint the ones a few pages
+            // ahead, so they overlap (a hint only; it changes nothing).
+            for &i in todo.iter().take(PREFETCH_AHEAD) {
+                host.prefetch(&(ns, hashes[i]));
+            }
+            for (k, &i) in todo.iter().enumerate() {
+                if let Some(&j) = todo.get(k + PREFETCH_AHEAD) {
+                    host.prefetch(&(ns, hashes[j]));
+                }
                 let key = (ns, hashes[i]);
                 let after = if prev.0.wrapping_add(1) == i { prev.1 } else { NO_PAGE };
                 // The page's entry, if any, or a new one at the threshold: one map probe at
                 // most (none when the entry follows the one before on the host).
                 let r = match host.guess_after(after, &key) {
                     Some(id) => Reserved::Have(id),
-                    None if hits[i] & !BACKED >= threshold => {
+                    None if hits[i] & !HOST_BACKED >= threshold => {
                         let parent = i.checked_sub(1).map(|j| hashes[j]);
                         host.reserve(key, parent, after, opts.priority, &mut removed)
                     }

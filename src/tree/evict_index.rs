@@ -458,7 +458,7 @@ impl Queues {
 /// A prefetch hint for the cache line at `p` (and the next); a no-op where unsupported.
 /// Never faults, whatever `p` is.
 #[inline(always)]
-fn prefetch(p: *const u8) {
+pub(crate) fn prefetch(p: *const u8) {
     #[cfg(all(target_arch = "x86_64", not(loom)))]
     {
         use std::arch::x86_64::{_MM_HINT_T0, _mm_prefetch};

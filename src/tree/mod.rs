@@ -158,6 +158,7 @@ mod descent;
 mod events;
 mod evict;
 mod evict_index;
+pub(crate) use evict_index::prefetch;
 mod insert;
 mod invariants;
 mod key;
