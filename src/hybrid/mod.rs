@@ -38,6 +38,46 @@
 //! Bad input (a missing node id: [`Error::NoNode`]; an unlock of an unlocked node, values
 //! shorter than the key: [`Error::InvalidArgument`]; a walk step with no walk:
 //! [`Error::NoWalk`]) is refused before anything changes.
+//!
+//! # A request's cycle on a sliding-window hybrid
+//!
+//! ```
+//! use radixkv::hybrid::{CacheAction, Component, HybridOptions, HybridTree};
+//!
+//! // Page 1, a window of 4 tokens.
+//! let mut t = HybridTree::new(HybridOptions { swa_window: 4, ..Default::default() })?;
+//! let prompt: Vec<i64> = (0..10).collect();
+//! // Match, then pin what matched (FULL path and SWA window) while the request runs.
+//! let m = t.match_prefix(0, &prompt);
+//! assert_eq!(m.device_prefix_len, 0);
+//! let pin = t.inc_lock_ref(m.last_device_node)?;
+//! assert_eq!(pin, 0); // nothing cached yet: the root
+//! // The request's KV was written at FULL indices 100..110; cache it.
+//! let kv: Vec<i64> = (100..110).collect();
+//! let r = t.insert_swa(0, &prompt, Some(&kv), m.device_prefix_len, 0)?;
+//! for a in &r.actions {
+//!     match a {
+//!         // The caller allocates SWA slots for the node's tokens, copies, and stores them
+//!         // (here the FULL indices stand in for them).
+//!         CacheAction::SwaRebuild { node, full } => t.swa_set_value(*node, full.clone())?,
+//!         CacheAction::FreeDeviceKv(_) | CacheAction::FreeDeviceKvFullOnly(_) => {}
+//!         CacheAction::RecoverSwaWithLockedFull { .. } => unreachable!("nothing is locked"),
+//!     }
+//! }
+//! if !r.refreshed {
+//!     t.swa_refresh(r.node)?;
+//! }
+//! t.dec_lock_ref(m.last_device_node)?;
+//! // The next request with the same prompt hits it all.
+//! assert_eq!(t.match_prefix(0, &prompt).device_prefix_len, 10);
+//! // Short of SWA slots: evict 4 SWA tokens; every freed index is handed back.
+//! let mut freed = Vec::new();
+//! let n = t.evict(Component::Swa, 4, &mut freed)?;
+//! assert!(n >= 4);
+//! assert!(freed.iter().all(|f| !f.indices.is_empty()));
+//! assert_eq!(t.check(), None);
+//! # Ok::<(), radixkv::Error>(())
+//! ```
 
 use std::collections::{BinaryHeap, HashMap, HashSet};
 
