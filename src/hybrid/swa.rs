@@ -248,6 +248,14 @@ impl HybridTree {
         if window_end < window_start || swa_values.len() != window_end - window_start {
             return refuse(format!("{} SWA values for the span", swa_values.len()));
         }
+        if window_start == window_end {
+            return Ok(()); // nothing to attach
+        }
+        let page = self.t.page;
+        if !window_start.is_multiple_of(page) || !window_end.is_multiple_of(page) {
+            // Nodes hold whole pages: a span edge inside a page would split one.
+            return refuse(format!("the span's edges are not multiples of the page size ({page})"));
+        }
         let t = &mut self.t;
         t.need_swa("attach_swa_window")?;
         let mut segs = Vec::new();

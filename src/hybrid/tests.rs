@@ -105,6 +105,25 @@ fn refusals_change_nothing() {
     assert_eq!(t.dfs(), before);
     assert_eq!(t.sizes(), Sizes { evictable: 4, protected: 0 });
     ok(&t);
+    // Releasing an ancestor of a locked node that holds no lock of its own: refused (it
+    // would leave the ancestor locked less than its child).
+    let leaf = t.insert(0, &[1, 2, 3, 4, 5, 6], None, 0).unwrap().node;
+    t.inc_lock_ref(leaf).unwrap();
+    let e = t.dec_lock_ref(n).unwrap_err();
+    assert!(matches!(&e, Error::InvalidArgument(m) if m.contains("no lock of its own")), "{e}");
+    assert_eq!(t.node_info(n).unwrap().lock_ref, 1);
+    t.dec_lock_ref(leaf).unwrap();
+    ok(&t);
+    // SWA spans: an edge inside a page is refused, an empty span changes nothing.
+    let mut w = tree(2, 2, false);
+    let r = w.insert_swa(0, &[1, 2, 3, 4], None, 0, 0).unwrap();
+    run_swa_actions(&mut w, &r);
+    let e = w.attach_swa_window(0, &[1, 2, 3, 4], 1, 3, &[0, 0]).unwrap_err();
+    assert!(matches!(&e, Error::InvalidArgument(m) if m.contains("page size")), "{e}");
+    let before = w.dfs();
+    w.attach_swa_window(0, &[1, 2, 3, 4], 2, 2, &[]).unwrap();
+    assert_eq!(w.dfs(), before);
+    ok(&w);
     // Every refusal maps to INVALID_ARGUMENT.
     assert_eq!(Error::NoNode { node: 1 }.status(), crate::error::status::INVALID_ARGUMENT);
     assert_eq!(Error::NoWalk { walk: "SWA" }.status(), crate::error::status::INVALID_ARGUMENT);
@@ -499,5 +518,192 @@ proptest! {
     #[test]
     fn swa_mamba_cycles_keep_every_index(window in 1usize..6, ops in prop::collection::vec(op(), 1..60)) {
         run(1, window, true, &ops);
+    }
+}
+
+/// Any call, with any arguments (node ids live, gone or never made, spans past the key,
+/// values of any length, walks in any order): a result or a refusal, never a panic, and
+/// the tree consistent after each. A panic would poison every front's mutex for good.
+#[derive(Debug, Clone)]
+enum Any {
+    Insert(u8, u8, u8, usize),
+    InsertSwa(u8, u8, u8, usize, usize),
+    Match(u8, u8),
+    Lock(u8),
+    Unlock(u8),
+    SwaLock(u8),
+    SwaUnlock(u8, u64),
+    SwaRelease(u8, u64),
+    SwaSet(u8, u8),
+    SwaRefresh(u8),
+    Ranges(u8, usize, usize),
+    Attach(u8, usize, usize, u8),
+    MambaCommit(u8, bool, u8),
+    MambaSet(u8, u8),
+    MambaLock(u8),
+    MambaUnlock(u8),
+    Excess(u8, usize),
+    Step(u8, u64),
+    EvictLeaf(u8),
+    Evict(u8, u64),
+    Collect(u8, u8),
+}
+
+fn any_op() -> impl Strategy<Value = Any> {
+    let n = || 0u8..40;
+    prop_oneof![
+        (0u8..4, 0u8..24, 0u8..30, 0usize..30).prop_map(|(b, l, v, p)| Any::Insert(b, l, v, p)),
+        (0u8..4, 0u8..24, 0u8..30, 0usize..30, 0usize..12)
+            .prop_map(|(b, l, v, p, s)| Any::InsertSwa(b, l, v, p, s)),
+        (0u8..4, 0u8..24).prop_map(|(b, l)| Any::Match(b, l)),
+        n().prop_map(Any::Lock),
+        n().prop_map(Any::Unlock),
+        n().prop_map(Any::SwaLock),
+        (n(), 0u64..6).prop_map(|(a, u)| Any::SwaUnlock(a, u)),
+        (n(), 0u64..6).prop_map(|(a, u)| Any::SwaRelease(a, u)),
+        (n(), 0u8..12).prop_map(|(a, l)| Any::SwaSet(a, l)),
+        n().prop_map(Any::SwaRefresh),
+        (0u8..4, 0usize..40, 0usize..40).prop_map(|(b, s, e)| Any::Ranges(b, s, e)),
+        (0u8..4, 0usize..40, 0usize..40, 0u8..12).prop_map(|(b, s, e, l)| Any::Attach(b, s, e, l)),
+        (n(), any::<bool>(), 0u8..3).prop_map(|(a, f, l)| Any::MambaCommit(a, f, l)),
+        (n(), 0u8..3).prop_map(|(a, l)| Any::MambaSet(a, l)),
+        n().prop_map(Any::MambaLock),
+        n().prop_map(Any::MambaUnlock),
+        (n(), 0usize..4).prop_map(|(a, c)| Any::Excess(a, c)),
+        (0u8..8, 0u64..30).prop_map(|(w, e)| Any::Step(w, e)),
+        n().prop_map(Any::EvictLeaf),
+        (0u8..3, 0u64..30).prop_map(|(c, k)| Any::Evict(c, k)),
+        (n(), n()).prop_map(|(a, b)| Any::Collect(a, b)),
+    ]
+}
+
+fn call(t: &mut HybridTree, op: &Any) {
+    // A node id: one of the tree's (by position in its DFS) or, past them, one it never had.
+    let id = |t: &HybridTree, k: u8| {
+        let all = t.dfs();
+        all.get(k as usize).copied().unwrap_or(1000 + k as u64)
+    };
+    let vals = |l: u8| (0..l as i64).map(|i| 7000 + i).collect::<Vec<_>>();
+    match *op {
+        Any::Insert(b, l, v, p) => {
+            let _ = t.insert(0, &key_of(b, l), Some(&vals(v)), p);
+        }
+        Any::InsertSwa(b, l, v, p, s) => {
+            let _ = t.insert_swa(0, &key_of(b, l), Some(&vals(v)), p, s);
+        }
+        Any::Match(b, l) => {
+            let _ = t.match_prefix(0, &key_of(b, l));
+            let _ = t.match_full_device_prefix(0, &key_of(b, l));
+        }
+        Any::Lock(a) => {
+            let n = id(t, a);
+            let _ = t.inc_lock_ref(n);
+        }
+        Any::Unlock(a) => {
+            let n = id(t, a);
+            let _ = t.dec_lock_ref(n);
+        }
+        Any::SwaLock(a) => {
+            let n = id(t, a);
+            let _ = t.swa_inc_lock(n);
+        }
+        Any::SwaUnlock(a, u) => {
+            let n = id(t, a);
+            let _ = t.swa_dec_lock(n, u);
+        }
+        Any::SwaRelease(a, u) => {
+            let n = id(t, a);
+            let _ = t.swa_release_window(n, u);
+        }
+        Any::SwaSet(a, l) => {
+            let n = id(t, a);
+            let _ = t.swa_set_value(n, vals(l));
+        }
+        Any::SwaRefresh(a) => {
+            let n = id(t, a);
+            let _ = t.swa_refresh(n);
+        }
+        Any::Ranges(b, s, e) => {
+            let _ = t.swa_tombstone_ranges(0, &key_of(b, 24), s, e);
+        }
+        Any::Attach(b, s, e, l) => {
+            let _ = t.attach_swa_window(0, &key_of(b, 24), s, e, &vals(l));
+        }
+        Any::MambaCommit(a, f, l) => {
+            let n = id(t, a);
+            let _ = t.mamba_commit(n, f, &vals(l));
+        }
+        Any::MambaSet(a, l) => {
+            let n = id(t, a);
+            let _ = t.mamba_set_value(n, vals(l));
+        }
+        Any::MambaLock(a) => {
+            let n = id(t, a);
+            let _ = t.mamba_inc_lock(n);
+        }
+        Any::MambaUnlock(a) => {
+            let n = id(t, a);
+            let _ = t.mamba_dec_lock(n);
+        }
+        Any::Excess(a, c) => {
+            let n = id(t, a);
+            let _ = t.mamba_evict_excess(n, c);
+        }
+        Any::Step(w, e) => match w {
+            0 => t.evict_start(e),
+            1 => {
+                let _ = t.evict_next(e);
+            }
+            2 => t.evict_end(),
+            3 => {
+                let _ = t.swa_evict_start(e);
+            }
+            4 => {
+                let _ = t.swa_evict_next(e);
+            }
+            5 => {
+                let _ = t.mamba_evict_start(e);
+            }
+            6 => {
+                let _ = t.mamba_evict_next(e);
+            }
+            _ => {
+                t.swa_evict_end();
+                t.mamba_evict_end();
+            }
+        },
+        Any::EvictLeaf(a) => {
+            let n = id(t, a);
+            let _ = t.evict_leaf(n);
+        }
+        Any::Evict(c, k) => {
+            let c = [Component::Full, Component::Swa, Component::Mamba][c as usize];
+            let _ = t.evict(c, k, &mut Vec::new());
+        }
+        Any::Collect(a, b) => {
+            let (x, y) = (id(t, a), id(t, b));
+            let _ = t.collect_indices(x, y);
+        }
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 256, ..ProptestConfig::default() })]
+
+    #[test]
+    fn any_call_is_a_result_or_a_refusal_never_a_panic(
+        page in 1usize..3,
+        window in 0usize..5,
+        mamba in any::<bool>(),
+        ops in prop::collection::vec(any_op(), 1..80),
+    ) {
+        let mut t = tree(page, window, mamba);
+        for op in &ops {
+            let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| call(&mut t, op)));
+            prop_assert!(r.is_ok(), "{:?} panicked", op);
+            if let Some(why) = t.check() {
+                prop_assert!(false, "after {:?}: {}", op, why);
+            }
+        }
     }
 }

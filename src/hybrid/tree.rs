@@ -504,6 +504,22 @@ impl Tree {
                 self.n(s).id
             )));
         }
+        // A node's lock ref counts the locks through it: its children's plus those taken on
+        // it. Releasing one it does not hold itself (an ancestor of a locked node, never
+        // locked on its own) would leave it locked less than a child, and the child's own
+        // release would then unpin what another request holds.
+        if s != self.root {
+            let below: u64 = self.kids(s).map(|c| u64::from(self.n(c).full.lock_ref)).sum();
+            let own = u64::from(self.n(s).full.lock_ref);
+            if own <= below {
+                return Err(Error::InvalidArgument(format!(
+                    "dec_lock_ref: node {} holds no lock of its own (lock_ref {own}, all of it \
+                     its descendants' locks; released more often than locked); nothing was \
+                     changed",
+                    self.n(s).id
+                )));
+            }
+        }
         let mut delta = 0;
         for u in path {
             let len = self.vlen(u);
