@@ -20,6 +20,6 @@ pub use cache::{
 pub use error::{Error, Result, SlotProblem};
 pub use slot_run::SlotRun;
 pub use tree::{
-    DEFAULT_SLRU_THRESHOLD, EvictionPolicy, InsertOptions, Key, LockGuard, NamespaceStats,
-    PrefixLock, RadixTree, TreeConfig, TreeStats, checked_priority,
+    DEFAULT_SLRU_THRESHOLD, EvictTarget, EvictionPolicy, Freed, InsertOptions, Key, LockGuard,
+    NamespaceStats, PrefixLock, RadixTree, TreeConfig, TreeStats, checked_priority,
 };

@@ -914,3 +914,6 @@ mod policy;
 
 #[path = "loom_support/tier.rs"]
 mod tier;
+
+#[path = "loom_support/swa.rs"]
+mod swa;

@@ -33,6 +33,11 @@ impl Cache {
         host: TierOptions,
         copier: Arc<dyn TierCopier>,
     ) -> Result<Self> {
+        if opts.swa_window > 0 {
+            return Err(crate::error::invalid(
+                "a host tier is not combined with a sliding window (swa_window > 0)",
+            ));
+        }
         let (tier, hook) = Tier::new(opts, host, copier)?;
         let mut c = Cache::new(opts)?;
         c.evict_hook = Some(hook);

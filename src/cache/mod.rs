@@ -40,9 +40,9 @@ use crate::pool::SlotPool;
 use crate::slot_run::{SlotRun, Slots, run_len};
 use crate::sync::{AtomicU64, AtomicUsize, Ordering, yield_now};
 use crate::tree::{
-    DEFAULT_SLRU_THRESHOLD, EvictionPolicy, InsertOptions, Key, LockGuard, NamespaceStats,
-    PrefixLock, RadixTree, SlotSink, SlotSource, Stage, TreeConfig, TreeStats, cut_runs,
-    push_differing,
+    DEFAULT_SLRU_THRESHOLD, EvictTarget, EvictionPolicy, Freed, InsertOptions, Key, LockGuard,
+    NamespaceStats, PrefixLock, RadixTree, SlotSink, SlotSource, Stage, TreeConfig, TreeStats,
+    cut_runs, push_differing,
 };
 
 /// How many times [`Cache::alloc`] tries again, at most, when it found nothing to evict
@@ -86,6 +86,13 @@ pub struct CacheOptions {
     /// [`EvictionPolicy::Slru`]'s threshold (see [`TreeConfig::slru_threshold`]; default
     /// [`DEFAULT_SLRU_THRESHOLD`]).
     pub slru_threshold: u32,
+    /// The sliding window of a hybrid model's SWA layers in tokens (0, the default: none;
+    /// see [`TreeConfig::swa_window`]). With one, matches are SWA-valid prefixes, locks hold
+    /// their window's SWA KV, and eviction goes through [`Cache::evict_kv`], which says per
+    /// node what was freed: a pool-mode cache then needs a callback to evict, and its
+    /// `alloc` does not evict on its own (the engine must hear of every SWA KV freed). A
+    /// host tier is not combined with a window (`InvalidArgument`).
+    pub swa_window: usize,
 }
 
 impl Default for CacheOptions {
@@ -95,6 +102,7 @@ impl Default for CacheOptions {
             policy: EvictionPolicy::Lru,
             pool_slots: 0,
             slru_threshold: DEFAULT_SLRU_THRESHOLD,
+            swa_window: 0,
         }
     }
 }
@@ -224,6 +232,7 @@ impl Cache {
             page_size: opts.page_size,
             policy: opts.policy,
             slru_threshold: opts.slru_threshold,
+            swa_window: opts.swa_window,
         })?;
         let pool = match opts.pool_slots {
             0 => None,
@@ -510,6 +519,7 @@ impl Cache {
     /// them also when `free` panics: the panic propagates, and the slots of every leaf
     /// evicted until then, including the one `free` panicked on, are free in the pool.
     pub fn evict(&self, k: usize, free: Option<FreeFn<'_>>) -> Result<usize> {
+        self.no_silent_swa_frees(free.is_some())?;
         match (&self.pool, free) {
             (None, None) => Err(invalid("evict without a pool needs a free callback")),
             (None, Some(f)) => Ok(self.tree.evict(k, f)),
@@ -524,11 +534,57 @@ impl Cache {
     /// go back to the pool (after `free`, if given, has seen them; also when `free` panics,
     /// as in [`Cache::evict`]).
     pub fn evict_runs(&self, k: usize, free: Option<FreeRunsFn<'_>>) -> Result<usize> {
+        self.no_silent_swa_frees(free.is_some())?;
         match (&self.pool, free) {
             (None, None) => Err(invalid("evict without a pool needs a free callback")),
             (None, Some(f)) => Ok(self.tree.evict_runs(k, f)),
             (Some(pool), f) => Ok(self.evict_runs_to_pool(pool, k, f)),
         }
+    }
+
+    /// With a sliding window, an eviction must tell the engine what it freed: refused
+    /// without a callback (with a pool the full KV would go back to the pool unseen, and
+    /// with it the SWA KV the engine keeps by those slots).
+    fn no_silent_swa_frees(&self, has_callback: bool) -> Result<()> {
+        if self.opts.swa_window > 0 && !has_callback {
+            return Err(invalid(
+                "a cache with a sliding window evicts only with a free callback (the engine \
+                 must hear of the SWA KV it frees; evict_kv says which); nothing was evicted",
+            ));
+        }
+        Ok(())
+    }
+
+    /// With a sliding window: frees at least `k` tokens' KV of the kind `target` names
+    /// ([`EvictTarget::Full`]: whole unpinned leaves in policy order; [`EvictTarget::Swa`]:
+    /// SWA KV without a window lock, least recently used first, a leaf whole and any other
+    /// node as a tombstone), fewer only if nothing more of that kind can go; `free` gets
+    /// each node's slots once with what was freed of it ([`Freed`]), with no tree lock
+    /// held (it must not call back into this cache). With a pool, every slot whose full KV
+    /// was freed goes back to the pool (after `free` has seen it; also when `free`
+    /// panics, as in [`Cache::evict`]). Returns the tokens freed of that kind. Without a
+    /// window, `Full` is [`Cache::evict`] and `Swa` frees nothing.
+    pub fn evict_kv(
+        &self,
+        target: EvictTarget,
+        k: usize,
+        free: &mut dyn FnMut(Freed, &[u32]),
+    ) -> Result<usize> {
+        let Some(pool) = &self.pool else {
+            return Ok(self.tree.evict_kv(target, k, free));
+        };
+        let mut ev = PoolEviction::begin(&self.evictions, pool);
+        let mut scratch = Vec::new();
+        let n = self.tree.evict_kv(target, k, &mut |f, slots| {
+            if f.full {
+                // Pending before `free` runs, so they go back to the pool even if it panics.
+                ev.pending.extend_from_slice(slots);
+                self.hook_slots(slots, &mut scratch);
+            }
+            free(f, slots);
+        });
+        drop(ev); // returns the slots to the pool
+        Ok(n)
     }
 
     /// Evicts into the pool by runs, one pool pass for the whole call (when it ends, or
@@ -638,7 +694,10 @@ impl Cache {
             // when its part of the call ends, the pool counts their slots in when they
             // land): the wait below covers those.
             let (hopeful, short, _) = counted();
-            if hopeful && self.evict_to_pool(pool, short, None) > 0 {
+            // With a sliding window the engine evicts (`evict_kv`): it must hear of the SWA
+            // KV freed, which an eviction here could not tell it.
+            let evicts = self.opts.swa_window == 0;
+            if evicts && hopeful && self.evict_to_pool(pool, short, None) > 0 {
                 continue;
             }
             if n <= pool.capacity() && self.wait_for_evictions(landed) {
@@ -656,7 +715,7 @@ impl Cache {
             // quiescence the count never exceeds what eviction can free; the bound keeps
             // a miscount from making this spin forever.
             let (hopeful, _, evictable) = counted();
-            if hopeful && evictable > 0 && rechecks < RECHECKS {
+            if evicts && hopeful && evictable > 0 && rechecks < RECHECKS {
                 back_off(rechecks);
                 rechecks += 1;
                 continue;
@@ -723,6 +782,7 @@ impl Cache {
     /// `free`, if given, has seen them; also when `free` panics). An unknown namespace, or
     /// one with nothing cached, frees nothing and returns 0 (not an error).
     pub fn drop_namespace(&self, ns: u64, free: Option<FreeFn<'_>>) -> Result<usize> {
+        self.no_silent_swa_frees(free.is_some())?;
         match (&self.pool, free) {
             (None, None) => Err(invalid("drop_namespace without a pool needs a free callback")),
             (None, Some(f)) => Ok(self.tree.drop_namespace(ns, f)),

@@ -164,6 +164,10 @@ impl RadixTree {
         let mut cur = root;
         let mut pos = 0;
         let mut last: Option<(&Node, usize)> = None;
+        // With a sliding window: the run since the last SWA tombstone, and the deepest
+        // valid end (the `swa` module); without one every end is valid.
+        let swa = self.cfg.swa_window > 0;
+        let (mut run, mut best, mut best_mark) = (usize::MAX, 0, out.mark());
         while pos < key.len() {
             // Acquire: as in `resolve`.
             if cur.state.load(Ordering::Acquire) & REPLACED != 0 {
@@ -172,19 +176,29 @@ impl RadixTree {
             let Some((c, k)) = self.step(cur, &key[pos..], g) else {
                 break; // no child holds the next page
             };
-            // Acquire: as in `is_live`.
-            if c.state.load(Ordering::Acquire) & DEAD != 0 {
+            // Acquire: as in `is_live` (and, with a window, as in `is_swa_candidate`).
+            let s = c.state.load(Ordering::Acquire);
+            if s & DEAD != 0 {
                 break; // being evicted: absent
             }
             out.take(c, k);
             self.touch(c, now);
             pos += k;
             last = Some((c, k));
+            if swa && self.swa_run(&mut run, s, k) {
+                (best, best_mark) = (pos, out.mark());
+            }
             if k < c.len() {
                 break;
             }
             cur = c;
         }
+        let pos = if swa && best < pos {
+            out.rewind(best_mark);
+            best
+        } else {
+            pos
+        };
         match last {
             Some((n, k)) if !self.is_live(n, k, g) => None,
             _ => Some(pos),

@@ -112,8 +112,17 @@ impl RadixTree {
             // AcqRel: Acquire reads from the last unpin's Release (the lock holder's use of
             // the slots happens before they are handed out); Release orders the unlink after
             // it for a racing pin, which then fails on DEAD. Relaxed on failure: nothing read.
-            if x.state.compare_exchange(0, DEAD, Ordering::AcqRel, Ordering::Relaxed).is_err() {
-                return None; // pinned, or replaced or evicted before we locked it
+            // The word may carry SWA_GONE (an SWA tombstone leaf), never an SWA pin without a
+            // pin: any other bit fails it.
+            let mut s = x.state.load(Ordering::Relaxed);
+            loop {
+                if s & (PIN_MASK | DEAD | REPLACED) != 0 {
+                    return None; // pinned, or replaced or evicted before we locked it
+                }
+                match x.state.compare_exchange(s, s | DEAD, Ordering::AcqRel, Ordering::Relaxed) {
+                    Ok(_) => break,
+                    Err(v) => s = v, // a tombstone landed meanwhile
+                }
             }
             // KV events: the leaf's `BlockRemoved` is pushed here, after the CAS (the
             // commit: a racing pin landed first, and then nothing is pushed, or fails after)
@@ -161,6 +170,14 @@ impl RadixTree {
                     .is_ok();
             drop(xl);
             drop(pl);
+            if self.swa.is_some() {
+                // Out of the SWA index before it is retired (`swa.rs`); its SWA KV goes with
+                // it unless it was a tombstone. Relaxed: statistics.
+                self.swa_cut(x);
+                if s & super::node::SWA_GONE == 0 {
+                    self.swa_cached.fetch_sub(x.len() as u64, Ordering::Relaxed);
+                }
+            }
             if root_died {
                 self.reclaim_dead_root(parent, g);
             }
@@ -264,7 +281,7 @@ impl RadixTree {
     }
 
     /// A new eviction call's state.
-    fn pass(&self) -> Pass<'_> {
+    pub(super) fn pass(&self) -> Pass<'_> {
         Pass { tree: self, guard: self.domain.pin(), done: None, freed: 0, leaves: 0 }
     }
 }
@@ -275,12 +292,12 @@ const DROP_ROUNDS: usize = 4;
 
 /// One eviction call's state: its guard, the leaf evicted last (retired by the next index
 /// step, or by the drop), and the counters it moves when it ends (see `evict_with`).
-struct Pass<'a> {
+pub(super) struct Pass<'a> {
     tree: &'a RadixTree,
-    guard: Guard,
-    done: Option<Evicted>,
-    freed: usize,
-    leaves: u64,
+    pub(super) guard: Guard,
+    pub(super) done: Option<Evicted>,
+    pub(super) freed: usize,
+    pub(super) leaves: u64,
 }
 
 impl Drop for Pass<'_> {

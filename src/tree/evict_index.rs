@@ -73,7 +73,7 @@ use crate::sync::{Mutex, Ordering, lock, yield_now};
 /// entry; read and written only under the index lock.
 #[repr(C)]
 pub(crate) struct Ticket {
-    node: *mut Node,
+    pub(super) node: *mut Node,
 }
 
 /// The ticket of an `mru` entry: the node, and the entry's key in the map (so that a
@@ -88,7 +88,7 @@ struct MruTicket {
 
 /// `(key, push sequence, ticket address)`: smallest key first, ties in push order (never
 /// by address, so the order is deterministic, which loom needs).
-type Entry<K> = (K, u64, usize);
+pub(super) type Entry<K> = (K, u64, usize);
 
 /// The lazy queue: entries pushed in order of `(key, seq)` go to the back of `run` (sorted
 /// by construction), entries smaller than `run`'s front to its front, the others into
@@ -98,7 +98,7 @@ type Entry<K> = (K, u64, usize);
 /// a new leaf has the smallest key), so most entries cost O(1) and sit in one sequential
 /// buffer instead of at the bottom of a deep heap; a parent that became a leaf usually goes
 /// to the heap.
-struct Queue<K> {
+pub(super) struct Queue<K> {
     run: VecDeque<Entry<K>>,
     heap: BinaryHeap<Reverse<Entry<K>>>,
     seq: u64,
@@ -111,7 +111,7 @@ impl<K: Ord + Copy> Default for Queue<K> {
 }
 
 impl<K: Ord + Copy> Queue<K> {
-    fn push(&mut self, key: K, ticket: *mut Ticket) {
+    pub(super) fn push(&mut self, key: K, ticket: *mut Ticket) {
         self.seq += 1;
         let e = (key, self.seq, ticket as usize);
         // `seq` only grows, so `e` is in order at the back exactly when its key is no
@@ -125,7 +125,7 @@ impl<K: Ord + Copy> Queue<K> {
         }
     }
 
-    fn pop(&mut self) -> Option<Entry<K>> {
+    pub(super) fn pop(&mut self) -> Option<Entry<K>> {
         match (self.run.front(), self.heap.peek()) {
             (Some(r), Some(Reverse(h))) if h < r => self.heap.pop().map(|Reverse(e)| e),
             (Some(_), _) => self.run.pop_front(),
@@ -133,19 +133,19 @@ impl<K: Ord + Copy> Queue<K> {
         }
     }
 
-    fn len(&self) -> usize {
+    pub(super) fn len(&self) -> usize {
         self.run.len() + self.heap.len()
     }
 
     /// Every entry, in no particular order (for `check_entries`).
-    fn entries(&self) -> impl Iterator<Item = &Entry<K>> {
+    pub(super) fn entries(&self) -> impl Iterator<Item = &Entry<K>> {
         self.run.iter().chain(self.heap.iter().map(|Reverse(e)| e))
     }
 
     /// Gives the buffers' memory back once the queue has been drained (an eviction pass
     /// that took everything, a namespace dropped): a queue that once held a million leaves
     /// does not keep their room forever. Regrowing later is amortized O(1) per push.
-    fn shrink_when_empty(&mut self) {
+    pub(super) fn shrink_when_empty(&mut self) {
         const KEEP: usize = 1024;
         if self.run.capacity() > KEEP {
             self.run = VecDeque::new();
@@ -183,7 +183,7 @@ impl<K: Ord + Copy> Queue<K> {
     }
 
     /// Frees every entry's ticket (exclusive access: the index is being dropped).
-    fn free_tickets(self) {
+    pub(super) fn free_tickets(self) {
         for (_, _, addr) in self.heap.into_iter().map(|Reverse(e)| e).chain(self.run) {
             // SAFETY: exclusive access; each entry owns its ticket (never the node), a plain
             // `Ticket` in a lazy queue.
@@ -728,7 +728,7 @@ fn cut_ticket(q: &mut Queues, n: &Node) {
 /// Stale entries `pop_locked` may drop or re-queue per lock hold: past it, the pass lets
 /// the lock go (a split queueing its lower half, or a release whose unpin made a leaf
 /// evictable, waits on this lock) and takes it again.
-const STALE_PER_HOLD: usize = 32;
+pub(super) const STALE_PER_HOLD: usize = 32;
 
 /// What [`pop_locked`] found.
 enum Popped<'g> {

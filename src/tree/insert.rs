@@ -247,12 +247,25 @@ impl<'g, S: SlotSink> Insert<'_, 'g, S> {
                         self.tree.touch(x, self.now);
                         self.bump(x, end);
                     }
-                    let lock =
-                        self.pin.then(|| self.tree.lock_of(self.ns, self.whole, self.key.len()));
+                    let lock = self.pin.then(|| self.lock());
                     return Ok((existing, lock));
                 }
             }
         }
+    }
+
+    /// The lock of an insert that pins, on the whole key; with a sliding window, with SWA
+    /// pins on the window segment's nodes that are not tombstones (`swa.rs`).
+    fn lock(&self) -> PrefixLock {
+        let tree = self.tree;
+        let mut l = tree.lock_of(self.ns, self.whole, self.key.len());
+        if tree.cfg.swa_window > 0 && !self.key.is_empty() {
+            let seg = tree.swa_segment_of(self.root, self.key, self.g);
+            let lenient = tree.swa_pin_walk(self.root, self.key, seg, false, self.g);
+            debug_assert!(lenient.is_ok(), "a lenient SWA pin walk skips tombstones");
+            l.swa_from = seg as u32;
+        }
+        l
     }
 
     /// Undoes the pins taken on `key[..pos]` and returns `e`.
@@ -393,6 +406,7 @@ impl<'g, S: SlotSink> Insert<'_, 'g, S> {
         let meta = self.leaf_meta(self.key.len());
         let mut built =
             Box::new(self.slots.leaf(&self.key[pos..], pos, self.pin as u64, self.now, meta, p));
+        built.start = pos as u32;
         // KV events (one field read; nothing else with events off): give the new pages their
         // ids and build the store, naming the parent page by id (`cur`'s last page; none at
         // a root), all before the lock. Nothing is hashed here: the batch's consumer hashes
@@ -469,6 +483,12 @@ impl<'g, S: SlotSink> Insert<'_, 'g, S> {
         drop(guard);
         if !self.pin {
             tree.index.push(ln);
+        }
+        if tree.swa.is_some() {
+            // Relaxed: statistics. The new leaf has live SWA KV and, whatever an insert that
+            // pins adds later, no SWA pin yet: an SWA candidate (`pop` re-checks).
+            tree.swa_cached.fetch_add(len, Ordering::Relaxed);
+            tree.swa_push(ln);
         }
         Ok(Next::Done(pos))
     }

@@ -19,6 +19,10 @@ pub struct TreeCensus {
     /// Namespaces in the namespace map (each with something cached: an empty one is an
     /// error).
     pub namespaces: u64,
+    /// With a sliding window: tokens in reachable nodes that are not SWA tombstones.
+    pub swa_cached_tokens: u64,
+    /// With a sliding window: tokens in reachable nodes with an SWA pin.
+    pub swa_pinned_tokens: u64,
 }
 
 impl RadixTree {
@@ -82,6 +86,7 @@ impl RadixTree {
                     if s & PIN_MASK != 0 {
                         census.pinned_tokens += c.len() as u64;
                     }
+                    self.check_swa_word(c, s, &mut census)?;
                     if c.is_leaf(&g) {
                         census.leaves += 1;
                         if s & PIN_MASK == 0 {
@@ -94,6 +99,9 @@ impl RadixTree {
             }
         }
         self.index.check_entries(&g)?;
+        if let Some(sw) = &self.swa {
+            sw.check_entries(&g)?;
+        }
         census.heap_bytes += self.index.heap_bytes() as u64;
         let st = self.stats();
         if st.cached_tokens != census.cached_tokens
@@ -101,6 +109,7 @@ impl RadixTree {
             || st.evictable_tokens != census.cached_tokens - census.pinned_tokens
             || st.nodes != census.nodes
             || st.namespaces != census.namespaces
+            || st.swa_cached_tokens != census.swa_cached_tokens
         {
             return Err(format!("counters {st:?} disagree with the tree {census:?}"));
         }
@@ -108,6 +117,47 @@ impl RadixTree {
             return Err(format!("cached != evictable + protected: {st:?}"));
         }
         Ok(census)
+    }
+
+    /// The SWA part of a reachable node's word `s` (see `swa.rs`): no SWA bit without a
+    /// window; SWA pins never above pins; a tombstone has no SWA pin; live, unpinned SWA KV
+    /// is in the SWA index.
+    fn check_swa_word(
+        &self,
+        c: &Node,
+        s: u64,
+        census: &mut TreeCensus,
+    ) -> std::result::Result<(), String> {
+        use super::node::{SWA_GONE, SWA_PIN_MASK};
+        let swa_pins = (s & SWA_PIN_MASK) >> 32;
+        let Some(sw) = &self.swa else {
+            return match s & (SWA_GONE | SWA_PIN_MASK) {
+                0 => Ok(()),
+                _ => Err(format!("an SWA bit in state {s:#x} without a window")),
+            };
+        };
+        if swa_pins > s & PIN_MASK {
+            return Err(format!("more SWA pins than pins in state {s:#x}"));
+        }
+        if s & SWA_GONE != 0 {
+            if swa_pins != 0 {
+                return Err(format!("an SWA pin on a tombstone, state {s:#x}"));
+            }
+            return Ok(());
+        }
+        census.swa_cached_tokens += c.len() as u64;
+        if swa_pins == 0 {
+            sw.check_queued(c)?;
+        } else {
+            census.swa_pinned_tokens += c.len() as u64;
+        }
+        Ok(())
+    }
+
+    /// Entries in the SWA index (some may be stale; 0 without a window); for tests.
+    #[doc(hidden)] // a test hook
+    pub fn swa_queue_len(&self) -> usize {
+        self.swa.as_ref().map_or(0, |s| s.len())
     }
 
     /// Entries in the eviction index (some may be stale); for tests and benches.

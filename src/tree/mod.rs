@@ -45,6 +45,9 @@
 //!   Priorities and hit counts (the metadata word, under `priority`, `lfu` and `slru`) are
 //!   never lost to a race: bumps are CAS loops, and a split freezes the word it replaces and
 //!   hands the halves what landed on it (`split.rs`, step (2')).
+//! - With a sliding window (`swa.rs`): matches return the SWA-valid prefix and stay
+//!   lock-free; a locking match's window pins and a tombstone exclude each other on the
+//!   node's state word (one CAS each); `evict_kv` linearizes per node as `evict` does.
 //! - `stats()` counts are exact at quiescence (`cached == evictable + protected`); under
 //!   concurrency they are sums of counters updated at slightly different moments.
 //!
@@ -108,6 +111,9 @@
 //!   publish (`Insert::hang`), the removal after the `DEAD` CAS under the parent's lock
 //!   (`evict_leaf`), the page hashes kept on nodes and split between halves: `events.rs`,
 //!   `split.rs`, and `docs/kv-events.md` ("Sequencing with the tree");
+//! - the sliding-window (SWA) component, with `TreeConfig::swa_window > 0`: the SWA
+//!   pin/tombstone pair on the state word, window locks and their release, valid matches,
+//!   the SWA index and the SWA eviction pass: `swa.rs` (module docs);
 //! - the namespace map: `ns_map.rs`; a namespace's root, created and reclaimed:
 //!   `namespace.rs` (module docs); node and child-table memory: `node.rs`
 //!   (`node_ref`'s contract).
@@ -171,6 +177,7 @@ mod policy;
 mod slots;
 mod split;
 mod stripes;
+mod swa;
 
 use std::fmt;
 
@@ -190,6 +197,7 @@ use policy::{FROZEN, Keys};
 pub use slots::{Mark, OutBuf, SlotSink};
 pub(crate) use slots::{SlotSource, cut_runs, push_differing};
 use stripes::MatchCounters;
+pub use swa::{EvictTarget, Freed};
 
 use crate::error::{Error, Result, invalid};
 use crate::slot_run::{SlotRun, Slots};
@@ -207,6 +215,11 @@ pub struct TreeConfig {
     /// protected segment (default [`DEFAULT_SLRU_THRESHOLD`], SGLang's; 0 puts every node
     /// there, which is LRU). Ignored by the other policies.
     pub slru_threshold: u32,
+    /// The sliding window of a hybrid model's SWA layers, in tokens (0, the default: no SWA
+    /// component). With a window, matches are valid only where the window's SWA KV is
+    /// cached, locks hold the window's SWA KV too, and the SWA KV can be evicted on its own
+    /// ([`RadixTree::evict_kv`]; the `swa` module).
+    pub swa_window: usize,
 }
 
 impl Default for TreeConfig {
@@ -215,6 +228,7 @@ impl Default for TreeConfig {
             page_size: 1,
             policy: EvictionPolicy::Lru,
             slru_threshold: DEFAULT_SLRU_THRESHOLD,
+            swa_window: 0,
         }
     }
 }
@@ -242,6 +256,8 @@ pub struct TreeStats {
     pub evicted_tokens: u64,
     /// Live namespaces: those with something cached (an empty namespace is reclaimed).
     pub namespaces: u64,
+    /// With a sliding window: cached tokens whose SWA KV is cached too (not tombstones).
+    pub swa_cached_tokens: u64,
 }
 
 /// A pin on a matched prefix, detached from any borrow (for engines that keep locks in
@@ -255,9 +271,18 @@ pub struct PrefixLock {
     pub(crate) tree_id: u64,
     pub(crate) ns: u64,
     pub(crate) tokens: LockTokens,
+    /// With a sliding window: where the window segment (the SWA-pinned nodes) starts, a
+    /// node boundary; `u32::MAX` without one (`u32`: keeps the lock, and the request
+    /// structs holding one, as small as before).
+    pub(crate) swa_from: u32,
 }
 
 impl PrefixLock {
+    /// With a sliding window: where the lock's SWA pins start (its window segment runs from
+    /// there to its end; see the `swa` module). `None` on a tree without a window.
+    pub fn swa_from(&self) -> Option<usize> {
+        (self.swa_from != u32::MAX).then_some(self.swa_from as usize)
+    }
     /// Tokens pinned.
     pub fn len(&self) -> usize {
         self.tokens.len()
@@ -327,6 +352,10 @@ pub struct RadixTree {
     /// Live namespaces (roots in the map), for [`TreeStats::namespaces`].
     namespaces: AtomicU64,
     index: EvictIndex,
+    /// The SWA index (trees with a sliding window only).
+    swa: Option<swa::SwaIndex>,
+    /// With a window: cached tokens that are not SWA tombstones.
+    swa_cached: AtomicU64,
     cached: AtomicU64,
     evictable: AtomicU64,
     protected: AtomicU64,
@@ -381,6 +410,9 @@ impl RadixTree {
         if cfg.page_size > u32::MAX as usize {
             return Err(invalid("page_size is too large"));
         }
+        if cfg.swa_window > u32::MAX as usize {
+            return Err(invalid("swa_window is too large"));
+        }
         Ok(RadixTree {
             cfg,
             id: next_id(),
@@ -388,6 +420,8 @@ impl RadixTree {
             roots: NsMap::new(),
             namespaces: AtomicU64::new(0),
             index: EvictIndex::new(Keys { policy: cfg.policy, slru_threshold: cfg.slru_threshold }),
+            swa: (cfg.swa_window > 0).then(swa::SwaIndex::new),
+            swa_cached: AtomicU64::new(0),
             cached: AtomicU64::new(0),
             evictable: AtomicU64::new(0),
             protected: AtomicU64::new(0),
@@ -586,6 +620,7 @@ impl RadixTree {
             inserted_tokens: get(&self.inserted),
             evicted_tokens: get(&self.evicted),
             namespaces: self.namespace_count(),
+            swa_cached_tokens: get(&self.swa_cached),
         }
     }
 }

@@ -7,10 +7,19 @@ use crate::sync::{AtomicPtr, AtomicU64, Mutex, Ordering};
 
 /// The node's state word.
 ///
-/// Bit layout: `[63] DEAD | [62] REPLACED | [61..32] zero | [31..0] pin count`.
+/// Bit layout: `[63] DEAD | [62] REPLACED | [61] SWA_GONE | [60..32] SWA pin count |
+/// [31..0] pin count`.
 pub(crate) type StateWord = u64;
 /// Low 32 bits: how many locks pin this node.
 pub(crate) const PIN_MASK: StateWord = 0xFFFF_FFFF;
+/// One SWA (sliding-window) pin: a lock whose window covers this node (see `swa.rs`).
+/// A node's SWA pins never exceed its pins: every window lock is part of a path lock.
+pub(crate) const SWA_PIN: StateWord = 1 << 32;
+/// Bits 60..32: how many window locks pin this node's SWA KV.
+pub(crate) const SWA_PIN_MASK: StateWord = ((1 << 29) - 1) << 32;
+/// The node's SWA KV was evicted (an SWA tombstone; its full KV stays). Set once, with a
+/// CAS from "no SWA pin, live", and never cleared: a split copies it into both halves.
+pub(crate) const SWA_GONE: StateWord = 1 << 61;
 /// Superseded by a split: the node's content lives on in `forward` (U) and U's child L.
 /// Its pin count is frozen from the moment this bit is set.
 pub(crate) const REPLACED: StateWord = 1 << 62;
@@ -20,6 +29,9 @@ pub(crate) const DEAD: StateWord = 1 << 63;
 
 const _: () = assert!(std::mem::size_of::<StateWord>() == 8);
 const _: () = assert!(PIN_MASK & (REPLACED | DEAD) == 0);
+const _: () = assert!(SWA_PIN_MASK & (PIN_MASK | SWA_GONE | REPLACED | DEAD) == 0);
+const _: () = assert!(SWA_GONE & (PIN_MASK | REPLACED | DEAD) == 0);
+const _: () = assert!(SWA_PIN_MASK >> 32 == (1 << 29) - 1);
 
 /// One edge of the radix tree: a run of tokens with their slots ([`Edge`]), and the
 /// shared state the protocols work on.
@@ -52,10 +64,17 @@ pub(crate) struct Node {
     /// lock; read under it, and (under `mru` only) outside it as a hint by a touch (the
     /// touch/queue pair, see `evict_index.rs`).
     pub(crate) evq: AtomicPtr<Ticket>,
+    /// Its entry in the SWA eviction index (trees with a sliding window only; null: not
+    /// queued). Written only under that index's lock (see `swa.rs`).
+    pub(crate) swa_evq: AtomicPtr<Ticket>,
     /// With KV events on, the id of the edge's first page (its page `i` is `page_id + i`;
     /// see `crate::events::resolve`); [`NO_PAGE_ID`] for a root or with events off.
     /// Immutable once the node is published, like `edge`.
     pub(crate) page_id: u64,
+    /// The token offset of the edge's first token in its namespace's key (0 for a root;
+    /// a split's lower half starts where the upper half ends). Immutable once published.
+    /// The SWA index breaks ties between equal stamps by it, shallower first (`swa.rs`).
+    pub(crate) start: u32,
     /// Under loom only: [`ALIVE`] until the node is dropped, then [`POISON`], so a model in
     /// which a node is used after it was freed fails (the loom test binary's allocator
     /// keeps freed memory unused for a while, so the poison stays readable). Plain std
@@ -64,10 +83,11 @@ pub(crate) struct Node {
     canary: std::sync::atomic::AtomicU64,
 }
 
-// 96 bytes on 64-bit Linux (88 before the metadata word of the eviction policies): the
-// memory tests bound bytes per token, and docs/eviction.md gives the size.
+// 112 bytes on 64-bit Linux (96 before the SWA index's ticket and the start offset, 88
+// before the metadata word of the eviction policies): the memory tests bound bytes per
+// token, and docs/eviction.md gives the size.
 #[cfg(all(target_os = "linux", target_pointer_width = "64", not(loom)))]
-const _: () = assert!(std::mem::size_of::<Node>() == 96);
+const _: () = assert!(std::mem::size_of::<Node>() == 112);
 
 /// [`Node::page_id`] of a node without event pages.
 pub(crate) const NO_PAGE_ID: u64 = u64::MAX;
@@ -101,7 +121,9 @@ impl Node {
             meta: AtomicU64::new(meta),
             lock: Mutex::new(()),
             evq: AtomicPtr::new(std::ptr::null_mut()),
+            swa_evq: AtomicPtr::new(std::ptr::null_mut()),
             page_id: NO_PAGE_ID,
+            start: 0,
             #[cfg(loom)]
             canary: std::sync::atomic::AtomicU64::new(ALIVE),
         }

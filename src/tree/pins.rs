@@ -1,6 +1,8 @@
 //! Pins (path pins, SGLang's `lock_ref`): the pin and unpin steps, the locking match, and
 //! release.
 
+use super::node::{SWA_GONE, SWA_PIN, SWA_PIN_MASK};
+use super::swa::SwaTrack;
 use super::*;
 
 /// The result of trying to pin one node.
@@ -71,25 +73,42 @@ impl RadixTree {
     /// the `is_leaf` load below, which then sees `n` as a leaf and queues it. No SeqCst
     /// total order is relied on (loom checks this pair exactly; it models SeqCst loads
     /// and stores only as Acquire/Release).
+    ///
+    /// With a sliding window it is generalized: it takes one pin off `n` with `full`, and
+    /// one SWA pin with `swa` unless `n` is an SWA tombstone (which a window lock never
+    /// pins: see `swa.rs`), both in one CAS; and it queues `n` for SWA eviction when its
+    /// SWA pins go to 0.
     #[inline]
-    pub(super) fn try_unpin(&self, n: &Node, g: &Guard) -> bool {
+    pub(super) fn try_unpin(&self, n: &Node, full: bool, swa: bool, g: &Guard) -> bool {
         // Relaxed: only the CAS's expected value.
         let mut s = n.state.load(Ordering::Relaxed);
         loop {
             if s & REPLACED != 0 {
                 return false;
             }
-            assert!(s & PIN_MASK > 0 && s & DEAD == 0, "unpin of a node this lock did not pin");
+            let swa = swa && s & SWA_GONE == 0;
+            let dec = full as u64 + if swa { SWA_PIN } else { 0 };
+            assert!(
+                (!full || s & PIN_MASK > 0) && (!swa || s & SWA_PIN_MASK > 0) && s & DEAD == 0,
+                "unpin of a node this lock did not pin"
+            );
+            if dec == 0 {
+                return true;
+            }
             // AcqRel on success: Acquire for the unpin/evict pair above; Release so what the
-            // lock's holder did with the slots happens before an eviction that sees the 0.
+            // lock's holder did with the slots happens before an eviction that sees the 0
+            // (and, for the SWA pin, before a tombstone's CAS that sees it).
             // Acquire on failure: as in `try_pin`.
-            match n.state.compare_exchange_weak(s, s - 1, Ordering::AcqRel, Ordering::Acquire) {
+            match n.state.compare_exchange_weak(s, s - dec, Ordering::AcqRel, Ordering::Acquire) {
                 Ok(_) => {
-                    if s & PIN_MASK == 1 {
+                    if full && s & PIN_MASK == 1 {
                         self.on_unpinned(n.len());
                         if n.is_leaf(g) {
                             self.index.push(n);
                         }
+                    }
+                    if swa && s & SWA_PIN_MASK == SWA_PIN {
+                        self.swa_push(n);
                     }
                     return true;
                 }
@@ -101,13 +120,30 @@ impl RadixTree {
     /// Removes one pin from every node on the path `key` below `root` (a prefix this
     /// thread pinned).
     pub(super) fn unpin_path(&self, root: &Node, key: &[u32], g: &Guard) {
+        self.unpin_walk(root, key, 0, usize::MAX, g);
+    }
+
+    /// Walks the pinned path `key` below `root` and, on every node starting at or past
+    /// `full_from`, takes one pin off, and on every node starting at or past `swa_from`
+    /// one SWA pin (see [`RadixTree::try_unpin`]).
+    pub(super) fn unpin_walk(
+        &self,
+        root: &Node,
+        key: &[u32],
+        full_from: usize,
+        swa_from: usize,
+        g: &Guard,
+    ) {
         let p = self.cfg.page_size;
         let mut cur = root;
         let mut pos = 0;
         while pos < key.len() {
             let mut x = self.next(cur, &key[pos..pos + p], g).expect("pinned pages stay cached");
-            while !self.try_unpin(x, g) {
-                x = self.resolve(x, g);
+            let (full, swa) = (pos >= full_from, pos >= swa_from);
+            if full || swa {
+                while !self.try_unpin(x, full, swa, g) {
+                    x = self.resolve(x, g);
+                }
             }
             debug_assert!(pos + x.len() <= key.len(), "a lock ends on a node boundary");
             pos += x.len();
@@ -156,20 +192,26 @@ impl RadixTree {
         out.clear();
         let n = self.aligned(tokens.len());
         let g = self.domain.pin();
-        let m = match self.root(ns, &g) {
-            None => 0,
-            Some(root) => self.pin_descend(root, &tokens[..n], out, &g),
+        let (m, swa_from) = match self.root(ns, &g) {
+            None => (0, if self.cfg.swa_window > 0 { 0 } else { usize::MAX }),
+            Some(root) if self.cfg.swa_window > 0 => {
+                self.swa_lock_descend(root, &tokens[..n], out, &g)
+            }
+            Some(root) => (self.pin_descend(root, &tokens[..n], out, &g, None), usize::MAX),
         };
-        PrefixLock { tree_id: self.id, ns, tokens: key.lock_tokens(m) }
+        PrefixLock { tree_id: self.id, ns, tokens: key.lock_tokens(m), swa_from: swa_from as u32 }
     }
 
     /// Pins the longest cached prefix of `key`, splitting at its end; returns its length.
+    /// With `swa`, records each pinned node's SWA state for the window's validity
+    /// (`swa.rs`).
     pub(super) fn pin_descend<S: SlotSink>(
         &self,
         root: &Node,
         key: &[u32],
         out: &mut S,
         g: &Guard,
+        mut swa: Option<&mut SwaTrack>,
     ) -> usize {
         let now = self.now();
         let mut cur = root;
@@ -188,6 +230,10 @@ impl RadixTree {
                         out.take(u, u.len());
                         self.touch(u, now);
                         pos += k;
+                        if let Some(t) = swa.as_deref_mut() {
+                            // Acquire: as in `is_swa_candidate`.
+                            t.step(u.state.load(Ordering::Acquire), k, pos, out);
+                        }
                         break;
                     }
                     None => continue, // replaced or evicted meanwhile: look again
@@ -198,6 +244,10 @@ impl RadixTree {
                     out.take(c, c.len());
                     self.touch(c, now);
                     pos += k;
+                    if let Some(t) = swa.as_deref_mut() {
+                        // Acquire: as in `is_swa_candidate`.
+                        t.step(c.state.load(Ordering::Acquire), k, pos, out);
+                    }
                     cur = c;
                 }
                 Pin::Dead => break,        // being evicted: absent
@@ -214,7 +264,9 @@ impl RadixTree {
 
     /// A lock on the first `n` tokens of `key` in `ns`.
     pub(super) fn lock_of(&self, ns: u64, key: Key<'_>, n: usize) -> PrefixLock {
-        PrefixLock { tree_id: self.id, ns, tokens: key.lock_tokens(n) }
+        // With a window: no SWA pin (the segment starts at the lock's end).
+        let swa_from = if self.cfg.swa_window > 0 { n as u32 } else { u32::MAX };
+        PrefixLock { tree_id: self.id, ns, tokens: key.lock_tokens(n), swa_from }
     }
 
     /// Unpins what `lock` pinned. `InvalidLock` for a lock of another tree.
@@ -227,7 +279,8 @@ impl RadixTree {
         }
         let g = self.domain.pin();
         let root = self.root(lock.ns, &g).ok_or(Error::InvalidLock)?;
-        self.unpin_path(root, &lock.tokens, &g);
+        let swa_from = if lock.swa_from == u32::MAX { usize::MAX } else { lock.swa_from as usize };
+        self.unpin_walk(root, &lock.tokens, 0, swa_from, &g);
         Ok(())
     }
 }

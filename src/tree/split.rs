@@ -52,6 +52,8 @@ impl RadixTree {
             // KV events: a split publishes nothing (no page changes); the halves keep A's
             // page ids (U the first, L those from its page `k / page_size`), so every page
             // keeps the id its store named (`crate::events::resolve`).
+            ub.start = a.start;
+            lb.start = a.start + k as u32;
             if a.page_id != super::node::NO_PAGE_ID {
                 ub.page_id = a.page_id;
                 lb.page_id = a.page_id + (k / self.cfg.page_size) as u64;
@@ -144,6 +146,16 @@ impl RadixTree {
             drop(_ll);
             drop(_al);
             drop(_pl);
+            // With a window: the halves are SWA candidates if A was (they carry its word,
+            // SWA pins and SWA_GONE included), and A leaves the SWA index before it is
+            // retired (`swa.rs`).
+            if self.swa.is_some() {
+                if v & (super::node::SWA_GONE | super::node::SWA_PIN_MASK) == 0 {
+                    self.swa_push(un);
+                    self.swa_push(ln);
+                }
+                self.swa_cut(a);
+            }
             // A is retired after the locks are dropped, so U may be split or evicted (and
             // retired) before A is: see the descent module on following `forward`.
             self.index.retire(a_ptr, g);

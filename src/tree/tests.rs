@@ -885,8 +885,12 @@ fn lfu_counts_inserts_not_matches_and_slru_reads_its_threshold() {
     assert_eq!(order(&t), vec![1, 2]);
     // Threshold 3: both probationary, LRU between them; 2: [1] protected.
     for (threshold, want) in [(3, vec![1, 2]), (2, vec![2, 1])] {
-        let cfg =
-            TreeConfig { policy: EvictionPolicy::Slru, slru_threshold: threshold, page_size: 1 };
+        let cfg = TreeConfig {
+            policy: EvictionPolicy::Slru,
+            slru_threshold: threshold,
+            page_size: 1,
+            swa_window: 0,
+        };
         let t = RadixTree::new(cfg).unwrap();
         t.insert(0, &[1], &[1]).unwrap();
         t.insert(0, &[1], &[1]).unwrap(); // 2 hits

@@ -27,3 +27,4 @@ mod tier_stress;
 mod tree_exact;
 mod tree_model;
 mod tree_stress;
+mod tree_swa;

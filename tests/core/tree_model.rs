@@ -756,7 +756,7 @@ fn run_policy(
     threshold: u32,
     ops: Vec<POp>,
 ) -> Result<(), TestCaseError> {
-    let cfg = TreeConfig { page_size: p, policy, slru_threshold: threshold };
+    let cfg = TreeConfig { page_size: p, policy, slru_threshold: threshold, swa_window: 0 };
     let tree = RadixTree::new(cfg).unwrap();
     let mut model = PolicyModel::new(p, policy, threshold);
     let mut locks: Vec<(PrefixLock, u64, Vec<u32>)> = Vec::new();

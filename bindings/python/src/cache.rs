@@ -194,6 +194,7 @@ impl NativeCache {
                 policy,
                 pool_slots: pool_slots as usize,
                 slru_threshold: slru_threshold.unwrap_or(DEFAULT_SLRU_THRESHOLD),
+                swa_window: 0,
             };
             let (cache, host_copier) = match host {
                 None => (Cache::new(opts), None),

@@ -243,6 +243,7 @@ pub(crate) unsafe fn cache_options(
         policy: eviction,
         pool_slots,
         slru_threshold: params.slru_threshold,
+        swa_window: 0,
     })
 }
 

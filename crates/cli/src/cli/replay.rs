@@ -418,6 +418,7 @@ pub fn replay_publishing(
         policy: cfg.policy,
         pool_slots: pool,
         slru_threshold: cfg.slru_threshold,
+        swa_window: 0,
     };
     let mut cache = match &cfg.host {
         None => Cache::new(opts).map_err(|e| format!("cannot create the cache: {e}"))?,
