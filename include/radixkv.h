@@ -38,6 +38,16 @@
 #define RKV_DEFAULT_SLRU_THRESHOLD 2
 
 /**
+ * `rkv_freed_fn`'s `freed` bit: the node's full KV was freed (it left the cache).
+ */
+#define RKV_FREED_FULL 1
+
+/**
+ * `rkv_freed_fn`'s `freed` bit: the node's SWA KV was freed (named by the same slots).
+ */
+#define RKV_FREED_SWA 2
+
+/**
  * `rkv_match_options.flags` bit: pin the matched device prefix and write its lock to
  * `rkv_match_result.lock` (as `rkv_match_lock`). Without it nothing is pinned.
  */
@@ -436,6 +446,33 @@ typedef enum rkv_hybrid_action_kind {
 } rkv_hybrid_action_kind;
 
 /**
+ * Which KV an `rkv_evict_kv` call frees to reach its target (an extension of version 1).
+ */
+enum rkv_evict_target
+#if defined(__cplusplus) || __STDC_VERSION__ >= 202311L
+  : uint32_t
+#endif // defined(__cplusplus) || __STDC_VERSION__ >= 202311L
+ {
+  /**
+   * Full KV: unpinned leaves in the policy's order, as `rkv_evict`.
+   */
+  RKV_EVICT_TARGET_FULL = 0,
+  /**
+   * SWA KV (a cache with `swa_window`): nodes whose SWA KV no window lock holds, least
+   * recently used first: an unpinned leaf whole, any other node as an SWA tombstone
+   * (its full KV kept), then a tombstone left an unpinned leaf (its full KV).
+   */
+  RKV_EVICT_TARGET_SWA = 1,
+};
+#ifndef __cplusplus
+#if __STDC_VERSION__ >= 202311L
+typedef enum rkv_evict_target rkv_evict_target;
+#else
+typedef uint32_t rkv_evict_target;
+#endif // __STDC_VERSION__ >= 202311L
+#endif // __cplusplus
+
+/**
  * A cache: an opaque object created by `rkv_cache_new` and destroyed by `rkv_cache_free`.
  * Every function taking `const rkv_cache *` is safe to call from many threads at once;
  * `rkv_cache_free`, `rkv_cache_clear` and `rkv_events_enable` (which take `rkv_cache *`) must
@@ -514,15 +551,16 @@ typedef struct rkv_options {
  * `rkv_policy_options_default()` and change fields. A plain value: the caller owns it,
  * and `rkv_cache_new_with` only reads it during the call.
  *
- * Versioned by `size`: it must be `sizeof(rkv_policy_options)` of this header (8), which
- * `rkv_policy_options_default()` sets; any other value is `RKV_INVALID_ARGUMENT`. A later
- * library that appends fields will still accept this size (and use the defaults of the
- * fields it appended); a caller built against a larger struct gets a clear refusal from
- * this library instead of having its new fields ignored.
+ * Versioned by `size`: it must be `sizeof(rkv_policy_options)` of this header (12), which
+ * `rkv_policy_options_default()` sets, or 8, the size before `swa_window` was appended (a
+ * caller built against that header: `swa_window` is then 0); any other value is
+ * `RKV_INVALID_ARGUMENT`. A later library that appends fields will still accept these
+ * sizes (and use the defaults of the fields it appended); a caller built against a larger
+ * struct gets a clear refusal from this library instead of having its new fields ignored.
  */
 typedef struct rkv_policy_options {
   /**
-   * `sizeof(rkv_policy_options)`: 8.
+   * `sizeof(rkv_policy_options)`: 12 (8 before `swa_window`).
    */
   uint32_t size;
   /**
@@ -531,6 +569,16 @@ typedef struct rkv_policy_options {
    * there, which is LRU). Any value; ignored by the other policies.
    */
   uint32_t slru_threshold;
+  /**
+   * The sliding window of a hybrid model's SWA layers, in tokens (default 0: none).
+   * With one, matches return only SWA-valid prefixes (the last `swa_window` tokens'
+   * SWA KV cached), locks hold their window's SWA KV, and eviction goes through
+   * `rkv_evict_kv`, which says per node whether its full KV, its SWA KV or both were
+   * freed: `rkv_evict` and the other evictions then need a callback even with a pool
+   * (`RKV_INVALID_ARGUMENT` otherwise), and `rkv_alloc` does not evict on its own.
+   * Added in the same ABI version.
+   */
+  uint32_t swa_window;
 } rkv_policy_options;
 
 /**
@@ -710,6 +758,16 @@ typedef struct rkv_match_result {
 typedef void (*rkv_free_runs_fn)(void *ctx,
                                  const struct rkv_slot_run *runs,
                                  size_t n_runs);
+
+/**
+ * Receives one evicted node's slots (`n` of them, valid during the call) and what was
+ * freed of them (`RKV_FREED_FULL` | `RKV_FREED_SWA`) from `rkv_evict_kv`, on the evicting
+ * thread, with no cache lock held; it must not call into the same cache and cannot unwind.
+ */
+typedef void (*rkv_freed_fn)(void *ctx,
+                             uint32_t freed,
+                             const uint32_t *slots,
+                             size_t n);
 
 /**
  * Counts of one namespace (`rkv_cache_namespace_stats`), an extension of version 1. A plain
@@ -2265,6 +2323,33 @@ enum rkv_status rkv_alloc_runs(const struct rkv_cache *cache,
 enum rkv_status rkv_free_runs(const struct rkv_cache *cache,
                               const struct rkv_slot_run *runs,
                               size_t n_runs);
+
+/**
+ * Frees at least `n_tokens` tokens' KV of the kind `target` names (an
+ * `rkv_evict_target`; fewer only if nothing more of that kind can go) and writes the
+ * count freed of that kind to `*out_evicted` (required). `free_fn(ctx, freed, slots, n)`
+ * (required) gets each evicted node's slots once, with `freed` saying what went:
+ * `RKV_FREED_FULL | RKV_FREED_SWA` (a leaf, whole), `RKV_FREED_SWA` (an SWA tombstone: its
+ * full KV stays cached), `RKV_FREED_FULL` (a tombstone's full KV, or any leaf of a cache
+ * without a window). `RKV_EVICT_TARGET_FULL` takes unpinned leaves in the policy's order
+ * (`rkv_evict`, telling which still had SWA KV); `RKV_EVICT_TARGET_SWA` takes nodes whose
+ * SWA KV no window lock holds, least recently used first (nothing on a cache without a
+ * window). In pool mode every slot whose full KV was freed goes back to the pool after
+ * `free_fn` has seen it (it must not free it again); the SWA KV is the caller's to free.
+ * `free_fn` runs on this thread with no cache lock held and must not call into the same
+ * cache. An unknown `target` is `RKV_INVALID_ARGUMENT`, a NULL `free_fn`
+ * `RKV_NULL_ARGUMENT`; nothing changes then. Thread-safe; linearizable per node.
+ *
+ * # Safety
+ * `cache` is NULL or live; `free_fn` NULL or a function safe to call with `ctx` and a
+ * slot array; `out_evicted` NULL or writable.
+ */
+enum rkv_status rkv_evict_kv(const struct rkv_cache *cache,
+                             uint32_t target,
+                             size_t n_tokens,
+                             rkv_freed_fn free_fn,
+                             void *ctx,
+                             size_t *out_evicted);
 
 /**
  * Evicts every unpinned page of namespace `ns` (a tenant offboarded, a LoRA adapter

@@ -3,7 +3,8 @@
 # (eviction policies, rkv_insert_ex), tests/c/test_tier.c (the host tier), tests/c/test_host_cache.c (the
 # host tier through a plain rkv_cache: rkv_match_ex, rkv_cache_load_*), tests/c/test_router.c (the
 # router index), tests/c/test_request.c (the request cycle), tests/c/test_events_group.c (the
-# KV group of published events) and tests/c/test_hybrid.c (the hybrid tree: FULL, SWA, Mamba)
+# KV group of published events), tests/c/test_hybrid.c (the hybrid tree: FULL, SWA, Mamba) and
+# tests/c/test_swa.c (a sliding window in the lock-free cache)
 # against the static and the shared radixkv library of one cargo profile, runs each, and runs
 # each again under valgrind (zero errors, nothing definitely or indirectly lost). Also checks
 # that include/radixkv.h compiles as strict C99 and as C++.
@@ -51,7 +52,7 @@ int main() { return static_cast<int>(rkv_abi_version()) - 1; }'
 # The library's SONAME is libradixkv.so.1 (build.rs), so the program asks the loader for that
 # name, which cargo does not create: a link to the built library in $OUT/lib provides it.
 mkdir -p "$OUT/lib" && ln -sfn "$PROFILE_DIR/libradixkv.so" "$OUT/lib/libradixkv.so.1"
-TESTS=(test_abi test_events test_policies test_tier test_host_cache test_router test_request test_events_group test_hybrid)
+TESTS=(test_abi test_events test_policies test_tier test_host_cache test_router test_request test_events_group test_hybrid test_swa)
 for t in "${TESTS[@]}"; do
   step "build $t static" "$CC" "${CFLAGS[@]}" "$ROOT/tests/c/$t.c" "$PROFILE_DIR/libradixkv.a" \
     -lstdc++ -lpthread -ldl -lm -o "$OUT/${t}_static"

@@ -88,8 +88,8 @@ static void test_policy_numbers_and_names(void) {
   CHECK(RKV_EVICT_LRU == 0 && RKV_EVICT_FIFO == 1 && RKV_EVICT_LFU == 2 && RKV_EVICT_MRU == 3 &&
         RKV_EVICT_FILO == 4 && RKV_EVICT_PRIORITY == 5 && RKV_EVICT_SLRU == 6);
   CHECK(RKV_DEFAULT_SLRU_THRESHOLD == 2);
-  CHECK(sizeof(rkv_policy_options) == 8 && sizeof(rkv_insert_options) == 24);
-  CHECK(po.size == sizeof po && po.slru_threshold == RKV_DEFAULT_SLRU_THRESHOLD);
+  CHECK(sizeof(rkv_policy_options) == 12 && sizeof(rkv_insert_options) == 24);
+  CHECK(po.size == sizeof po && po.slru_threshold == RKV_DEFAULT_SLRU_THRESHOLD && po.swa_window == 0);
   {
     rkv_insert_options io = rkv_insert_options_default();
     CHECK(io.size == sizeof io && io.reserved == 0 && io.priority == 0 && io.inserted_len == 0);

@@ -229,9 +229,53 @@ void threads_share_a_tree() {
   t.check();
 }
 
+/// A sliding window in the lock-free cache (Options::swa_window, Cache::evict_kv): a
+/// tombstone, SWA-valid matches, the reports, a throwing callback, the pool refilled.
+void a_window_cache_reports_what_it_frees() {
+  rkv::Options o;
+  o.pool_slots = 16;
+  o.swa_window = 2;
+  rkv::Cache c(o);
+  std::vector<std::uint32_t> s = c.alloc(6);
+  const std::vector<std::uint32_t> a{1, 2, 3, 4}, b{1, 2, 3, 4, 5, 6};
+  CHECK(c.insert(0, b, s) == 0);
+  { rkv::Lock split = c.match_lock(0, a); }  // splits [1..6] at 4
+  rkv::Lock held = c.match_lock(0, b);       // holds [5, 6]'s window
+  CHECK(held.length() == 6);
+  std::vector<std::pair<int, std::uint32_t>> got;  // (full * 2 + swa, first slot)
+  auto rec = [&got](bool full, bool swa, const std::uint32_t *xs, std::size_t) {
+    got.emplace_back(full * 2 + swa, xs[0]);
+  };
+  CHECK(c.evict_kv(rkv::EvictTarget::swa, 1, rec) == 4);
+  CHECK(got.size() == 1 && got[0] == std::make_pair(1, s[0]));
+  CHECK(c.match_lock(0, a).length() == 0);  // ends on the tombstone: not valid
+  CHECK(c.match_lock(0, b).length() == 6);
+  bool threw = false;
+  try {
+    c.evict(1);  // no callback with a window: refused
+  } catch (const rkv::Error &e) {
+    threw = e.status() == RKV_INVALID_ARGUMENT;
+  }
+  CHECK(threw);
+  held = rkv::Lock();
+  threw = false;
+  std::size_t calls = 0;
+  try {
+    c.evict_kv(rkv::EvictTarget::full, 100, [&calls](bool, bool, const std::uint32_t *, std::size_t) {
+      ++calls;
+      throw std::runtime_error("engine bug");
+    });
+  } catch (const std::runtime_error &) {
+    threw = true;
+  }
+  CHECK(threw && calls == 2);  // the eviction went on: both nodes freed
+  CHECK(c.stats().cached_tokens == 0 && c.alloc(16).size() == 16);
+}
+
 }  // namespace
 
 void hybrid_tests() {
+  a_window_cache_reports_what_it_frees();
   cycles_lose_no_index();
   locks_are_raii();
   callback_exceptions_lose_nothing();

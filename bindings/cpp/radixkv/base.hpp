@@ -97,6 +97,16 @@ struct Options {
   /// Policy::slru's threshold: a node with at least this many hits is protected (0: every
   /// node, which is LRU). Ignored by the other policies.
   std::uint32_t slru_threshold = RKV_DEFAULT_SLRU_THRESHOLD;
+  /// The sliding window of a hybrid model's SWA layers, in tokens (0: none). With one,
+  /// matches are SWA-valid prefixes, locks hold their window's SWA KV, and evictions go
+  /// through Cache::evict_kv (the others then need a callback; alloc does not evict).
+  std::uint32_t swa_window = 0;
+};
+
+/// Which KV Cache::evict_kv frees (rkv_evict_target).
+enum class EvictTarget : std::uint32_t {
+  full = RKV_EVICT_TARGET_FULL,  ///< Unpinned leaves in the policy's order (as evict).
+  swa = RKV_EVICT_TARGET_SWA     ///< SWA KV without a window lock, least recently used first.
 };
 
 /// Per-insert options (see rkv_insert_options), for the insert overloads that take them:

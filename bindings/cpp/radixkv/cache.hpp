@@ -13,6 +13,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -33,6 +34,7 @@ class Cache {
     opts.pool_slots = o.pool_slots;
     rkv_policy_options policy = rkv_policy_options_default();
     policy.slru_threshold = o.slru_threshold;
+    policy.swa_window = o.swa_window;
     rkv_cache *raw = nullptr;
     detail::check(rkv_cache_new_with(&opts, &policy, &raw), "rkv_cache_new_with");
     owner_.reset(raw, rkv_cache_free);  // frees `raw` itself if it throws
@@ -48,6 +50,7 @@ class Cache {
     opts.pool_slots = o.pool_slots;
     rkv_policy_options policy = rkv_policy_options_default();
     policy.slru_threshold = o.slru_threshold;
+    policy.swa_window = o.swa_window;
     rkv_tier_options t = rkv_tier_options_default();
     t.host_slots = h.host_slots;
     t.write_policy = static_cast<std::uint32_t>(h.write_policy);
@@ -273,6 +276,36 @@ class Cache {
   template <class F>
   std::size_t evict_runs(std::size_t n, F &&on_free) const {
     return evict_via<rkv_slot_run>(n, on_free, rkv_evict_runs, "rkv_evict_runs");
+  }
+
+  /// With a sliding window (Options::swa_window): free at least `n` tokens' KV of the kind
+  /// `target` names (rkv_evict_kv), calling `on_free(bool full, bool swa, const uint32_t
+  /// *slots, size_t k)` once per evicted node with what was freed of it: both (a leaf
+  /// whole), swa only (an SWA tombstone: its full KV stays cached), full only (a
+  /// tombstone's full KV). In pool mode the full KV goes back to the pool (do not free it
+  /// again); the SWA KV is the caller's to free. Returns the tokens freed of that kind. The
+  /// first exception from `on_free` is rethrown after the eviction and every call of it.
+  template <class F>
+  std::size_t evict_kv(EvictTarget target, std::size_t n, F &&on_free) const {
+    struct Ctx {
+      std::remove_reference_t<F> *f;
+      std::exception_ptr error;
+    } ctx{&on_free, nullptr};
+    void (*tramp)(void *, std::uint32_t, const std::uint32_t *, std::size_t) =
+        [](void *p, std::uint32_t freed, const std::uint32_t *xs, std::size_t k) {
+          Ctx *c = static_cast<Ctx *>(p);
+          try {
+            (*c->f)((freed & RKV_FREED_FULL) != 0, (freed & RKV_FREED_SWA) != 0, xs, k);
+          } catch (...) {
+            if (!c->error) c->error = std::current_exception();
+          }
+        };
+    std::size_t evicted = 0;
+    rkv_status st =
+        rkv_evict_kv(cache_, static_cast<std::uint32_t>(target), n, tramp, &ctx, &evicted);
+    if (ctx.error) std::rethrow_exception(ctx.error);
+    detail::check(st, "rkv_evict_kv");
+    return evicted;
   }
 
   /// Evict at least `n` tokens and return the freed slots.

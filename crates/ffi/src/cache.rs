@@ -35,6 +35,7 @@ pub extern "C" fn rkv_policy_options_default() -> rkv_policy_options {
     rkv_policy_options {
         size: size_of::<rkv_policy_options>() as u32,
         slru_threshold: RKV_DEFAULT_SLRU_THRESHOLD,
+        swa_window: 0,
     }
 }
 
@@ -236,15 +237,45 @@ pub(crate) unsafe fn cache_options(
         rkv_policy_options_default()
     } else {
         // SAFETY: non-null and aligned (`check_opt_in`); readable by the caller's contract.
-        unsafe { read_sized(policy, "policy", "rkv_policy_options") }?
+        unsafe { read_policy_options(policy) }?
     };
     Ok(CacheOptions {
         page_size: o.page_size as usize,
         policy: eviction,
         pool_slots,
         slru_threshold: params.slru_threshold,
-        swa_window: 0,
+        swa_window: params.swa_window as usize,
     })
+}
+
+/// Reads an `rkv_policy_options` of this header's size, or of the size before
+/// `swa_window` was appended (8: that field then keeps its default, 0).
+///
+/// # Safety
+/// `p` is non-null, aligned, and points to a readable `rkv_policy_options` of at least the
+/// size its first field states, when that size is one of the two accepted here.
+unsafe fn read_policy_options(p: *const rkv_policy_options) -> Res<rkv_policy_options> {
+    // SAFETY: the first field is a `u32` at offset 0, readable by the caller's contract.
+    let size = unsafe { p.cast::<u32>().read() };
+    if size == 8 {
+        // SAFETY: the caller's struct is the 8-byte one: `slru_threshold`, its second `u32`
+        // (offset 4, as `repr(C)` lays it out in both sizes), is readable.
+        let slru_threshold = unsafe { p.cast::<u32>().add(1).read() };
+        return Ok(rkv_policy_options { slru_threshold, ..rkv_policy_options_default() });
+    }
+    if size as usize != size_of::<rkv_policy_options>() {
+        return Err(fail(
+            rkv_status::RKV_INVALID_ARGUMENT,
+            format!(
+                "policy->size = {size} is not the size of an rkv_policy_options this library \
+                 knows ({}, or 8 from before swa_window): start from \
+                 rkv_policy_options_default(), which sets it",
+                size_of::<rkv_policy_options>()
+            ),
+        ));
+    }
+    // SAFETY: as this function's contract.
+    unsafe { read_sized(p, "policy", "rkv_policy_options") }
 }
 
 /// The body of `rkv_cache_new` and `rkv_cache_new_with`, inside their panic boundary.

@@ -928,7 +928,7 @@ fn cache_new_with_checks_the_policy_options() {
                 rkv_status::RKV_INVALID_ARGUMENT,
                 &[
                     &format!("rkv_cache_new_with: policy->size = {size} is not the size"),
-                    "rkv_policy_options this library knows (8)",
+                    "rkv_policy_options this library knows (12, or 8 from before swa_window)",
                     "rkv_policy_options_default()",
                 ],
             );

@@ -33,6 +33,8 @@ mod insert;
 pub use insert::*;
 mod pool;
 pub use pool::*;
+mod swa;
+pub use swa::*;
 mod namespaces;
 pub use namespaces::*;
 mod request;
@@ -54,6 +56,8 @@ mod error_tests;
 mod host_tests;
 #[cfg(test)]
 mod request_tests;
+#[cfg(test)]
+mod swa_tests;
 #[cfg(test)]
 mod tests;
 

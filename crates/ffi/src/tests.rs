@@ -173,7 +173,7 @@ fn every_policy_has_its_number_and_name() {
 #[test]
 fn the_versioned_structs_default_to_their_size() {
     let p = rkv_policy_options_default();
-    assert_eq!((p.size, p.slru_threshold), (8, 2));
+    assert_eq!((p.size, p.slru_threshold, p.swa_window), (12, 2, 0));
     let i = rkv_insert_options_default();
     assert_eq!((i.size, i.reserved, i.priority, i.inserted_len), (24, 0, 0, 0));
     // SAFETY: `i` is a live local.

@@ -160,21 +160,53 @@ const _: () = assert!(RKV_DEFAULT_SLRU_THRESHOLD == DEFAULT_SLRU_THRESHOLD);
 /// `rkv_policy_options_default()` and change fields. A plain value: the caller owns it,
 /// and `rkv_cache_new_with` only reads it during the call.
 ///
-/// Versioned by `size`: it must be `sizeof(rkv_policy_options)` of this header (8), which
-/// `rkv_policy_options_default()` sets; any other value is `RKV_INVALID_ARGUMENT`. A later
-/// library that appends fields will still accept this size (and use the defaults of the
-/// fields it appended); a caller built against a larger struct gets a clear refusal from
-/// this library instead of having its new fields ignored.
+/// Versioned by `size`: it must be `sizeof(rkv_policy_options)` of this header (12), which
+/// `rkv_policy_options_default()` sets, or 8, the size before `swa_window` was appended (a
+/// caller built against that header: `swa_window` is then 0); any other value is
+/// `RKV_INVALID_ARGUMENT`. A later library that appends fields will still accept these
+/// sizes (and use the defaults of the fields it appended); a caller built against a larger
+/// struct gets a clear refusal from this library instead of having its new fields ignored.
 #[repr(C)]
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct rkv_policy_options {
-    /// `sizeof(rkv_policy_options)`: 8.
+    /// `sizeof(rkv_policy_options)`: 12 (8 before `swa_window`).
     pub size: u32,
     /// `RKV_EVICT_SLRU`'s threshold: a node with at least this many hits is in the
     /// protected segment (default `RKV_DEFAULT_SLRU_THRESHOLD` = 2; 0 puts every node
     /// there, which is LRU). Any value; ignored by the other policies.
     pub slru_threshold: u32,
+    /// The sliding window of a hybrid model's SWA layers, in tokens (default 0: none).
+    /// With one, matches return only SWA-valid prefixes (the last `swa_window` tokens'
+    /// SWA KV cached), locks hold their window's SWA KV, and eviction goes through
+    /// `rkv_evict_kv`, which says per node whether its full KV, its SWA KV or both were
+    /// freed: `rkv_evict` and the other evictions then need a callback even with a pool
+    /// (`RKV_INVALID_ARGUMENT` otherwise), and `rkv_alloc` does not evict on its own.
+    /// Added in the same ABI version.
+    pub swa_window: u32,
 }
+
+/// Which KV an `rkv_evict_kv` call frees to reach its target (an extension of version 1).
+#[repr(u32)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum rkv_evict_target {
+    /// Full KV: unpinned leaves in the policy's order, as `rkv_evict`.
+    RKV_EVICT_TARGET_FULL = 0,
+    /// SWA KV (a cache with `swa_window`): nodes whose SWA KV no window lock holds, least
+    /// recently used first: an unpinned leaf whole, any other node as an SWA tombstone
+    /// (its full KV kept), then a tombstone left an unpinned leaf (its full KV).
+    RKV_EVICT_TARGET_SWA = 1,
+}
+
+/// `rkv_freed_fn`'s `freed` bit: the node's full KV was freed (it left the cache).
+pub const RKV_FREED_FULL: u32 = 1;
+/// `rkv_freed_fn`'s `freed` bit: the node's SWA KV was freed (named by the same slots).
+pub const RKV_FREED_SWA: u32 = 2;
+
+/// Receives one evicted node's slots (`n` of them, valid during the call) and what was
+/// freed of them (`RKV_FREED_FULL` | `RKV_FREED_SWA`) from `rkv_evict_kv`, on the evicting
+/// thread, with no cache lock held; it must not call into the same cache and cannot unwind.
+pub type rkv_freed_fn =
+    Option<unsafe extern "C" fn(ctx: *mut c_void, freed: u32, slots: *const u32, n: usize)>;
 
 /// Per-insert options (an extension of version 1), for `rkv_insert_ex`,
 /// `rkv_insert_lock_ex`, `rkv_insert_runs_ex` and `rkv_insert_lock_runs_ex`. Get the
@@ -208,7 +240,7 @@ pub struct rkv_insert_options {
 
 // Neither struct has padding, so every byte a caller passes is a field.
 const _: () = assert!(
-    std::mem::size_of::<rkv_policy_options>() == 8
+    std::mem::size_of::<rkv_policy_options>() == 12
         && std::mem::size_of::<rkv_insert_options>() == 24
         && std::mem::offset_of!(rkv_insert_options, priority) == 8
         && std::mem::offset_of!(rkv_insert_options, inserted_len) == 16
