@@ -537,6 +537,7 @@ class Cache(_Unique):
         events: Union[bool, EventOptions, None] = None,
         slru_threshold: Optional[int] = None,
         host: "_host.HostArg" = None,
+        swa_window: int = 0,
     ):
         self._names: Dict[Tuple[type, Any], int] = {}
         self._names_lock = threading.Lock()
@@ -571,7 +572,12 @@ class Cache(_Unique):
                 slru_threshold = _size(slru_threshold, "slru_threshold")
                 if slru_threshold >= 1 << 32:
                     raise InvalidArgumentError("slru_threshold must be below 2**32", Status.INVALID_ARGUMENT)
-            self._n = _ext.NativeCache(page_size, pool_slots, policy, ev, False, slru_threshold, host_args)
+            swa_window = _size(swa_window, "swa_window")
+            if swa_window >= 1 << 32:
+                raise InvalidArgumentError("swa_window must be below 2**32", Status.INVALID_ARGUMENT)
+            self._n = _ext.NativeCache(
+                page_size, pool_slots, policy, ev, False, slru_threshold, host_args, swa_window
+            )
         except InvalidArgumentError as e:
             if str(e).startswith("Cache: policy:"):
                 raise InvalidArgumentError(
@@ -773,6 +779,25 @@ class Cache(_Unique):
         and returns the freed slots as one :class:`SlotBuffer`. In pool mode they are back
         in the pool already; otherwise they are the caller's again."""
         return self._n.evict(_c_size(_size(n_tokens, "n_tokens")))
+
+    def evict_kv(self, target: str, n_tokens: int) -> Tuple[int, List[Tuple[bool, bool, SlotBuffer]]]:
+        """With a sliding window (``Cache(..., swa_window=W)``): frees at least ``n_tokens``
+        tokens' KV of ``target``, ``"full"`` (unpinned leaves in the policy's order) or
+        ``"swa"`` (SWA KV no window lock holds, least recently used first: a leaf whole,
+        any other node as an SWA tombstone, whose full KV stays cached). Returns ``(count,
+        nodes)``: the tokens freed of that kind, and per evicted node ``(full, swa, slots)``,
+        what was freed of it. In pool mode the slots whose full KV was freed are back in
+        the pool already; the SWA KV (named by the same slots) is the engine's to free.
+        Without a window, ``"full"`` is :meth:`evict` and ``"swa"`` frees nothing. With a
+        window, evict through this method (:meth:`evict` lists the full slots only, not
+        which of them still had SWA KV), :meth:`alloc` does not evict on its own, and
+        :meth:`reset` / :meth:`clear` of a pool-mode cache are refused (the engine must hear
+        of every SWA KV freed)."""
+        if target not in ("full", "swa"):
+            raise InvalidArgumentError(
+                f"target must be 'full' or 'swa', got {target!r}", Status.INVALID_ARGUMENT
+            )
+        return self._n.evict_kv(target, _c_size(_size(n_tokens, "n_tokens")))
 
     def evict_runs(self, n_tokens: int) -> List[Tuple[int, int]]:
         """:meth:`evict`, returning the freed slots as runs of consecutive slots: a list of

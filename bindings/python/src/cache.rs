@@ -15,11 +15,10 @@ use std::sync::{Arc, Mutex};
 
 use pyo3::prelude::*;
 use pyo3::types::{PyByteArray, PyList};
-use radixkv::events::hash::HashMode;
-use radixkv::events::{Medium, NamespaceMeta};
+use radixkv::events::NamespaceMeta;
 use radixkv::tier::HostCopier;
-use radixkv::tree::{DEFAULT_SLRU_THRESHOLD, InsertOptions, Key, checked_priority};
-use radixkv::{Cache, CacheOptions, EventOptions, EvictionPolicy, PrefixLock, SlotRun};
+use radixkv::tree::{InsertOptions, Key, checked_priority};
+use radixkv::{Cache, PrefixLock, SlotRun};
 
 use crate::closable::Closable;
 use crate::errors::*;
@@ -153,7 +152,9 @@ impl NativeCache {
     /// for `cached_slots_i64` (what SGLang's `all_values_flatten` needs). `slru_threshold`:
     /// the hits that move a node to SLRU's protected segment (default 2, SGLang's). `host`:
     /// the host tier's options (`tier::HostArgs`; `Cache::with_host`), or None.
-    #[pyo3(signature = (page_size, pool_slots, policy, events=None, track_slots=false, slru_threshold=None, host=None))]
+    /// `swa_window`: a hybrid model's sliding window in tokens (0: none; see
+    /// `CacheOptions::swa_window`).
+    #[pyo3(signature = (page_size, pool_slots, policy, events=None, track_slots=false, slru_threshold=None, host=None, swa_window=0))]
     #[allow(clippy::too_many_arguments)]
     fn new(
         py: Python<'_>,
@@ -164,64 +165,17 @@ impl NativeCache {
         track_slots: bool,
         slru_threshold: Option<u32>,
         host: Option<crate::tier::HostArgs>,
+        swa_window: u64,
     ) -> PyResult<Self> {
-        let r = (|| {
-            let bad = |m: String| Err(fail(INVALID_ARGUMENT, m));
-            let policy: EvictionPolicy = match policy.parse() {
-                Ok(p) => p,
-                Err(e) => return bad(format!("policy: {e}")),
-            };
-            if page_size == 0 {
-                return bad("page_size = 0: the page size must be at least 1".into());
-            }
-            if page_size >= 1 << 32 {
-                return bad(format!("page_size = {page_size} is above 2^32 - 1"));
-            }
-            if pool_slots > 1 << 32 {
-                return bad(format!(
-                    "pool_slots = {pool_slots} is above 2^32 = 4294967296 (slot ids are \
-                     uint32)"
-                ));
-            }
-            if !pool_slots.is_multiple_of(page_size) {
-                return bad(format!(
-                    "pool_slots = {pool_slots} is not a multiple of page_size = \
-                     {page_size} (the pool holds whole pages)"
-                ));
-            }
-            let opts = CacheOptions {
-                page_size: page_size as usize,
-                policy,
-                pool_slots: pool_slots as usize,
-                slru_threshold: slru_threshold.unwrap_or(DEFAULT_SLRU_THRESHOLD),
-                swa_window: 0,
-            };
-            let (cache, host_copier) = match host {
-                None => (Cache::new(opts), None),
-                Some(h) => {
-                    let (tier, copier, host_copier) = crate::tier::host_parts(pool_slots, h)?;
-                    (Cache::with_host(opts, tier, copier), host_copier)
-                }
-            };
-            let mut cache = cache.map_err(|e| fail(status_of(&e), format!("opts: {e}")))?;
-            if let Some((hash_mode, medium, max_drain_batches)) = events {
-                let hash_mode = match hash_mode {
-                    0 => HashMode::Xxh3,
-                    1 => HashMode::SglangSha256,
-                    h => return bad(format!("events.hash_mode = {h} is not a hash mode")),
-                };
-                let medium = match medium {
-                    0 => Medium::Gpu,
-                    1 => Medium::CpuPinned,
-                    m => return bad(format!("events.medium = {m} is not a medium")),
-                };
-                let max_drain_batches = usize::try_from(max_drain_batches).unwrap_or(usize::MAX);
-                cache
-                    .enable_events(EventOptions { hash_mode, medium, max_drain_batches })
-                    .map_err(st)?;
-            }
-            Ok((cache, host_copier))
-        })();
+        let r = crate::cache_new::build(
+            page_size,
+            pool_slots,
+            policy,
+            events,
+            slru_threshold,
+            swa_window,
+            host,
+        );
         let (cache, host_copier) = done(py, "Cache", r)?;
         Ok(NativeCache {
             page_size: cache.page_size(),
@@ -545,6 +499,26 @@ impl NativeCache {
             Some(cls) => cls.bind(py).call1(("I", ba)),
             None => py.import("array")?.getattr("array")?.call1(("I", ba)),
         }
+    }
+
+    /// With a sliding window: frees at least `n` tokens' KV of `target` ("full" or "swa");
+    /// `(count, [(full, swa, slots), ...])`, one entry per node with what was freed of it
+    /// (`Cache::evict_kv`), the slots as a `SlotBuffer`.
+    fn evict_kv<'py>(
+        &self,
+        py: Python<'py>,
+        target: &str,
+        n: u64,
+    ) -> PyResult<(usize, Bound<'py, PyList>)> {
+        let n = usize::try_from(n).unwrap_or(usize::MAX);
+        let (count, nodes) = self.with(py, "Cache.evict_kv", |c| {
+            crate::cache_new::evict_kv(c, target, n, self.tracked.as_ref())
+        })?;
+        let out = PyList::empty(py);
+        for (f, slots) in nodes {
+            out.append((f.full, f.swa, slot_buffer(py, &slots)?))?;
+        }
+        Ok((count, out))
     }
 
     /// Evicts at least `n` tokens; `(count, freed)` with the freed slots as native int64

@@ -15,6 +15,7 @@ use pyo3::prelude::*;
 use pyo3::types::PyDict;
 
 mod cache;
+mod cache_new;
 mod closable;
 mod errors;
 mod event_rows;
