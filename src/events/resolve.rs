@@ -261,22 +261,11 @@ impl Resolver {
                     None => None,
                     Some(id) => Some(self.state_of(id)?),
                 };
-                let (mut states, mut hashes) = (Vec::new(), Vec::new());
+                let (mut digests, mut hashes) = (Vec::new(), Vec::new());
                 let h = &info.hasher;
-                h.hash_pages(
-                    parent.as_ref(),
-                    tokens,
-                    block_size as usize,
-                    &mut states,
-                    &mut hashes,
-                );
-                let digests = states
-                    .iter()
-                    .filter_map(|s| match s {
-                        ChainState::Sha256(d) => Some(*d),
-                        ChainState::Xxh3(_) => None,
-                    })
-                    .collect();
+                let bs = block_size as usize;
+                h.hash_pages_compact(parent.as_ref(), tokens, bs, &mut digests, &mut hashes);
+                let digests = digests.into_boxed_slice();
                 let live = hashes.len();
                 if live > 0 {
                     let chunk = Chunk { hashes: hashes.as_slice().into(), digests, live };
