@@ -271,6 +271,45 @@ impl PageHasher {
         }
     }
 
+    /// [`PageHasher::hash_pages`] for the resolver: the published hashes, and the SGLang
+    /// chain digests (none in the XXH3 mode, where a page's chain state is its published
+    /// hash), without a [`ChainState`] per page.
+    pub(crate) fn hash_pages_compact(
+        &self,
+        parent: Option<&ChainState>,
+        tokens: &[u32],
+        page_size: usize,
+        digests: &mut Vec<[u8; 32]>,
+        hashes: &mut Vec<u64>,
+    ) {
+        assert!(page_size > 0, "page size 0");
+        let pages = tokens.chunks_exact(page_size);
+        hashes.reserve_exact(pages.len());
+        match (self.mode, parent) {
+            (HashMode::Xxh3, None | Some(ChainState::Xxh3(_))) => {
+                let mut prev = parent.map(|p| self.block_hash(p));
+                for page in pages {
+                    let local = xxh3_local(page, self.seed);
+                    let h = prev.map_or(local, |p| xxh3_next(p, local));
+                    hashes.push(h);
+                    prev = Some(h);
+                }
+            }
+            _ => {
+                digests.reserve_exact(pages.len());
+                let mut prev = parent.copied();
+                for page in pages {
+                    let s = self.next(prev.as_ref(), page);
+                    if let ChainState::Sha256(d) = s {
+                        digests.push(d);
+                    }
+                    hashes.push(self.block_hash(&s));
+                    prev = Some(s);
+                }
+            }
+        }
+    }
+
     /// The published hashes of the pages of `tokens` from the namespace's first page (a
     /// request-side computation, as a router does it).
     pub fn block_hashes(&self, tokens: &[u32], page_size: usize) -> Vec<u64> {
@@ -293,6 +332,31 @@ mod tests {
         let h = PageHasher::new(HashMode::Xxh3, None, None);
         let all: Vec<u32> = (1..=32).collect();
         assert_eq!(h.block_hashes(&all, 16), vec![16863443419780771464, 12466389667045779788]);
+    }
+
+    #[test]
+    fn the_resolvers_compact_hashing_is_hash_pages() {
+        for mode in [HashMode::Xxh3, HashMode::SglangSha256] {
+            let h = PageHasher::new(mode, Some("a"), None);
+            let all: Vec<u32> = (0..40).map(|i| i * 70_001).collect();
+            let (mut st, mut hs) = (Vec::new(), Vec::new());
+            h.hash_pages(None, &all[..8], 8, &mut st, &mut hs);
+            let parent = *st.last().unwrap();
+            for p in [None, Some(&parent)] {
+                let (mut st, mut hs, mut ds, mut hc) = (vec![], vec![], vec![], vec![]);
+                h.hash_pages(p, &all[8..], 8, &mut st, &mut hs);
+                h.hash_pages_compact(p, &all[8..], 8, &mut ds, &mut hc);
+                assert_eq!(hs, hc);
+                let want: Vec<[u8; 32]> = st
+                    .iter()
+                    .filter_map(|s| match s {
+                        ChainState::Sha256(d) => Some(*d),
+                        ChainState::Xxh3(_) => None,
+                    })
+                    .collect();
+                assert_eq!(ds, want);
+            }
+        }
     }
 
     #[test]

@@ -54,6 +54,7 @@ use std::collections::{BTreeMap, VecDeque};
 use std::sync::Arc;
 
 use super::hash::ChainState;
+use super::wire::{EventView, WireOptions, encode_with};
 use super::{EventBatch, KvEvent, Medium, NamespaceInfo};
 use crate::sync::{AtomicU64, Mutex, MutexGuard, Ordering};
 
@@ -95,10 +96,73 @@ pub(crate) enum Pending {
     Skip,
 }
 
+/// A resolved event: a ready one, or a tree store hashed, whose tokens are still the
+/// leaf's shared words: copied into a [`KvEvent`] only for a caller that takes the batch
+/// ([`ClosedBatch::into_batch`]); [`ClosedBatch::into_payload`] encodes them from the
+/// words.
+#[derive(Debug)]
+pub(crate) enum Resolved {
+    /// An event as it is delivered.
+    Event(KvEvent),
+    /// A `BlockStored` of the tree's (its page size and medium are the sink's).
+    Stored {
+        block_hashes: Vec<u64>,
+        parent_block_hash: Option<u64>,
+        info: Arc<NamespaceInfo>,
+        /// The tokens are `words[..len]`.
+        words: Arc<[u32]>,
+        len: usize,
+    },
+}
+
+impl Resolved {
+    /// The event borrowed for encoding.
+    fn view(&self, block_size: u32, medium: Medium) -> EventView<'_> {
+        match self {
+            Resolved::Event(e) => e.view(),
+            Resolved::Stored { block_hashes, parent_block_hash, info, words, len } => {
+                EventView::Stored {
+                    block_hashes,
+                    parent_block_hash: *parent_block_hash,
+                    token_ids: &words[..*len],
+                    block_size,
+                    lora_name: info.lora_name.as_deref(),
+                    cache_salt: info.cache_salt.as_deref(),
+                    medium,
+                }
+            }
+        }
+    }
+
+    /// The event as delivered (a store's tokens copied out of the leaf's words).
+    fn into_event(self, block_size: u32, medium: Medium) -> KvEvent {
+        match self {
+            Resolved::Event(e) => e,
+            Resolved::Stored { block_hashes, parent_block_hash, info, words, len } => {
+                KvEvent::BlockStored {
+                    block_hashes,
+                    parent_block_hash,
+                    token_ids: words[..len].to_vec(),
+                    block_size,
+                    lora_name: info.lora_name.clone(),
+                    cache_salt: info.cache_salt.clone(),
+                    medium,
+                }
+            }
+        }
+    }
+}
+
+/// A closed batch resolved: its timestamp and events.
+struct ResolvedBatch {
+    ts: f64,
+    events: Vec<Resolved>,
+}
+
 /// What a closed batch holds.
 enum Slot {
     Raw(Vec<Pending>),
-    Ready(EventBatch),
+    Ready(ResolvedBatch),
     Taken,
 }
 
@@ -170,8 +234,8 @@ impl Resolver {
         block_size: u32,
         medium: Medium,
         unresolved: &AtomicU64,
-    ) -> Vec<KvEvent> {
-        let mut out: Vec<KvEvent> = Vec::with_capacity(raw.len());
+    ) -> Vec<Resolved> {
+        let mut out: Vec<Resolved> = Vec::with_capacity(raw.len());
         for p in raw {
             if matches!(p, Pending::Skip) {
                 continue;
@@ -188,52 +252,34 @@ impl Resolver {
     }
 
     /// One event, resolved (`None`: it names an id the map does not hold).
-    fn resolve_one(&mut self, p: Pending, block_size: u32, medium: Medium) -> Option<KvEvent> {
+    fn resolve_one(&mut self, p: Pending, block_size: u32, medium: Medium) -> Option<Resolved> {
         Some(match p {
-            Pending::Ready(ev) => ev,
+            Pending::Ready(ev) => Resolved::Event(ev),
             Pending::Stored { info, parent, first, words, len } => {
                 let tokens = &words[..len];
                 let parent = match parent {
                     None => None,
                     Some(id) => Some(self.state_of(id)?),
                 };
-                let (mut states, mut hashes) = (Vec::new(), Vec::new());
+                let (mut digests, mut hashes) = (Vec::new(), Vec::new());
                 let h = &info.hasher;
-                h.hash_pages(
-                    parent.as_ref(),
-                    tokens,
-                    block_size as usize,
-                    &mut states,
-                    &mut hashes,
-                );
-                let digests = states
-                    .iter()
-                    .filter_map(|s| match s {
-                        ChainState::Sha256(d) => Some(*d),
-                        ChainState::Xxh3(_) => None,
-                    })
-                    .collect();
+                let bs = block_size as usize;
+                h.hash_pages_compact(parent.as_ref(), tokens, bs, &mut digests, &mut hashes);
+                let digests = digests.into_boxed_slice();
                 let live = hashes.len();
                 if live > 0 {
                     let chunk = Chunk { hashes: hashes.as_slice().into(), digests, live };
                     self.chunks.insert(first, chunk);
                 }
-                KvEvent::BlockStored {
-                    block_hashes: hashes,
-                    parent_block_hash: parent.map(|s| h.block_hash(&s)),
-                    token_ids: tokens.to_vec(),
-                    block_size,
-                    lora_name: info.lora_name.clone(),
-                    cache_salt: info.cache_salt.clone(),
-                    medium,
-                }
+                let parent_block_hash = parent.map(|s| h.block_hash(&s));
+                Resolved::Stored { block_hashes: hashes, parent_block_hash, info, words, len }
             }
             Pending::Removed { first, pages } => {
                 let mut hashes = Vec::with_capacity(pages as usize);
                 if !self.remove(first, pages as usize, &mut hashes) {
                     return None;
                 }
-                KvEvent::BlockRemoved { block_hashes: hashes, medium }
+                Resolved::Event(KvEvent::BlockRemoved { block_hashes: hashes, medium })
             }
             Pending::RemovedIds(ids) => {
                 let mut hashes = Vec::with_capacity(ids.len());
@@ -242,11 +288,11 @@ impl Resolver {
                         return None;
                     }
                 }
-                KvEvent::BlockRemoved { block_hashes: hashes, medium }
+                Resolved::Event(KvEvent::BlockRemoved { block_hashes: hashes, medium })
             }
             Pending::Cleared => {
                 self.chunks.clear();
-                KvEvent::AllBlocksCleared
+                Resolved::Event(KvEvent::AllBlocksCleared)
             }
             Pending::Skip => return None,
         })
@@ -256,9 +302,10 @@ impl Resolver {
 /// Appends `ev`, merging a `BlockRemoved` into a `BlockRemoved` of the same medium just
 /// before it (one event listing both's pages, in order), as SGLang's recorder does: an
 /// eviction pass removes many leaves one after the other.
-pub(crate) fn push_merged(out: &mut Vec<KvEvent>, ev: KvEvent) {
-    if let KvEvent::BlockRemoved { block_hashes: more, medium: m } = &ev
-        && let Some(KvEvent::BlockRemoved { block_hashes, medium }) = out.last_mut()
+fn push_merged(out: &mut Vec<Resolved>, ev: Resolved) {
+    if let Resolved::Event(KvEvent::BlockRemoved { block_hashes: more, medium: m }) = &ev
+        && let Some(Resolved::Event(KvEvent::BlockRemoved { block_hashes, medium })) =
+            out.last_mut()
         && m == medium
     {
         block_hashes.extend_from_slice(more);
@@ -315,7 +362,9 @@ impl Resolution {
 
     /// A handle on a batch resolved already (the drain queue's, handed to an outlet).
     pub(crate) fn resolved(self: &Arc<Self>, seq: u64, batch: EventBatch) -> ClosedBatch {
-        let cell = Arc::new(Closed { seq, ts: batch.ts, slot: Mutex::new(Slot::Ready(batch)) });
+        let events = batch.events.into_iter().map(Resolved::Event).collect();
+        let ready = Slot::Ready(ResolvedBatch { ts: batch.ts, events });
+        let cell = Arc::new(Closed { seq, ts: batch.ts, slot: Mutex::new(ready) });
         ClosedBatch { cell, res: self.clone() }
     }
 
@@ -336,7 +385,7 @@ impl Resolution {
             _ => unreachable!("a queued batch is raw until it is popped"),
         };
         let events = map.resolve(raw, self.block_size, self.medium, &self.unresolved);
-        *locked(&c.slot) = Slot::Ready(EventBatch { ts: c.ts, events });
+        *locked(&c.slot) = Slot::Ready(ResolvedBatch { ts: c.ts, events });
     }
 
     /// Resolves the queue's front batch, if its number is at most `upto`; false if there
@@ -407,7 +456,7 @@ impl ResolvedView<'_> {
             let (bs, medium) = (self.res.block_size, self.res.medium);
             // An event left out (an unknown id, counted) stays `Skip`.
             if let Some(ev) = self.map.resolve(vec![raw], bs, medium, &self.res.unresolved).pop() {
-                *p = Pending::Ready(ev);
+                *p = Pending::Ready(ev.into_event(bs, medium));
             }
         }
     }
@@ -450,11 +499,33 @@ impl ClosedBatch {
         self.take_resolved()
     }
 
-    /// The batch, which must be resolved already.
-    pub(crate) fn take_resolved(self) -> EventBatch {
+    /// The batch encoded as a payload: the bytes of
+    /// [`encode_batch`](super::wire::encode_batch)`(&self.into_batch(), opts)`, resolved as
+    /// `into_batch` does, but written without building the batch: a tree store's tokens
+    /// are encoded straight from the leaf's shared words, never copied into a `Vec`. What
+    /// a publisher sends.
+    pub fn into_payload(self, opts: &WireOptions) -> Vec<u8> {
+        self.res.resolve_through(self.cell.seq);
+        let b = self.take_ready();
+        let (bs, medium) = (self.res.block_size, self.res.medium);
+        encode_with(b.ts, &b.events, |e| e.view(bs, medium), opts)
+    }
+
+    /// The resolved batch, which must be resolved already.
+    fn take_ready(&self) -> ResolvedBatch {
         match std::mem::replace(&mut *locked(&self.cell.slot), Slot::Taken) {
             Slot::Ready(b) => b,
             _ => unreachable!("resolved through its own number, and taken once"),
+        }
+    }
+
+    /// The batch, which must be resolved already.
+    pub(crate) fn take_resolved(self) -> EventBatch {
+        let b = self.take_ready();
+        let (bs, medium) = (self.res.block_size, self.res.medium);
+        EventBatch {
+            ts: b.ts,
+            events: b.events.into_iter().map(|e| e.into_event(bs, medium)).collect(),
         }
     }
 }
@@ -491,5 +562,144 @@ mod tests {
         assert!(
             matches!(&d[0].1.events[0], KvEvent::BlockStored { block_hashes, .. } if *block_hashes == want)
         );
+    }
+
+    /// Collects a sink's closed batches, as a publisher's queue would.
+    struct Collect(Arc<std::sync::Mutex<Vec<ClosedBatch>>>);
+
+    impl super::super::BatchOutlet for Collect {
+        fn submit(&mut self, _seq: u64, batch: ClosedBatch) {
+            self.0.lock().unwrap().push(batch);
+        }
+    }
+
+    /// The same random stream of the tree's events (stores below live pages, in several
+    /// namespaces, the tokens a prefix of longer shared words; removals by range and by
+    /// id; clears) and ready ones, fed to two sinks, batched at random: every batch's
+    /// [`ClosedBatch::into_payload`] is byte for byte the `encode_batch` of its
+    /// [`ClosedBatch::into_batch`], in both encodings and hash modes, signed and not.
+    #[test]
+    fn a_payload_encoded_from_the_shared_words_is_the_batchs_encoding() {
+        use super::super::NamespaceMeta;
+        use super::super::hash::HashMode;
+        use super::super::wire::{Encoding, decode_batch, encode_batch};
+        let mut x = 0x853c_49e6_748f_ea9bu64;
+        let mut rnd = move || {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x
+        };
+        for round in 0..24 {
+            let hash_mode = if round % 2 == 0 { HashMode::Xxh3 } else { HashMode::SglangSha256 };
+            let block_size = [1, 2, 16][round % 3];
+            let medium = if round % 4 == 3 { Medium::CpuPinned } else { Medium::Gpu };
+            let wire = WireOptions {
+                encoding: if round % 5 < 3 { Encoding::VllmArray } else { Encoding::VllmMap },
+                signed_hashes: round % 7 < 3,
+                data_parallel_rank: round as i64 - 3,
+                ..Default::default()
+            };
+            let opts = SinkOptions { block_size, hash_mode, medium, ..Default::default() };
+            let sinks = [EventSink::new(opts.clone()).unwrap(), EventSink::new(opts).unwrap()];
+            let got: [Arc<std::sync::Mutex<Vec<ClosedBatch>>>; 2] = Default::default();
+            for (s, g) in sinks.iter().zip(&got) {
+                let meta = |l: Option<&str>, c: Option<&str>| NamespaceMeta {
+                    lora_name: l.map(Into::into),
+                    cache_salt: c.map(Into::into),
+                };
+                s.set_namespace(1, meta(Some("lora"), None)).unwrap();
+                s.set_namespace(2, meta(None, Some("salt"))).unwrap();
+                s.set_namespace(3, meta(Some("l"), Some("s"))).unwrap();
+                s.attach(Box::new(Collect(g.clone()))).unwrap();
+            }
+            // Live chunks: (namespace, first id, pages).
+            let (mut live, mut next_id) = (Vec::<(u64, u64, u32)>::new(), 0u64);
+            for _ in 0..300 {
+                let r = rnd();
+                let make: Box<dyn Fn(&EventSink) -> Pending> = match r % 10 {
+                    0..=5 => {
+                        let ns = (r >> 8) % 5;
+                        let parent = live
+                            .iter()
+                            .filter(|c| c.0 == ns)
+                            .nth((r >> 16) as usize % 4)
+                            .map(|c| c.1 + (r >> 24) % u64::from(c.2));
+                        let pages = 1 + (r >> 32) as usize % 40;
+                        let len = pages * block_size as usize;
+                        let spare = (r >> 40) as usize % 5;
+                        let words: Arc<[u32]> =
+                            (0..len + spare).map(|_| (rnd() >> (rnd() % 64)) as u32).collect();
+                        let first = next_id;
+                        next_id += pages as u64;
+                        live.push((ns, first, pages as u32));
+                        Box::new(move |s| Pending::Stored {
+                            info: s.namespace(ns),
+                            parent,
+                            first,
+                            words: words.clone(),
+                            len,
+                        })
+                    }
+                    6 | 7 if !live.is_empty() => {
+                        let (_, first, pages) = live.swap_remove((r >> 8) as usize % live.len());
+                        if r % 10 == 6 {
+                            Box::new(move |_| Pending::Removed { first, pages })
+                        } else {
+                            let ids: Vec<u64> = (first..first + u64::from(pages)).collect();
+                            Box::new(move |_| Pending::RemovedIds(ids.clone()))
+                        }
+                    }
+                    8 => {
+                        let h = vec![rnd(), rnd() >> 40];
+                        Box::new(move |_| {
+                            Pending::Ready(KvEvent::BlockRemoved {
+                                block_hashes: h.clone(),
+                                medium,
+                            })
+                        })
+                    }
+                    _ if r % 97 == 0 => {
+                        live.clear();
+                        Box::new(|_| Pending::Cleared)
+                    }
+                    _ => {
+                        let (h, t) = (vec![rnd()], vec![7; block_size as usize]);
+                        Box::new(move |s| {
+                            Pending::Ready(s.stored_event(
+                                &s.namespace(4),
+                                h.clone(),
+                                None,
+                                t.clone(),
+                            ))
+                        })
+                    }
+                };
+                for s in &sinks {
+                    s.push_pending(make(s));
+                }
+                if r % 3 == 0 {
+                    sinks.iter().for_each(|s| {
+                        s.flush();
+                    });
+                }
+            }
+            sinks.iter().for_each(|s| {
+                s.flush();
+            });
+            let a = std::mem::take(&mut *got[0].lock().unwrap());
+            let b = std::mem::take(&mut *got[1].lock().unwrap());
+            assert_eq!(a.len(), b.len());
+            assert!(a.len() > 50, "{}", a.len());
+            for (a, b) in a.into_iter().zip(b) {
+                assert_eq!(a.seq(), b.seq());
+                let (mut batch, payload) = (a.into_batch(), b.into_payload(&wire));
+                // The two sinks closed the batch at different times: compare with its ts.
+                batch.ts = decode_batch(&payload).unwrap().batch.ts;
+                assert_eq!(payload, encode_batch(&batch, &wire), "{batch:?}");
+            }
+            assert_eq!(sinks[0].stats().unresolved, 0);
+            assert_eq!(sinks[1].stats().unresolved, 0);
+        }
     }
 }

@@ -29,7 +29,9 @@
 //!    events off, on with the batches drained and dropped on the replaying thread, and on
 //!    with a publisher (no subscriber): wall time and the replaying thread's own CPU time
 //!    (`/proc/thread-self/schedstat`), which separate what events cost that thread from
-//!    what the publisher's thread takes from it on a machine with few cores.
+//!    what the publisher's thread takes from it on a machine with few cores; and the whole
+//!    process's CPU time (every thread's, `/proc/self/task/*/schedstat`, the publisher's
+//!    counted until it has sent the last batch): what the events pipeline costs in all.
 //!
 //! `RADIXKV_BENCH_TRACE=PATH` replays another trace in parts 1 and 4;
 //! `RADIXKV_BENCH_BIN=PATH` runs part 1 with another `radixkv` binary than the one cargo
@@ -179,7 +181,7 @@ fn part1_replay() {
                 // The tail arrives during the linger (the process has ended by now).
                 std::thread::sleep(Duration::from_millis(100));
                 let (msgs, events) = reader.take();
-                received.push((msgs, events, ev["batches"].as_u64().unwrap()));
+                received.push((i, msgs, events, ev["batches"].as_u64().unwrap()));
             }
             if round > 0 {
                 times[i].push(wall);
@@ -194,11 +196,16 @@ fn part1_replay() {
         let m = median(t);
         println!("| {name} | {m:.3} s | [{:.3}-{:.3}] | {:.2}x |", t[0], t[t.len() - 1], m / base);
     }
-    let (m, e, b) = received.last().copied().unwrap_or_default();
+    let (_, m, e, b) = received.last().copied().unwrap_or_default();
     println!(
-        "subscriber, last run: {m} of {b} batches received ({e} events in the 1 in 64 decoded); (received, batches) per run: {:?}",
-        received.iter().map(|r| (r.0, r.2)).collect::<Vec<_>>()
+        "subscriber, last run: {m} of {b} batches received ({e} events in the 1 in 64 decoded)"
     );
+    for (who, i) in [("this build", 1), ("baseline", 4)] {
+        let runs: Vec<_> = received.iter().filter(|r| r.0 == i).map(|r| (r.1, r.3)).collect();
+        if !runs.is_empty() {
+            println!("(received, batches) per run, {who}: {runs:?}");
+        }
+    }
 }
 
 fn one_page(i: u64, pages: usize) -> (Vec<u64>, Vec<u32>) {
@@ -463,9 +470,28 @@ fn thread_cpu() -> Duration {
     Duration::from_nanos(s.split_whitespace().next().and_then(|v| v.parse().ok()).unwrap_or(0))
 }
 
-/// One in-process replay (the CLI's cycle, without its latency samples): wall and the
-/// replaying thread's CPU time.
-fn replay_in_process(reqs: &[Vec<u32>], mode: &str) -> (Duration, Duration) {
+/// Each of this process's threads' CPU time, by thread id (`/proc/self/task/*/schedstat`).
+fn tasks_cpu() -> std::collections::HashMap<u64, u64> {
+    let mut m = std::collections::HashMap::new();
+    for e in std::fs::read_dir("/proc/self/task").into_iter().flatten().flatten() {
+        let tid = e.file_name().to_string_lossy().parse::<u64>().unwrap_or(0);
+        let s = std::fs::read_to_string(e.path().join("schedstat")).unwrap_or_default();
+        m.insert(tid, s.split_whitespace().next().and_then(|v| v.parse().ok()).unwrap_or(0));
+    }
+    m
+}
+
+/// The CPU time this process's live threads took since `before` (threads started since
+/// count from zero).
+fn process_cpu_since(before: &std::collections::HashMap<u64, u64>) -> Duration {
+    let ns = tasks_cpu().into_iter().map(|(t, v)| v - before.get(&t).copied().unwrap_or(0).min(v));
+    Duration::from_nanos(ns.sum())
+}
+
+/// One in-process replay (the CLI's cycle, without its latency samples): wall, the
+/// replaying thread's CPU time, and the whole process's (every thread's: the publisher's
+/// and libzmq's too, counted until the publisher has sent the last batch).
+fn replay_in_process(reqs: &[Vec<u32>], mode: &str) -> (Duration, Duration, Duration) {
     use radixkv::{Cache, CacheOptions, EventOptions, SlotRun};
     let mut cache = Cache::new(CacheOptions { page_size: 16, ..Default::default() }).unwrap();
     let mut publisher = None;
@@ -482,7 +508,7 @@ fn replay_in_process(reqs: &[Vec<u32>], mode: &str) -> (Duration, Duration) {
         }
     }
     let (mut next, mut runs) = (0u32, Vec::<SlotRun>::new());
-    let (t, c) = (Instant::now(), thread_cpu());
+    let (t, c, all) = (Instant::now(), thread_cpu(), tasks_cpu());
     for tokens in reqs {
         let n = tokens.len() / 16 * 16;
         runs.clear();
@@ -500,9 +526,16 @@ fn replay_in_process(reqs: &[Vec<u32>], mode: &str) -> (Duration, Duration) {
             drop(cache.drain_events());
         }
     }
-    let r = (t.elapsed(), thread_cpu() - c);
+    let (wall, cpu) = (t.elapsed(), thread_cpu() - c);
+    if let Some(p) = &publisher {
+        let batches = cache.event_sink().unwrap().stats().batches;
+        while p.stats().published + p.stats().dropped < batches {
+            std::thread::sleep(Duration::from_micros(200));
+        }
+    }
+    let total = process_cpu_since(&all);
     drop(publisher);
-    r
+    (wall, cpu, total)
 }
 
 fn part4_breakdown() {
@@ -514,31 +547,33 @@ fn part4_breakdown() {
     println!();
     println!("## 4. In process (the library, page 16): the replaying thread's wall and CPU time");
     let modes = ["off", "drained", "published"];
-    let mut res: Vec<Vec<(f64, f64)>> = vec![Vec::new(); modes.len()];
+    let mut res: Vec<Vec<(f64, f64, f64)>> = vec![Vec::new(); modes.len()];
     for round in 0..=runs {
         for k in 0..modes.len() {
             let i = (k + round) % modes.len();
-            let (w, c) = replay_in_process(&reqs, modes[i]);
+            let (w, c, p) = replay_in_process(&reqs, modes[i]);
             if round > 0 {
-                res[i].push((w.as_secs_f64(), c.as_secs_f64()));
+                res[i].push((w.as_secs_f64(), c.as_secs_f64(), p.as_secs_f64()));
             }
         }
     }
-    println!("| events | median wall | [min-max] | median thread CPU | / off (wall, CPU) |");
-    println!("| --- | ---: | --- | ---: | ---: |");
-    let med = |v: &[(f64, f64)], f: fn(&(f64, f64)) -> f64| {
-        median(&mut v.iter().map(f).collect::<Vec<_>>())
-    };
-    let (w0, c0) = (med(&res[0], |r| r.0), med(&res[0], |r| r.1));
+    println!(
+        "| events | median wall | [min-max] | median thread CPU | median process CPU | / off (wall, thread CPU, process CPU) |"
+    );
+    println!("| --- | ---: | --- | ---: | ---: | ---: |");
+    type Row = (f64, f64, f64);
+    let med = |v: &[Row], f: fn(&Row) -> f64| median(&mut v.iter().map(f).collect::<Vec<_>>());
+    let (w0, c0, p0) = (med(&res[0], |r| r.0), med(&res[0], |r| r.1), med(&res[0], |r| r.2));
     for (i, m) in modes.iter().enumerate() {
         let mut w: Vec<f64> = res[i].iter().map(|r| r.0).collect();
-        let (wm, cm) = (median(&mut w), med(&res[i], |r| r.1));
+        let (wm, cm, pm) = (median(&mut w), med(&res[i], |r| r.1), med(&res[i], |r| r.2));
         println!(
-            "| {m} | {wm:.3} s | [{:.3}-{:.3}] | {cm:.3} s | {:.2}x, {:.2}x |",
+            "| {m} | {wm:.3} s | [{:.3}-{:.3}] | {cm:.3} s | {pm:.3} s | {:.2}x, {:.2}x, {:.2}x |",
             w[0],
             w[w.len() - 1],
             wm / w0,
-            cm / c0
+            cm / c0,
+            pm / p0
         );
     }
 }

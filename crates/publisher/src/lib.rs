@@ -59,7 +59,7 @@ use std::time::{Duration, Instant};
 
 use radixkv::Error;
 use radixkv::error::Result;
-use radixkv::events::wire::{WireOptions, encode_batch};
+use radixkv::events::wire::WireOptions;
 use radixkv::events::{BatchOutlet, ClosedBatch, EventSink};
 
 fn invalid(msg: impl Into<String>) -> Error {
@@ -153,8 +153,10 @@ impl std::fmt::Debug for PublisherCounters {
 /// One closed batch, kept for replay; its payload is encoded once, by whoever needs it
 /// first (the publisher's thread, publishing or replaying it), and the batch itself is
 /// dropped then (replay keeps only the payload). Its pages are hashed just before
-/// ([`ClosedBatch::into_batch`], in sequence order with the sink's other batches): on the
-/// publisher's thread, not the one that pushed or flushed.
+/// ([`ClosedBatch::into_payload`], in sequence order with the sink's other batches): on the
+/// publisher's thread, not the one that pushed or flushed. Without replay nothing keeps
+/// it: the thread encodes it and hands the payload to libzmq without a copy
+/// ([`Item::take_payload`]).
 struct Item {
     seq: u64,
     batch: Mutex<Option<ClosedBatch>>,
@@ -162,11 +164,22 @@ struct Item {
 }
 
 impl Item {
+    fn encode(&self, wire: &WireOptions) -> Vec<u8> {
+        let b = self.batch.lock().unwrap_or_else(|p| p.into_inner()).take();
+        b.expect("a batch is encoded once").into_payload(wire)
+    }
+
     fn payload(&self, wire: &WireOptions) -> &[u8] {
-        self.payload.get_or_init(|| {
-            let b = self.batch.lock().unwrap_or_else(|p| p.into_inner()).take();
-            encode_batch(&b.expect("a batch is encoded once").into_batch(), wire)
-        })
+        self.payload.get_or_init(|| self.encode(wire))
+    }
+
+    /// The payload, for an item nothing else holds (no replay ring): encoded into a
+    /// message that owns its bytes (libzmq frees them once sent), not copied into one.
+    fn take_payload(&self, wire: &WireOptions) -> zmq::Message {
+        match self.payload.get() {
+            Some(p) => zmq::Message::from(&p[..]),
+            None => zmq::Message::from(self.encode(wire)),
+        }
     }
 }
 
@@ -602,7 +615,12 @@ impl Worker {
     }
 
     fn publish(&mut self, item: &Item) {
-        let payload = item.payload(&self.wire);
+        // Without replay the ring keeps nothing, so nobody reads the payload again.
+        let payload = if self.replay.is_none() {
+            item.take_payload(&self.wire)
+        } else {
+            zmq::Message::from(item.payload(&self.wire))
+        };
         // A PUB socket never blocks: past a subscriber's high-water mark libzmq drops the
         // whole message for that subscriber (a multi-part message is all or nothing).
         let sent = self
