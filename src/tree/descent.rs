@@ -17,6 +17,14 @@
 
 use super::*;
 
+/// The nodes a match with a sliding window read (node, tokens taken, end position): a
+/// thread's scratch, reused across matches (see `try_match`).
+type Seen = Vec<(*const Node, usize, usize)>;
+
+thread_local! {
+    static SWA_SCRATCH: std::cell::RefCell<Seen> = const { std::cell::RefCell::new(Vec::new()) };
+}
+
 impl RadixTree {
     /// The node that replaced `n`'s beginning, following `forward` while `REPLACED`. `n`
     /// must have been reachable through tables (or be a root, or a `forward` target of such
@@ -168,6 +176,12 @@ impl RadixTree {
         // valid end (the `swa` module); without one every end is valid.
         let swa = self.cfg.swa_window > 0;
         let (mut run, mut best, mut best_mark) = (usize::MAX, 0, out.mark());
+        // With a window: the nodes read, with the tokens taken of each, for the refresh of
+        // the valid end's window (a thread's scratch: no allocation per match).
+        let mut seen = swa.then(|| SWA_SCRATCH.with(|v| std::mem::take(&mut *v.borrow_mut())));
+        if let Some(v) = seen.as_mut() {
+            v.clear();
+        }
         while pos < key.len() {
             // Acquire: as in `resolve`.
             if cur.state.load(Ordering::Acquire) & REPLACED != 0 {
@@ -185,6 +199,9 @@ impl RadixTree {
             self.touch(c, now);
             pos += k;
             last = Some((c, k));
+            if let Some(v) = seen.as_mut() {
+                v.push((c as *const Node, k, pos));
+            }
             if swa && self.swa_run(&mut run, s, k) {
                 (best, best_mark) = (pos, out.mark());
             }
@@ -192,6 +209,13 @@ impl RadixTree {
                 break;
             }
             cur = c;
+        }
+        if let Some(v) = seen {
+            // SAFETY: every pointer was read under `g`, which still pins the epoch, from a
+            // child table loaded under it (`node_ref`'s contract).
+            let back = v.iter().rev().filter(|e| e.2 <= best).map(|e| (unsafe { &*e.0 }, e.1));
+            self.refresh_window(back, 0, now);
+            SWA_SCRATCH.with(|s| *s.borrow_mut() = v);
         }
         let pos = if swa && best < pos {
             out.rewind(best_mark);

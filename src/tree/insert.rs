@@ -247,6 +247,16 @@ impl<'g, S: SlotSink> Insert<'_, 'g, S> {
                         self.tree.touch(x, self.now);
                         self.bump(x, end);
                     }
+                    if self.tree.cfg.swa_window > 0 {
+                        // The window back from the key's end: a new leaf (stamped at its
+                        // creation) holds its tokens after the last node of the path.
+                        let last = self.path.last().map_or(0, |&(_, end)| end);
+                        let ends = self.path.iter().rev().map(|&(_, e)| e);
+                        let starts = ends.clone().skip(1).chain(std::iter::once(0));
+                        let back =
+                            self.path.iter().rev().zip(starts).map(|(&(x, e), s)| (x, e - s));
+                        self.tree.refresh_window(back, self.key.len() - last, self.now);
+                    }
                     let lock = self.pin.then(|| self.lock());
                     return Ok((existing, lock));
                 }

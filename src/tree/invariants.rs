@@ -110,6 +110,7 @@ impl RadixTree {
             || st.nodes != census.nodes
             || st.namespaces != census.namespaces
             || st.swa_cached_tokens != census.swa_cached_tokens
+            || st.swa_protected_tokens != census.swa_pinned_tokens
         {
             return Err(format!("counters {st:?} disagree with the tree {census:?}"));
         }

@@ -258,6 +258,9 @@ pub struct TreeStats {
     pub namespaces: u64,
     /// With a sliding window: cached tokens whose SWA KV is cached too (not tombstones).
     pub swa_cached_tokens: u64,
+    /// With a sliding window: of those, the tokens whose SWA KV a window lock holds (the
+    /// rest, `swa_cached_tokens - swa_protected_tokens`, is what SWA eviction can free).
+    pub swa_protected_tokens: u64,
 }
 
 /// A pin on a matched prefix, detached from any borrow (for engines that keep locks in
@@ -356,6 +359,8 @@ pub struct RadixTree {
     swa: Option<swa::SwaIndex>,
     /// With a window: cached tokens that are not SWA tombstones.
     swa_cached: AtomicU64,
+    /// With a window: tokens of nodes with an SWA pin.
+    swa_protected: AtomicU64,
     cached: AtomicU64,
     evictable: AtomicU64,
     protected: AtomicU64,
@@ -422,6 +427,7 @@ impl RadixTree {
             index: EvictIndex::new(Keys { policy: cfg.policy, slru_threshold: cfg.slru_threshold }),
             swa: (cfg.swa_window > 0).then(swa::SwaIndex::new),
             swa_cached: AtomicU64::new(0),
+            swa_protected: AtomicU64::new(0),
             cached: AtomicU64::new(0),
             evictable: AtomicU64::new(0),
             protected: AtomicU64::new(0),
@@ -621,6 +627,7 @@ impl RadixTree {
             evicted_tokens: get(&self.evicted),
             namespaces: self.namespace_count(),
             swa_cached_tokens: get(&self.swa_cached),
+            swa_protected_tokens: get(&self.swa_protected),
         }
     }
 }

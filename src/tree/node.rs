@@ -54,6 +54,10 @@ pub(crate) struct Node {
     /// Last access tick, or creation tick under the policies that ignore accesses (`fifo`,
     /// `filo`). Only grows once the node is published (see `RadixTree::touch`).
     pub(crate) stamp: AtomicU64,
+    /// With a sliding window: the last access that refreshed the node's SWA KV (a match,
+    /// insert or lock whose window covers the node: SGLang's window-bounded refresh), the
+    /// SWA index's key (`swa.rs`). Only grows once the node is published, as `stamp`.
+    pub(crate) swa_stamp: AtomicU64,
     /// Priority and hit count, under the policies that read them (see
     /// [`policy::MetaWord`](super::policy::MetaWord) for the bit layout; a split freezes
     /// the replaced node's word and hands what it held to the halves).
@@ -83,11 +87,11 @@ pub(crate) struct Node {
     canary: std::sync::atomic::AtomicU64,
 }
 
-// 112 bytes on 64-bit Linux (96 before the SWA index's ticket and the start offset, 88
-// before the metadata word of the eviction policies): the memory tests bound bytes per
+// 120 bytes on 64-bit Linux (96 before the SWA component's ticket, stamp and start offset,
+// 88 before the metadata word of the eviction policies): the memory tests bound bytes per
 // token, and docs/eviction.md gives the size.
 #[cfg(all(target_os = "linux", target_pointer_width = "64", not(loom)))]
-const _: () = assert!(std::mem::size_of::<Node>() == 112);
+const _: () = assert!(std::mem::size_of::<Node>() == 120);
 
 /// [`Node::page_id`] of a node without event pages.
 pub(crate) const NO_PAGE_ID: u64 = u64::MAX;
@@ -118,6 +122,7 @@ impl Node {
             forward: AtomicPtr::new(std::ptr::null_mut()),
             state: AtomicU64::new(pins),
             stamp: AtomicU64::new(stamp),
+            swa_stamp: AtomicU64::new(stamp),
             meta: AtomicU64::new(meta),
             lock: Mutex::new(()),
             evq: AtomicPtr::new(std::ptr::null_mut()),

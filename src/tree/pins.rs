@@ -108,6 +108,8 @@ impl RadixTree {
                         }
                     }
                     if swa && s & SWA_PIN_MASK == SWA_PIN {
+                        // Relaxed: statistics, exact at quiescence.
+                        self.swa_protected.fetch_sub(n.len() as u64, Ordering::Relaxed);
                         self.swa_push(n);
                     }
                     return true;

@@ -53,6 +53,10 @@ impl RadixTree {
             // page ids (U the first, L those from its page `k / page_size`), so every page
             // keeps the id its store named (`crate::events::resolve`).
             ub.start = a.start;
+            // Relaxed: an eviction-order hint, as the stamp.
+            let swa_stamp = a.swa_stamp.load(Ordering::Relaxed);
+            ub.swa_stamp = AtomicU64::new(swa_stamp);
+            lb.swa_stamp = AtomicU64::new(swa_stamp);
             lb.start = a.start + k as u32;
             if a.page_id != super::node::NO_PAGE_ID {
                 ub.page_id = a.page_id;

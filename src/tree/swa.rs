@@ -24,8 +24,13 @@
 //! A node with an SWA pin keeps its SWA KV; a node's SWA pins never exceed its pins.
 //!
 //! **SWA eviction** ([`RadixTree::evict_kv`] with [`EvictTarget::Swa`]) takes nodes with
-//! live SWA KV and no SWA pin, least recently used first (by the access stamp; creation
-//! order under `fifo`/`filo`): an unpinned leaf goes whole (its full and SWA KV), any other
+//! live SWA KV and no SWA pin, least recently used first by their SWA stamp
+//! (`Node::swa_stamp`): set when the node is created, and raised only by SGLang's
+//! window-bounded refresh, on the nodes within `window + page_size` tokens back from the end
+//! of a match's valid prefix or of an insert's key, and on the nodes a window lock pins; so
+//! a long prefix's SWA KV ages while its tail's stays fresh (the full stamp, which full
+//! eviction reads, is refreshed along the whole path as before). Ties go to the shallower
+//! node (its start offset). An unpinned leaf goes whole (its full and SWA KV), any other
 //! becomes a tombstone (its SWA KV only); a tombstone left an unpinned leaf by that goes too
 //! (its full KV: SGLang's `_iteratively_delete_tombstone_leaf`). Full eviction
 //! ([`EvictTarget::Full`], and `evict`) takes leaves as without SWA and says for each whether
@@ -168,8 +173,8 @@ pub(crate) struct SwaIndex {
 /// inner node becomes a tombstone before its leaf goes whole). Only grows, as the stamp.
 #[inline]
 fn swa_key(n: &Node) -> u128 {
-    // Relaxed: an eviction-order hint; the stamp only grows (`RadixTree::touch`).
-    ((n.stamp.load(Ordering::Relaxed) as u128) << 32) | n.start as u128
+    // Relaxed: an eviction-order hint; the SWA stamp only grows (`RadixTree::touch_swa`).
+    ((n.swa_stamp.load(Ordering::Relaxed) as u128) << 32) | n.start as u128
 }
 
 /// With the SWA index's lock held, for a node named by a ticket popped under the guard:
@@ -319,6 +324,38 @@ impl RadixTree {
         self.cfg.swa_window
     }
 
+    /// Records an access of `n`'s SWA KV at `now` (SGLang's window-bounded refresh): its SWA
+    /// stamp, the SWA index's key, only grows (`fetch_max`, as `RadixTree::touch` does for
+    /// the lazy queue's lower bound), behind a load that skips the RMW when it is new
+    /// enough.
+    #[inline]
+    pub(super) fn touch_swa(&self, n: &Node, now: u64) {
+        // Relaxed (both): an eviction-order hint; the lower bound rests on the word's own
+        // modification order.
+        if n.swa_stamp.load(Ordering::Relaxed) < now {
+            n.swa_stamp.fetch_max(now, Ordering::Relaxed);
+        }
+    }
+
+    /// The window-bounded refresh (SGLang's `swa_refresh`): given the nodes of a path back
+    /// from its end (each with the tokens it holds of the path), touches the SWA KV of those
+    /// within `window + page_size` tokens of the end.
+    pub(super) fn refresh_window<'a>(
+        &self,
+        back: impl Iterator<Item = (&'a Node, usize)>,
+        mut acc: usize,
+        now: u64,
+    ) {
+        let limit = self.cfg.swa_window + self.cfg.page_size;
+        for (n, len) in back {
+            if acc >= limit {
+                break;
+            }
+            self.touch_swa(n, now);
+            acc += len;
+        }
+    }
+
     /// Adds one SWA pin to `n` if it is live and not a tombstone (the pair of the module
     /// docs).
     #[inline]
@@ -341,7 +378,13 @@ impl RadixTree {
             // SWA KV). Acquire on failure: a REPLACED read is then followed (`resolve`).
             match n.state.compare_exchange_weak(s, s + SWA_PIN, Ordering::AcqRel, Ordering::Acquire)
             {
-                Ok(_) => return SwaPin::Pinned,
+                Ok(_) => {
+                    if s & SWA_PIN_MASK == 0 {
+                        // Relaxed: statistics, exact at quiescence.
+                        self.swa_protected.fetch_add(n.len() as u64, Ordering::Relaxed);
+                    }
+                    return SwaPin::Pinned;
+                }
                 Err(x) => s = x,
             }
         }
@@ -414,13 +457,19 @@ impl RadixTree {
         g: &Guard,
     ) -> std::result::Result<(), usize> {
         let p = self.cfg.page_size;
+        let now = self.now();
         let (mut cur, mut pos) = (root, 0);
         while pos < key.len() {
             let mut x = self.next(cur, &key[pos..pos + p], g).expect("pinned pages stay cached");
             if pos >= from {
                 loop {
                     match self.try_swa_pin(x) {
-                        SwaPin::Pinned => break,
+                        SwaPin::Pinned => {
+                            // The window's SWA KV is in use: refreshed (as SGLang's lock
+                            // follows its match's refresh).
+                            self.touch_swa(x, now);
+                            break;
+                        }
                         SwaPin::Replaced => x = self.resolve(x, g),
                         SwaPin::Gone if strict => return Err(pos),
                         SwaPin::Gone => break,

@@ -70,17 +70,19 @@ fn a_tombstone_makes_matches_that_end_near_it_invalid() {
     t.release(la).unwrap();
     t.release(lb).unwrap();
     t.check_invariants().unwrap();
-    // Y (split in two by the locking match of 6 tokens, which split where its match ended
-    // before finding it invalid, as SGLang's match does) and Z go whole (full and SWA KV),
-    // then X, a tombstone left a leaf, its full KV.
+    // Y was split in two by the locking match of 6 tokens (which split where its match
+    // ended before finding it invalid, as SGLang's match does). Its upper half, which no
+    // window refreshed since, is the least recent SWA KV: a tombstone. Then the leaves go
+    // whole (full and SWA KV), and the tombstones left leaves, their full KV.
     let (n, mut got) = evict(&t, EvictTarget::Swa, 8);
     assert_eq!(n, 8, "SWA tokens freed");
     got.sort();
     assert_eq!(
         got,
         vec![
+            (SWA_ONLY, vec![104, 105]),
             (FULL_ONLY, vec![100, 101, 102, 103]),
-            (FULL_SWA, vec![104, 105]),
+            (FULL_ONLY, vec![104, 105]),
             (FULL_SWA, vec![106, 107]),
             (FULL_SWA, vec![200, 201, 202, 203]),
         ]
@@ -403,6 +405,8 @@ fn run(p: usize, w: usize, ops: Vec<Op>) -> Result<(), TestCaseError> {
         }
         let st = tree.stats();
         prop_assert_eq!((st.cached_tokens, st.swa_cached_tokens), model.tokens());
+        let held = model.pages.values().filter(|pg| pg.swa_pins > 0).count() * p;
+        prop_assert_eq!(st.swa_protected_tokens, held as u64);
         let c = tree.check_invariants();
         prop_assert!(c.is_ok(), "{:?}", c);
     }
@@ -579,4 +583,24 @@ fn a_pool_cache_with_a_window_evicts_only_where_the_engine_hears_of_it() {
         )
         .is_err()
     );
+}
+
+/// SGLang's window-bounded refresh: a match refreshes only the SWA KV within its window
+/// (plus a page) back from its end, so the older prefix's SWA KV goes first, as a tombstone,
+/// before a leaf goes whole, though the match touched the whole path for full eviction.
+#[test]
+fn a_match_refreshes_only_its_windows_swa_kv() {
+    let t = swa_tree(1, 1);
+    let a: Vec<u32> = vec![1, 2, 3, 4, 5, 6];
+    t.insert(0, &a, &[10, 11, 12, 13, 14, 15]).unwrap();
+    // X = [1..4] (under the split: A's stamps), Y = [5, 6], Z = [9, 9] (new).
+    t.insert(0, &[1, 2, 3, 4, 9, 9], &[0, 0, 0, 0, 20, 21]).unwrap();
+    let mut out: Vec<u32> = Vec::new();
+    assert_eq!(t.match_prefix(0, &a, &mut out), 6);
+    // SWA order: X (not refreshed since A's insert), Z, Y (refreshed by the match).
+    assert_eq!(evict(&t, EvictTarget::Swa, 1), (4, vec![(SWA_ONLY, vec![10, 11, 12, 13])]));
+    assert_eq!(evict(&t, EvictTarget::Swa, 1), (2, vec![(FULL_SWA, vec![20, 21])]));
+    // The full order is the match's: Z went already; Y, then X, a tombstone.
+    assert_eq!(t.match_prefix(0, &a, &mut out), 6, "valid: the window is Y, after X");
+    t.check_invariants().unwrap();
 }
