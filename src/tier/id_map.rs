@@ -36,11 +36,24 @@ pub(crate) struct IdMap {
 }
 
 impl IdMap {
-    /// A table for `entries` entries without growing (zeroed memory: the pages of the table
-    /// an insert never reaches are never faulted in).
-    pub(crate) fn with_capacity(entries: usize) -> IdMap {
+    /// A table for `entries` entries without growing. With `prefault`, its memory is
+    /// written now (resident before the first insert: the inserts of a filling host land on
+    /// random buckets, so they would soon fault in every page of it anyway, one page fault
+    /// per 512 buckets, in the caller's hot path); without, it is zeroed memory, faulted in
+    /// where inserts land.
+    pub(crate) fn with_capacity(entries: usize, prefault: bool) -> IdMap {
         let buckets = (entries + entries / 3 + 1).next_power_of_two().max(MIN_BUCKETS);
-        IdMap { words: vec![0; buckets], len: 0 }
+        let words = if prefault {
+            // Fresh memory, written: `vec![0; n]` would take zeroed pages from the
+            // allocator and leave them untouched, and so could a fill with a literal 0 (the
+            // compiler may fold it into a zeroed allocation), hence the opaque 0.
+            let mut w = Vec::with_capacity(buckets);
+            w.resize(buckets, std::hint::black_box(0));
+            w
+        } else {
+            vec![0; buckets]
+        };
+        IdMap { words, len: 0 }
     }
 
     pub(crate) fn len(&self) -> usize {
@@ -185,7 +198,7 @@ mod tests {
             seed % n
         };
         let mut keys: Vec<PageKey> = Vec::new(); // by id
-        let mut m = IdMap::with_capacity(0);
+        let mut m = IdMap::with_capacity(0, false);
         let mut want: HashMap<PageKey, u32> = HashMap::new();
         for step in 0..200_000u64 {
             let key = match rnd(3) {
