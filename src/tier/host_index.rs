@@ -56,6 +56,7 @@ use std::collections::{BTreeSet, HashMap};
 use std::hash::{BuildHasherDefault, Hasher};
 
 use super::id_map::IdMap;
+use super::resident::resident_vec;
 use crate::tree::EvictionPolicy;
 
 /// A page's identity: `(namespace, page hash)`.
@@ -233,10 +234,8 @@ impl HostIndex {
         let free = (0..capacity_pages as u32).rev().collect();
         let presize = capacity_pages.min(PRESIZE_MAX);
         // The slab's entries are written (free) now, so a backup's reserve writes memory
-        // that is resident already: first touches in the replay loop were a page fault per
-        // 51 entries, 16-18% of a `write_through` loop on a VM (see `IdMap::with_capacity`).
-        let mut slab = Vec::with_capacity(presize);
-        slab.resize(presize.min(PREFAULT_MAX), Entry::FREE);
+        // that is resident already (`resident.rs`).
+        let slab = resident_vec(presize, PREFAULT_MAX, Entry::FREE);
         let lazy = !matches!(policy, EvictionPolicy::Mru | EvictionPolicy::Filo);
         HostIndex {
             page_size,
@@ -299,9 +298,10 @@ impl HostIndex {
         (prev != NO_PAGE && self.live_with(next, key)).then_some(next)
     }
 
-    /// A prefetch hint: `key` is looked up or reserved soon (see [`IdMap::prefetch`]).
-    pub(crate) fn prefetch(&self, key: &PageKey) {
-        self.map.prefetch(key);
+    /// A prefetch hint: `key` is looked up, or with `reserve` reserved, soon (see
+    /// [`IdMap::prefetch`]).
+    pub(crate) fn prefetch(&self, key: &PageKey, reserve: bool) {
+        self.map.prefetch(key, reserve);
     }
 
     /// The entry of `key`, if any.

@@ -11,6 +11,13 @@
 //! bits). Linear probing, at most 3/4 full (it doubles past that), removal by backward
 //! shift (no tombstones), so a probe ends at the first empty bucket.
 //!
+//! Beside the words, one bit per bucket says whether it is occupied (`occupied`: exactly
+//! `words[i] != 0`, kept with every write of a word). A lookup of a key that is absent and
+//! whose home bucket is empty (most of them while the table is far from full: an insert's
+//! "has the host this page?" under `write_through_selective`) reads that bit, a table 64
+//! times smaller (256 KiB for 2M buckets, cache-resident), and not the bucket, a cache miss
+//! in a large table; the prefetch hints skip such buckets too.
+//!
 //! No unsafe code and no atomics: the table lives inside [`super::host_index::HostIndex`],
 //! under the tier's host mutex, as the `HashMap` it replaces did.
 
@@ -32,6 +39,8 @@ fn tag(key: &PageKey) -> u32 {
 #[derive(Debug)]
 pub(crate) struct IdMap {
     words: Vec<u64>,
+    /// Bit `i % 64` of word `i / 64`: bucket `i` is occupied (`words[i] != 0`).
+    occupied: Vec<u64>,
     len: usize,
 }
 
@@ -44,16 +53,30 @@ impl IdMap {
     pub(crate) fn with_capacity(entries: usize, prefault: bool) -> IdMap {
         let buckets = (entries + entries / 3 + 1).next_power_of_two().max(MIN_BUCKETS);
         let words = if prefault {
-            // Fresh memory, written: `vec![0; n]` would take zeroed pages from the
-            // allocator and leave them untouched, and so could a fill with a literal 0 (the
-            // compiler may fold it into a zeroed allocation), hence the opaque 0.
-            let mut w = Vec::with_capacity(buckets);
-            w.resize(buckets, std::hint::black_box(0));
-            w
+            // Written (`vec![0; n]` would take zeroed pages and leave them untouched).
+            super::resident::resident_vec(buckets, buckets, std::hint::black_box(0))
         } else {
             vec![0; buckets]
         };
-        IdMap { words, len: 0 }
+        IdMap { words, occupied: vec![0; buckets.div_ceil(64)], len: 0 }
+    }
+
+    /// Whether bucket `i` is occupied (as `words[i] != 0`, without reading the bucket).
+    #[inline]
+    fn is_occupied(&self, i: usize) -> bool {
+        self.occupied[i / 64] >> (i % 64) & 1 != 0
+    }
+
+    /// Writes bucket `i` (`w == 0`: empties it), keeping its occupancy bit.
+    #[inline]
+    fn put(&mut self, i: usize, w: u64) {
+        self.words[i] = w;
+        let bit = 1u64 << (i % 64);
+        if w == 0 {
+            self.occupied[i / 64] &= !bit;
+        } else {
+            self.occupied[i / 64] |= bit;
+        }
     }
 
     pub(crate) fn len(&self) -> usize {
@@ -69,6 +92,9 @@ impl IdMap {
         let t = tag(key);
         let mask = self.mask();
         let mut i = t as usize & mask;
+        if !self.is_occupied(i) {
+            return None; // the probe would end at once (see the module docs)
+        }
         loop {
             let w = self.words[i];
             if w == 0 {
@@ -105,7 +131,7 @@ impl IdMap {
             }
             i = (i + 1) & mask;
         }
-        self.words[i] = (t as u64) << 32 | (id as u64 + 1);
+        self.put(i, (t as u64) << 32 | (id as u64 + 1));
         self.len += 1;
         if self.len * 4 > self.words.len() * 3 {
             self.grow();
@@ -118,23 +144,27 @@ impl IdMap {
     fn grow(&mut self) {
         let n = self.words.len() * 2;
         let old = std::mem::replace(&mut self.words, vec![0; n]);
+        self.occupied = vec![0; n.div_ceil(64)];
         let mask = self.mask();
         for w in old.into_iter().filter(|&w| w != 0) {
             let mut i = (w >> 32) as usize & mask;
             while self.words[i] != 0 {
                 i = (i + 1) & mask;
             }
-            self.words[i] = w;
+            self.put(i, w);
         }
     }
 
-    /// A prefetch hint for `key`'s home bucket (a lookup or insert of `key` soon): a run of
-    /// pages' probes are cache misses each, independent of one another, so hinting a few
-    /// ahead overlaps them.
+    /// A prefetch hint for `key`'s home bucket (a lookup, or with `insert` an insert, of
+    /// `key` soon): a run of pages' probes are cache misses each, independent of one
+    /// another, so hinting a few ahead overlaps them. A lookup whose home bucket is empty
+    /// reads only its occupancy bit, so it is not hinted.
     #[inline]
-    pub(crate) fn prefetch(&self, key: &PageKey) {
+    pub(crate) fn prefetch(&self, key: &PageKey, insert: bool) {
         let i = tag(key) as usize & self.mask();
-        crate::tree::prefetch(std::ptr::from_ref(&self.words[i]).cast());
+        if insert || self.is_occupied(i) {
+            crate::tree::prefetch(std::ptr::from_ref(&self.words[i]).cast());
+        }
     }
 
     /// Unmaps `key`, mapped to `id` (the caller knows both: ids are unique, so the bucket
@@ -165,11 +195,11 @@ impl IdMap {
             }
             let home = (w >> 32) as usize & mask;
             if (j.wrapping_sub(home) & mask) >= (j.wrapping_sub(i) & mask) {
-                self.words[i] = w;
+                self.put(i, w);
                 i = j;
             }
         }
-        self.words[i] = 0;
+        self.put(i, 0);
         self.len -= 1;
         true
     }
@@ -227,6 +257,9 @@ mod tests {
             }
             assert_eq!(m.len(), want.len());
             if step % 997 == 0 {
+                for (i, &w) in m.words.iter().enumerate() {
+                    assert_eq!(m.is_occupied(i), w != 0, "bucket {i}'s occupancy bit");
+                }
                 for (k, &v) in &want {
                     assert_eq!(m.get(k, |i| keys[i as usize]), Some(v));
                 }

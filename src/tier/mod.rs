@@ -132,6 +132,7 @@ mod load;
 #[cfg(not(loom))]
 mod memo;
 mod pages;
+mod resident;
 mod types;
 pub use compat::TieredCache;
 pub use types::{LoadOutcome, LoadTicket, Loaded, TierMatch, TierOptions, TierStats, WritePolicy};
@@ -202,7 +203,8 @@ const NO_PARENT: u64 = u64::MAX;
 /// A copy in flight and what completes it.
 enum Op {
     /// A backup: commit `pages` and release `lock` once done; `tokens` holds the pages'
-    /// tokens (for their `BlockStored`).
+    /// tokens (for their `BlockStored`) when events were on as it started, else nothing
+    /// (a backup started before [`Tier::set_events`] publishes no `BlockStored`).
     Backup {
         ticket: CopyTicket,
         lock: PrefixLock,
@@ -780,13 +782,15 @@ impl<'a> Tiered<'a> {
             let mut prev: (usize, EntryId) = (usize::MAX, NO_PAGE);
             let todo: Vec<usize> = (0..n / p).filter(|&i| needs_host(i)).collect();
             // Each page's map probe is a cache miss of its own: hint the ones a few pages
-            // ahead, so they overlap (a hint only; it changes nothing).
+            // ahead, so they overlap (a hint only; it changes nothing). A page at the
+            // threshold is reserved (its bucket written), the others only looked up.
+            let reserves = |i: usize| hits[i] & !HOST_BACKED >= threshold;
             for &i in todo.iter().take(PREFETCH_AHEAD) {
-                host.prefetch(&(ns, hashes[i]));
+                host.prefetch(&(ns, hashes[i]), reserves(i));
             }
             for (k, &i) in todo.iter().enumerate() {
                 if let Some(&j) = todo.get(k + PREFETCH_AHEAD) {
-                    host.prefetch(&(ns, hashes[j]));
+                    host.prefetch(&(ns, hashes[j]), reserves(j));
                 }
                 let key = (ns, hashes[i]);
                 let after = if prev.0.wrapping_add(1) == i { prev.1 } else { NO_PAGE };
@@ -794,7 +798,7 @@ impl<'a> Tiered<'a> {
                 // most (none when the entry follows the one before on the host).
                 let r = match host.guess_after(after, &key) {
                     Some(id) => Reserved::Have(id),
-                    None if hits[i] & !HOST_BACKED >= threshold => {
+                    None if reserves(i) => {
                         let parent = i.checked_sub(1).map(|j| hashes[j]);
                         host.reserve(key, parent, after, opts.priority, &mut removed)
                     }
@@ -821,16 +825,19 @@ impl<'a> Tiered<'a> {
         if backup.is_empty() {
             return Ok((existing, Some(lock)));
         }
-        // The copy's slot lists (one slot per token, as the copier takes them) and the
-        // pages' tokens, a range and a slice per page.
+        // The copy's slot lists (one slot per token, as the copier takes them) and, with
+        // events on, the pages' tokens (for their `BlockStored`), a range and a slice per page.
         let (mut dev, mut hst) =
             (Vec::with_capacity(backup.len() * p), Vec::with_capacity(backup.len() * p));
-        let mut op_tokens: Vec<u32> = Vec::with_capacity(backup.len() * p);
+        let events = sh.events.get().is_some();
+        let mut op_tokens: Vec<u32> = Vec::with_capacity(if events { backup.len() * p } else { 0 });
         for &(i, id) in &backup {
             let (d, h) = (dev_page(i) * p as u32, id * p as u32);
             dev.extend(d..d + p as u32);
             hst.extend(h..h + p as u32);
-            op_tokens.extend_from_slice(page_tokens(tokens, i, p));
+            if events {
+                op_tokens.extend_from_slice(page_tokens(tokens, i, p));
+            }
         }
         let pages: Vec<BackupPage> = backup
             .iter()
@@ -919,7 +926,8 @@ impl<'a> Tiered<'a> {
                 }
                 if ok {
                     bump(&sh.counters.tokens_to_host, pages.len() * sh.page_size);
-                    if sh.events.get().is_some() {
+                    // Events on when the backup started (the sink, once set, stays).
+                    if !tokens.is_empty() {
                         self.publish_runs(ns, &pages, &tokens);
                     }
                 } else {
