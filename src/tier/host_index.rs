@@ -26,11 +26,11 @@
 //!
 //! An entry lives in a slab indexed by its host page (an [`EntryId`]: the host page's first
 //! slot is `id * page_size`), so the free list of host pages is the free list of entries and
-//! an entry never moves (the slab reserves the host's capacity up front, touching only what
-//! is used). The map from `(namespace, page hash)` holds only the id: an open-addressing
+//! an entry never moves (the slab reserves the host's capacity up front and is written, free,
+//! at construction: `resident.rs`). The map from `(namespace, page hash)` holds only the id: an open-addressing
 //! table of one 8-byte word per bucket (a 32-bit tag of the key and the id), the keys read
 //! off the slab when a tag matches (`id_map.rs`), sized for the host's capacity up front
-//! (zeroed memory, faulted in where inserts land) so it never rehashes; an insert's host
+//! (resident from construction, as the slab) so it never rehashes; an insert's host
 //! step hints the probes of the pages a few ahead ([`HostIndex::prefetch`]), so their
 //! cache misses overlap. Callers that know an entry's id (a
 //! backup committing the pages it reserved, a load-back unpinning what it pinned, the device
@@ -298,10 +298,9 @@ impl HostIndex {
         (prev != NO_PAGE && self.live_with(next, key)).then_some(next)
     }
 
-    /// A prefetch hint: `key` is looked up, or with `reserve` reserved, soon (see
-    /// [`IdMap::prefetch`]).
-    pub(crate) fn prefetch(&self, key: &PageKey, reserve: bool) {
-        self.map.prefetch(key, reserve);
+    /// A prefetch hint: `key` is looked up or reserved soon (see [`IdMap::prefetch`]).
+    pub(crate) fn prefetch(&self, key: &PageKey) {
+        self.map.prefetch(key);
     }
 
     /// The entry of `key`, if any.

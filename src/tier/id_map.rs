@@ -2,7 +2,8 @@
 //!
 //! An open-addressing table of one word per bucket: `[63..32]` the key's 32-bit tag (the
 //! high half of its hash), `[31..0]` the entry id plus one (0: the bucket is empty, so a
-//! fresh table is zeroed memory, faulted in only where inserts land). The keys themselves
+//! fresh table is zeroed memory; the host index's is written at construction instead, see
+//! [`IdMap::with_capacity`]). The keys themselves
 //! live in the entries (the slab), so a bucket is 8 bytes instead of the 24 of a
 //! `HashMap<(u64, u64), u32>` with its control bytes: the table is a third of the size, an
 //! insert of a new key writes one word and reads no entry (a tag that matches is checked
@@ -10,13 +11,6 @@
 //! growth rehashes words without touching the entries (a bucket's home is its tag's low
 //! bits). Linear probing, at most 3/4 full (it doubles past that), removal by backward
 //! shift (no tombstones), so a probe ends at the first empty bucket.
-//!
-//! Beside the words, one bit per bucket says whether it is occupied (`occupied`: exactly
-//! `words[i] != 0`, kept with every write of a word). A lookup of a key that is absent and
-//! whose home bucket is empty (most of them while the table is far from full: an insert's
-//! "has the host this page?" under `write_through_selective`) reads that bit, a table 64
-//! times smaller (256 KiB for 2M buckets, cache-resident), and not the bucket, a cache miss
-//! in a large table; the prefetch hints skip such buckets too.
 //!
 //! No unsafe code and no atomics: the table lives inside [`super::host_index::HostIndex`],
 //! under the tier's host mutex, as the `HashMap` it replaces did.
@@ -39,8 +33,6 @@ fn tag(key: &PageKey) -> u32 {
 #[derive(Debug)]
 pub(crate) struct IdMap {
     words: Vec<u64>,
-    /// Bit `i % 64` of word `i / 64`: bucket `i` is occupied (`words[i] != 0`).
-    occupied: Vec<u64>,
     len: usize,
 }
 
@@ -58,25 +50,7 @@ impl IdMap {
         } else {
             vec![0; buckets]
         };
-        IdMap { words, occupied: vec![0; buckets.div_ceil(64)], len: 0 }
-    }
-
-    /// Whether bucket `i` is occupied (as `words[i] != 0`, without reading the bucket).
-    #[inline]
-    fn is_occupied(&self, i: usize) -> bool {
-        self.occupied[i / 64] >> (i % 64) & 1 != 0
-    }
-
-    /// Writes bucket `i` (`w == 0`: empties it), keeping its occupancy bit.
-    #[inline]
-    fn put(&mut self, i: usize, w: u64) {
-        self.words[i] = w;
-        let bit = 1u64 << (i % 64);
-        if w == 0 {
-            self.occupied[i / 64] &= !bit;
-        } else {
-            self.occupied[i / 64] |= bit;
-        }
+        IdMap { words, len: 0 }
     }
 
     pub(crate) fn len(&self) -> usize {
@@ -92,9 +66,6 @@ impl IdMap {
         let t = tag(key);
         let mask = self.mask();
         let mut i = t as usize & mask;
-        if !self.is_occupied(i) {
-            return None; // the probe would end at once (see the module docs)
-        }
         loop {
             let w = self.words[i];
             if w == 0 {
@@ -131,7 +102,7 @@ impl IdMap {
             }
             i = (i + 1) & mask;
         }
-        self.put(i, (t as u64) << 32 | (id as u64 + 1));
+        self.words[i] = (t as u64) << 32 | (id as u64 + 1);
         self.len += 1;
         if self.len * 4 > self.words.len() * 3 {
             self.grow();
@@ -144,27 +115,23 @@ impl IdMap {
     fn grow(&mut self) {
         let n = self.words.len() * 2;
         let old = std::mem::replace(&mut self.words, vec![0; n]);
-        self.occupied = vec![0; n.div_ceil(64)];
         let mask = self.mask();
         for w in old.into_iter().filter(|&w| w != 0) {
             let mut i = (w >> 32) as usize & mask;
             while self.words[i] != 0 {
                 i = (i + 1) & mask;
             }
-            self.put(i, w);
+            self.words[i] = w;
         }
     }
 
-    /// A prefetch hint for `key`'s home bucket (a lookup, or with `insert` an insert, of
-    /// `key` soon): a run of pages' probes are cache misses each, independent of one
-    /// another, so hinting a few ahead overlaps them. A lookup whose home bucket is empty
-    /// reads only its occupancy bit, so it is not hinted.
+    /// A prefetch hint for `key`'s home bucket (a lookup or insert of `key` soon): a run of
+    /// pages' probes are cache misses each, independent of one another, so hinting a few
+    /// ahead overlaps them.
     #[inline]
-    pub(crate) fn prefetch(&self, key: &PageKey, insert: bool) {
+    pub(crate) fn prefetch(&self, key: &PageKey) {
         let i = tag(key) as usize & self.mask();
-        if insert || self.is_occupied(i) {
-            crate::tree::prefetch(std::ptr::from_ref(&self.words[i]).cast());
-        }
+        crate::tree::prefetch(std::ptr::from_ref(&self.words[i]).cast());
     }
 
     /// Unmaps `key`, mapped to `id` (the caller knows both: ids are unique, so the bucket
@@ -195,11 +162,11 @@ impl IdMap {
             }
             let home = (w >> 32) as usize & mask;
             if (j.wrapping_sub(home) & mask) >= (j.wrapping_sub(i) & mask) {
-                self.put(i, w);
+                self.words[i] = w;
                 i = j;
             }
         }
-        self.put(i, 0);
+        self.words[i] = 0;
         self.len -= 1;
         true
     }
@@ -257,9 +224,6 @@ mod tests {
             }
             assert_eq!(m.len(), want.len());
             if step % 997 == 0 {
-                for (i, &w) in m.words.iter().enumerate() {
-                    assert_eq!(m.is_occupied(i), w != 0, "bucket {i}'s occupancy bit");
-                }
                 for (k, &v) in &want {
                     assert_eq!(m.get(k, |i| keys[i as usize]), Some(v));
                 }

@@ -782,15 +782,13 @@ impl<'a> Tiered<'a> {
             let mut prev: (usize, EntryId) = (usize::MAX, NO_PAGE);
             let todo: Vec<usize> = (0..n / p).filter(|&i| needs_host(i)).collect();
             // Each page's map probe is a cache miss of its own: hint the ones a few pages
-            // ahead, so they overlap (a hint only; it changes nothing). A page at the
-            // threshold is reserved (its bucket written), the others only looked up.
-            let reserves = |i: usize| hits[i] & !HOST_BACKED >= threshold;
+            // ahead, so they overlap (a hint only; it changes nothing).
             for &i in todo.iter().take(PREFETCH_AHEAD) {
-                host.prefetch(&(ns, hashes[i]), reserves(i));
+                host.prefetch(&(ns, hashes[i]));
             }
             for (k, &i) in todo.iter().enumerate() {
                 if let Some(&j) = todo.get(k + PREFETCH_AHEAD) {
-                    host.prefetch(&(ns, hashes[j]), reserves(j));
+                    host.prefetch(&(ns, hashes[j]));
                 }
                 let key = (ns, hashes[i]);
                 let after = if prev.0.wrapping_add(1) == i { prev.1 } else { NO_PAGE };
@@ -798,7 +796,7 @@ impl<'a> Tiered<'a> {
                 // most (none when the entry follows the one before on the host).
                 let r = match host.guess_after(after, &key) {
                     Some(id) => Reserved::Have(id),
-                    None if reserves(i) => {
+                    None if hits[i] & !HOST_BACKED >= threshold => {
                         let parent = i.checked_sub(1).map(|j| hashes[j]);
                         host.reserve(key, parent, after, opts.priority, &mut removed)
                     }
