@@ -780,21 +780,28 @@ impl<'a> Tiered<'a> {
             // The entry of the page before (found or reserved here): its child's reserve
             // counts the kid without a lookup.
             let mut prev: (usize, EntryId) = (usize::MAX, NO_PAGE);
+            // The entry before was reserved here (not found): the page's entry, if any, is
+            // not expected right after it (a guess at `prev + 1` would read a free entry,
+            // a cache miss for nothing; the map answers instead).
+            let mut prev_new = false;
             let todo: Vec<usize> = (0..n / p).filter(|&i| needs_host(i)).collect();
-            // Each page's map probe is a cache miss of its own: hint the ones a few pages
-            // ahead, so they overlap (a hint only; it changes nothing).
-            for &i in todo.iter().take(PREFETCH_AHEAD) {
+            // Each page's map probe is a cache miss of its own, and so is the slab entry a
+            // reserve fills: hint the ones a few pages (reserves) ahead, so they overlap (a
+            // hint only; it changes nothing).
+            for (k, &i) in todo.iter().take(PREFETCH_AHEAD).enumerate() {
                 host.prefetch(&(ns, hashes[i]));
+                host.prefetch_free(k);
             }
             for (k, &i) in todo.iter().enumerate() {
                 if let Some(&j) = todo.get(k + PREFETCH_AHEAD) {
                     host.prefetch(&(ns, hashes[j]));
+                    host.prefetch_free(PREFETCH_AHEAD); // the top moved with each reserve
                 }
                 let key = (ns, hashes[i]);
                 let after = if prev.0.wrapping_add(1) == i { prev.1 } else { NO_PAGE };
                 // The page's entry, if any, or a new one at the threshold: one map probe at
                 // most (none when the entry follows the one before on the host).
-                let r = match host.guess_after(after, &key) {
+                let r = match host.guess_after(if prev_new { NO_PAGE } else { after }, &key) {
                     Some(id) => Reserved::Have(id),
                     None if hits[i] & !HOST_BACKED >= threshold => {
                         let parent = i.checked_sub(1).map(|j| hashes[j]);
@@ -809,11 +816,11 @@ impl<'a> Tiered<'a> {
                     Reserved::Have(id) => {
                         host.mark_resident(id, dev_page(i));
                         sh.set_backed(&host, dev_page(i), id);
-                        prev = (i, id);
+                        (prev, prev_new) = ((i, id), false);
                     }
                     Reserved::New(id) => {
                         backup.push((i, id));
-                        prev = (i, id);
+                        (prev, prev_new) = ((i, id), true);
                     }
                     Reserved::Full => break, // the host is full of pages it may not drop
                 }
