@@ -23,12 +23,11 @@ pub(super) fn resident_vec<T: Clone>(cap: usize, len: usize, value: T) -> Vec<T>
     v
 }
 
-/// Below this, a buffer is not worth a system call (and may share its pages with other
-/// allocations on the heap).
-const HUGE_MIN_BYTES: usize = 4 << 20;
-
 #[cfg(all(target_os = "linux", not(loom), not(miri)))]
 fn advise_huge<T>(v: &Vec<T>) {
+    /// Below this, a buffer is not worth a system call (and may share its pages with other
+    /// allocations on the heap).
+    const HUGE_MIN_BYTES: usize = 4 << 20;
     const PAGE: usize = 4096;
     const MADV_HUGEPAGE: i32 = 14;
     unsafe extern "C" {
