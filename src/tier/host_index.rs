@@ -26,11 +26,11 @@
 //!
 //! An entry lives in a slab indexed by its host page (an [`EntryId`]: the host page's first
 //! slot is `id * page_size`), so the free list of host pages is the free list of entries and
-//! an entry never moves (the slab reserves the host's capacity up front, touching only what
-//! is used). The map from `(namespace, page hash)` holds only the id: an open-addressing
+//! an entry never moves (the slab reserves the host's capacity up front and is written, free,
+//! at construction: `resident.rs`). The map from `(namespace, page hash)` holds only the id: an open-addressing
 //! table of one 8-byte word per bucket (a 32-bit tag of the key and the id), the keys read
 //! off the slab when a tag matches (`id_map.rs`), sized for the host's capacity up front
-//! (zeroed memory, faulted in where inserts land) so it never rehashes; an insert's host
+//! (resident from construction, as the slab) so it never rehashes; an insert's host
 //! step hints the probes of the pages a few ahead ([`HostIndex::prefetch`]), so their
 //! cache misses overlap. Callers that know an entry's id (a
 //! backup committing the pages it reserved, a load-back unpinning what it pinned, the device
@@ -56,6 +56,7 @@ use std::collections::{BTreeSet, HashMap};
 use std::hash::{BuildHasherDefault, Hasher};
 
 use super::id_map::IdMap;
+use super::resident::resident_vec;
 use crate::tree::EvictionPolicy;
 
 /// A page's identity: `(namespace, page hash)`.
@@ -91,6 +92,10 @@ pub(crate) const NO_PAGE: u32 = u32::MAX;
 
 /// The most entries the slab reserves up front (beyond it, it grows).
 const PRESIZE_MAX: usize = 1 << 24;
+
+/// The most entries the slab and the map fault in at construction (80 + 10.7 bytes each:
+/// 4M entries are 380 MiB; a larger host faults the rest in where backups first land).
+const PREFAULT_MAX: usize = 1 << 22;
 
 /// Eviction order key of a host entry (smaller goes first).
 type OrderKey = (u64, u64);
@@ -202,7 +207,8 @@ pub(crate) struct HostIndex {
     slru_threshold: u32,
     /// Host pages not holding any entry (ids; popped from the back).
     free: Vec<EntryId>,
-    /// The entries by id; ids at or past its length are free and never used yet.
+    /// The entries by id (free ones not `live`); ids at or past its length are free and
+    /// never used yet. Written free up to [`PREFAULT_MAX`] entries at construction.
     slab: Vec<Entry>,
     /// The live entries' ids by key (`id_map.rs`: the keys are read off the slab).
     map: IdMap,
@@ -227,6 +233,9 @@ impl HostIndex {
         // Popped from the back: the lowest host pages go first (runs for the copies).
         let free = (0..capacity_pages as u32).rev().collect();
         let presize = capacity_pages.min(PRESIZE_MAX);
+        // The slab's entries are written (free) now, so a backup's reserve writes memory
+        // that is resident already (`resident.rs`).
+        let slab = resident_vec(presize, PREFAULT_MAX, Entry::FREE);
         let lazy = !matches!(policy, EvictionPolicy::Mru | EvictionPolicy::Filo);
         HostIndex {
             page_size,
@@ -236,8 +245,8 @@ impl HostIndex {
             by_creation: matches!(policy, EvictionPolicy::Fifo | EvictionPolicy::Filo),
             slru_threshold,
             free,
-            slab: Vec::with_capacity(presize),
-            map: IdMap::with_capacity(presize),
+            slab,
+            map: IdMap::with_capacity(presize, presize <= PREFAULT_MAX),
             orphans: Map::default(),
             order: BTreeSet::new(),
             clock: 0,
@@ -292,6 +301,17 @@ impl HostIndex {
     /// A prefetch hint: `key` is looked up or reserved soon (see [`IdMap::prefetch`]).
     pub(crate) fn prefetch(&self, key: &PageKey) {
         self.map.prefetch(key);
+    }
+
+    /// A prefetch hint for the entry the reserve `k` reserves from now will fill, if the
+    /// free list lasts that long (free ids are popped from the top: `k` from the top), so a
+    /// run of new pages' entries, scattered over the slab once the host has evicted, are
+    /// not a cache miss each in turn (a hint only; it changes nothing).
+    pub(crate) fn prefetch_free(&self, k: usize) {
+        let Some(i) = self.free.len().checked_sub(k + 1) else { return };
+        if let Some(e) = self.slab.get(self.free[i] as usize) {
+            crate::tree::prefetch(std::ptr::from_ref(e).cast()); // 80 bytes: two lines at most
+        }
     }
 
     /// The entry of `key`, if any.

@@ -2,7 +2,8 @@
 //!
 //! An open-addressing table of one word per bucket: `[63..32]` the key's 32-bit tag (the
 //! high half of its hash), `[31..0]` the entry id plus one (0: the bucket is empty, so a
-//! fresh table is zeroed memory, faulted in only where inserts land). The keys themselves
+//! fresh table is zeroed memory; the host index's is written at construction instead, see
+//! [`IdMap::with_capacity`]). The keys themselves
 //! live in the entries (the slab), so a bucket is 8 bytes instead of the 24 of a
 //! `HashMap<(u64, u64), u32>` with its control bytes: the table is a third of the size, an
 //! insert of a new key writes one word and reads no entry (a tag that matches is checked
@@ -36,11 +37,20 @@ pub(crate) struct IdMap {
 }
 
 impl IdMap {
-    /// A table for `entries` entries without growing (zeroed memory: the pages of the table
-    /// an insert never reaches are never faulted in).
-    pub(crate) fn with_capacity(entries: usize) -> IdMap {
+    /// A table for `entries` entries without growing. With `prefault`, its memory is
+    /// written now (resident before the first insert: the inserts of a filling host land on
+    /// random buckets, so they would soon fault in every page of it anyway, one page fault
+    /// per 512 buckets, in the caller's hot path); without, it is zeroed memory, faulted in
+    /// where inserts land.
+    pub(crate) fn with_capacity(entries: usize, prefault: bool) -> IdMap {
         let buckets = (entries + entries / 3 + 1).next_power_of_two().max(MIN_BUCKETS);
-        IdMap { words: vec![0; buckets], len: 0 }
+        let words = if prefault {
+            // Written (`vec![0; n]` would take zeroed pages and leave them untouched).
+            super::resident::resident_vec(buckets, buckets, std::hint::black_box(0))
+        } else {
+            vec![0; buckets]
+        };
+        IdMap { words, len: 0 }
     }
 
     pub(crate) fn len(&self) -> usize {
@@ -185,7 +195,7 @@ mod tests {
             seed % n
         };
         let mut keys: Vec<PageKey> = Vec::new(); // by id
-        let mut m = IdMap::with_capacity(0);
+        let mut m = IdMap::with_capacity(0, false);
         let mut want: HashMap<PageKey, u32> = HashMap::new();
         for step in 0..200_000u64 {
             let key = match rnd(3) {

@@ -132,6 +132,7 @@ mod load;
 #[cfg(not(loom))]
 mod memo;
 mod pages;
+mod resident;
 mod types;
 pub use compat::TieredCache;
 pub use types::{LoadOutcome, LoadTicket, Loaded, TierMatch, TierOptions, TierStats, WritePolicy};
@@ -202,7 +203,8 @@ const NO_PARENT: u64 = u64::MAX;
 /// A copy in flight and what completes it.
 enum Op {
     /// A backup: commit `pages` and release `lock` once done; `tokens` holds the pages'
-    /// tokens (for their `BlockStored`).
+    /// tokens (for their `BlockStored`) when events were on as it started, else nothing
+    /// (a backup started before [`Tier::set_events`] publishes no `BlockStored`).
     Backup {
         ticket: CopyTicket,
         lock: PrefixLock,
@@ -778,21 +780,28 @@ impl<'a> Tiered<'a> {
             // The entry of the page before (found or reserved here): its child's reserve
             // counts the kid without a lookup.
             let mut prev: (usize, EntryId) = (usize::MAX, NO_PAGE);
+            // The entry before was reserved here (not found): the page's entry, if any, is
+            // not expected right after it (a guess at `prev + 1` would read a free entry,
+            // a cache miss for nothing; the map answers instead).
+            let mut prev_new = false;
             let todo: Vec<usize> = (0..n / p).filter(|&i| needs_host(i)).collect();
-            // Each page's map probe is a cache miss of its own: hint the ones a few pages
-            // ahead, so they overlap (a hint only; it changes nothing).
-            for &i in todo.iter().take(PREFETCH_AHEAD) {
+            // Each page's map probe is a cache miss of its own, and so is the slab entry a
+            // reserve fills: hint the ones a few pages (reserves) ahead, so they overlap (a
+            // hint only; it changes nothing).
+            for (k, &i) in todo.iter().take(PREFETCH_AHEAD).enumerate() {
                 host.prefetch(&(ns, hashes[i]));
+                host.prefetch_free(k);
             }
             for (k, &i) in todo.iter().enumerate() {
                 if let Some(&j) = todo.get(k + PREFETCH_AHEAD) {
                     host.prefetch(&(ns, hashes[j]));
+                    host.prefetch_free(PREFETCH_AHEAD); // the top moved with each reserve
                 }
                 let key = (ns, hashes[i]);
                 let after = if prev.0.wrapping_add(1) == i { prev.1 } else { NO_PAGE };
                 // The page's entry, if any, or a new one at the threshold: one map probe at
                 // most (none when the entry follows the one before on the host).
-                let r = match host.guess_after(after, &key) {
+                let r = match host.guess_after(if prev_new { NO_PAGE } else { after }, &key) {
                     Some(id) => Reserved::Have(id),
                     None if hits[i] & !HOST_BACKED >= threshold => {
                         let parent = i.checked_sub(1).map(|j| hashes[j]);
@@ -807,11 +816,11 @@ impl<'a> Tiered<'a> {
                     Reserved::Have(id) => {
                         host.mark_resident(id, dev_page(i));
                         sh.set_backed(&host, dev_page(i), id);
-                        prev = (i, id);
+                        (prev, prev_new) = ((i, id), false);
                     }
                     Reserved::New(id) => {
                         backup.push((i, id));
-                        prev = (i, id);
+                        (prev, prev_new) = ((i, id), true);
                     }
                     Reserved::Full => break, // the host is full of pages it may not drop
                 }
@@ -821,16 +830,19 @@ impl<'a> Tiered<'a> {
         if backup.is_empty() {
             return Ok((existing, Some(lock)));
         }
-        // The copy's slot lists (one slot per token, as the copier takes them) and the
-        // pages' tokens, a range and a slice per page.
+        // The copy's slot lists (one slot per token, as the copier takes them) and, with
+        // events on, the pages' tokens (for their `BlockStored`), a range and a slice per page.
         let (mut dev, mut hst) =
             (Vec::with_capacity(backup.len() * p), Vec::with_capacity(backup.len() * p));
-        let mut op_tokens: Vec<u32> = Vec::with_capacity(backup.len() * p);
+        let events = sh.events.get().is_some();
+        let mut op_tokens: Vec<u32> = Vec::with_capacity(if events { backup.len() * p } else { 0 });
         for &(i, id) in &backup {
             let (d, h) = (dev_page(i) * p as u32, id * p as u32);
             dev.extend(d..d + p as u32);
             hst.extend(h..h + p as u32);
-            op_tokens.extend_from_slice(page_tokens(tokens, i, p));
+            if events {
+                op_tokens.extend_from_slice(page_tokens(tokens, i, p));
+            }
         }
         let pages: Vec<BackupPage> = backup
             .iter()
@@ -919,7 +931,8 @@ impl<'a> Tiered<'a> {
                 }
                 if ok {
                     bump(&sh.counters.tokens_to_host, pages.len() * sh.page_size);
-                    if sh.events.get().is_some() {
+                    // Events on when the backup started (the sink, once set, stays).
+                    if !tokens.is_empty() {
                         self.publish_runs(ns, &pages, &tokens);
                     }
                 } else {
