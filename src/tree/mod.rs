@@ -577,6 +577,9 @@ impl RadixTree {
                 hits,
                 stamp: c.stamp.load(Ordering::Relaxed),
                 leaf: c.is_leaf(&g),
+                swa_pins: ((s & node::SWA_PIN_MASK) >> 32) as u32,
+                swa_gone: s & node::SWA_GONE != 0,
+                swa_stamp: c.swa_stamp.load(Ordering::Relaxed),
             });
             pos += k;
             if k < c.len() {

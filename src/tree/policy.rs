@@ -181,6 +181,12 @@ pub struct NodeInfo {
     pub stamp: u64,
     /// Whether it is a leaf (and so, unpinned, a candidate for eviction).
     pub leaf: bool,
+    /// With a sliding window: window locks holding its SWA KV.
+    pub swa_pins: u32,
+    /// With a sliding window: whether it is an SWA tombstone (its SWA KV evicted).
+    pub swa_gone: bool,
+    /// With a sliding window: its SWA stamp (the SWA eviction order's key; see `swa.rs`).
+    pub swa_stamp: u64,
 }
 
 // ---------------------------------------------------------------- the metadata word

@@ -597,8 +597,15 @@ fn a_match_refreshes_only_its_windows_swa_kv() {
     t.insert(0, &[1, 2, 3, 4, 9, 9], &[0, 0, 0, 0, 20, 21]).unwrap();
     let mut out: Vec<u32> = Vec::new();
     assert_eq!(t.match_prefix(0, &a, &mut out), 6);
-    // SWA order: X (not refreshed since A's insert), Z, Y (refreshed by the match).
+    // SWA order: X (not refreshed since A's insert), Z, Y (refreshed by the match); the
+    // full stamps say the match touched X and Y alike.
+    let info = t.inspect(0, &a);
+    assert_eq!(info.len(), 2);
+    assert_eq!(info[0].stamp, info[1].stamp, "the match stamps the whole path");
+    assert!(info[0].swa_stamp < info[1].swa_stamp, "only the window's SWA KV is refreshed");
     assert_eq!(evict(&t, EvictTarget::Swa, 1), (4, vec![(SWA_ONLY, vec![10, 11, 12, 13])]));
+    let info = t.inspect(0, &a);
+    assert!(info[0].swa_gone && !info[1].swa_gone && info[1].swa_pins == 0);
     assert_eq!(evict(&t, EvictTarget::Swa, 1), (2, vec![(FULL_SWA, vec![20, 21])]));
     // The full order is the match's: Z went already; Y, then X, a tombstone.
     assert_eq!(t.match_prefix(0, &a, &mut out), 6, "valid: the window is Y, after X");
