@@ -587,6 +587,26 @@ impl Cache {
         Ok(n)
     }
 
+    /// [`Cache::drop_namespace`] saying per leaf what it freed ([`Freed`], as
+    /// [`Cache::evict_kv`]): for a cache with a sliding window, whose engine must free the
+    /// SWA KV of the leaves that still had it. With a pool the full KV goes back to the
+    /// pool after `free` has seen it. Returns the tokens freed.
+    pub fn drop_namespace_kv(&self, ns: u64, free: &mut dyn FnMut(Freed, &[u32])) -> Result<usize> {
+        let Some(pool) = &self.pool else {
+            return Ok(self.tree.drop_namespace_kv(ns, free));
+        };
+        let mut ev = PoolEviction::begin(&self.evictions, pool);
+        let mut scratch = Vec::new();
+        let n = self.tree.drop_namespace_kv(ns, &mut |f, slots| {
+            // Pending before `free` runs, so they go back to the pool even if it panics.
+            ev.pending.extend_from_slice(slots);
+            self.hook_slots(slots, &mut scratch);
+            free(f, slots);
+        });
+        drop(ev); // returns the slots to the pool
+        Ok(n)
+    }
+
     /// Evicts into the pool by runs, one pool pass for the whole call (when it ends, or
     /// when `user` panics: see [`PoolEviction`]); `user` sees each leaf's runs first.
     fn evict_runs_to_pool(

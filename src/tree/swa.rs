@@ -563,6 +563,20 @@ impl RadixTree {
         }
     }
 
+    /// [`RadixTree::drop_namespace`] saying per leaf what it freed, as
+    /// [`RadixTree::evict_kv`] does with [`EvictTarget::Full`]: `swa` is whether the leaf
+    /// still had its SWA KV (always false without a window). The per-node `reset` is
+    /// `evict_kv(EvictTarget::Full, usize::MAX, free)`.
+    pub fn drop_namespace_kv(&self, ns: u64, free: &mut dyn FnMut(Freed, &[u32])) -> usize {
+        let mut scratch = Vec::new();
+        let swa = self.cfg.swa_window > 0;
+        self.drop_namespace_with(ns, &mut |x| {
+            // Relaxed: DEAD is set (by this pass); SWA_GONE was set, if ever, before it.
+            let had = swa && x.state.load(Ordering::Relaxed) & SWA_GONE == 0;
+            x.edge.with_slots(&mut scratch, |s| free(Freed { full: true, swa: had }, s))
+        })
+    }
+
     /// The SWA eviction pass behind [`RadixTree::evict_kv`]; `hand` gets each node.
     fn evict_swa_with(&self, k: usize, hand: &mut dyn FnMut(&Node, Freed)) -> usize {
         let sw = self.swa.as_ref().expect("a tree with a window has an SWA index");

@@ -611,3 +611,36 @@ fn a_match_refreshes_only_its_windows_swa_kv() {
     assert_eq!(t.match_prefix(0, &a, &mut out), 6, "valid: the window is Y, after X");
     t.check_invariants().unwrap();
 }
+
+/// `drop_namespace_kv` says per leaf whether its SWA KV went with it, on the tree and through
+/// a pool-mode `Cache` (whose full KV goes back to the pool); other namespaces stay.
+#[test]
+fn dropping_a_namespace_says_what_each_leaf_freed() {
+    use radixkv::{Cache, CacheOptions};
+    let t = swa_tree(1, 1);
+    t.insert(1, &[1, 2, 3, 4, 5, 6], &[10, 11, 12, 13, 14, 15]).unwrap();
+    t.insert(1, &[1, 2, 3, 4, 9, 9], &[0, 0, 0, 0, 16, 17]).unwrap();
+    let mut out: Vec<u32> = Vec::new();
+    t.match_prefix(1, &[1, 2, 3, 4, 5, 6], &mut out);
+    t.match_prefix(1, &[1, 2, 3, 4, 9, 9], &mut out);
+    t.insert(2, &[7, 7], &[30, 31]).unwrap();
+    // [1..4] is the least recent SWA KV (the matches refreshed only their windows).
+    assert_eq!(evict(&t, EvictTarget::Swa, 1).1, vec![(SWA_ONLY, vec![10, 11, 12, 13])]);
+    let mut got = Vec::new();
+    assert_eq!(t.drop_namespace_kv(1, &mut |f, s| got.push((f, s.to_vec()))), 8);
+    got.sort();
+    assert_eq!(
+        got,
+        vec![(FULL_ONLY, vec![10, 11, 12, 13]), (FULL_SWA, vec![14, 15]), (FULL_SWA, vec![16, 17])]
+    );
+    assert_eq!(t.stats().cached_tokens, 2, "namespace 2 stays");
+    t.check_invariants().unwrap();
+    let c =
+        Cache::new(CacheOptions { pool_slots: 8, swa_window: 1, ..Default::default() }).unwrap();
+    let mut s = Vec::new();
+    c.alloc(8, &mut s).unwrap();
+    c.insert(5, &[1, 2, 3, 4, 5, 6, 7, 8], &s[..]).unwrap();
+    let mut got = Vec::new();
+    assert_eq!(c.drop_namespace_kv(5, &mut |f, x| got.push((f, x.len()))).unwrap(), 8);
+    assert_eq!((got, c.stats().free_slots), (vec![(FULL_SWA, 8)], 8));
+}
