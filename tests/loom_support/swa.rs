@@ -84,3 +84,38 @@ fn swa_release_racing_an_swa_eviction_pass() {
         t.check_invariants().unwrap();
     });
 }
+
+/// Window 1, one leaf [1, 2] queued in the SWA index. A locking match of [1] splits it (the
+/// split queues both halves and cuts the old leaf's SWA ticket before retiring it) while an
+/// SWA eviction pass pops from the same index. Whatever the order, no SWA entry names a
+/// retired node (the loom allocator's canary catches a use after free), the pass frees the
+/// SWA KV of at most what the lock does not hold, and the invariants hold at the end (no SWA
+/// entry naming a replaced node among them). Mutant S5 (the split's cut of the old node's
+/// SWA ticket left out) survives this model (the epoch does not free the old leaf before
+/// the race ends) and is killed by `swa_pin_racing_a_tombstone_of_the_same_node`, whose
+/// setup splits a queued leaf and then runs long enough for the epoch to free it.
+#[test]
+fn split_of_an_swa_queued_leaf_racing_an_swa_pass() {
+    let mut b = loom::model::Builder::new();
+    // A long execution (a split, an SWA pass, `check_invariants`); the preemption bound is
+    // unchanged.
+    b.max_branches = 10_000;
+    model_with(b, || {
+        let t = Arc::new(tree(1));
+        t.insert(0, &[1, 2], &[10, 20]).unwrap();
+        let t2 = t.clone();
+        let evictor = thread::spawn(move || {
+            let mut got = Vec::new();
+            t2.evict_kv(EvictTarget::Swa, 1, &mut |f, s| got.push((f, s.to_vec())));
+            got
+        });
+        let mut out: Vec<u32> = Vec::new();
+        let l = t.match_and_lock(0, &[1], &mut out).into_raw();
+        let got = evictor.join().unwrap();
+        if l.len() == 1 {
+            assert!(got.iter().all(|(_, s)| !s.contains(&10)), "locked SWA KV freed: {got:?}");
+        }
+        t.release(l).unwrap();
+        t.check_invariants().unwrap();
+    });
+}
