@@ -235,7 +235,7 @@ impl Shared<'_> {
         let mut locks = vec![guard.into_raw()];
         let mut have = m;
         if found.host_len > 0 {
-            have = self.load_back(ns, &tokens[..n], m, runs, &mut locks)?;
+            have = self.load_back(ns, &tokens[..n], m, found.host_len, runs, &mut locks)?;
         }
         if !self.take_slots(n - have, runs, c)? {
             c.out_of_slots += 1;
@@ -273,7 +273,9 @@ impl Shared<'_> {
     }
 
     /// Loads back the host pages that extend the device prefix of `m` tokens of the aligned
-    /// prompt `tokens` and waits for them; `runs` become the slots of the prefix the
+    /// prompt `tokens`, at most `host_len` tokens (what the lookup found: with threads, other
+    /// requests may back more up meanwhile, and a request loads what it was admitted with,
+    /// so the report's host hits never exceed its host matches), and waits for them; `runs` become the slots of the prefix the
     /// load-back's lock (pushed to `locks`) pins. Returns how many tokens that lock pins
     /// (`m` when the device had no room: counted, not an error).
     fn load_back(
@@ -281,10 +283,11 @@ impl Shared<'_> {
         ns: u64,
         tokens: &[u32],
         m: usize,
+        host_len: usize,
         runs: &mut Vec<SlotRun>,
         locks: &mut Vec<PrefixLock>,
     ) -> Result<usize, String> {
-        match self.cache.load_back(ns, tokens, tokens.len() - m) {
+        match self.cache.load_back(ns, tokens, host_len.min(tokens.len() - m)) {
             Ok(ticket) => {
                 let l = self.cache.wait_load(ticket).map_err(|e| cache_err("load_back", e))?;
                 if l.loaded > 0 {
